@@ -1,0 +1,3 @@
+"""Our CUDA conv kernels, one folder per family; importing this builds nothing."""
+
+from __future__ import annotations

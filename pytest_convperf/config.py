@@ -1,0 +1,226 @@
+"""ConvperfConfig: every option parsed once, validated, frozen, kept in ``config.stash``.
+
+Each option is a command-line flag and an ini key of the same name (dashes become
+underscores: ``--convperf-device`` <-> ``convperf_device``); the command line wins.
+Parsers raise ``pytest.UsageError`` naming the option, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+Device = Literal["auto", "cuda", "cpu"]
+DEVICES: tuple[Device, ...] = ("auto", "cuda", "cpu")
+UPDATE_KINDS = ("failed", "new", "improved", "all")
+DEFAULT_UPDATE: frozenset[str] = frozenset({"failed", "new"})
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: flag, ini key, help; ``flag_value`` is what a bare ``--flag`` means."""
+
+    name: str
+    help: str
+    default: str | None = None
+    is_flag: bool = False
+    flag_value: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name
+
+    @property
+    def ini(self) -> str:
+        return self.name.replace("-", "_")
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("convperf", "run the tests marked convperf (timing and baseline checks)", is_flag=True),
+    OptionSpec("convperf-device", "device to measure on: auto (cuda if available), cuda or cpu", "auto"),
+    OptionSpec(
+        "convperf-baselines", "directory of baseline files (baselines/<machine>/<module>.yaml)", "baselines"
+    ),
+    OptionSpec(
+        "convperf-update-baselines",
+        "rewrite baselines of the selected tests; comma list of failed,new,improved or all "
+        "(bare flag: failed,new)",
+        flag_value="failed,new",
+    ),
+    OptionSpec("convperf-reason", "why a slower ratio is being recorded (stored with the entry)"),
+    OptionSpec("convperf-machine", "machine slug that keys the baseline folder (default: detected)"),
+    OptionSpec(
+        "convperf-machine-aliases",
+        "ini: lines 'slug = class' mapping detected machine slugs to a baseline class",
+    ),
+    OptionSpec("convperf-report", "directory for report.md, results.json, history.jsonl, traces, plots"),
+    OptionSpec("convperf-trace", "write a profiler trace for every convperf check", is_flag=True),
+    OptionSpec(
+        "convperf-tolerance", "allowed slowdown before FAIL, as a fraction (default 0.02 GPU, 0.05 CPU)"
+    ),
+    OptionSpec("convperf-strict", "fail checks that have no baseline (NEW) instead of passing", is_flag=True),
+    OptionSpec(
+        "convperf-gpus", "with pytest-xdist: auto, a count N, or a list 0,1,... of GPUs, one per worker"
+    ),
+)
+
+
+def _parse_device(value: str) -> Device:
+    if value not in DEVICES:
+        raise pytest.UsageError(
+            f"--convperf-device={value!r} is not allowed; use one of: {', '.join(DEVICES)}"
+        )
+    return value  # type: ignore[return-value]
+
+
+def parse_update(value: str | None) -> frozenset[str]:
+    """``None`` -> no update; ``failed,new`` / ``improved`` / ``all`` -> the set of verdicts to rewrite."""
+    if value is None or value == "":
+        return frozenset()
+    kinds = frozenset(part.strip() for part in value.split(",") if part.strip())
+    bad = sorted(kinds - set(UPDATE_KINDS))
+    if bad or not kinds:
+        raise pytest.UsageError(
+            f"--convperf-update-baselines={value!r}: unknown {', '.join(bad) or 'empty value'}; "
+            f"use a comma list of {', '.join(UPDATE_KINDS)} (bare flag means failed,new)"
+        )
+    return kinds
+
+
+def _parse_tolerance(value: str | None) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        tol = float(value)
+    except ValueError:
+        raise pytest.UsageError(
+            f"--convperf-tolerance={value!r} is not a number; give a fraction such as 0.02 for 2 %"
+        ) from None
+    if not 0.0 < tol < 1.0:
+        raise pytest.UsageError(
+            f"--convperf-tolerance={value!r} must be a fraction between 0 and 1 (0.02 means 2 %)"
+        )
+    return tol
+
+
+def parse_aliases(text: str | None) -> dict[str, str]:
+    """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``)."""
+    aliases: dict[str, str] = {}
+    for raw in (text or "").replace(",", "\n").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        slug, sep, target = line.partition("=")
+        if not sep or not slug.strip() or not target.strip():
+            raise pytest.UsageError(
+                f"convperf_machine_aliases: bad line {raw!r}; write one 'detected-slug = class-slug' per line"
+            )
+        aliases[slug.strip()] = target.strip()
+    return aliases
+
+
+def parse_gpus(value: str | None) -> tuple[int, ...] | Literal["auto"] | None:
+    """``auto``, ``N`` (the first N GPUs) or ``0,2,3``; ``None`` when unset."""
+    if value is None or value == "":
+        return None
+    if value == "auto":
+        return "auto"
+    try:
+        if "," in value:
+            ids = tuple(int(v) for v in value.split(",") if v.strip())
+        else:
+            ids = tuple(range(int(value)))
+    except ValueError:
+        raise pytest.UsageError(
+            f"--convperf-gpus={value!r}: use auto, a count such as 4, or a list such as 0,1,3"
+        ) from None
+    if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
+        raise pytest.UsageError(
+            f"--convperf-gpus={value!r}: give at least one GPU, non-negative and without repeats"
+        )
+    return ids
+
+
+@dataclass(frozen=True)
+class ConvperfConfig:
+    """The plugin's settings for one session, built once by :meth:`from_pytest_config`."""
+
+    enabled: bool = False
+    device: Device = "auto"
+    baselines_dir: Path = Path("baselines")
+    update: frozenset[str] = frozenset()
+    reason: str | None = None
+    machine: str | None = None
+    machine_aliases: Mapping[str, str] = field(default_factory=dict)
+    report_dir: Path | None = None
+    trace: bool = False
+    tolerance: float | None = None
+    strict: bool = False
+    gpus: tuple[int, ...] | Literal["auto"] | None = None
+    rootdir: Path = Path(".")
+
+    @property
+    def updating(self) -> bool:
+        return bool(self.update)
+
+    @classmethod
+    def from_pytest_config(cls, config: pytest.Config) -> ConvperfConfig:
+        def raw(spec: OptionSpec) -> str | None:
+            value = config.getoption(spec.ini, default=None)
+            if value is None or value is False:
+                ini = config.getini(spec.ini)
+                value = ini if ini not in ("", [], None) else None
+            if value is True:
+                return "true"
+            return None if value is None else str(value)
+
+        def flag(spec: OptionSpec) -> bool:
+            value = raw(spec)
+            if value is None:
+                return False
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise pytest.UsageError(f"{spec.ini}={value!r}: use true or false")
+
+        spec = {s.name: s for s in OPTIONS}
+        rootdir = Path(str(config.rootpath))
+
+        def path(value: str | None) -> Path | None:
+            if value is None:
+                return None
+            p = Path(value)
+            return p if p.is_absolute() else rootdir / p
+
+        baselines = path(raw(spec["convperf-baselines"]) or "baselines")
+        assert baselines is not None
+        return cls(
+            enabled=flag(spec["convperf"]),
+            device=_parse_device(raw(spec["convperf-device"]) or "auto"),
+            baselines_dir=baselines,
+            update=parse_update(raw(spec["convperf-update-baselines"])),
+            reason=raw(spec["convperf-reason"]),
+            machine=raw(spec["convperf-machine"]),
+            machine_aliases=parse_aliases(raw(spec["convperf-machine-aliases"])),
+            report_dir=path(raw(spec["convperf-report"])),
+            trace=flag(spec["convperf-trace"]),
+            tolerance=_parse_tolerance(raw(spec["convperf-tolerance"])),
+            strict=flag(spec["convperf-strict"]),
+            gpus=parse_gpus(raw(spec["convperf-gpus"])),
+            rootdir=rootdir,
+        )
+
+
+CONFIG_KEY = pytest.StashKey[ConvperfConfig]()
+
+
+def get_config(config: pytest.Config) -> ConvperfConfig:
+    """The session's frozen config (built in ``pytest_configure``)."""
+    return config.stash[CONFIG_KEY]

@@ -1,0 +1,348 @@
+"""Correctness of a conv2d candidate against an fp64 oracle (DESIGN §6).
+
+The oracle is ``F.conv2d`` in float64 on the *same already-rounded* inputs, so only the
+candidate's own arithmetic is judged. The tolerance is ``|out - ref| <= atol + rtol * |ref|``
+with ``atol = a * sqrt(K) * scale``: K is the reduction length of the tensor checked and
+scale the product of the largest magnitudes that enter it. NaN/Inf never pass.
+
+The reference (``F.conv2d`` on the problem's device by default) is judged by the same oracle:
+when it is wrong and the candidate is right, :class:`ReferenceDefect` is raised instead of
+blaming the candidate (PyTorch's CPU bf16 conv2d is wrong for some dilated, strided shapes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from pytest_convperf.precision import ieee_fp32
+from pytest_convperf.problem import Conv2dProblem, ConvInputs
+from pytest_convperf.results import ErrorStats
+
+Candidate = Callable[..., torch.Tensor]
+
+# dtype -> (rtol, a); atol = a * sqrt(K) * scale. DESIGN §6 and conv-domain.md §4.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "fp64": (1e-7, 1e-12),
+    "fp32": (1e-5, 2e-6),
+    "fp16": (2e-3, 1e-3),
+    "bf16": (1.6e-2, 8e-3),
+}
+
+GRAD_NAMES = ("grad_input", "grad_weight", "grad_bias")
+
+
+class ConvMismatch(AssertionError):
+    """The candidate's output (or a gradient) breaks the tolerance or is not finite."""
+
+    def __init__(self, report: CorrectnessReport) -> None:
+        super().__init__(report.message())
+        self.report = report
+
+
+class ReferenceDefect(AssertionError):
+    """The reference itself disagrees with the fp64 oracle; the candidate is not to blame."""
+
+    def __init__(self, report: CorrectnessReport) -> None:
+        super().__init__(report.message())
+        self.report = report
+
+
+def tolerance(dtype: str, reduction: int, scale: float) -> tuple[float, float]:
+    """``(atol, rtol)`` for a tensor of ``dtype`` reduced over ``reduction`` terms of size ``scale``."""
+    rtol, a = TOLERANCES[dtype]
+    atol = a * math.sqrt(max(1, reduction)) * max(scale, 1e-30)
+    return atol, rtol
+
+
+def error_stats(
+    name: str, actual: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float
+) -> ErrorStats:
+    """Compare ``actual`` with the fp64 ``expected`` (same shape) under ``atol + rtol*|expected|``.
+
+    ``max_rel`` is ``max |err| / (|expected| + atol)`` so near-zero expected values do not blow it up.
+    """
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise ValueError(
+            f"{name}: shape {tuple(actual.shape)} does not match the oracle's {tuple(expected.shape)}"
+        )
+    a = actual.detach().to(device=expected.device, dtype=torch.float64)
+    e = expected.detach().to(torch.float64)
+    numel = e.numel()
+    if numel == 0:
+        return ErrorStats(name, 0.0, 0.0, 0.0, atol, rtol, (), 0.0, 0.0, 0, 0, 0)
+    finite_expected = torch.isfinite(e)
+    nonfinite = int((~torch.isfinite(a) & finite_expected).sum())
+    err = (a - e).abs()
+    err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+    bound = atol + rtol * e.abs()
+    excess = err - bound
+    violations = int((excess > 0).sum())
+    finite_err = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
+    max_abs = float(finite_err.max())
+    max_rel = float((finite_err / (e.abs() + atol)).max())
+    norm = float(torch.linalg.vector_norm(e))
+    diff_norm = float(torch.linalg.vector_norm(torch.where(torch.isfinite(a), a - e, torch.zeros_like(e))))
+    rel_l2 = diff_norm / norm if norm > 0 else diff_norm
+    flat = int(torch.argmax(excess if violations or nonfinite else err).item())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape)))
+    return ErrorStats(
+        name=name,
+        max_abs=max_abs,
+        max_rel=max_rel,
+        rel_l2=rel_l2,
+        atol=atol,
+        rtol=rtol,
+        worst_index=index,
+        worst_value=float(a.reshape(-1)[flat]),
+        worst_expected=float(e.reshape(-1)[flat]),
+        nonfinite=nonfinite,
+        violations=violations,
+        numel=numel,
+    )
+
+
+def _max_abs(t: torch.Tensor | None) -> float:
+    if t is None or t.numel() == 0:
+        return 0.0
+    return float(t.detach().abs().max().to(torch.float64))
+
+
+@dataclass
+class _Case:
+    """Inputs and fp64 oracle values for one (problem, seed)."""
+
+    inputs: ConvInputs
+    grad_out: torch.Tensor | None
+    expected: dict[str, torch.Tensor]
+    tolerances: dict[str, tuple[float, float]]
+
+
+def _build_case(problem: Conv2dProblem, seed: int, device: str | torch.device, backward: bool) -> _Case:
+    inputs = problem.make_inputs(seed, device)
+    x64 = inputs.input.detach().double().requires_grad_(backward)
+    w64 = inputs.weight.detach().double().requires_grad_(backward)
+    b64 = inputs.bias.detach().double().requires_grad_(backward) if inputs.bias is not None else None
+    out64 = F.conv2d(x64, w64, b64, *problem.conv_args())
+    x_max, w_max = _max_abs(inputs.input), _max_abs(inputs.weight)
+    b_max = _max_abs(inputs.bias)
+    expected = {"output": out64.detach()}
+    tolerances = {"output": tolerance(problem.dtype, problem.reduction_length + 1, x_max * w_max + b_max)}
+    grad_out: torch.Tensor | None = None
+    if backward:
+        gen = torch.Generator().manual_seed(seed + 1)
+        gy = torch.randn(problem.output_shape, generator=gen).to(device=device, dtype=problem.torch_dtype())
+        if problem.layout == "nhwc":
+            gy = gy.contiguous(memory_format=torch.channels_last)
+        grad_out = gy
+        wrt = [x64, w64] + ([b64] if b64 is not None else [])
+        grads = torch.autograd.grad(out64, wrt, gy.double(), allow_unused=True)
+        g_max = _max_abs(gy)
+        spatial = problem.n * problem.out_h * problem.out_w
+        k_input = problem.multiplier * problem.kernel[0] * problem.kernel[1]
+        expected["grad_input"] = grads[0]
+        tolerances["grad_input"] = tolerance(problem.dtype, k_input, g_max * w_max)
+        expected["grad_weight"] = grads[1]
+        tolerances["grad_weight"] = tolerance(problem.dtype, spatial, g_max * x_max)
+        if b64 is not None:
+            expected["grad_bias"] = grads[2]
+            tolerances["grad_bias"] = tolerance(problem.dtype, spatial, g_max)
+    return _Case(inputs, grad_out, expected, tolerances)
+
+
+def _run(
+    fn: Candidate, problem: Conv2dProblem, case: _Case, backward: bool
+) -> tuple[dict[str, torch.Tensor], str | None]:
+    """Call ``fn`` (and its backward) on fresh copies of the inputs; return outputs or the error."""
+    x = case.inputs.input.detach().clone().requires_grad_(backward)
+    w = case.inputs.weight.detach().clone().requires_grad_(backward)
+    b = case.inputs.bias.detach().clone().requires_grad_(backward) if case.inputs.bias is not None else None
+    pin = ieee_fp32() if problem.dtype == "fp32" else nullcontext()
+    try:
+        with pin:
+            out = fn(x, w, b, *problem.conv_args())
+            results = {"output": out.detach()}
+            if backward:
+                assert case.grad_out is not None
+                wrt = [x, w] + ([b] if b is not None else [])
+                grads = torch.autograd.grad(out, wrt, case.grad_out, allow_unused=True)
+                for name, grad, ref in zip(GRAD_NAMES, grads, wrt):
+                    results[name] = grad.detach() if grad is not None else torch.full_like(ref, math.nan)
+    except Exception as exc:  # a crashing candidate is a correctness failure with its own message
+        return {}, f"{type(exc).__name__}: {exc}"
+    return results, None
+
+
+def _compare(results: dict[str, torch.Tensor], case: _Case) -> list[ErrorStats]:
+    stats = []
+    for name, expected in case.expected.items():
+        atol, rtol = case.tolerances[name]
+        stats.append(error_stats(name, results[name], expected, atol=atol, rtol=rtol))
+    return stats
+
+
+def describe(fn: Callable[..., Any]) -> str:
+    """``module:qualname`` of a callable (best effort; partials show their function)."""
+    target = getattr(fn, "func", fn)
+    if target is F.conv2d:
+        return "torch.nn.functional:conv2d"
+    module = getattr(target, "__module__", None) or "?"
+    name = getattr(target, "__qualname__", None) or repr(target)
+    return f"{module}:{name}"
+
+
+@dataclass
+class CorrectnessReport:
+    """Errors of the candidate and of the reference against the fp64 oracle for one problem."""
+
+    problem: Conv2dProblem
+    seed: int
+    device: str
+    backward: bool
+    candidate: str
+    reference: str
+    candidate_errors: list[ErrorStats] = field(default_factory=list)
+    reference_errors: list[ErrorStats] = field(default_factory=list)
+    candidate_exception: str | None = None
+    reference_exception: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.candidate_exception is None and all(e.ok for e in self.candidate_errors)
+
+    @property
+    def reference_ok(self) -> bool:
+        return self.reference_exception is None and all(e.ok for e in self.reference_errors)
+
+    def repro(self) -> str:
+        """A one-line command that re-runs this check."""
+        return (
+            f'python -c "from pytest_convperf.correctness import reproduce; '
+            f"reproduce('{self.candidate}', '{self.problem.id}', seed={self.seed}, "
+            f"backward={self.backward}, device='{self.device}')\""
+        )
+
+    def message(self) -> str:
+        if self.ok and self.reference_ok:
+            head = (
+                f"candidate {self.candidate} matches the fp64 oracle on {self.problem.id} "
+                f"(seed {self.seed}, {self.device}, {'forward+backward' if self.backward else 'forward'})"
+            )
+            return "\n".join([head, *_error_lines(self.candidate_errors, None)])
+        if self.ok:
+            head = (
+                f"REFERENCE DEFECT: the reference {self.reference} disagrees with the fp64 oracle on "
+                f"{self.problem.id} (seed {self.seed}, {self.device}); the candidate {self.candidate} is "
+                f"correct. Mark the problem as a known reference defect rather than failing the kernel."
+            )
+            lines = [head, *_error_lines(self.reference_errors, self.reference_exception)]
+        else:
+            head = (
+                f"candidate {self.candidate} is wrong on {self.problem.id} "
+                f"(seed {self.seed}, {self.device}, {'forward+backward' if self.backward else 'forward'})"
+            )
+            lines = [head, *_error_lines(self.candidate_errors, self.candidate_exception)]
+            if not self.reference_ok:
+                lines.append(f"note: the reference {self.reference} is also off the fp64 oracle:")
+                lines.extend(_error_lines(self.reference_errors, self.reference_exception))
+        lines.append(f"repro: {self.repro()}")
+        return "\n".join(lines)
+
+
+def _error_lines(errors: Sequence[ErrorStats], exception: str | None) -> list[str]:
+    if exception is not None:
+        return [f"  raised {exception}"]
+    lines = []
+    for e in errors:
+        status = "ok" if e.ok else "FAIL"
+        detail = (
+            f"  {e.name}: {status} max_abs={e.max_abs:.3g} max_rel={e.max_rel:.3g} rel_l2={e.rel_l2:.3g} "
+            f"(atol={e.atol:.3g} rtol={e.rtol:.3g}); worst at {list(e.worst_index)}: "
+            f"got {e.worst_value:.6g}, expected {e.worst_expected:.6g}"
+        )
+        if e.nonfinite:
+            detail += f"; {e.nonfinite} NaN/Inf where the oracle is finite"
+        if e.violations:
+            detail += f"; {e.violations}/{e.numel} elements out of tolerance"
+        lines.append(detail)
+    return lines
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_conv(
+    candidate: Candidate,
+    problem: Conv2dProblem,
+    *,
+    reference: Candidate | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    backward: bool = False,
+) -> CorrectnessReport:
+    """Run candidate and reference on seeded inputs and measure both against the fp64 oracle."""
+    dev = str(device) if device is not None else default_device()
+    ref_fn: Candidate = reference if reference is not None else F.conv2d
+    case = _build_case(problem, seed, dev, backward)
+    report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), describe(ref_fn))
+    results, report.candidate_exception = _run(candidate, problem, case, backward)
+    if report.candidate_exception is None:
+        report.candidate_errors = _compare(results, case)
+    ref_results, report.reference_exception = _run(ref_fn, problem, case, backward)
+    if report.reference_exception is None:
+        report.reference_errors = _compare(ref_results, case)
+    return report
+
+
+def assert_conv_close(
+    candidate: Candidate,
+    problem: Conv2dProblem,
+    *,
+    reference: Candidate | None = None,
+    seed: int | None = None,
+    backward: bool = False,
+    device: str | torch.device | None = None,
+) -> CorrectnessReport:
+    """Assert the candidate matches the fp64 oracle on ``problem``; return the report.
+
+    Raises :class:`ConvMismatch` when the candidate is wrong, :class:`ReferenceDefect` when only
+    the reference is wrong. ``seed=None`` derives a seed from the problem id so reruns repeat.
+    """
+    if seed is None:
+        seed = _stable_seed(problem.id)
+    report = check_conv(candidate, problem, reference=reference, seed=seed, device=device, backward=backward)
+    if not report.ok:
+        raise ConvMismatch(report)
+    if not report.reference_ok:
+        raise ReferenceDefect(report)
+    return report
+
+
+def _stable_seed(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def reproduce(
+    candidate: str, problem_id: str, *, seed: int, backward: bool = False, device: str | None = None
+) -> CorrectnessReport:
+    """Re-run a failed check from its repro line: ``candidate`` is ``module:qualname``."""
+    import importlib
+
+    module_name, _, qualname = candidate.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    report = check_conv(
+        target, Conv2dProblem.from_id(problem_id), seed=seed, device=device, backward=backward
+    )
+    print(report.message())
+    return report

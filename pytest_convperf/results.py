@@ -1,0 +1,133 @@
+"""Result types shared by timing, correctness, baselines and reports.
+
+Plain frozen dataclasses with no torch or pytest import, so every module (and the xdist
+controller, which receives them as dicts) can use them. Times are in seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Timings of one callable: raw samples (seconds) and their summary.
+
+    ``mode`` is how it was timed (``cold``, ``warm``, ``graph``, ``cpu``, ``fake``); ``l2`` is the
+    cache state (``flushed``, ``warm`` or ``n/a`` on a CPU). ``ci`` is the 95 % confidence
+    interval of the median. ``dropped`` counts samples discarded for clock or throttle reasons.
+    """
+
+    samples: tuple[float, ...]
+    median: float
+    ci: tuple[float, float]
+    n: int
+    dropped: int = 0
+    mode: str = "cold"
+    l2: str = "flushed"
+    noisy: bool = False
+
+    @property
+    def median_us(self) -> float:
+        return self.median * 1e6
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate and a reference timed in paired rounds.
+
+    ``log_ratios`` holds ln(t_candidate / t_reference) per kept round; ``time_ratio`` is
+    exp(median log ratio) with ``time_ratio_ci`` its 95 % CI; ``speedup`` = 1 / time_ratio.
+    ``se`` is the standard error of the median log ratio (used by the baseline decision).
+    ``inconclusive`` gives the reason when too many rounds were dropped (clocks, throttling).
+    ``facts`` carries what reports need: backend chosen, tf32 state, clocks, flush bytes, ...
+    """
+
+    candidate: Measurement
+    reference: Measurement
+    log_ratios: tuple[float, ...]
+    time_ratio: float
+    time_ratio_ci: tuple[float, float]
+    se: float
+    n_rounds: int
+    dropped_rounds: int = 0
+    noisy: bool = False
+    inconclusive: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        return 1.0 / self.time_ratio
+
+    @property
+    def speedup_ci(self) -> tuple[float, float]:
+        low, high = self.time_ratio_ci
+        return (1.0 / high, 1.0 / low)
+
+    @property
+    def median_log_ratio(self) -> float:
+        return math.log(self.time_ratio)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Comparison:
+        data = dict(data)
+        data["candidate"] = _measurement(data["candidate"])
+        data["reference"] = _measurement(data["reference"])
+        data["log_ratios"] = tuple(data["log_ratios"])
+        data["time_ratio_ci"] = tuple(data["time_ratio_ci"])
+        return cls(**data)
+
+
+def _measurement(data: dict[str, Any]) -> Measurement:
+    data = dict(data)
+    data["samples"] = tuple(data["samples"])
+    data["ci"] = tuple(data["ci"])
+    return Measurement(**data)
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """Error of an output (or gradient) against the fp64 oracle.
+
+    ``ok`` is the verdict of ``|out - ref| <= atol + rtol * |ref|`` everywhere with no NaN/Inf.
+    ``worst_index`` is the multi-index of the largest violation (or of the largest error).
+    """
+
+    name: str
+    max_abs: float
+    max_rel: float
+    rel_l2: float
+    atol: float
+    rtol: float
+    worst_index: tuple[int, ...]
+    worst_value: float
+    worst_expected: float
+    nonfinite: int
+    violations: int
+    numel: int
+
+    @property
+    def ok(self) -> bool:
+        return self.nonfinite == 0 and self.violations == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Verdict(str, enum.Enum):
+    """Outcome of one convperf check against its baseline."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    IMPROVED = "IMPROVED"
+    NEW = "NEW"
+    STALE = "STALE"
+    ADVISORY = "ADVISORY"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    CORRECTNESS_FAIL = "CORRECTNESS_FAIL"

@@ -1,0 +1,22 @@
+"""Shared helpers for the plugin's own tests (run without a GPU)."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+
+
+def _plugin_installed() -> bool:
+    return any(ep.name == "convperf" for ep in entry_points(group="pytest11"))
+
+
+# Inner pytester sessions load the plugin through its entry point when the package is installed
+# (as README and CI install it); from a bare checkout they need it named explicitly.
+PLUGIN_ARGS: tuple[str, ...] = () if _plugin_installed() else ("-p", "pytest_convperf.plugin")
+
+
+@pytest.fixture
+def plugin_args() -> tuple[str, ...]:
+    """Extra args that make an inner pytester session load the convperf plugin."""
+    return PLUGIN_ARGS
