@@ -64,6 +64,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "convperf-tolerance", "allowed slowdown before FAIL, as a fraction (default 0.02 GPU, 0.05 CPU)"
     ),
+    OptionSpec(
+        "convperf-noise-floor",
+        "lowest between-run noise (SD of ln ratio) assumed for any entry (default 0.004 GPU, 0.085 CPU)",
+    ),
     OptionSpec("convperf-strict", "fail checks that have no baseline (NEW) instead of passing", is_flag=True),
     OptionSpec(
         "convperf-gpus", "with pytest-xdist: auto, a count N, or a list 0,1,... of GPUs, one per worker"
@@ -93,19 +97,17 @@ def parse_update(value: str | None) -> frozenset[str]:
     return kinds
 
 
-def _parse_tolerance(value: str | None) -> float | None:
+def _parse_tolerance(value: str | None, name: str = "convperf-tolerance") -> float | None:
     if value is None or value == "":
         return None
     try:
         tol = float(value)
     except ValueError:
         raise pytest.UsageError(
-            f"--convperf-tolerance={value!r} is not a number; give a fraction such as 0.02 for 2 %"
+            f"--{name}={value!r} is not a number; give a fraction such as 0.02 for 2 %"
         ) from None
     if not 0.0 < tol < 1.0:
-        raise pytest.UsageError(
-            f"--convperf-tolerance={value!r} must be a fraction between 0 and 1 (0.02 means 2 %)"
-        )
+        raise pytest.UsageError(f"--{name}={value!r} must be a fraction between 0 and 1 (0.02 means 2 %)")
     return tol
 
 
@@ -161,6 +163,7 @@ class ConvperfConfig:
     report_dir: Path | None = None
     trace: bool = False
     tolerance: float | None = None
+    noise_floor: float | None = None
     strict: bool = False
     gpus: tuple[int, ...] | Literal["auto"] | None = None
     rootdir: Path = Path(".")
@@ -212,6 +215,7 @@ class ConvperfConfig:
             report_dir=path(raw(spec["convperf-report"])),
             trace=flag(spec["convperf-trace"]),
             tolerance=_parse_tolerance(raw(spec["convperf-tolerance"])),
+            noise_floor=_parse_tolerance(raw(spec["convperf-noise-floor"]), "convperf-noise-floor"),
             strict=flag(spec["convperf-strict"]),
             gpus=parse_gpus(raw(spec["convperf-gpus"])),
             rootdir=rootdir,

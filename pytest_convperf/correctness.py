@@ -124,12 +124,18 @@ class _Case:
     tolerances: dict[str, tuple[float, float]]
 
 
-def _build_case(problem: Conv2dProblem, seed: int, device: str | torch.device, backward: bool) -> _Case:
+def _build_case(
+    problem: Conv2dProblem,
+    seed: int,
+    device: str | torch.device,
+    backward: bool,
+    oracle: Candidate | None = None,
+) -> _Case:
     inputs = problem.make_inputs(seed, device)
     x64 = inputs.input.detach().double().requires_grad_(backward)
     w64 = inputs.weight.detach().double().requires_grad_(backward)
     b64 = inputs.bias.detach().double().requires_grad_(backward) if inputs.bias is not None else None
-    out64 = F.conv2d(x64, w64, b64, *problem.conv_args())
+    out64 = (oracle if oracle is not None else F.conv2d)(x64, w64, b64, *problem.conv_args())
     x_max, w_max = _max_abs(inputs.input), _max_abs(inputs.weight)
     b_max = _max_abs(inputs.bias)
     expected = {"output": out64.detach()}
@@ -286,18 +292,27 @@ def check_conv(
     seed: int = 0,
     device: str | torch.device | None = None,
     backward: bool = False,
+    oracle: Candidate | None = None,
 ) -> CorrectnessReport:
-    """Run candidate and reference on seeded inputs and measure both against the fp64 oracle."""
+    """Run candidate and reference on seeded inputs and measure both against the fp64 oracle.
+
+    ``oracle`` replaces ``F.conv2d`` as the fp64 oracle: a callable with its signature, called on
+    float64 copies of the inputs (e.g. the fake-quantized or pruned conv of a quantized/sparse
+    variant, whose error against the float conv is by design). It must be differentiable for
+    ``backward=True``. With an oracle the reference is not judged: it computes another function
+    (typically the float conv the variant is timed against).
+    """
     dev = str(device) if device is not None else default_device()
     ref_fn: Candidate = reference if reference is not None else F.conv2d
-    case = _build_case(problem, seed, dev, backward)
+    case = _build_case(problem, seed, dev, backward, oracle)
     report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), describe(ref_fn))
     results, report.candidate_exception = _run(candidate, problem, case, backward)
     if report.candidate_exception is None:
         report.candidate_errors = _compare(results, case)
-    ref_results, report.reference_exception = _run(ref_fn, problem, case, backward)
-    if report.reference_exception is None:
-        report.reference_errors = _compare(ref_results, case)
+    if oracle is None:  # a custom oracle computes another function than the (timing) reference
+        ref_results, report.reference_exception = _run(ref_fn, problem, case, backward)
+        if report.reference_exception is None:
+            report.reference_errors = _compare(ref_results, case)
     return report
 
 
@@ -309,15 +324,20 @@ def assert_conv_close(
     seed: int | None = None,
     backward: bool = False,
     device: str | torch.device | None = None,
+    oracle: Candidate | None = None,
 ) -> CorrectnessReport:
     """Assert the candidate matches the fp64 oracle on ``problem``; return the report.
+
+    ``oracle`` replaces ``F.conv2d`` as the fp64 oracle (see :func:`check_conv`).
 
     Raises :class:`ConvMismatch` when the candidate is wrong, :class:`ReferenceDefect` when only
     the reference is wrong. ``seed=None`` derives a seed from the problem id so reruns repeat.
     """
     if seed is None:
         seed = _stable_seed(problem.id)
-    report = check_conv(candidate, problem, reference=reference, seed=seed, device=device, backward=backward)
+    report = check_conv(
+        candidate, problem, reference=reference, seed=seed, device=device, backward=backward, oracle=oracle
+    )
     if not report.ok:
         raise ConvMismatch(report)
     if not report.reference_ok:

@@ -6,6 +6,11 @@ from importlib.metadata import entry_points
 
 import pytest
 
+# pytester's in-process sessions drop modules first imported inside them; re-importing torch
+# (or torch._inductor, which the profiler loads lazily) after that crashes. Import them once here.
+import torch
+import torch._inductor  # noqa: F401
+
 
 def _plugin_installed() -> bool:
     return any(ep.name == "convperf" for ep in entry_points(group="pytest11"))

@@ -138,7 +138,7 @@ def test_wrong_reference_is_reported_as_a_reference_defect() -> None:
 
 
 def test_both_wrong_blames_the_candidate_and_notes_the_reference() -> None:
-    with pytest.raises(ConvMismatch, match="the reference .* is also off"):
+    with pytest.raises(ConvMismatch, match=r"the reference .* is also off"):
         assert_conv_close(all_zeros, PROBLEM, reference=one_wrong_element, seed=1)
 
 
@@ -170,6 +170,7 @@ def test_error_stats_nan_never_passes_even_with_huge_tolerance() -> None:
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_low_precision_dense_conv_passes_its_own_row(dtype: str) -> None:
     p = Conv2dProblem(n=2, c_in=16, h=12, w=12, c_out=8, kernel=3, padding=1, dtype=dtype)
+
     # The candidate computes in fp32 and rounds once: what a correct fp32-accumulating kernel does.
     def fp32_accumulate(x: torch.Tensor, w: torch.Tensor, b: Any, *args: Any) -> torch.Tensor:
         out = F.conv2d(x.float(), w.float(), None if b is None else b.float(), *args)

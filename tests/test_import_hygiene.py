@@ -36,7 +36,9 @@ def test_help_does_not_import_torch(tmp_path: Path, plugin_args: tuple[str, ...]
     assert "TORCH_LOADED False" in out
 
 
-def test_session_without_convperf_fixtures_does_not_import_torch(tmp_path: Path, plugin_args: tuple[str, ...]) -> None:
+def test_session_without_convperf_fixtures_does_not_import_torch(
+    tmp_path: Path, plugin_args: tuple[str, ...]
+) -> None:
     (tmp_path / "test_plain.py").write_text(
         "import pytest\n\n"
         "def test_plain():\n    assert 1 + 1 == 2\n\n"

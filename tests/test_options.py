@@ -69,7 +69,9 @@ def test_options_parse_into_frozen_config(pytester: pytest.Pytester, plugin_args
     assert "CFG True cpu ['failed', 'new'] 0.03 True bl box {} (0, 2)" in result.stdout.str()
 
 
-def test_ini_keys_and_command_line_precedence(pytester: pytest.Pytester, plugin_args: tuple[str, ...]) -> None:
+def test_ini_keys_and_command_line_precedence(
+    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+) -> None:
     pytester.makeini(
         "[pytest]\n"
         "convperf_device = cpu\n"

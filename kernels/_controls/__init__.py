@@ -1,0 +1,10 @@
+"""Negative controls: deliberately wrong or slowed depthwise kernels the plugin must catch.
+
+``cpu`` holds CPU twins built on ``kernels.depthwise.reference`` (no GPU needed); ``ops`` holds the
+CUDA versions (``binding.cpp`` + ``controls.cu``, built by ``kernels._build.load("_controls")``).
+Each module exports ``noop``, ``wrong_border``, ``wrong_odd_stride2`` and ``slowed(fraction)``.
+"""
+
+from __future__ import annotations
+
+CONTROL_NAMES = ("noop", "wrong_border", "wrong_odd_stride2")

@@ -1,0 +1,3 @@
+"""Depthwise conv2d: CUDA kernels (``ops``) and the same algorithm in PyTorch ops (``reference``)."""
+
+from __future__ import annotations

@@ -1,0 +1,201 @@
+// Torch binding of the depthwise conv2d kernels: schemas and CUDA impls with input checks.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "depthwise.cuh"
+
+namespace {
+
+using convperf_dw::DType;
+using convperf_dw::Geom;
+
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+
+DType dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::F32;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    default:
+      TORCH_CHECK(false, "convperf_depthwise: dtype ", t.scalar_type(),
+                  " is not supported; use float32, float16 or bfloat16");
+  }
+  return DType::F32;
+}
+
+std::pair<int64_t, int64_t> pair_of(at::IntArrayRef v, const char* name) {
+  TORCH_CHECK(v.size() == 2, "convperf_depthwise: ", name, " must have 2 values (h, w), got ", v.size());
+  return {v[0], v[1]};
+}
+
+// The layout the kernels run in: NHWC when the tensor is channels_last (and not also NCHW-contiguous).
+bool wants_channels_last(const at::Tensor& t) {
+  return !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+at::Tensor dense(const at::Tensor& t, bool cl) {
+  return t.contiguous(cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+}
+
+void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& like) {
+  TORCH_CHECK(t.is_cuda(), "convperf_depthwise: ", name, " must be a CUDA tensor, got ", t.device());
+  TORCH_CHECK(t.device() == like.device(), "convperf_depthwise: ", name, " is on ", t.device(), " but ",
+              "input is on ", like.device(), "; move both to the same GPU");
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), "convperf_depthwise: ", name, " has dtype ",
+              t.scalar_type(), " but input has ", like.scalar_type(), "; cast them to the same dtype");
+}
+
+Geom make_geom(int64_t n, int64_t c, int64_t h, int64_t w, const at::Tensor& weight, at::IntArrayRef stride,
+               at::IntArrayRef padding, at::IntArrayRef dilation) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(0) == c && weight.size(1) == 1,
+              "convperf_depthwise: weight must have shape (C, 1, kh, kw) with C = ", c,
+              " (depthwise, channel multiplier 1), got ", weight.sizes());
+  auto [sh, sw] = pair_of(stride, "stride");
+  auto [ph, pw] = pair_of(padding, "padding");
+  auto [dh, dw] = pair_of(dilation, "dilation");
+  const int64_t kh = weight.size(2), kw = weight.size(3);
+  TORCH_CHECK(sh >= 1 && sw >= 1, "convperf_depthwise: stride must be >= 1, got ", stride);
+  TORCH_CHECK(dh >= 1 && dw >= 1, "convperf_depthwise: dilation must be >= 1, got ", dilation);
+  TORCH_CHECK(ph >= 0 && pw >= 0, "convperf_depthwise: padding must be >= 0, got ", padding);
+  TORCH_CHECK(kh >= 1 && kw >= 1, "convperf_depthwise: kernel must be at least 1x1, got ", weight.sizes());
+  const int64_t ho = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+  const int64_t wo = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  TORCH_CHECK(h + 2 * ph >= dh * (kh - 1) + 1 && w + 2 * pw >= dw * (kw - 1) + 1,
+              "convperf_depthwise: input (", h, "x", w, ") plus padding is smaller than the dilated kernel (",
+              dh * (kh - 1) + 1, "x", dw * (kw - 1) + 1, ")");
+  // Element offsets are 64-bit; per-sample and per-channel index math is 32-bit.
+  TORCH_CHECK(c * std::max(h * w, ho * wo) <= kMaxInt && n * std::max(h * w, ho * wo) <= kMaxInt,
+              "convperf_depthwise: one sample (C*H*W) and one channel over the batch (N*H*W) must each have "
+              "fewer than 2^31 elements; split the batch or the image");
+  Geom g{};
+  g.n = n;
+  g.c = c;
+  g.h = static_cast<int>(h);
+  g.w = static_cast<int>(w);
+  g.ho = static_cast<int>(ho);
+  g.wo = static_cast<int>(wo);
+  g.kh = static_cast<int>(kh);
+  g.kw = static_cast<int>(kw);
+  g.sh = static_cast<int>(sh);
+  g.sw = static_cast<int>(sw);
+  g.ph = static_cast<int>(ph);
+  g.pw = static_cast<int>(pw);
+  g.dh = static_cast<int>(dh);
+  g.dw = static_cast<int>(dw);
+  return g;
+}
+
+void check_launch(cudaError_t err, const char* what) {
+  TORCH_CHECK(err == cudaSuccess, "convperf_depthwise: ", what, " launch failed: ", cudaGetErrorString(err));
+}
+
+at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  TORCH_CHECK(input.dim() == 4, "convperf_depthwise.forward: input must be 4-D (N, C, H, W), got ",
+              input.sizes());
+  check_tensor(input, "input", input);
+  dtype_of(input);
+  check_tensor(weight, "weight", input);
+  const Geom g = make_geom(input.size(0), input.size(1), input.size(2), input.size(3), weight, stride, padding,
+                           dilation);
+  at::Tensor b;
+  if (bias.has_value() && bias->defined()) {
+    check_tensor(*bias, "bias", input);
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == g.c, "convperf_depthwise: bias must have shape (",
+                g.c, "), got ", bias->sizes());
+    b = bias->contiguous();
+  }
+  const bool cl = wants_channels_last(input);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = dense(input, cl);
+  const at::Tensor w = weight.contiguous();
+  at::Tensor y = at::empty({g.n, g.c, g.ho, g.wo},
+                           input.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
+                                                            : at::MemoryFormat::Contiguous));
+  check_launch(convperf_dw::launch_forward(dtype_of(input), x.data_ptr(), w.data_ptr(),
+                                           b.defined() ? b.data_ptr() : nullptr, y.data_ptr(), g, cl,
+                                           at::cuda::getCurrentCUDAStream()),
+               "forward");
+  return y;
+}
+
+at::Tensor input_grad_cuda(const at::Tensor& grad_output, const at::Tensor& weight, at::IntArrayRef input_hw,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  TORCH_CHECK(grad_output.dim() == 4, "convperf_depthwise.input_grad: grad_output must be 4-D, got ",
+              grad_output.sizes());
+  check_tensor(grad_output, "grad_output", grad_output);
+  dtype_of(grad_output);
+  check_tensor(weight, "weight", grad_output);
+  auto [h, w] = pair_of(input_hw, "input_hw");
+  const Geom g = make_geom(grad_output.size(0), grad_output.size(1), h, w, weight, stride, padding, dilation);
+  TORCH_CHECK(grad_output.size(2) == g.ho && grad_output.size(3) == g.wo,
+              "convperf_depthwise.input_grad: grad_output is ", grad_output.sizes(), " but input_hw ", input_hw,
+              " gives an output of ", g.ho, "x", g.wo);
+  const bool cl = wants_channels_last(grad_output);
+  const c10::cuda::CUDAGuard guard(grad_output.device());
+  const at::Tensor dy = dense(grad_output, cl);
+  const at::Tensor wt = weight.contiguous();
+  at::Tensor dx = at::empty({g.n, g.c, g.h, g.w},
+                            grad_output.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
+                                                                   : at::MemoryFormat::Contiguous));
+  check_launch(convperf_dw::launch_input_grad(dtype_of(dy), dy.data_ptr(), wt.data_ptr(), dx.data_ptr(), g, cl,
+                                              at::cuda::getCurrentCUDAStream()),
+               "input_grad");
+  return dx;
+}
+
+at::Tensor weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& input, at::IntArrayRef kernel_hw,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  TORCH_CHECK(grad_output.dim() == 4 && input.dim() == 4,
+              "convperf_depthwise.weight_grad: grad_output and input must be 4-D, got ", grad_output.sizes(),
+              " and ", input.sizes());
+  check_tensor(input, "input", input);
+  dtype_of(input);
+  check_tensor(grad_output, "grad_output", input);
+  auto [kh, kw] = pair_of(kernel_hw, "kernel_hw");
+  TORCH_CHECK(kh >= 1 && kw >= 1, "convperf_depthwise.weight_grad: kernel_hw must be >= 1, got ", kernel_hw);
+  const int64_t c = input.size(1);
+  // Geometry only needs the weight's shape.
+  const at::Tensor shape_only = at::empty({c, 1, kh, kw}, input.options().device(at::kMeta));
+  const Geom g = make_geom(input.size(0), c, input.size(2), input.size(3), shape_only, stride, padding, dilation);
+  TORCH_CHECK(grad_output.size(0) == g.n && grad_output.size(1) == g.c && grad_output.size(2) == g.ho &&
+                  grad_output.size(3) == g.wo,
+              "convperf_depthwise.weight_grad: grad_output is ", grad_output.sizes(), ", expected (", g.n, ", ",
+              g.c, ", ", g.ho, ", ", g.wo, ")");
+  // Both operands in one layout: channels_last only when the input is.
+  const bool cl = wants_channels_last(input);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = dense(input, cl);
+  const at::Tensor dy = dense(grad_output, cl);
+  at::Tensor dw = at::empty({g.c, 1, kh, kw}, input.options());
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int splits = convperf_dw::weight_grad_splits(g, cl, sms);
+  at::Tensor ws = at::empty({static_cast<int64_t>(splits) * g.c * kh * kw}, input.options().dtype(at::kFloat));
+  check_launch(convperf_dw::launch_weight_grad(dtype_of(x), dy.data_ptr(), x.data_ptr(), dw.data_ptr(),
+                                               ws.data_ptr<float>(), splits, g, cl,
+                                               at::cuda::getCurrentCUDAStream()),
+               "weight_grad");
+  return dw;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(convperf_depthwise, m) {
+  m.def("forward(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation) "
+        "-> Tensor");
+  m.def("input_grad(Tensor grad_output, Tensor weight, int[2] input_hw, int[2] stride, int[2] padding, "
+        "int[2] dilation) -> Tensor");
+  m.def("weight_grad(Tensor grad_output, Tensor input, int[2] kernel_hw, int[2] stride, int[2] padding, "
+        "int[2] dilation) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(convperf_depthwise, CUDA, m) {
+  m.impl("forward", &forward_cuda);
+  m.impl("input_grad", &input_grad_cuda);
+  m.impl("weight_grad", &weight_grad_cuda);
+}

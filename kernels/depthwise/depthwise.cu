@@ -1,0 +1,677 @@
+// Depthwise conv2d kernels: forward, input grad, weight grad (fp32/fp16/bf16, fp32 accumulation).
+//
+// Forward NCHW fast path (square k in {1,3,5,7}, stride 1 or 2, dilation 1): a block stages a tile
+// of input planes including the halo in shared memory once (4-wide vector loads when W % 4 == 0),
+// then every thread computes RPT vertically adjacent outputs, reading each staged input row once
+// into registers and feeding it to every output row that uses it. Small planes pack several planes
+// into one 256-thread block so 7x7 and 14x14 maps do not idle most of the block. The stride-1 input
+// grad is the same kernel run on dy with the flipped filter and padding k-1-p. channels_last with the
+// same kernels/strides runs a row kernel: threads along C (coalesced), 4 adjacent outputs per thread
+// sharing their input loads. Everything else (non-square, dilation, stride > 2) uses direct kernels
+// with one thread per output element in memory order (NHWC coalesced along C).
+//
+// Weight grad: one pass over x and dy. A block owns a channel (NCHW) or 32 channels (NHWC) and a
+// slice of the N*Ho*Wo positions; each thread keeps all KH*KW tap sums in registers (k = 7: one
+// filter row per pass), the block reduces them in a fixed order (warp shuffles, then warps in
+// index order), and a second kernel adds the per-slice partials in order: deterministic, no atomics.
+// (The native kernel re-reads x and dy once per tap, with one block per (c, kh, kw).)
+#include "depthwise.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace convperf_dw {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRowsPerThread = 4;
+constexpr int kMaxSmemBytes = 48 * 1024;
+
+template <typename T>
+__device__ __forceinline__ float to_f(T v);
+template <>
+__device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// ---- forward, NCHW tiled -----------------------------------------------------------------------
+struct TileArgs {
+  int64_t planes;  // N*C
+  int c, h, w, ho, wo, ph, pw;
+  int tw, trows, pl, tiles_h, tiles_w;
+  bool flip;  // use w[c, K-1-kh, K-1-kw] (input grad as a correlation)
+  bool vec4;  // W % 4 == 0 and x aligned to 4 elements: stage with 16-byte (fp32) / 8-byte loads
+};
+
+// Four consecutive elements from a 4-element-aligned address, as floats (one vector load).
+template <typename T>
+__device__ __forceinline__ void load4(const T* p, float (&v)[4]);
+template <>
+__device__ __forceinline__ void load4<float>(const float* p, float (&v)[4]) {
+  const float4 q = *reinterpret_cast<const float4*>(p);
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+}
+template <typename T>
+__device__ __forceinline__ void load4_16bit(const T* p, float (&v)[4]) {
+  const uint2 q = *reinterpret_cast<const uint2*>(p);
+  T h[4];
+  memcpy(h, &q, sizeof(h));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = to_f(h[e]);
+}
+template <>
+__device__ __forceinline__ void load4<__half>(const __half* p, float (&v)[4]) { load4_16bit(p, v); }
+template <>
+__device__ __forceinline__ void load4<__nv_bfloat16>(const __nv_bfloat16* p, float (&v)[4]) {
+  load4_16bit(p, v);
+}
+
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads)
+    fwd_tile_nchw(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                  T* __restrict__ y, TileArgs a) {
+  constexpr int RPT = kRowsPerThread;
+  constexpr int IN_ROWS_T = (RPT - 1) * S + K;  // input rows one thread touches
+  extern __shared__ float smem[];
+  const int th = a.trows * RPT;
+  const int in_rows = (th - 1) * S + K;
+  const int in_cols = (a.tw - 1) * S + K;
+  const int plane_sz = in_rows * in_cols;
+
+  int64_t bid = blockIdx.x;
+  const int tw_i = static_cast<int>(bid % a.tiles_w);
+  bid /= a.tiles_w;
+  const int th_i = static_cast<int>(bid % a.tiles_h);
+  bid /= a.tiles_h;
+  const int64_t plane0 = bid * a.pl;
+  const int oh0 = th_i * th, ow0 = tw_i * a.tw;
+  const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
+  const int64_t hw = static_cast<int64_t>(a.h) * a.w;
+
+  // Stage the halo'd tile; consecutive threads read consecutive columns of a row (coalesced).
+  if (a.vec4) {
+    // Aligned 4-wide chunks covering [iw0, iw0 + in_cols): a quarter of the loads and index math.
+    // W % 4 == 0, so a chunk is wholly inside or wholly outside the row.
+    const int c0 = iw0 - (((iw0 % 4) + 4) % 4);
+    const int nch = (iw0 + in_cols - c0 + 3) / 4;
+    const int row_items = in_rows * nch;
+    for (int i = threadIdx.x; i < a.pl * row_items; i += kThreads) {
+      const int p = i / row_items;
+      const int r = i - p * row_items;
+      const int row = r / nch;
+      const int col0 = c0 + (r - row * nch) * 4;
+      const int64_t plane = plane0 + p;
+      const int ih = ih0 + row;
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+      if (plane < a.planes && ih >= 0 && ih < a.h && col0 >= 0 && col0 < a.w) {
+        load4(x + plane * hw + static_cast<int64_t>(ih) * a.w + col0, v);
+      }
+      float* dst = smem + p * plane_sz + row * in_cols;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int sc = col0 + e - iw0;
+        if (sc >= 0 && sc < in_cols) dst[sc] = v[e];
+      }
+    }
+  } else {
+    const int total = a.pl * plane_sz;
+    for (int i = threadIdx.x; i < total; i += kThreads) {
+      const int p = i / plane_sz;
+      const int r = i - p * plane_sz;
+      const int row = r / in_cols;
+      const int col = r - row * in_cols;
+      const int64_t plane = plane0 + p;
+      const int ih = ih0 + row, iw = iw0 + col;
+      float v = 0.f;
+      if (plane < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
+        v = to_f(x[plane * hw + static_cast<int64_t>(ih) * a.w + iw]);
+      }
+      smem[i] = v;
+    }
+  }
+  __syncthreads();
+
+  const int tx = threadIdx.x % a.tw;
+  const int rest = threadIdx.x / a.tw;
+  const int ty = rest % a.trows;
+  const int p = rest / a.trows;
+  const int64_t plane = plane0 + p;
+  if (p >= a.pl || plane >= a.planes) return;
+  const int c = static_cast<int>(plane % a.c);
+
+  float wr[K * K];
+#pragma unroll
+  for (int i = 0; i < K * K; ++i) wr[i] = to_f(wt[static_cast<int64_t>(c) * K * K + (a.flip ? K * K - 1 - i : i)]);
+  const float b = bias != nullptr ? to_f(bias[c]) : 0.f;
+  float acc[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) acc[r] = b;
+
+  const float* s = smem + p * plane_sz + (ty * RPT * S) * in_cols + tx * S;
+#pragma unroll
+  for (int ir = 0; ir < IN_ROWS_T; ++ir) {
+    float v[K];
+#pragma unroll
+    for (int kw = 0; kw < K; ++kw) v[kw] = s[ir * in_cols + kw];
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int kh = ir - r * S;  // compile-time after unrolling
+      if (kh >= 0 && kh < K) {
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) acc[r] = fmaf(wr[kh * K + kw], v[kw], acc[r]);
+      }
+    }
+  }
+
+  const int ow = ow0 + tx;
+  if (ow >= a.wo) return;
+  const int64_t out_base = plane * static_cast<int64_t>(a.ho) * a.wo;
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    const int oh = oh0 + ty * RPT + r;
+    if (oh < a.ho) y[out_base + static_cast<int64_t>(oh) * a.wo + ow] = from_f<T>(acc[r]);
+  }
+}
+
+// Tile geometry for an output of ho x wo; returns shared-memory bytes (0 when it cannot fit).
+int plan_tile(TileArgs& a, int k, int s) {
+  a.tw = a.wo > 16 ? 32 : (a.wo > 8 ? 16 : 8);
+  const int rows_needed = (a.ho + kRowsPerThread - 1) / kRowsPerThread;
+  int trows = 1;
+  while (trows < rows_needed && trows * 2 <= kThreads / a.tw) trows *= 2;
+  a.trows = trows;
+  a.pl = kThreads / a.tw / trows;
+  const int in_rows = (trows * kRowsPerThread - 1) * s + k;
+  const int in_cols = (a.tw - 1) * s + k;
+  while (a.pl > 1 && static_cast<int64_t>(a.pl) > a.planes) a.pl /= 2;
+  int bytes = a.pl * in_rows * in_cols * static_cast<int>(sizeof(float));
+  while (bytes > kMaxSmemBytes && a.pl > 1) {
+    a.pl /= 2;
+    bytes = a.pl * in_rows * in_cols * static_cast<int>(sizeof(float));
+  }
+  // Threads beyond pl*trows*tw exit early; keep 256 so the launch bound holds.
+  a.tiles_h = (a.ho + trows * kRowsPerThread - 1) / (trows * kRowsPerThread);
+  a.tiles_w = (a.wo + a.tw - 1) / a.tw;
+  return bytes > kMaxSmemBytes ? 0 : bytes;
+}
+
+template <typename T, int K, int S>
+cudaError_t run_tile(const T* x, const T* w, const T* bias, T* y, TileArgs a, cudaStream_t stream) {
+  a.vec4 = a.w % 4 == 0 && reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T)) == 0;
+  const int bytes = plan_tile(a, K, S);
+  if (bytes == 0) return cudaErrorInvalidConfiguration;
+  const int64_t blocks = ((a.planes + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  fwd_tile_nchw<T, K, S><<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(x, w, bias, y, a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
+                          cudaStream_t st) {
+  switch (k * 10 + s) {
+    case 11: return run_tile<T, 1, 1>(x, w, bias, y, a, st);
+    case 12: return run_tile<T, 1, 2>(x, w, bias, y, a, st);
+    case 31: return run_tile<T, 3, 1>(x, w, bias, y, a, st);
+    case 32: return run_tile<T, 3, 2>(x, w, bias, y, a, st);
+    case 51: return run_tile<T, 5, 1>(x, w, bias, y, a, st);
+    case 52: return run_tile<T, 5, 2>(x, w, bias, y, a, st);
+    case 71: return run_tile<T, 7, 1>(x, w, bias, y, a, st);
+    case 72: return run_tile<T, 7, 2>(x, w, bias, y, a, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// ---- forward, NHWC (channels_last) rows ----------------------------------------------------------
+// Threads run along C (coalesced), each computes WPT horizontally adjacent outputs of one channel and
+// reuses every input it loads for all of them: ((WPT-1)*S + K) * K loads per WPT outputs instead of
+// K*K per output. Reuses TileArgs (planes = N*C; the tile fields are unused).
+constexpr int kNhwcWpt = 4;
+
+// minBlocks 3 (<= 85 registers): with no hint ptxas picked 80 and spilled for k = 7; with 3 it needs
+// at most 62 and spills nothing (sm_80, sm_90).
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads, 3)
+    fwd_rows_nhwc(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                  T* __restrict__ y, TileArgs a, int64_t n_batch) {
+  constexpr int WPT = kNhwcWpt;
+  constexpr int SPAN = (WPT - 1) * S + K;
+  const int C = a.c;
+  const int wgroups = (a.wo + WPT - 1) / WPT;
+  const int per_sample = a.ho * wgroups * C;
+  for (int64_t n = blockIdx.y; n < n_batch; n += gridDim.y) {
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < per_sample; i += gridDim.x * kThreads) {
+      const int c = i % C;
+      const int r = i / C;
+      const int wg = r % wgroups;
+      const int oh = r / wgroups;
+      const int ow0 = wg * WPT;
+      const T* wc = wt + static_cast<int64_t>(c) * K * K;
+      const float b = bias != nullptr ? to_f(bias[c]) : 0.f;
+      float acc[WPT];
+#pragma unroll
+      for (int o = 0; o < WPT; ++o) acc[o] = b;
+      const int iw0 = ow0 * S - a.pw;
+      const T* plane = x + n * a.h * static_cast<int64_t>(a.w) * C + c;
+      // kh stays a loop (one filter row of weights and SPAN inputs live at a time): fully unrolled,
+      // ptxas hoisted every load and needed > 128 registers for k = 7.
+#pragma unroll 1
+      for (int kh = 0; kh < K; ++kh) {
+        const int ih = oh * S - a.ph + kh;
+        if (ih < 0 || ih >= a.h) continue;
+        float wrow[K];
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) {
+          wrow[kw] = to_f(wc[a.flip ? (K - 1 - kh) * K + (K - 1 - kw) : kh * K + kw]);
+        }
+        const T* row = plane + static_cast<int64_t>(ih) * a.w * C;
+#pragma unroll
+        for (int j = 0; j < SPAN; ++j) {
+          const int iw = iw0 + j;
+          const float v = (iw >= 0 && iw < a.w) ? to_f(row[static_cast<int64_t>(iw) * C]) : 0.f;
+          // input column j feeds output o through tap kw = j - o*S (compile-time after unrolling)
+#pragma unroll
+          for (int o = 0; o < WPT; ++o) {
+            const int kw = j - o * S;
+            if (kw >= 0 && kw < K) acc[o] = fmaf(wrow[kw], v, acc[o]);
+          }
+        }
+      }
+      T* out = y + ((n * a.ho + oh) * static_cast<int64_t>(a.wo) + ow0) * C + c;
+#pragma unroll
+      for (int o = 0; o < WPT; ++o) {
+        if (ow0 + o < a.wo) out[static_cast<int64_t>(o) * C] = from_f<T>(acc[o]);
+      }
+    }
+  }
+}
+
+template <typename T, int K, int S>
+cudaError_t run_nhwc(const T* x, const T* w, const T* bias, T* y, const TileArgs& a, cudaStream_t stream) {
+  const int64_t n_batch = a.planes / a.c;
+  const int64_t per_sample = static_cast<int64_t>(a.ho) * ((a.wo + kNhwcWpt - 1) / kNhwcWpt) * a.c;
+  const int64_t bx = (per_sample + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(bx < (1 << 20) ? bx : (1 << 20)),
+                  static_cast<unsigned>(n_batch < 65535 ? n_batch : 65535));
+  fwd_rows_nhwc<T, K, S><<<grid, kThreads, 0, stream>>>(x, w, bias, y, a, n_batch);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t dispatch_nhwc(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
+                          cudaStream_t st) {
+  switch (k * 10 + s) {
+    case 11: return run_nhwc<T, 1, 1>(x, w, bias, y, a, st);
+    case 12: return run_nhwc<T, 1, 2>(x, w, bias, y, a, st);
+    case 31: return run_nhwc<T, 3, 1>(x, w, bias, y, a, st);
+    case 32: return run_nhwc<T, 3, 2>(x, w, bias, y, a, st);
+    case 51: return run_nhwc<T, 5, 1>(x, w, bias, y, a, st);
+    case 52: return run_nhwc<T, 5, 2>(x, w, bias, y, a, st);
+    case 71: return run_nhwc<T, 7, 1>(x, w, bias, y, a, st);
+    case 72: return run_nhwc<T, 7, 2>(x, w, bias, y, a, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+bool tile_supported(int kh, int kw, int sh, int sw, int dh, int dw) {
+  return kh == kw && (kh == 1 || kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) &&
+         dh == 1 && dw == 1;
+}
+
+// ---- direct kernels (any geometry, NCHW or NHWC) ----------------------------------------------
+template <bool CL>
+__device__ __forceinline__ int64_t offset(int64_t n, int64_t c, int h, int w, int64_t C, int H, int W) {
+  return CL ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * static_cast<int64_t>(W) + w;
+}
+
+// Index of one element inside a sample (< 2^31, checked by the binding) -> (c, h, w): 32-bit math only.
+template <bool CL>
+__device__ __forceinline__ void decompose(int i, int C, int H, int W, int& c, int& h, int& w) {
+  if (CL) {
+    c = i % C;
+    i /= C;
+    w = i % W;
+    h = i / W;
+  } else {
+    w = i % W;
+    i /= W;
+    h = i % H;
+    c = i / H;
+  }
+}
+
+// Direct kernels: grid.y strides over the batch, grid.x over one sample's elements in memory order.
+template <typename T, bool CL>
+__global__ void __launch_bounds__(kThreads)
+    fwd_direct(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+               T* __restrict__ y, Geom g) {
+  const int C = static_cast<int>(g.c);
+  const int per_sample = C * g.ho * g.wo;
+  for (int64_t n = blockIdx.y; n < g.n; n += gridDim.y) {
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < per_sample; i += gridDim.x * kThreads) {
+      int c, oh, ow;
+      decompose<CL>(i, C, g.ho, g.wo, c, oh, ow);
+      float acc = bias != nullptr ? to_f(bias[c]) : 0.f;
+      const T* wc = wt + static_cast<int64_t>(c) * g.kh * g.kw;
+      for (int kh = 0; kh < g.kh; ++kh) {
+        const int ih = oh * g.sh - g.ph + kh * g.dh;
+        if (ih < 0 || ih >= g.h) continue;
+        for (int kw = 0; kw < g.kw; ++kw) {
+          const int iw = ow * g.sw - g.pw + kw * g.dw;
+          if (iw < 0 || iw >= g.w) continue;
+          acc = fmaf(to_f(wc[kh * g.kw + kw]), to_f(x[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)]), acc);
+        }
+      }
+      y[n * per_sample + i] = from_f<T>(acc);
+    }
+  }
+}
+
+template <typename T, bool CL>
+__global__ void __launch_bounds__(kThreads)
+    dgrad_direct(const T* __restrict__ dy, const T* __restrict__ wt, T* __restrict__ dx, Geom g) {
+  const int C = static_cast<int>(g.c);
+  const int per_sample = C * g.h * g.w;
+  for (int64_t n = blockIdx.y; n < g.n; n += gridDim.y) {
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < per_sample; i += gridDim.x * kThreads) {
+      int c, ih, iw;
+      decompose<CL>(i, C, g.h, g.w, c, ih, iw);
+      float acc = 0.f;
+      const T* wc = wt + static_cast<int64_t>(c) * g.kh * g.kw;
+      for (int kh = 0; kh < g.kh; ++kh) {
+        const int th = ih + g.ph - kh * g.dh;
+        if (th < 0 || th % g.sh != 0) continue;
+        const int oh = th / g.sh;
+        if (oh >= g.ho) continue;
+        for (int kw = 0; kw < g.kw; ++kw) {
+          const int tw = iw + g.pw - kw * g.dw;
+          if (tw < 0 || tw % g.sw != 0) continue;
+          const int ow = tw / g.sw;
+          if (ow >= g.wo) continue;
+          acc = fmaf(to_f(wc[kh * g.kw + kw]), to_f(dy[offset<CL>(n, c, oh, ow, g.c, g.ho, g.wo)]), acc);
+        }
+      }
+      dx[n * per_sample + i] = from_f<T>(acc);
+    }
+  }
+}
+
+dim3 grid_for(int64_t n, int64_t per_sample) {
+  const int64_t bx = (per_sample + kThreads - 1) / kThreads;
+  const int64_t by = n < 65535 ? n : 65535;  // the y loop covers larger batches
+  return dim3(static_cast<unsigned>(bx < (1 << 20) ? bx : (1 << 20)), static_cast<unsigned>(by > 0 ? by : 1));
+}
+
+// ---- weight grad --------------------------------------------------------------------------------
+// K in {1,3,5}: all K*K taps in registers, one pass. K == 7: one kernel row (7 taps) per pass, because
+// 49 accumulators made ptxas spill on sm_80. K == 0: any KH x KW, one tap per pass.
+template <typename T, int K, bool CL>
+__global__ void __launch_bounds__(kThreads)
+    wgrad_partial(const T* __restrict__ dy, const T* __restrict__ x, float* __restrict__ partial, Geom g,
+                  int splits, int per_split) {
+  constexpr int KR = K >= 7 ? 1 : (K > 0 ? K : 1);  // kernel rows per pass
+  constexpr int NT = K > 0 ? KR * K : 1;
+  constexpr int CB = CL ? 32 : 1;  // channels per block (lanes along C for NHWC)
+  constexpr int LANES = kThreads / CB;
+  __shared__ float red[kThreads / 32 * NT > kThreads ? kThreads / 32 * NT : kThreads];
+  const int64_t n_cb = (g.c + CB - 1) / CB;
+  const int64_t cb = blockIdx.x % n_cb;
+  const int split = static_cast<int>(blockIdx.x / n_cb);
+  const int cl = threadIdx.x % CB;
+  const int pl = threadIdx.x / CB;
+  const int64_t c = cb * CB + cl;
+  const bool active = c < g.c;
+  const int positions = static_cast<int>(g.n * g.ho * g.wo);
+  const int begin = split * per_split;
+  const int end = min(positions, begin + per_split);
+  const int taps = g.kh * g.kw;
+  const int passes = K > 0 ? K / KR : taps;
+  const int64_t hw = static_cast<int64_t>(g.ho) * g.wo;
+
+  for (int pass = 0; pass < passes; ++pass) {
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+    if (active) {
+      for (int p = begin + pl; p < end; p += LANES) {
+        const int ow = p % g.wo;
+        const int rest = p / g.wo;
+        const int oh = rest % g.ho;
+        const int64_t n = rest / g.ho;
+        const int64_t dy_off = CL ? (n * hw + static_cast<int64_t>(oh) * g.wo + ow) * g.c + c
+                                  : (n * g.c + c) * hw + static_cast<int64_t>(oh) * g.wo + ow;
+        const float d = to_f(dy[dy_off]);
+        const int ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
+        if (K > 0) {
+#pragma unroll
+          for (int r = 0; r < KR; ++r) {
+            const int ih = ih0 + (pass * KR + r) * g.dh;
+            const bool row_ok = ih >= 0 && ih < g.h;
+#pragma unroll
+            for (int kw = 0; kw < (K > 0 ? K : 1); ++kw) {
+              const int iw = iw0 + kw * g.dw;
+              if (row_ok && iw >= 0 && iw < g.w) {
+                acc[r * K + kw] = fmaf(d, to_f(x[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)]), acc[r * K + kw]);
+              }
+            }
+          }
+        } else {
+          const int ih = ih0 + (pass / g.kw) * g.dh, iw = iw0 + (pass % g.kw) * g.dw;
+          if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) {
+            acc[0] = fmaf(d, to_f(x[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)]), acc[0]);
+          }
+        }
+      }
+    }
+    // Fixed-order reductions (shuffle tree, then warps/lanes in index order): the result does not
+    // depend on scheduling. Every acc[] index is a compile-time constant, so acc stays in registers.
+    if (!CL) {
+      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float v = acc[t];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) red[warp * NT + t] = v;
+      }
+      __syncthreads();
+      if (threadIdx.x < NT && active) {
+        float sum = 0.f;
+        for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NT + threadIdx.x];
+        partial[(static_cast<int64_t>(split) * g.c + c) * taps + (K > 0 ? pass * NT + threadIdx.x : pass)] = sum;
+      }
+      __syncthreads();
+    } else {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        red[threadIdx.x] = acc[t];
+        __syncthreads();
+        if (pl == 0 && active) {
+          float sum = 0.f;
+          for (int l = 0; l < LANES; ++l) sum += red[l * CB + cl];
+          partial[(static_cast<int64_t>(split) * g.c + c) * taps + (K > 0 ? pass * NT + t : pass)] = sum;
+        }
+        __syncthreads();
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void wgrad_finalize(const float* __restrict__ partial, T* __restrict__ dw, int64_t ctaps,
+                               int splits) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= ctaps) return;
+  float sum = 0.f;
+  for (int s = 0; s < splits; ++s) sum += partial[s * ctaps + i];
+  dw[i] = from_f<T>(sum);
+}
+
+template <typename T, int K, bool CL>
+cudaError_t run_wgrad(const T* dy, const T* x, T* dw, float* ws, int splits, const Geom& g,
+                      cudaStream_t st) {
+  constexpr int CB = CL ? 32 : 1;
+  const int positions = static_cast<int>(g.n * g.ho * g.wo);
+  const int per_split = (positions + splits - 1) / splits;
+  const int64_t blocks = ((g.c + CB - 1) / CB) * splits;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  wgrad_partial<T, K, CL><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(dy, x, ws, g, splits, per_split);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const int64_t ctaps = g.c * g.kh * g.kw;
+  wgrad_finalize<T><<<static_cast<unsigned>((ctaps + 255) / 256), 256, 0, st>>>(ws, dw, ctaps, splits);
+  return cudaGetLastError();
+}
+
+template <typename T, bool CL>
+cudaError_t dispatch_wgrad(const T* dy, const T* x, T* dw, float* ws, int splits, const Geom& g,
+                           cudaStream_t st) {
+  const int k = g.kh == g.kw ? g.kh : 0;
+  switch (k) {
+    case 1: return run_wgrad<T, 1, CL>(dy, x, dw, ws, splits, g, st);
+    case 3: return run_wgrad<T, 3, CL>(dy, x, dw, ws, splits, g, st);
+    case 5: return run_wgrad<T, 5, CL>(dy, x, dw, ws, splits, g, st);
+    case 7: return run_wgrad<T, 7, CL>(dy, x, dw, ws, splits, g, st);
+    default: return run_wgrad<T, 0, CL>(dy, x, dw, ws, splits, g, st);
+  }
+}
+
+// ---- typed entry points ----------------------------------------------------------------------
+template <typename T>
+cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, const Geom& g, bool cl,
+                      cudaStream_t st) {
+  const T* xp = static_cast<const T*>(x);
+  const T* wp = static_cast<const T*>(w);
+  const T* bp = static_cast<const T*>(bias);
+  T* yp = static_cast<T*>(y);
+  if (tile_supported(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw)) {
+    TileArgs a{};
+    a.planes = g.n * g.c;
+    a.c = static_cast<int>(g.c);
+    a.h = g.h;
+    a.w = g.w;
+    a.ho = g.ho;
+    a.wo = g.wo;
+    a.ph = g.ph;
+    a.pw = g.pw;
+    a.flip = false;
+    return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, st)
+              : dispatch_tile<T>(g.kh, g.sh, xp, wp, bp, yp, a, st);
+  }
+  const dim3 grid = grid_for(g.n, g.c * g.ho * g.wo);
+  if (cl) {
+    fwd_direct<T, true><<<grid, kThreads, 0, st>>>(xp, wp, bp, yp, g);
+  } else {
+    fwd_direct<T, false><<<grid, kThreads, 0, st>>>(xp, wp, bp, yp, g);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g, bool cl, cudaStream_t st) {
+  const T* dyp = static_cast<const T*>(dy);
+  const T* wp = static_cast<const T*>(w);
+  T* dxp = static_cast<T*>(dx);
+  if (g.sh == 1 && g.sw == 1 && tile_supported(g.kh, g.kw, 1, 1, g.dh, g.dw)) {
+    // dx = correlation of dy with the flipped filter, padding k-1-p (may be negative: a crop).
+    TileArgs a{};
+    a.planes = g.n * g.c;
+    a.c = static_cast<int>(g.c);
+    a.h = g.ho;
+    a.w = g.wo;
+    a.ho = g.h;
+    a.wo = g.w;
+    a.ph = g.kh - 1 - g.ph;
+    a.pw = g.kw - 1 - g.pw;
+    a.flip = true;
+    return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st)
+              : dispatch_tile<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st);
+  }
+  const dim3 grid = grid_for(g.n, g.c * g.h * g.w);
+  if (cl) {
+    dgrad_direct<T, true><<<grid, kThreads, 0, st>>>(dyp, wp, dxp, g);
+  } else {
+    dgrad_direct<T, false><<<grid, kThreads, 0, st>>>(dyp, wp, dxp, g);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t weight_grad_t(const void* dy, const void* x, void* dw, float* ws, int splits, const Geom& g,
+                          bool cl, cudaStream_t st) {
+  const T* dyp = static_cast<const T*>(dy);
+  const T* xp = static_cast<const T*>(x);
+  T* dwp = static_cast<T*>(dw);
+  return cl ? dispatch_wgrad<T, true>(dyp, xp, dwp, ws, splits, g, st)
+            : dispatch_wgrad<T, false>(dyp, xp, dwp, ws, splits, g, st);
+}
+
+}  // namespace
+
+// ---- public host API -----------------------------------------------------------------------------
+cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
+                           const Geom& g, bool channels_last, cudaStream_t stream) {
+  if (g.n * g.c * g.ho * g.wo == 0) return cudaSuccess;
+  switch (dtype) {
+    case DType::F32: return forward_t<float>(x, w, bias, y, g, channels_last, stream);
+    case DType::F16: return forward_t<__half>(x, w, bias, y, g, channels_last, stream);
+    case DType::BF16: return forward_t<__nv_bfloat16>(x, w, bias, y, g, channels_last, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_input_grad(DType dtype, const void* dy, const void* w, void* dx, const Geom& g,
+                              bool channels_last, cudaStream_t stream) {
+  if (g.n * g.c * g.h * g.w == 0) return cudaSuccess;
+  switch (dtype) {
+    case DType::F32: return input_grad_t<float>(dy, w, dx, g, channels_last, stream);
+    case DType::F16: return input_grad_t<__half>(dy, w, dx, g, channels_last, stream);
+    case DType::BF16: return input_grad_t<__nv_bfloat16>(dy, w, dx, g, channels_last, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int weight_grad_splits(const Geom& g, bool channels_last, int num_sms) {
+  const int64_t positions = g.n * g.ho * g.wo;
+  if (positions == 0) return 1;
+  const int64_t cb = channels_last ? 32 : 1;
+  const int64_t lanes = kThreads / cb;
+  const int64_t channel_blocks = (g.c + cb - 1) / cb;
+  const int64_t target = 4LL * (num_sms > 0 ? num_sms : 1);  // a few waves of resident blocks
+  int64_t splits = (target + channel_blocks - 1) / channel_blocks;
+  // Keep >= 8 positions per lane per block so the final reduction stays a small fraction.
+  const int64_t max_splits = (positions + lanes * 8 - 1) / (lanes * 8);
+  if (splits > max_splits) splits = max_splits;
+  if (splits < 1) splits = 1;
+  return static_cast<int>(splits);
+}
+
+cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, float* workspace,
+                               int splits, const Geom& g, bool channels_last, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::F32: return weight_grad_t<float>(dy, x, dw, workspace, splits, g, channels_last, stream);
+    case DType::F16: return weight_grad_t<__half>(dy, x, dw, workspace, splits, g, channels_last, stream);
+    case DType::BF16:
+      return weight_grad_t<__nv_bfloat16>(dy, x, dw, workspace, splits, g, channels_last, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace convperf_dw

@@ -1,0 +1,43 @@
+// Host API of the depthwise conv2d kernels (plain CUDA, no torch headers).
+// All tensors are dense in either NCHW (contiguous) or NHWC (channels_last) order; the weight is
+// (C, 1, KH, KW) contiguous. Element offsets are 64-bit; one channel's N*Ho*Wo and N*H*W must fit
+// in 32 bits (the binding checks this).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace convperf_dw {
+
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+
+struct Geom {
+  int64_t n;   // batch
+  int64_t c;   // channels (= groups, multiplier 1)
+  int h, w;    // input
+  int ho, wo;  // output
+  int kh, kw;
+  int sh, sw;
+  int ph, pw;
+  int dh, dw;
+};
+
+// y = depthwise_conv(x, w) + bias (bias may be null). fp32 accumulation for every dtype.
+cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
+                           const Geom& g, bool channels_last, cudaStream_t stream);
+
+// dx = d(loss)/d(x) from dy and w.
+cudaError_t launch_input_grad(DType dtype, const void* dy, const void* w, void* dx, const Geom& g,
+                              bool channels_last, cudaStream_t stream);
+
+// Number of position splits of the weight-grad reduction (workspace = splits * C * KH * KW floats).
+int weight_grad_splits(const Geom& g, bool channels_last, int num_sms);
+
+// dw (C,1,KH,KW) from dy and x: per-block partial sums into `workspace`, then a second kernel sums
+// the partials in a fixed order (deterministic; no atomics).
+cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, float* workspace,
+                               int splits, const Geom& g, bool channels_last, cudaStream_t stream);
+
+}  // namespace convperf_dw

@@ -1,0 +1,140 @@
+"""Depthwise conv2d on CUDA: ``forward`` with ``F.conv2d``'s signature, differentiable.
+
+The ops ``torch.ops.convperf_depthwise.{forward,input_grad,weight_grad}`` come from ``binding.cpp``;
+the library is built and loaded by ``kernels._build.load("depthwise")`` on the first call (or on
+:func:`ensure_loaded`), which also registers their fake (meta) implementations and the autograd
+formula of ``forward`` (input, weight and bias gradients; the gradient ops are not differentiable
+again). Call ``ensure_loaded()`` before ``torch.compile`` traces a function that uses ``forward``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from kernels import _build
+from kernels.depthwise.reference import IntPair, Padding, depthwise_args, output_hw
+
+NAMESPACE = "convperf_depthwise"
+_lock = threading.Lock()
+_ready = False
+
+
+def ensure_loaded() -> None:
+    """Build/load the CUDA library once and register fake and autograd implementations."""
+    global _ready
+    if _ready:
+        return
+    with _lock:
+        if _ready:
+            return
+        _build.load("depthwise")
+        _register()
+        _ready = True
+
+
+def _wants_channels_last(t: torch.Tensor) -> bool:
+    # Same rule as binding.cpp, so fake tensors get the strides the CUDA op returns.
+    return not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _empty(like: torch.Tensor, shape: Sequence[int], channels_last: bool) -> torch.Tensor:
+    out = like.new_empty(tuple(shape))
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+
+
+def _register() -> None:
+    def forward_fake(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+    ) -> torch.Tensor:
+        ho, wo = output_hw(
+            (input.shape[2], input.shape[3]), (weight.shape[2], weight.shape[3]),
+            (stride[0], stride[1]), (padding[0], padding[1]), (dilation[0], dilation[1]),
+        )  # fmt: skip
+        return _empty(input, (input.shape[0], input.shape[1], ho, wo), _wants_channels_last(input))
+
+    def input_grad_fake(
+        grad_output: torch.Tensor,
+        weight: torch.Tensor,
+        input_hw: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+    ) -> torch.Tensor:
+        n, c = grad_output.shape[0], grad_output.shape[1]
+        return _empty(grad_output, (n, c, input_hw[0], input_hw[1]), _wants_channels_last(grad_output))
+
+    def weight_grad_fake(
+        grad_output: torch.Tensor,
+        input: torch.Tensor,
+        kernel_hw: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+    ) -> torch.Tensor:
+        return input.new_empty((input.shape[1], 1, kernel_hw[0], kernel_hw[1]))
+
+    torch.library.register_fake(f"{NAMESPACE}::forward")(forward_fake)
+    torch.library.register_fake(f"{NAMESPACE}::input_grad")(input_grad_fake)
+    torch.library.register_fake(f"{NAMESPACE}::weight_grad")(weight_grad_fake)
+    torch.library.register_autograd(f"{NAMESPACE}::forward", _backward, setup_context=_setup_context)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    input, weight, bias, stride, padding, dilation = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.has_bias = bias is not None
+    ctx.geometry = (list(stride), list(padding), list(dilation))
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    input, weight = ctx.saved_tensors
+    stride, padding, dilation = ctx.geometry
+    ops = getattr(torch.ops, NAMESPACE)
+    grad_input = grad_weight = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        hw = [int(input.shape[2]), int(input.shape[3])]
+        grad_input = ops.input_grad(grad, weight, hw, stride, padding, dilation)
+    if ctx.needs_input_grad[1]:
+        khw = [int(weight.shape[2]), int(weight.shape[3])]
+        grad_weight = ops.weight_grad(grad, input, khw, stride, padding, dilation)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_bias = grad.sum(dim=(0, 2, 3), dtype=torch.float32).to(grad.dtype)
+    return grad_input, grad_weight, grad_bias, None, None, None
+
+
+def forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntPair = 1,
+    padding: Padding = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> torch.Tensor:
+    """Depthwise conv2d on CUDA with the signature and semantics of ``torch.nn.functional.conv2d``.
+
+    Only depthwise calls (``groups == C_in``, weight ``(C_in, 1, kh, kw)``) are accepted; anything else
+    raises ``ValueError``. fp32/fp16/bf16 (fp32 accumulation), NCHW or channels_last (the output keeps
+    the input's layout), any kernel size, stride, padding (ints, pairs, ``'same'``, ``'valid'``) and
+    dilation; an empty batch gives an empty result. Gradients flow to input, weight and bias.
+    """
+    a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
+    if a.input.device.type != "cuda":
+        raise ValueError(
+            f"kernels.depthwise.ops.forward runs on CUDA tensors, but input is on {a.input.device}; "
+            "use kernels.depthwise.reference.forward on the CPU"
+        )
+    ensure_loaded()
+    out: torch.Tensor = getattr(torch.ops, NAMESPACE).forward(
+        a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation)
+    )
+    return out.squeeze(0) if a.unbatched else out

@@ -1,0 +1,106 @@
+"""Argument handling shared by every entry point of the family (``F.conv2d`` conventions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from kernels.im2col_gemm.chunking import out_size
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+REFERENCE_DTYPES = (*FLOAT_DTYPES, torch.float64)
+
+
+class ConvArgs(NamedTuple):
+    """Normalized ``(kernel, stride, padding, dilation, groups)``; every spatial value a pair."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+
+
+def pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
+    """``3 -> (3, 3)``; ``(2, 1)`` stays; anything else is a ``ValueError`` naming ``name``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
+        a, b = value
+        if isinstance(a, int) and isinstance(b, int):
+            return (int(a), int(b))
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 1:
+        return pair(value[0], name)
+    raise ValueError(f"{name}={value!r} must be an int or a pair of ints")
+
+
+def normalize(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int | Sequence[int],
+    padding: int | str | Sequence[int],
+    dilation: int | Sequence[int],
+    groups: int,
+    *,
+    dtypes: tuple[torch.dtype, ...] = REFERENCE_DTYPES,
+) -> tuple[torch.Tensor, ConvArgs, bool]:
+    """Validate ``F.conv2d`` arguments; return the 4-D input, the pairs, and whether it was 3-D."""
+    if input.dim() not in (3, 4):
+        raise ValueError(f"input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {tuple(input.shape)}")
+    if weight.dim() != 4:
+        raise ValueError(f"weight must be 4-D (C_out, C_in/groups, kh, kw), got shape {tuple(weight.shape)}")
+    if input.dtype not in dtypes or weight.dtype != input.dtype:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise ValueError(
+            f"input dtype {input.dtype} and weight dtype {weight.dtype} must match and be one of {names}"
+        )
+    if input.device != weight.device or (bias is not None and bias.device != input.device):
+        raise ValueError("input, weight and bias must be on the same device")
+    unbatched = input.dim() == 3
+    x = input.unsqueeze(0) if unbatched else input
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups={groups!r} must be an int >= 1")
+    c_in = x.shape[1]
+    c_out, cg, kh, kw = weight.shape
+    if c_in % groups or c_out % groups:
+        raise ValueError(f"groups={groups} must divide C_in={c_in} and C_out={c_out}")
+    if cg * groups != c_in:
+        raise ValueError(
+            f"weight has {cg} input channels per group but input has C_in={c_in} with groups={groups}; "
+            f"expected weight.shape[1] == {c_in // groups}"
+        )
+    if bias is not None and tuple(bias.shape) != (c_out,):
+        raise ValueError(f"bias must have shape ({c_out},), got {tuple(bias.shape)}")
+    s, d = pair(stride, "stride"), pair(dilation, "dilation")
+    if min(s) < 1 or min(d) < 1:
+        raise ValueError(f"stride={s} and dilation={d} must be >= 1")
+    if isinstance(padding, str):
+        if padding == "valid":
+            p = (0, 0)
+        elif padding == "same":
+            if s != (1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            spans = (d[0] * (kh - 1), d[1] * (kw - 1))
+            if spans[0] % 2 or spans[1] % 2:
+                raise ValueError(
+                    "padding='same' with an even dilated kernel span needs asymmetric padding, which this "
+                    "kernel does not support; pad the input with F.pad and use padding=0"
+                )
+            p = (spans[0] // 2, spans[1] // 2)
+        else:
+            raise ValueError(f"padding={padding!r} must be an int, a pair, 'same' or 'valid'")
+    else:
+        p = pair(padding, "padding")
+    if min(p) < 0:
+        raise ValueError(f"padding={p} must be >= 0")
+    ho = out_size(x.shape[2], kh, s[0], p[0], d[0])
+    wo = out_size(x.shape[3], kw, s[1], p[1], d[1])
+    if ho < 1 or wo < 1:
+        raise ValueError(
+            f"the dilated kernel ({kh}x{kw}, dilation {d}) is larger than the padded input "
+            f"{tuple(x.shape[2:])} with padding {p}: the output would be empty"
+        )
+    return x, ConvArgs((kh, kw), s, p, d, groups), unbatched

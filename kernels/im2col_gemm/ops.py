@@ -1,0 +1,511 @@
+"""im2col+GEMM conv2d: CUDA im2col/col2im kernels, GEMMs in cuBLAS through torch.
+
+The CUDA ops (``torch.ops.convperf_im2col_gemm.im2col`` / ``col2im``) load on first use through
+``kernels._build``. On a CPU tensor the same code runs with the torch-ops column builders of
+:mod:`kernels.im2col_gemm.columns`, so the chunking, GEMM and backward logic is exercised anywhere.
+
+:func:`forward` is the custom op ``convperf_im2col_gemm_py::conv2d`` whose backward
+(``conv2d_backward``) rebuilds the columns chunk by chunk, so forward and backward both keep the
+column buffer under ``workspace_bytes``. Variants: :func:`lsq_forward` (int8 GEMM through
+``torch._int_mm``; LSQ gradients), :func:`lsq_accumulate`, :func:`sparse_forward`,
+:func:`structured_forward`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from kernels.im2col_gemm import columns, variants
+from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
+from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, normalize
+from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
+
+FAMILY = "im2col_gemm"
+IntPair = int | Sequence[int]
+
+_lock = threading.Lock()
+_ready = False
+
+
+def _cuda_ops() -> Any:
+    """Build/load the extension once and register fake and autograd rules for its ops."""
+    global _ready
+    if not _ready:
+        with _lock:
+            if not _ready:
+                from kernels import _build
+
+                _build.load(FAMILY)
+                _register_cpp_rules()
+                _ready = True
+    return torch.ops.convperf_im2col_gemm
+
+
+def _register_cpp_rules() -> None:
+    def im2col_fake(
+        x: torch.Tensor,
+        kernel: list[int],
+        stride: list[int],
+        padding: list[int],
+        dilation: list[int],
+        row_start: int,
+        rows: int,
+        layout: str,
+        pad_k_to: int,
+    ) -> torch.Tensor:
+        n, c = x.shape[0], x.shape[1]
+        wo = out_size(x.shape[3], kernel[1], stride[1], padding[1], dilation[1])
+        k = c * kernel[0] * kernel[1]
+        kt = -(-k // pad_k_to) * pad_k_to
+        length = rows * wo
+        shape = {"nkl": (n, kt, length), "knl": (kt, n, length), "nlk": (n, length, kt)}[layout]
+        return x.new_empty(shape)
+
+    def col2im_fake(
+        col: torch.Tensor,
+        input_shape: list[int],
+        kernel: list[int],
+        stride: list[int],
+        padding: list[int],
+        dilation: list[int],
+        row_start: int,
+        rows: int,
+        layout: str,
+        h_start: int,
+        h_rows: int,
+    ) -> torch.Tensor:
+        n, c, _, w = input_shape
+        return col.new_empty((n, c, h_rows, w))
+
+    torch.library.register_fake("convperf_im2col_gemm::im2col")(im2col_fake)
+    torch.library.register_fake("convperf_im2col_gemm::col2im")(col2im_fake)
+
+    def im2col_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        x, *rest = inputs
+        ctx.shape = list(x.shape)
+        ctx.rest = rest
+
+    def im2col_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        kernel, stride, padding, dilation, row_start, rows, layout, _ = ctx.rest
+        dx = im2col_grad(grad, ctx.shape, kernel, stride, padding, dilation, row_start, rows, layout)
+        return (dx, None, None, None, None, None, None, None, None)
+
+    torch.library.register_autograd(
+        "convperf_im2col_gemm::im2col", im2col_backward, setup_context=im2col_setup
+    )
+
+
+def im2col_grad(
+    grad_col: torch.Tensor,
+    shape: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    row_start: int,
+    rows: int,
+    layout: str,
+) -> torch.Tensor:
+    """Gradient of im2col w.r.t. its input (full input shape): col2im of the rows the band read."""
+    h = shape[2]
+    lo, hi = input_rows(row_start, row_start + rows, h, kernel[0], stride[0], padding[0], dilation[0])
+    part = col2im(grad_col, shape, kernel, stride, padding, dilation, row_start, rows, layout, lo, hi - lo)
+    if lo == 0 and hi == h:
+        return part
+    return torch.nn.functional.pad(part, (0, 0, lo, h - hi))
+
+
+def im2col(
+    x: torch.Tensor,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    row_start: int,
+    rows: int,
+    layout: str = "nkl",
+    pad_k_to: int = 1,
+) -> torch.Tensor:
+    """Column buffer (CUDA kernel on a GPU tensor, ``F.unfold`` on a CPU one); see ``columns.im2col``."""
+    if x.is_cuda:
+        out: torch.Tensor = _cuda_ops().im2col(
+            x, list(kernel), list(stride), list(padding), list(dilation), row_start, rows, layout, pad_k_to
+        )
+        return out
+    return columns.im2col(x, kernel, stride, padding, dilation, row_start, rows, layout, pad_k_to)
+
+
+def col2im(
+    col: torch.Tensor,
+    input_shape: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    row_start: int,
+    rows: int,
+    layout: str,
+    h_start: int,
+    h_rows: int,
+) -> torch.Tensor:
+    """Adjoint of :func:`im2col` for input rows ``[h_start, h_start + h_rows)`` (gather, no atomics)."""
+    if col.is_cuda:
+        out: torch.Tensor = _cuda_ops().col2im(
+            col,
+            list(input_shape),
+            list(kernel),
+            list(stride),
+            list(padding),
+            list(dilation),
+            row_start,
+            rows,
+            layout,
+            h_start,
+            h_rows,
+        )
+        return out
+    return columns.col2im(
+        col, input_shape, kernel, stride, padding, dilation, row_start, rows, layout, h_start, h_rows
+    )
+
+
+# ---- dense conv: custom op with a chunked backward -------------------------------------------
+def _geometry(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> tuple[int, int, int, int]:
+    ho = out_size(x.shape[2], a.kernel[0], a.stride[0], a.padding[0], a.dilation[0])
+    wo = out_size(x.shape[3], a.kernel[1], a.stride[1], a.padding[1], a.dilation[1])
+    k = (x.shape[1] // a.groups) * a.kernel[0] * a.kernel[1]
+    return ho, wo, k, weight.shape[0] // a.groups
+
+
+def _args(
+    kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int
+) -> ConvArgs:
+    return ConvArgs(
+        (kernel[0], kernel[1]),
+        (stride[0], stride[1]),
+        (padding[0], padding[1]),
+        (dilation[0], dilation[1]),
+        groups,
+    )
+
+
+@torch.library.custom_op("convperf_im2col_gemm_py::conv2d", mutates_args=())
+def _conv2d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    workspace_bytes: int,
+) -> torch.Tensor:
+    a = _args(weight.shape[2:], stride, padding, dilation, groups)
+    x = x.contiguous()
+    n = x.shape[0]
+    ho, wo, k, cog = _geometry(x, weight, a)
+    g = groups
+    out = x.new_empty((n, weight.shape[0], ho, wo))
+    wmat = weight.contiguous().view(g, cog, k)
+    for ch in plan_chunks(n, ho, wo, g * k, x.element_size(), workspace_bytes):
+        nb, rows = ch.n1 - ch.n0, ch.r1 - ch.r0
+        col = im2col(x[ch.n0 : ch.n1], a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows).view(
+            nb, g, k, -1
+        )
+        if rows == ho:  # write the GEMM straight into the output
+            torch.matmul(wmat, col, out=out[ch.n0 : ch.n1].view(nb, g, cog, rows * wo))
+        else:
+            out[ch.n0 : ch.n1, :, ch.r0 : ch.r1] = torch.matmul(wmat, col).view(nb, -1, rows, wo)
+    if bias is not None:
+        out.add_(bias.view(1, -1, 1, 1))
+    return out
+
+
+@_conv2d.register_fake
+def _conv2d_fake(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    workspace_bytes: int,
+) -> torch.Tensor:
+    a = _args(weight.shape[2:], stride, padding, dilation, groups)
+    ho, wo, _, _ = _geometry(x, weight, a)
+    return x.new_empty((x.shape[0], weight.shape[0], ho, wo))
+
+
+@torch.library.custom_op("convperf_im2col_gemm_py::conv2d_backward", mutates_args=())
+def _conv2d_backward(
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    workspace_bytes: int,
+    with_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a = _args(weight.shape[2:], stride, padding, dilation, groups)
+    x = x.contiguous()
+    gy = grad_out.contiguous()
+    n, c, h, _ = x.shape
+    ho, wo, k, cog = _geometry(x, weight, a)
+    g = groups
+    wmat_t = weight.contiguous().view(g, cog, k).transpose(1, 2)
+    dw = torch.zeros((g, cog, k), dtype=torch.float32, device=x.device)
+    chunks = plan_chunks(n, ho, wo, g * k, x.element_size(), workspace_bytes)
+    banded = any(ch.r1 - ch.r0 != ho for ch in chunks)
+    dx = torch.zeros_like(x) if banded else torch.empty_like(x)
+    for ch in chunks:
+        nb, rows = ch.n1 - ch.n0, ch.r1 - ch.r0
+        col = im2col(x[ch.n0 : ch.n1], a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows).view(
+            nb, g, k, -1
+        )
+        gyc = gy[ch.n0 : ch.n1, :, ch.r0 : ch.r1].reshape(nb, g, cog, rows * wo)
+        dw += torch.matmul(gyc, col.transpose(2, 3)).sum(0, dtype=torch.float32)
+        gcol = torch.matmul(wmat_t, gyc).view(nb, g * k, rows * wo)
+        if banded:
+            lo, hi = input_rows(ch.r0, ch.r1, h, a.kernel[0], a.stride[0], a.padding[0], a.dilation[0])
+            dx[ch.n0 : ch.n1, :, lo:hi] += col2im(
+                gcol,
+                (nb, c, h, x.shape[3]),
+                a.kernel,
+                a.stride,
+                a.padding,
+                a.dilation,
+                ch.r0,
+                rows,
+                "nkl",
+                lo,
+                hi - lo,
+            )
+        else:
+            dx[ch.n0 : ch.n1] = col2im(
+                gcol, (nb, c, h, x.shape[3]), a.kernel, a.stride, a.padding, a.dilation, 0, ho, "nkl", 0, h
+            )
+    db = gy.sum((0, 2, 3), dtype=torch.float32).to(gy.dtype) if with_bias else gy.new_empty((0,))
+    return dx, dw.to(weight.dtype).view(weight.shape), db
+
+
+@_conv2d_backward.register_fake
+def _conv2d_backward_fake(
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    workspace_bytes: int,
+    with_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    db = grad_out.new_empty((weight.shape[0],) if with_bias else (0,))
+    return x.new_empty(x.shape), weight.new_empty(weight.shape), db
+
+
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, weight, bias, stride, padding, dilation, groups, workspace_bytes = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.conf = (stride, padding, dilation, groups, workspace_bytes, bias is not None)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight = ctx.saved_tensors
+    stride, padding, dilation, groups, workspace_bytes, with_bias = ctx.conf
+    dx, dw, db = _conv2d_backward(
+        grad, x, weight, stride, padding, dilation, groups, workspace_bytes, with_bias
+    )
+    return dx, dw, (db if with_bias else None), None, None, None, None, None
+
+
+_conv2d.register_autograd(_backward, setup_context=_setup)
+
+
+def _check_device(x: torch.Tensor) -> None:
+    if x.is_cuda and x.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dtype {x.dtype} is not supported on CUDA; use float32, float16 or bfloat16")
+
+
+def forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+) -> torch.Tensor:
+    """conv2d by im2col + GEMM (signature of ``F.conv2d``), differentiable.
+
+    The column buffer is built for chunks of the batch (bands of output rows when one sample is
+    larger) so it never exceeds ``workspace_bytes`` (default 256 MiB), in forward and backward.
+    """
+    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
+    _check_device(x)
+    out: torch.Tensor = _conv2d(
+        x, weight, bias, list(a.stride), list(a.padding), list(a.dilation), a.groups, workspace_bytes
+    )
+    return out.squeeze(0) if unbatched else out
+
+
+# ---- variants --------------------------------------------------------------------------------
+class _LSQInt(torch.autograd.Function):
+    """Forward: exact int8 GEMM accumulators scaled back. Backward: LSQ's gradients (fake-quant graph)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        sx: torch.Tensor,
+        sw: torch.Tensor,
+        a: ConvArgs,
+        bits: int,
+        workspace_bytes: int,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight, bias, sx, sw)
+        ctx.conf = (a, bits, workspace_bytes)
+        # Steps stay tensors (CPU 0-d for Python floats): no host sync, capturable in a CUDA graph.
+        acc = variants.lsq_accumulate(
+            x, weight, a, workspace_bytes, im2col, act_step=sx, weight_step=sw, bits=bits
+        )
+        out = acc.float() * (sx.float() * sw.float())
+        if bias is not None:
+            out = out + bias.float().view(1, -1, 1, 1)
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight, bias, sx, sw = ctx.saved_tensors
+        a, bits, workspace_bytes = ctx.conf
+        with torch.enable_grad():
+            leaves = [
+                t.detach().requires_grad_(need)
+                for t, need in zip((x, weight, sx, sw), (True, True, True, True))
+            ]
+            lx, lw, lsx, lsw = leaves
+            out = columns.conv_gemm(
+                lsq_fake_quant(lx, lsx, bits),
+                lsq_fake_quant(lw, lsw, bits),
+                a,
+                workspace_bytes,
+                im2col_fn=im2col,
+            )
+            gx, gw, gsx, gsw = torch.autograd.grad(out, leaves, grad.float(), allow_unused=True)
+        gb = grad.sum((0, 2, 3)).to(bias.dtype) if bias is not None else None
+        return (
+            gx.to(x.dtype) if gx is not None else None,
+            gw.to(weight.dtype) if gw is not None else None,
+            gb,
+            gsx,
+            gsw,
+            None,
+            None,
+            None,
+        )
+
+
+def _step_tensor(step: Step | None, t: torch.Tensor, bits: int) -> torch.Tensor:
+    return step_tensor(step if step is not None else lsq_init_step(t, bits))
+
+
+def lsq_forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    act_step: Step | None = None,
+    weight_step: Step | None = None,
+    bits: int = 8,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+) -> torch.Tensor:
+    """LSQ-quantized conv with a real int8 GEMM (``torch._int_mm``) and exact int32 accumulation.
+
+    Output ``acc * s_x * s_w + bias`` in the input's dtype; steps default to LSQ's data init; the
+    backward applies LSQ's straight-through and step gradients. Reference: ``reference.lsq_forward``.
+    """
+    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
+    _check_device(x)
+    sx, sw = _step_tensor(act_step, x, bits), _step_tensor(weight_step, weight, bits)
+    out: torch.Tensor = _LSQInt.apply(x, weight, bias, sx, sw, a, bits, workspace_bytes)
+    return out.squeeze(0) if unbatched else out
+
+
+def lsq_accumulate(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    act_step: Step,
+    weight_step: Step,
+    bits: int = 8,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+) -> torch.Tensor:
+    """int32 accumulators of the quantized conv: CUDA int8 im2col + ``torch._int_mm``."""
+    x, a, unbatched = normalize(input, weight, None, stride, padding, dilation, groups)
+    acc = variants.lsq_accumulate(
+        x, weight, a, workspace_bytes, im2col, act_step=act_step, weight_step=weight_step, bits=bits
+    )
+    return acc.squeeze(0) if unbatched else acc
+
+
+def sparse_forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    density: float = 0.5,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+) -> torch.Tensor:
+    """Unstructured sparse conv: magnitude pruning to ``density``, CUDA im2col + CSR GEMM (cuSPARSE)."""
+    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
+    _check_device(x)
+    out = variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density)
+    if bias is not None:
+        out = out + bias.view(1, -1, 1, 1)
+    return out.squeeze(0) if unbatched else out
+
+
+def structured_forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    pattern: str = "2:4",
+    density: float = 0.5,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+) -> torch.Tensor:
+    """Structured sparse conv: ``2:4`` via ``to_sparse_semi_structured`` (fp16/bf16, sm_80+; masked
+    dense GEMM elsewhere) or ``filter`` pruning (GEMM over the kept filters only)."""
+    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
+    _check_device(x)
+    out = variants.structured_conv(x, weight, a, workspace_bytes, im2col, pattern=pattern, density=density)
+    if bias is not None:
+        out = out + bias.view(1, -1, 1, 1)
+    return out.squeeze(0) if unbatched else out

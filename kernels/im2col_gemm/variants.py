@@ -1,0 +1,264 @@
+"""LSQ int8 and sparse variants of im2col+GEMM, written once over an ``im2col`` function.
+
+``ops`` passes the CUDA im2col (falling back to the torch-ops one on the CPU), ``reference``
+passes the torch-ops one; the GEMMs are torch's (cuBLAS / cuBLASLt int8 / cuSPARSE / cuSPARSELt
+on a GPU). Pruning masks and quantization codes are pure functions of the tensors, so the
+fp64 oracles in the tests rebuild exactly the same pruned weights and codes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kernels.im2col_gemm.chunking import out_size, plan_chunks
+from kernels.im2col_gemm.columns import Im2ColFn, conv_gemm
+from kernels.im2col_gemm.conv_args import ConvArgs
+from kernels.quant import Step, qrange, quantize_codes
+
+PATTERNS = ("2:4", "filter")
+
+
+# ---- pruning masks ---------------------------------------------------------------------------
+def _check_density(density: float) -> None:
+    if not 0.0 < density <= 1.0:
+        raise ValueError(f"density={density!r} must be in (0, 1] (the fraction of weights kept)")
+
+
+def magnitude_mask(weight: torch.Tensor, density: float) -> torch.Tensor:
+    """Keep the ``round(density * numel)`` (at least 1) largest-magnitude weights of the layer."""
+    _check_density(density)
+    flat = weight.detach().abs().reshape(-1).float()
+    keep = max(1, round(density * flat.numel()))
+    order = torch.sort(flat, descending=True, stable=True).indices[:keep]
+    mask = torch.zeros_like(flat, dtype=torch.bool)
+    mask[order] = True
+    return mask.view(weight.shape)
+
+
+def two_four_mask(weight: torch.Tensor) -> torch.Tensor:
+    """2:4 semi-structured mask: in every run of 4 reduction entries of a filter keep the 2 largest."""
+    cout = weight.shape[0]
+    flat = weight.detach().abs().reshape(cout, -1).float()
+    k = flat.shape[1]
+    pad = (-k) % 4
+    padded = torch.nn.functional.pad(flat, (0, pad), value=-1.0)  # padding is never kept over a weight
+    groups = padded.view(cout, -1, 4)
+    top = torch.sort(groups, dim=2, descending=True, stable=True).indices[:, :, :2]
+    mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, top, True)
+    return mask.view(cout, -1)[:, :k].reshape(weight.shape)
+
+
+def filter_keep(weight: torch.Tensor, groups: int, density: float) -> torch.Tensor:
+    """Indices ``[groups, kept]`` (within each group, sorted) of the filters with the largest L2 norm."""
+    _check_density(density)
+    cout = weight.shape[0]
+    cog = cout // groups
+    keep = max(1, round(density * cog))
+    norms = weight.detach().float().reshape(groups, cog, -1).pow(2).sum(-1)
+    idx = torch.sort(norms, dim=1, descending=True, stable=True).indices[:, :keep]
+    return torch.sort(idx, dim=1).values
+
+
+def filter_mask(weight: torch.Tensor, groups: int, density: float) -> torch.Tensor:
+    """Boolean mask (weight-shaped) of the filters :func:`filter_keep` keeps."""
+    cout = weight.shape[0]
+    idx = filter_keep(weight, groups, density)
+    keep = torch.zeros(groups, cout // groups, dtype=torch.bool, device=weight.device)
+    keep.scatter_(1, idx, True)
+    return keep.reshape(cout, 1, 1, 1).expand(weight.shape)
+
+
+def pruned_weight(weight: torch.Tensor, groups: int, *, kind: str, density: float = 0.5) -> torch.Tensor:
+    """The weight the sparse variants compute with: ``kind`` is ``unstructured``, ``2:4`` or ``filter``."""
+    if kind == "unstructured":
+        mask = magnitude_mask(weight, density)
+    elif kind == "2:4":
+        mask = two_four_mask(weight)
+    elif kind == "filter":
+        mask = filter_mask(weight, groups, density)
+    else:
+        raise ValueError(f"pruning kind {kind!r} must be 'unstructured', '2:4' or 'filter'")
+    return weight * mask.to(weight.dtype)
+
+
+# ---- sparse GEMMs ----------------------------------------------------------------------------
+class _SparseMM(torch.autograd.Function):
+    """``w_sparse @ col`` with a fixed sparse operand; gradients through the dense masked weight."""
+
+    @staticmethod
+    def forward(ctx: Any, w_dense: torch.Tensor, col: torch.Tensor, w_sparse: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(w_dense, col)
+        return torch.mm(w_sparse, col) if w_sparse.layout == torch.strided else w_sparse @ col
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        w_dense, col = ctx.saved_tensors
+        gw = grad @ col.t() if ctx.needs_input_grad[0] else None
+        gc = w_dense.t() @ grad if ctx.needs_input_grad[1] else None
+        if gw is not None:
+            gw = gw * (w_dense != 0).to(gw.dtype)  # pruned weights stay pruned
+        return gw, gc, None
+
+
+def _as_2d_gemm(
+    wmat: torch.Tensor, col: torch.Tensor, mm: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """Run ``mm(group, w [cog, K], col [K, nb*L])`` per group; return ``[nb, g, cog, L]``."""
+    nb, g, k, length = col.shape
+    outs = []
+    for gi in range(g):
+        c2 = col[:, gi].permute(1, 0, 2).reshape(k, nb * length)
+        outs.append(mm(gi, wmat[gi], c2).view(-1, nb, length).permute(1, 0, 2))
+    return torch.stack(outs, dim=1)
+
+
+def csr_gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """Unstructured sparse GEMM: CSR weight (zeros dropped) times the dense column buffer."""
+    compute = wmat.dtype if wmat.is_cuda else torch.float32  # CPU CSR kernels are fp32/fp64 only
+
+    def mm(_: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
+        wd = w.to(compute)
+        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+            warnings.simplefilter("ignore", UserWarning)
+            csr = wd.detach().to_sparse_csr()
+        out: torch.Tensor = _SparseMM.apply(wd, c2.to(compute), csr)
+        return out.to(w.dtype)
+
+    return _as_2d_gemm(wmat, col, mm)
+
+
+def semi_structured_available(t: torch.Tensor) -> bool:
+    """True where PyTorch's 2:4 kernels (cuSPARSELt/CUTLASS, sm_80+) can run on ``t``'s dtype."""
+    if not t.is_cuda or t.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    return torch.cuda.get_device_capability(t.device) >= (8, 0)
+
+
+def two_four_gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """2:4 GEMM through ``to_sparse_semi_structured`` on a GPU; masked dense GEMM elsewhere.
+
+    Operands are zero-padded to the kernels' tile multiples (64 rows/cols) and cropped after.
+    """
+    if not semi_structured_available(wmat):
+        return torch.matmul(wmat, col)
+    from torch.sparse import to_sparse_semi_structured
+
+    def mm(_: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
+        rows, k = w.shape
+        cols = c2.shape[1]
+        rp, kp, cp = -(-rows // 64) * 64, -(-k // 64) * 64, -(-cols // 64) * 64
+        wp = torch.nn.functional.pad(w.detach(), (0, kp - k, 0, rp - rows))
+        cpad = torch.nn.functional.pad(c2, (0, cp - cols, 0, kp - k))
+        out: torch.Tensor = _SparseMM.apply(
+            torch.nn.functional.pad(w, (0, kp - k, 0, rp - rows)), cpad, to_sparse_semi_structured(wp)
+        )
+        return out[:rows, :cols]
+
+    return _as_2d_gemm(wmat, col, mm)
+
+
+def sparse_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    a: ConvArgs,
+    workspace_bytes: int,
+    im2col_fn: Im2ColFn,
+    *,
+    density: float,
+) -> torch.Tensor:
+    """Unstructured: magnitude-prune to ``density``, then im2col + CSR GEMM (no bias)."""
+    w = pruned_weight(weight, a.groups, kind="unstructured", density=density)
+    return conv_gemm(x, w, a, workspace_bytes, gemm=csr_gemm, im2col_fn=im2col_fn)
+
+
+def structured_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    a: ConvArgs,
+    workspace_bytes: int,
+    im2col_fn: Im2ColFn,
+    *,
+    pattern: str,
+    density: float,
+) -> torch.Tensor:
+    """Structured: ``2:4`` (semi-structured GEMM on a GPU) or ``filter`` (GEMM over kept filters only)."""
+    if pattern == "2:4":
+        w = pruned_weight(weight, a.groups, kind="2:4")
+        return conv_gemm(x, w, a, workspace_bytes, gemm=two_four_gemm, im2col_fn=im2col_fn)
+    if pattern != "filter":
+        raise ValueError(f"pattern={pattern!r} must be one of {PATTERNS}")
+    idx = filter_keep(weight, a.groups, density)  # [g, kept]
+
+    def gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        kept = torch.gather(wmat, 1, idx.to(wmat.device).unsqueeze(-1).expand(-1, -1, wmat.shape[2]))
+        y = torch.matmul(kept, col)  # [nb, g, kept, L]: the pruned filters cost nothing
+        out = y.new_zeros((col.shape[0], wmat.shape[0], wmat.shape[1], col.shape[3]))
+        index = idx.to(y.device).view(1, idx.shape[0], idx.shape[1], 1).expand_as(y)
+        return out.scatter(2, index, y)
+
+    return conv_gemm(x, weight, a, workspace_bytes, gemm=gemm, im2col_fn=im2col_fn)
+
+
+# ---- LSQ int8 --------------------------------------------------------------------------------
+INT_MM_MIN_ROWS = 17  # torch._int_mm needs more than 16 rows in the first operand
+
+
+def int_gemm(a_codes: torch.Tensor, b_codes_t: torch.Tensor) -> torch.Tensor:
+    """Exact int32 ``a [M, K] @ b_t.T`` via ``torch._int_mm`` (cuBLASLt int8 on a GPU).
+
+    ``K`` must already be a multiple of 8; rows of ``a`` and of ``b_t`` are zero-padded to what
+    ``_int_mm`` accepts (M > 16, N % 8 == 0) and cropped after.
+    """
+    m, k = a_codes.shape
+    nout = b_codes_t.shape[0]
+    if k % 8:
+        raise ValueError(f"int_gemm: K={k} must be a multiple of 8 (pad the column buffer)")
+    mp = max(m, INT_MM_MIN_ROWS)
+    np_ = -(-nout // 8) * 8
+    a = torch.nn.functional.pad(a_codes, (0, 0, 0, mp - m)) if mp != m else a_codes
+    b = torch.nn.functional.pad(b_codes_t, (0, 0, 0, np_ - nout)) if np_ != nout else b_codes_t
+    return torch._int_mm(a.contiguous(), b.contiguous().t())[:m, :nout]
+
+
+def lsq_accumulate(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    a: ConvArgs,
+    workspace_bytes: int,
+    im2col_fn: Im2ColFn,
+    *,
+    act_step: Step,
+    weight_step: Step,
+    bits: int,
+) -> torch.Tensor:
+    """int32 accumulators ``sum(code_x * code_w)`` of the LSQ-quantized conv via int8 GEMMs."""
+    qrange(bits)
+    xq = quantize_codes(x, act_step, bits)
+    wq = quantize_codes(weight, weight_step, bits)
+    n, c, h, w = x.shape
+    cout = weight.shape[0]
+    g = a.groups
+    cg, cog = c // g, cout // g
+    kh, kw = a.kernel
+    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
+    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
+    k = cg * kh * kw
+    kp = -(-k // 8) * 8
+    acc = torch.zeros((n, cout, ho, wo), dtype=torch.int32, device=x.device)
+    wmats = [
+        torch.nn.functional.pad(wq[gi * cog : (gi + 1) * cog].reshape(cog, k), (0, kp - k)) for gi in range(g)
+    ]
+    for ch in plan_chunks(n, ho, wo, kp * g, 1, workspace_bytes):
+        nb, rows = ch.n1 - ch.n0, ch.r1 - ch.r0
+        for gi in range(g):
+            xs = xq[ch.n0 : ch.n1, gi * cg : (gi + 1) * cg].contiguous()
+            col = im2col_fn(xs, a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows, "nlk", 8)
+            y = int_gemm(col.reshape(nb * rows * wo, kp), wmats[gi])  # [nb*L, cog]
+            acc[ch.n0 : ch.n1, gi * cog : (gi + 1) * cog, ch.r0 : ch.r1] = y.view(nb, rows, wo, cog).permute(
+                0, 3, 1, 2
+            )
+    return acc

@@ -1,0 +1,263 @@
+"""PCILT conv2d on a GPU: fused quantize+pack kernel, then a lookup-table conv kernel.
+
+``forward`` (tiled kernel: a 16x16 output tile x up to 8 output channels per block, input codes and
+the block's tables staged in shared memory) and ``naive_forward`` (one thread per output, codes
+and tables from global memory: the baseline of the ">= 5x" goal) share everything else. Tables
+are built once per weight and cached (keyed on the weight object, its version and the table
+settings); :func:`build_tables` builds them explicitly. Inference only: no autograd.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from kernels.im2col_gemm.conv_args import normalize
+from kernels.pcilt.reference import output_scale
+from kernels.pcilt.tables import PCILTTables, check_bits, default_act_step, memory_report
+from kernels.pcilt.tables import build_tables as _build_tables
+from kernels.quant import inv_step
+
+FAMILY = "pcilt"
+CACHE_SIZE = 8
+IntPair = int | Sequence[int]
+
+_lock = threading.Lock()
+_ready = False
+_cache: OrderedDict[tuple[Any, ...], tuple[weakref.ref[torch.Tensor], PCILTTables]] = OrderedDict()
+_packed: OrderedDict[tuple[Any, ...], tuple[weakref.ref[torch.Tensor], torch.Tensor]] = OrderedDict()
+
+
+def _cuda_ops() -> Any:
+    global _ready
+    if not _ready:
+        with _lock:
+            if not _ready:
+                from kernels import _build
+
+                _build.load(FAMILY)
+                _register_fakes()
+                _ready = True
+    return torch.ops.convperf_pcilt
+
+
+def _register_fakes() -> None:
+    def quantize_pack_fake(x: torch.Tensor, inv: float, bits: int) -> torch.Tensor:
+        n, c, h, w = x.shape
+        return x.new_empty((n, c, h, (w * bits + 31) // 32), dtype=torch.int32)
+
+    def lut_conv_fake(
+        packed: torch.Tensor,
+        tables: torch.Tensor,
+        width: int,
+        stride: list[int],
+        padding: list[int],
+        dilation: list[int],
+        groups: int,
+        bits: int,
+        naive: bool,
+        scale: float | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        n, _, h, _ = packed.shape
+        cout, _, kh, kw, _ = tables.shape
+        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        wo = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        dtype = torch.float32 if scale is not None else tables.dtype
+        return tables.new_empty((n, cout, ho, wo), dtype=dtype)
+
+    torch.library.register_fake("convperf_pcilt::quantize_pack")(quantize_pack_fake)
+    torch.library.register_fake("convperf_pcilt::lut_conv")(lut_conv_fake)
+
+
+def build_tables(
+    weight: torch.Tensor, bits: int, *, integer: bool = True, weight_step: float | None = None
+) -> PCILTTables:
+    """Tables for ``weight`` (cached: rebuilt only when the weight object or its contents change)."""
+    key = (
+        id(weight),
+        weight._version,
+        tuple(weight.shape),
+        weight.dtype,
+        str(weight.device),
+        bits,
+        integer,
+        weight_step,
+    )
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None and hit[0]() is weight:
+            _cache.move_to_end(key)
+            return hit[1]
+    tables = _build_tables(weight, bits, integer=integer, weight_step=weight_step)
+    with _lock:
+        _cache[key] = (weakref.ref(weight), tables)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return tables
+
+
+def clear_cache() -> None:
+    """Drop every cached table and packed input (e.g. to measure table building)."""
+    with _lock:
+        _cache.clear()
+        _packed.clear()
+
+
+def quantize_pack(x: torch.Tensor, act_step: float, bits: int) -> torch.Tensor:
+    """Codes of ``x`` packed ``32/bits`` to an int32 word along W: ``[N, C, H, ceil(W*bits/32)]``."""
+    check_bits(bits)
+    out: torch.Tensor = _cuda_ops().quantize_pack(x.float().contiguous(), float(inv_step(act_step)), bits)
+    return out
+
+
+def packed_input(x: torch.Tensor, act_step: float, bits: int) -> torch.Tensor:
+    """``quantize_pack`` of ``x``, cached per input object and version: activations that arrive
+    already packed (from a previous quantized layer) are packed once, not on every call."""
+    key = (id(x), x._version, tuple(x.shape), str(x.device), act_step, bits)
+    with _lock:
+        hit = _packed.get(key)
+        if hit is not None and hit[0]() is x:
+            _packed.move_to_end(key)
+            return hit[1]
+    packed = quantize_pack(x, act_step, bits)
+    with _lock:
+        _packed[key] = (weakref.ref(x), packed)
+        while len(_packed) > CACHE_SIZE:
+            _packed.popitem(last=False)
+    return packed
+
+
+def _lut_conv(
+    input: torch.Tensor,
+    tables: PCILTTables,
+    stride: IntPair,
+    padding: IntPair | str,
+    dilation: IntPair,
+    groups: int,
+    *,
+    act_step: float,
+    naive: bool,
+    prepacked: bool,
+    scale: float | None,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    probe = tables.tables.new_empty(tables.tables.shape[:4], dtype=input.dtype)
+    x, a, unbatched = normalize(input, probe, bias, stride, padding, dilation, groups)
+    if not x.is_cuda:
+        raise ValueError(
+            "the PCILT kernels need a CUDA tensor; on the CPU use kernels.pcilt.reference.forward"
+        )
+    packed = packed_input(x, act_step, tables.bits) if prepacked else quantize_pack(x, act_step, tables.bits)
+    out: torch.Tensor = _cuda_ops().lut_conv(
+        packed,
+        tables.tables,
+        x.shape[3],
+        list(a.stride),
+        list(a.padding),
+        list(a.dilation),
+        a.groups,
+        tables.bits,
+        naive,
+        scale,
+        bias.float().contiguous() if bias is not None else None,
+    )
+    return out.squeeze(0) if unbatched else out
+
+
+def lut_accumulate(
+    input: torch.Tensor,
+    tables: PCILTTables,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    act_step: float,
+    naive: bool = False,
+) -> torch.Tensor:
+    """Raw sums of table entries (int32 for integer tables, float32 otherwise), ``[N, C_out, Ho, Wo]``."""
+    return _lut_conv(
+        input,
+        tables,
+        stride,
+        padding,
+        dilation,
+        groups,
+        act_step=act_step,
+        naive=naive,
+        prepacked=False,
+        scale=None,
+        bias=None,
+    )
+
+
+def forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    bits: int = 4,
+    act_step: float | None = None,
+    integer: bool = True,
+    weight_step: float | None = None,
+    tables: PCILTTables | None = None,
+    naive: bool = False,
+    prepacked: bool = False,
+) -> torch.Tensor:
+    """PCILT conv2d (signature of ``F.conv2d``; inference only). See ``reference.forward``.
+
+    Two kernels: quantize+pack, then the lookup conv with the scale and bias fused into its
+    epilogue. ``prepacked=True`` reuses the packed codes of an input object seen before (the
+    "packed 4-bit inputs" case: activations that a previous quantized layer already packed).
+    """
+    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
+        raise RuntimeError(
+            "PCILT is an inference kernel without gradients; "
+            "call it under torch.no_grad() or detach the inputs"
+        )
+    check_bits(bits)
+    t = tables if tables is not None else build_tables(weight, bits, integer=integer, weight_step=weight_step)
+    sx = act_step if act_step is not None else default_act_step(input, bits)
+    out = _lut_conv(
+        input,
+        t,
+        stride,
+        padding,
+        dilation,
+        groups,
+        act_step=sx,
+        naive=naive,
+        prepacked=prepacked,
+        scale=output_scale(t, sx),
+        bias=bias,
+    )
+    return out.to(input.dtype)
+
+
+naive_forward = functools.partial(forward, naive=True)
+naive_forward.__doc__ = "PCILT with the naive one-thread-per-output kernel (the baseline)."
+prepacked_forward = functools.partial(forward, prepacked=True)
+prepacked_forward.__doc__ = (
+    "PCILT on activations packed once per input object (packing excluded after the first call)."
+)
+
+__all__ = [
+    "build_tables",
+    "clear_cache",
+    "forward",
+    "lut_accumulate",
+    "memory_report",
+    "naive_forward",
+    "quantize_pack",
+]

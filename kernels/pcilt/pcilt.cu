@@ -1,0 +1,271 @@
+// PCILT: convolution through pre-calculated lookup tables (Gatchev & Mollov, arXiv 2104.01681).
+// Plain CUDA, no torch headers.
+//
+// Activations are b-bit codes u in [0, 2^b) packed along W into 32-bit words (32/b codes a word,
+// code of column ix at word ix / per, bits (ix % per) * b). For every weight (co, ci, ky, kx) a
+// table row T[co][ci][ky][kx][u] holds its product with activation level u; the conv sums table
+// entries and never multiplies. Out-of-image taps contribute nothing (the zero level's entry is 0).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace {
+
+struct LutGeometry {
+  int n, c, h, w, wp;  // input: n x c x h x w codes, wp packed words per row
+  int cout, cg, cog;   // output channels, input/output channels per group
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  int ho, wo;
+  int bits;
+  // Epilogue: with fused, out is float32 = float(acc) * scale (+ bias[co]); else out holds acc.
+  bool fused;
+  float scale;
+  const float* bias;
+};
+
+template <typename TableT>
+__device__ __forceinline__ void store(void* out, int64_t idx, TableT acc, int co, const LutGeometry& g) {
+  if (g.fused) {
+    // Two roundings in this order, as the PyTorch reference scales and adds.
+    float v = __fmul_rn(static_cast<float>(acc), g.scale);
+    if (g.bias != nullptr) v = __fadd_rn(v, __ldg(g.bias + co));
+    static_cast<float*>(out)[idx] = v;
+  } else {
+    static_cast<TableT*>(out)[idx] = acc;
+  }
+}
+
+// bits is 2, 4 or 8, so a code never straddles two words: no division needed.
+__device__ __forceinline__ int unpack(const uint32_t* __restrict__ row, int ix, int bits) {
+  const int offset = ix * bits;
+  const uint32_t word = __ldg(row + (offset >> 5));
+  return static_cast<int>((word >> (offset & 31)) & ((1u << bits) - 1u));
+}
+
+// x (fp32) -> codes round_half_even(clamp(x * inv_step)) - qn, packed. One thread per word.
+__global__ void __launch_bounds__(256) quantize_pack_kernel(const float* __restrict__ x, uint32_t* __restrict__ out,
+                                                            int64_t rows, int w, int wp, float inv_step, int bits) {
+  const int per = 32 / bits;
+  const float qn = -static_cast<float>(1 << (bits - 1));
+  const float qp = static_cast<float>((1 << (bits - 1)) - 1);
+  const int64_t total = rows * wp;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / wp;
+    const int word_idx = static_cast<int>(i % wp);
+    const float* xr = x + r * w;
+    uint32_t word = 0;
+    for (int j = 0; j < per; ++j) {
+      const int ix = word_idx * per + j;
+      if (ix >= w) break;
+      // __fmul_rn: one IEEE multiply even under --use_fast_math, as in the torch reference.
+      float q = rintf(__fmul_rn(xr[ix], inv_step));
+      q = fminf(fmaxf(q, qn), qp);
+      word |= static_cast<uint32_t>(static_cast<int>(q - qn)) << (j * bits);
+    }
+    out[i] = word;
+  }
+}
+
+// The baseline: one thread per output element, codes and tables straight from global memory.
+// The baseline: one thread per output element, codes and tables straight from global memory.
+// 32-bit index math within a sample (the host checks it fits); blockIdx.y walks the batch.
+template <typename TableT>
+__global__ void __launch_bounds__(256, 4) lut_naive_kernel(const uint32_t* __restrict__ packed,
+                                                        const TableT* __restrict__ tables, void* __restrict__ out,
+                                                        LutGeometry g) {
+  const int per_sample = g.cout * g.ho * g.wo;
+  const int levels = 1 << g.bits;
+  for (int ni = blockIdx.y; ni < g.n; ni += gridDim.y) {
+    const uint32_t* sample = packed + static_cast<int64_t>(ni) * g.c * g.h * g.wp;
+    const int64_t out_n = static_cast<int64_t>(ni) * per_sample;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < per_sample; i += gridDim.x * blockDim.x) {
+      const int ox = i % g.wo;
+      const int t = i / g.wo;
+      const int oy = t % g.ho;
+      const int co = t / g.ho;
+      const int grp = co / g.cog;
+      TableT acc = 0;
+      for (int ci = 0; ci < g.cg; ++ci) {
+        const uint32_t* plane = sample + static_cast<int64_t>(grp * g.cg + ci) * g.h * g.wp;
+        const TableT* trow = tables + (static_cast<int64_t>(co) * g.cg + ci) * g.kh * g.kw * levels;
+        for (int ky = 0; ky < g.kh; ++ky) {
+          const int iy = oy * g.sh - g.ph + ky * g.dh;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int kx = 0; kx < g.kw; ++kx) {
+            const int ix = ox * g.sw - g.pw + kx * g.dw;
+            if (ix < 0 || ix >= g.w) continue;
+            acc += __ldg(trow + (ky * g.kw + kx) * levels + unpack(plane + iy * g.wp, ix, g.bits));
+          }
+        }
+      }
+      store(out, out_n + i, acc, co, g);
+    }
+  }
+}
+
+constexpr int kTile = 16;  // 16 x 16 output pixels per block, one per thread
+
+// Tiled kernel: a block computes a 16x16 output tile for CO_BLOCK output channels of one group.
+// Per input channel it unpacks the (halo'd) input tile into shared memory as bytes and, when
+// TABLES_IN_SMEM, stages the CO_BLOCK x kh x kw x 2^b table entries there too; every code read
+// then feeds CO_BLOCK lookups.
+template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM>
+__global__ void __launch_bounds__(kTile* kTile) lut_tiled_kernel(const uint32_t* __restrict__ packed,
+                                                                 const TableT* __restrict__ tables,
+                                                                 void* __restrict__ out, LutGeometry g,
+                                                                 int tiles_x, int in_th, int in_tw) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int levels = 1 << g.bits;
+  const int taps = g.kh * g.kw;
+  TableT* s_tab = reinterpret_cast<TableT*>(smem);
+  const int tab_elems = TABLES_IN_SMEM ? CO_BLOCK * taps * levels : 0;
+  uint8_t* s_in = reinterpret_cast<uint8_t*>(s_tab + tab_elems);
+
+  const int tile = blockIdx.x;
+  const int oy0 = (tile / tiles_x) * kTile, ox0 = (tile % tiles_x) * kTile;
+  const int blocks_per_group = (g.cog + CO_BLOCK - 1) / CO_BLOCK;
+  const int grp = blockIdx.y / blocks_per_group;
+  const int co0 = grp * g.cog + (blockIdx.y % blocks_per_group) * CO_BLOCK;
+  const int co_end = min(co0 + CO_BLOCK, (grp + 1) * g.cog);
+  const int64_t ni = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int ty = tid / kTile, tx = tid % kTile;
+  const int oy = oy0 + ty, ox = ox0 + tx;
+  const int iy_base = oy0 * g.sh - g.ph, ix_base = ox0 * g.sw - g.pw;
+  const int zero_code = 1 << (g.bits - 1);
+
+  TableT acc[CO_BLOCK];
+#pragma unroll
+  for (int j = 0; j < CO_BLOCK; ++j) acc[j] = 0;
+
+  for (int ci = 0; ci < g.cg; ++ci) {
+    const uint32_t* plane = packed + ((ni * g.c) + grp * g.cg + ci) * static_cast<int64_t>(g.h) * g.wp;
+    for (int e = tid; e < in_th * in_tw; e += kTile * kTile) {
+      const int iy = iy_base + e / in_tw, ix = ix_base + e % in_tw;
+      int code = zero_code;
+      if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) code = unpack(plane + static_cast<int64_t>(iy) * g.wp, ix, g.bits);
+      s_in[e] = static_cast<uint8_t>(code);
+    }
+    if (TABLES_IN_SMEM) {
+      for (int e = tid; e < tab_elems; e += kTile * kTile) {
+        const int j = e / (taps * levels);
+        const int rest = e % (taps * levels);
+        const int co = co0 + j;
+        s_tab[e] = co < co_end ? tables[((static_cast<int64_t>(co) * g.cg + ci) * taps) * levels + rest] : TableT(0);
+      }
+    }
+    __syncthreads();
+    if (oy < g.ho && ox < g.wo) {
+      for (int ky = 0; ky < g.kh; ++ky) {
+        for (int kx = 0; kx < g.kw; ++kx) {
+          const int code = s_in[(ty * g.sh + ky * g.dh) * in_tw + tx * g.sw + kx * g.dw];
+          const int tap = ky * g.kw + kx;
+#pragma unroll
+          for (int j = 0; j < CO_BLOCK; ++j) {
+            if (TABLES_IN_SMEM) {
+              acc[j] += s_tab[(j * taps + tap) * levels + code];
+            } else if (co0 + j < co_end) {
+              acc[j] += __ldg(tables + ((static_cast<int64_t>(co0 + j) * g.cg + ci) * taps + tap) * levels + code);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (oy < g.ho && ox < g.wo) {
+#pragma unroll
+    for (int j = 0; j < CO_BLOCK; ++j) {
+      if (co0 + j < co_end) {
+        store(out, ((ni * g.cout + co0 + j) * g.ho + oy) * static_cast<int64_t>(g.wo) + ox, acc[j], co0 + j, g);
+      }
+    }
+  }
+}
+
+int grid_for(int64_t total) {
+  const int64_t blocks = (total + 255) / 256;
+  return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+constexpr size_t kSmemBudget = 48 * 1024;  // no opt-in needed below this
+
+template <typename TableT, int CO_BLOCK>
+cudaError_t launch_tiled_block(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
+                               cudaStream_t stream) {
+  const int tiles_y = (g.ho + kTile - 1) / kTile, tiles_x = (g.wo + kTile - 1) / kTile;
+  const int in_th = (kTile - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  const int in_tw = (kTile - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const size_t in_bytes = static_cast<size_t>(in_th) * in_tw;
+  const size_t tab_bytes = static_cast<size_t>(CO_BLOCK) * g.kh * g.kw * (1 << g.bits) * sizeof(TableT);
+  const int blocks_per_group = (g.cog + CO_BLOCK - 1) / CO_BLOCK;
+  if (static_cast<int64_t>(tiles_y) * tiles_x > INT32_MAX || g.n > 65535) return cudaErrorInvalidConfiguration;
+  const dim3 grid(tiles_y * tiles_x, blocks_per_group * (g.cout / g.cog), g.n);
+  if (tab_bytes + in_bytes <= kSmemBudget) {
+    lut_tiled_kernel<TableT, CO_BLOCK, true>
+        <<<grid, kTile * kTile, tab_bytes + in_bytes, stream>>>(packed, tables, out, g, tiles_x, in_th, in_tw);
+  } else if (CO_BLOCK == 1 && in_bytes <= kSmemBudget) {
+    // Tables too large for shared memory (8-bit codes, big kernels): read them through L1/L2.
+    lut_tiled_kernel<TableT, 1, false>
+        <<<grid, kTile * kTile, in_bytes, stream>>>(packed, tables, out, g, tiles_x, in_th, in_tw);
+  } else {
+    return cudaErrorInvalidConfiguration;  // huge stride/dilation: the caller uses the naive kernel
+  }
+  return cudaGetLastError();
+}
+
+template <typename TableT>
+cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out, const LutGeometry& g, bool naive,
+                           cudaStream_t stream) {
+  const TableT* t = static_cast<const TableT*>(tables);
+  void* o = out;
+  const int64_t total = static_cast<int64_t>(g.n) * g.cout * g.ho * g.wo;
+  if (total == 0) return cudaSuccess;
+  if (!naive) {
+    // Largest channel block that both fits the group and keeps the tables in shared memory.
+    const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (1 << g.bits) * sizeof(TableT);
+    cudaError_t err = cudaErrorInvalidConfiguration;
+    if (g.cog >= 8 && 8 * per_co <= kSmemBudget / 2) {
+      err = launch_tiled_block<TableT, 8>(packed, t, o, g, stream);
+    } else if (g.cog >= 4 && 4 * per_co <= kSmemBudget / 2) {
+      err = launch_tiled_block<TableT, 4>(packed, t, o, g, stream);
+    } else if (g.cog >= 2 && 2 * per_co <= kSmemBudget / 2) {
+      err = launch_tiled_block<TableT, 2>(packed, t, o, g, stream);
+    } else {  // one channel a block; its tables in shared memory when they fit
+      err = launch_tiled_block<TableT, 1>(packed, t, o, g, stream);
+    }
+    if (err != cudaErrorInvalidConfiguration) return err;
+    (void)cudaGetLastError();
+  }
+  const int64_t per_sample = static_cast<int64_t>(g.cout) * g.ho * g.wo;
+  const dim3 grid(grid_for(per_sample), g.n < 65535 ? g.n : 65535);
+  lut_naive_kernel<TableT><<<grid, 256, 0, stream>>>(packed, t, o, g);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, int w, int wp, float inv_step, int bits,
+                                 cudaStream_t stream) {
+  const int64_t total = rows * wp;
+  if (total == 0) return cudaSuccess;
+  quantize_pack_kernel<<<grid_for(total), 256, 0, stream>>>(x, out, rows, w, wp, inv_step, bits);
+  return cudaGetLastError();
+}
+
+// tables: [cout, cg, kh, kw, 2^bits] of int32 (is_float = false) or float; out: [n, cout, ho, wo], the raw sums
+// in the tables' type, or (fused) float32 sums * scale + bias (bias may be null).
+cudaError_t launch_lut_conv(const uint32_t* packed, const void* tables, void* out, bool is_float, int n, int c, int h,
+                            int w, int wp, int cout, int groups, int kh, int kw, int sh, int sw, int ph, int pw,
+                            int dh, int dw, int ho, int wo, int bits, bool naive, bool fused, float scale,
+                            const float* bias, cudaStream_t stream) {
+  LutGeometry g;
+  g.n = n; g.c = c; g.h = h; g.w = w; g.wp = wp;
+  g.cout = cout; g.cg = c / groups; g.cog = cout / groups;
+  g.kh = kh; g.kw = kw; g.sh = sh; g.sw = sw; g.ph = ph; g.pw = pw; g.dh = dh; g.dw = dw;
+  g.ho = ho; g.wo = wo; g.bits = bits;
+  g.fused = fused; g.scale = scale; g.bias = bias;
+  return is_float ? lut_conv_typed<float>(packed, tables, out, g, naive, stream)
+                  : lut_conv_typed<int32_t>(packed, tables, out, g, naive, stream);
+}

@@ -1,0 +1,112 @@
+"""Gate a paired comparison of two arbitrary callables (whole models, fused blocks) like a check.
+
+``convperf.check`` takes a conv candidate and a ``Conv2dProblem``. A model-level comparison
+(the stock network against the same network running our kernels) has no problem spec, so this
+module does the same steps with the plugin's public pieces: paired rounds
+(``timing.rounds.measure_pair`` on the session's timer), a result row recorded on the session,
+and the baseline decision of DESIGN §7 (``gate.judge``), which fails a confirmed regression of
+the time ratio and passes NEW/PASS/IMPROVED/ADVISORY with a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_convperf.check import ConvperfFixture
+from pytest_convperf.precision import ieee_fp32
+from pytest_convperf.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
+
+
+def gated_pair(
+    convperf: ConvperfFixture,
+    *,
+    what: str,
+    phase: str,
+    candidate: Callable[[], object],
+    reference: Callable[[], object],
+    errors: Sequence[ErrorStats] = (),
+    facts: Mapping[str, Any] | None = None,
+    rule: Mapping[str, Any] | None = None,
+    mode: str = "cold",
+    ieee: bool = True,
+) -> Comparison:
+    """Time ``candidate`` against ``reference`` in paired rounds, record a row, decide on the item.
+
+    ``what`` names the workload (e.g. ``mobilenet_v2-n8-224``; the row's ``problem``), ``phase``
+    the part timed (``forward``/``backward``). ``errors`` are the candidate's correctness stats
+    (checked by the caller; their drift is gated too). ``rule`` overrides the stop rule (the
+    CPU defaults of ``perf_tests.models.rule_for``). ``ieee`` pins fp32 convs and matmuls to IEEE
+    (TF32 off) on both sides while timing, like ``convperf.check`` does for fp32. Returns the comparison.
+    """
+    timer = convperf.timer
+    the_rule = StopRule.for_timer(timer, **dict(rule or {}))
+    base_facts: dict[str, Any] = {
+        "machine": convperf.device.slug,
+        "phase": phase,
+        "tf32": "off" if ieee else "pytorch default",
+        **dict(facts or {}),
+    }
+
+    def run(r: StopRule, extra: Mapping[str, Any]) -> Comparison:
+        with ieee_fp32() if ieee else nullcontext():
+            return measure_pair(
+                timer,
+                Workload("candidate", candidate),
+                Workload("reference", reference),
+                mode=mode,
+                rule=r,
+                facts={**base_facts, **extra},
+            )
+
+    first = run(the_rule, {})
+
+    def confirm(factor: float = 3.0) -> Comparison:
+        return run(the_rule.scaled(factor, first.n_rounds), {"confirm_of_rounds": first.n_rounds})
+
+    name = str(convperf.request.node.name)
+    key = name if phase in name else f"{name}:{phase}"
+    row: dict[str, Any] = {
+        "key": key,
+        "nodeid": convperf.nodeid,
+        "module": Path(str(convperf.request.node.path)).stem,
+        "problem": what,
+        "phase": phase,
+        "comparison": first.to_dict(),
+        "errors": [e.to_dict() for e in errors],
+        "verdict": None,
+        "message": "",
+        "facts": {k: v for k, v in base_facts.items() if isinstance(v, (str, int, float, bool, type(None)))},
+    }
+    if first.inconclusive:
+        row.update(verdict=Verdict.INCONCLUSIVE.value, message=first.inconclusive)
+        convperf.session.record(convperf.nodeid, row)
+        pytest.skip(f"convperf INCONCLUSIVE on {what} ({phase}): {first.inconclusive}")
+    convperf.session.record(convperf.nodeid, row)
+    from pytest_convperf.gate import judge
+
+    judgement = judge(convperf.session, row, first, confirm=confirm, errors=errors)
+    row.update(judgement.row_fields)
+    judgement.enforce()
+    return first
+
+
+def ratio_line(label: str, comparison: Comparison) -> str:
+    """A Markdown table row: label, candidate and reference medians, speedup with its 95 % CI."""
+    low, high = comparison.speedup_ci
+    noisy = " (noisy)" if comparison.noisy else ""
+    return (
+        f"|{label}|{comparison.candidate.median * 1e3:.3f} ms|{comparison.reference.median * 1e3:.3f} ms|"
+        f"{comparison.speedup:.3f}x [{low:.3f}, {high:.3f}]{noisy}|{comparison.n_rounds}|"
+    )
+
+
+RATIO_HEADER: tuple[str, str] = (
+    "|Workload|Ours (median)|Stock PyTorch (median)|Speedup [95% CI]|Rounds|",
+    "|:---|:---:|:---:|:---:|:---:|",
+)

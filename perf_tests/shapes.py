@@ -1,0 +1,65 @@
+"""Problem shapes of the suite: the depthwise seed's 8 shapes and CPU scaling (others may append).
+
+Seed 001 (samson-wang/dwconv, pytorch/pytorch#18631): NCHW, stride 1, "same" padding, groups = C.
+On a CPU the batch is scaled down so a CPU run stays fast; the problem id carries the real batch
+(``n1-...``) and reports say the shapes were scaled.
+"""
+
+from __future__ import annotations
+
+from pytest_convperf.problem import Conv2dProblem
+
+# (N, C, H = W, k) in the seed's order.
+DEPTHWISE_SEED_SHAPES: tuple[tuple[int, int, int, int], ...] = (
+    (16, 32, 112, 3),
+    (16, 144, 56, 3),
+    (16, 240, 28, 5),
+    (16, 480, 14, 3),
+    (16, 480, 14, 5),
+    (16, 672, 14, 5),
+    (16, 1152, 7, 5),
+    (16, 1152, 7, 3),
+)
+CPU_BATCH = 1
+
+
+def depthwise_seed_problem(
+    n: int, c: int, hw: int, k: int, *, dtype: str = "fp32", layout: str = "nchw"
+) -> Conv2dProblem:
+    """One seed shape as a depthwise problem (stride 1, padding k // 2, no bias, like the seed)."""
+    return Conv2dProblem(
+        n=n,
+        c_in=c,
+        h=hw,
+        w=hw,
+        c_out=c,
+        kernel=(k, k),
+        padding=(k // 2, k // 2),
+        groups=c,
+        bias=False,
+        dtype=dtype,
+        layout=layout,
+    )
+
+
+def depthwise_seed_problems(*, dtype: str = "fp32", layout: str = "nchw") -> list[Conv2dProblem]:
+    """The seed's 8 shapes at full size."""
+    return [depthwise_seed_problem(*s, dtype=dtype, layout=layout) for s in DEPTHWISE_SEED_SHAPES]
+
+
+def seed_label(problem: Conv2dProblem) -> str:
+    """The seed's way of naming a shape: ``16 x 32 x 112 x 112, kernel 3``."""
+    return f"{problem.n} x {problem.c_in} x {problem.h} x {problem.w}, kernel {problem.kernel[0]}"
+
+
+def short_id(shape: tuple[int, int, int, int]) -> str:
+    """A test id for a seed shape: ``16x32x112-k3``."""
+    n, c, hw, k = shape
+    return f"{n}x{c}x{hw}-k{k}"
+
+
+def scaled_for(problem: Conv2dProblem, device_kind: str) -> Conv2dProblem:
+    """On a CPU, the same problem with batch ``min(n, CPU_BATCH)``; on a GPU, unchanged."""
+    if device_kind == "cuda" or problem.n <= CPU_BATCH:
+        return problem
+    return problem.replace(n=CPU_BATCH)

@@ -1,0 +1,223 @@
+"""Depthwise conv2d (seed 001): correctness fuzzing, seed-shape perf checks, worst-speedup search.
+
+* Fuzz (always runs): Hypothesis over depthwise problems, forward and both gradients against the
+  fp64 ``F.conv2d`` oracle, with ``@example`` s for the seed's 8 shapes. On CUDA the candidate is
+  our kernel; on a CPU it is ``kernels.depthwise.reference`` (and shapes are scaled to batch 1).
+* Perf (``--convperf``): ``convperf.check`` on the 8 shapes x {fp32, fp16} x {nchw, nhwc} x
+  {forward, input_grad, weight_grad}. The CPU runs fp32 only (PyTorch's fp16 CPU conv is not a
+  meaningful target and is very slow) at batch 1.
+* Search (``--convperf``): a ``hypothesis.target``-guided search for the worst speedup.
+* Report: ``depthwise.md`` in the report directory (and printed): the seed's columns (ours,
+  reference, speedup) plus % of roofline at the measured copy bandwidth and the backend PyTorch chose.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings, target
+from hypothesis import strategies as st
+
+from perf_tests.conftest import depthwise_candidate
+from perf_tests.shapes import (
+    CPU_BATCH,
+    DEPTHWISE_SEED_SHAPES,
+    depthwise_seed_problem,
+    scaled_for,
+    seed_label,
+    short_id,
+)
+from pytest_convperf.correctness import assert_conv_close
+from pytest_convperf.device import DeviceInfo
+from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.results import Comparison
+from pytest_convperf.session import SESSION_KEY
+from pytest_convperf.strategies import conv2d_problems
+
+Candidate = Callable[..., torch.Tensor]
+PHASES = ("forward", "input_grad", "weight_grad")
+
+# ~30 examples under Hypothesis' own default; a convperf profile (dev/ci/nightly) sets its own count.
+_DEFAULT = settings.default.max_examples if settings.default is not None else 100
+FUZZ_EXAMPLES = 30 if _DEFAULT == 100 else _DEFAULT
+FUZZ_SETTINGS = settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    # the device fixture is the same for every example
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+FUZZ_PROBLEMS = conv2d_problems(
+    kinds=("depthwise",),
+    dtypes=("fp32", "fp16", "bf16"),
+    layouts=("nchw", "nhwc"),
+    kernel_sizes=(1, 2, 3, 4, 5, 6, 7),
+    strides=(1, 2),
+    dilations=(1, 2),
+    max_multiplier=1,
+    max_channels=24,
+    max_batch=3,
+    min_batch=0,
+    max_out_size=20,
+    max_elements=2**15,
+)
+
+
+def _seed_examples(test: Callable[..., None]) -> Callable[..., None]:
+    for shape in DEPTHWISE_SEED_SHAPES:
+        test = example(problem=depthwise_seed_problem(*shape), seed=0)(test)
+    return test
+
+
+@FUZZ_SETTINGS
+@given(problem=FUZZ_PROBLEMS, seed=st.integers(0, 2**31 - 1))
+@_seed_examples
+def test_fuzz_forward_and_grads(problem: Conv2dProblem, seed: int, convperf_device: DeviceInfo) -> None:
+    """Output and input/weight/bias gradients match the fp64 oracle within the dtype's tolerance."""
+    problem = scaled_for(problem, convperf_device.kind)
+    candidate = depthwise_candidate(convperf_device.kind)
+    assert_conv_close(candidate, problem, seed=seed, backward=True, device=convperf_device.torch_device)
+
+
+# ---- report -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DepthwiseTable:
+    """Rows collected during the module, written as ``depthwise.md`` at module end."""
+
+    device: str = ""
+    scaled: bool = False
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+    worst: list[str] = field(default_factory=list)
+
+    def add(self, problem: Conv2dProblem, phase: str, comparison: Comparison) -> None:
+        ours = comparison.candidate.median_us
+        ref = comparison.reference.median_us
+        floor = comparison.facts.get("roofline_floor_us")
+        roof = f"{100 * floor / ours:.0f} %" if isinstance(floor, (int, float)) and ours > 0 else "-"
+        backend = str(comparison.facts.get("reference_backend") or "-")
+        self.rows.append(
+            (seed_label(problem), problem.dtype, problem.layout, phase, f"{ours:.1f}", f"{ref:.1f}",
+             f"{comparison.speedup:.2f}x", roof, backend)
+        )  # fmt: skip
+
+    def markdown(self) -> list[str]:
+        lines = ["# Depthwise conv2d (seed 001): ours vs F.conv2d", "", f"Device: {self.device}."]
+        if self.scaled:
+            lines.append(
+                f"CPU run: shapes scaled to batch {CPU_BATCH} (the seed uses 16); fp32 only; the candidate "
+                "is kernels.depthwise.reference (PyTorch ops), the reference PyTorch's CPU conv."
+            )
+        lines += [
+            "% of roofline = bytes that must move (read input/dy/weight, write the result once) at the "
+            "measured copy bandwidth / our median time. Times are medians in microseconds.",
+            "",
+            "| shape | dtype | layout | phase | ours (us) | reference (us) | speedup | % of roofline "
+            "| backend |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += ["| " + " | ".join(r) + " |" for r in self.rows]
+        if self.worst:
+            lines += ["", "## Worst speedup found by the targeted search", "", *self.worst]
+        return lines
+
+
+@pytest.fixture(scope="module")
+def dw_table(request: pytest.FixtureRequest) -> Iterator[DepthwiseTable]:
+    """Collects the module's perf rows; writes and prints ``depthwise.md`` at module end."""
+    table = DepthwiseTable()
+    yield table
+    if not table.rows and not table.worst:
+        return
+    session = request.config.stash[SESSION_KEY]
+    path = session.report_dir() / "depthwise.md"
+    text = "\n".join(table.markdown()) + "\n"
+    path.write_text(text)
+    print(f"\n{text}\nconvperf depthwise table: {path}")
+
+
+# ---- perf checks on the seed shapes -------------------------------------------------------------------
+
+
+@pytest.mark.convperf
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("shape", DEPTHWISE_SEED_SHAPES, ids=short_id)
+def test_seed_shape(
+    shape: tuple[int, int, int, int],
+    dtype: str,
+    layout: str,
+    phase: str,
+    convperf: object,
+    convperf_device: DeviceInfo,
+    dw_table: DepthwiseTable,
+) -> None:
+    """Correct, and not slower than the stored baseline, on one seed shape (scaled on a CPU)."""
+    if not convperf_device.is_cuda and dtype != "fp32":
+        pytest.skip(
+            "the CPU run is fp32 only: PyTorch's fp16 CPU conv is not a meaningful (and a very slow) target"
+        )
+    problem = scaled_for(depthwise_seed_problem(*shape, dtype=dtype, layout=layout), convperf_device.kind)
+    candidate = depthwise_candidate(convperf_device.kind)
+    comparison = convperf.check(candidate, problem, phase=phase)  # type: ignore[attr-defined]
+    dw_table.device = convperf_device.name
+    dw_table.scaled = not convperf_device.is_cuda
+    dw_table.add(problem, phase, comparison)
+
+
+# ---- targeted search for the worst speedup ------------------------------------------------------------
+
+SEARCH_PROBLEMS = conv2d_problems(
+    kinds=("depthwise",),
+    dtypes=("fp32",),
+    layouts=("nchw", "nhwc"),
+    kernel_sizes=(1, 3, 5, 7),
+    square_kernels=True,
+    strides=(1, 2),
+    dilations=(1,),
+    bias=(False,),
+    max_multiplier=1,
+    max_channels=256,
+    max_batch=16,
+    max_out_size=64,
+    max_elements=2**22,
+)
+
+
+@pytest.mark.convperf
+def test_worst_speedup_search(
+    convperf: object, convperf_device: DeviceInfo, dw_table: DepthwiseTable
+) -> None:
+    """Steer Hypothesis towards the slowest forward speedup; report the shape and check it is correct."""
+    candidate = depthwise_candidate(convperf_device.kind)
+    found: list[tuple[float, Conv2dProblem]] = []
+
+    @settings(
+        max_examples=20 if convperf_device.is_cuda else 8,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(problem=SEARCH_PROBLEMS)
+    def search(problem: Conv2dProblem) -> None:
+        problem = scaled_for(problem, convperf_device.kind)
+        comparison = convperf.measure(candidate, problem, phase="forward")  # type: ignore[attr-defined]
+        slowdown = 1.0 / comparison.speedup
+        target(math.log(slowdown), label="log slowdown vs F.conv2d")
+        found.append((comparison.speedup, problem))
+
+    search()
+    assert found, "the search ran no example"
+    speedup, worst = min(found, key=lambda item: item[0])
+    dw_table.device = convperf_device.name
+    dw_table.worst = [
+        f"- worst forward speedup {speedup:.2f}x on `{worst.id}` ({len(found)} shapes timed, "
+        f"best {max(s for s, _ in found):.2f}x)"
+    ]
+    print(dw_table.worst[0])
+    assert_conv_close(candidate, worst, device=convperf_device.torch_device)

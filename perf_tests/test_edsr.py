@@ -1,0 +1,324 @@
+"""EDSR x2 baseline (seed 000): standard vs depthwise-separable residual blocks, and our kernels in it.
+
+* Both variants: forward and backward time, peak memory of a training step, parameter counts,
+  and the profiler's kernel table (top kernels by device time on a GPU, operators by self CPU
+  time on a CPU) written to ``edsr.md`` in the report directory. Absolute times: advisory; the
+  separable/standard time ratio is measured paired and tracked like a check.
+* The separable blocks' depthwise conv (16 x 64 x 48 x 48, k3) through ``convperf.check``
+  (correctness + paired ratio against ``F.conv2d`` + baseline gate), forward and backward.
+* The fused dw+pw block kernel against the unfused PyTorch block (goal on an H100: >= 1.3x).
+* The separable model running our depthwise kernel or the fused block kernel against the same
+  model on stock PyTorch: outputs checked against fp64, time ratios gated.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from kernels.edsr import swap
+from kernels.edsr.models import EDSR, Block, ResBlock, SeparableConv2d, count_parameters
+from perf_tests import models as mb
+from perf_tests.paired import RATIO_HEADER, gated_pair, ratio_line
+from pytest_convperf.correctness import error_stats
+from pytest_convperf.device import DeviceInfo
+from pytest_convperf.memory import MemoryUsage
+from pytest_convperf.precision import ieee_fp32, tf32_enabled
+from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.profiling import KernelRow
+from pytest_convperf.results import ErrorStats
+from pytest_convperf.session import SESSION_KEY
+
+pytestmark = pytest.mark.convperf
+
+SEED_PARAMS = {"standard": 1_332_931, "separable": 304_835}
+FEATS = 64
+# EDSR training patches: 16 x 3 x 48 x 48 LR images on a GPU; one small image on a CPU.
+GPU_INPUT = (16, 3, 48, 48)
+CPU_INPUT = (1, 3, 16, 16)
+# Whole-network fp32 vs fp64 (33 convs in series).
+RTOL = 1e-3
+ATOL = 1e-4  # times max |expected|
+PAIR_CPU_RULE = {
+    "min_rounds": 7,
+    "max_time_s": 1.0,
+    "warmup_min_calls": 1,
+    "warmup_window": 2,
+    "warmup_cap_s": 0.5,
+}
+FUSED_GOAL = 1.3
+
+
+def input_shape(device: torch.device) -> tuple[int, int, int, int]:
+    return GPU_INPUT if mb.full_size(device) else CPU_INPUT
+
+
+def depthwise_problem(device: torch.device) -> Conv2dProblem:
+    """The depthwise conv of a separable block at the model's body resolution."""
+    n, _, h, w = input_shape(device)
+    return Conv2dProblem(n=n, c_in=FEATS, h=h, w=w, c_out=FEATS, kernel=(3, 3), padding=(1, 1), groups=FEATS)
+
+
+@dataclass
+class EdsrReport:
+    """Rows collected during the module; written as ``edsr.md`` when it ends."""
+
+    variants: dict[str, list[str]] = field(default_factory=dict)
+    kernels: dict[str, list[str]] = field(default_factory=dict)
+    ratios: list[str] = field(default_factory=list)
+
+
+def kernel_table(rows: list[KernelRow], cuda: bool, limit: int = 10) -> list[str]:
+    """Markdown table of the top ``limit`` rows, as in the seed's profiler output."""
+    what = "Self CUDA" if cuda else "Self CPU"
+    lines = [f"|Name|{what} total|{what} %|{what} avg|# of Calls|", "|:---|---:|---:|---:|---:|"]
+    for r in rows[:limit]:
+        name = r.name.replace("|", "\\|")
+        lines.append(f"|`{name[:90]}`|{r.total_us / 1e3:.3f} ms|{r.share:.2%}|{r.mean_us:.3f} us|{r.calls}|")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def edsr_report(request: pytest.FixtureRequest) -> Iterator[EdsrReport]:
+    """Collects the module's tables; writes ``edsr.md`` to the report directory at module end."""
+    rep = EdsrReport()
+    yield rep
+    session = request.config.stash[SESSION_KEY]
+    device = torch.device(session.device_info().torch_device)
+    n, c, h, w = input_shape(device)
+    lines = [
+        f"Input: batch {n} x {c} x {h} x {w} (LR), x2 output; 16 residual blocks, 64 features, no post-body "
+        "conv (the seed's definition). Parameter counts are trainable parameters (MeanShift frozen, "
+        f"excluded). Absolute times are advisory. {mb.device_line(device)}; {mb.framework()}; "
+        f"TF32 for cuDNN convs: {tf32_enabled() if device.type == 'cuda' else 'n/a'}.",
+        "",
+        "|Variant|Params|Forward|Backward|Peak memory (fwd+bwd step)|",
+        "|:---|---:|---:|---:|---:|",
+        *[rep.variants[k][0] for k in sorted(rep.variants)],
+    ]
+    for name in sorted(rep.kernels):
+        lines += [
+            "",
+            f"## Kernel table: EDSR {name} residual blocks (one forward + backward step)",
+            "",
+            *rep.kernels[name],
+        ]
+    if rep.ratios:
+        lines += [
+            "",
+            "## Our kernels vs stock PyTorch (paired rounds, gated on the stored time ratio)",
+            "",
+            "fp32 pinned to IEEE (TF32 off) on both sides (except separable vs standard: PyTorch's "
+            "default TF32 setting, what users get). On a CPU 'our' kernels are their PyTorch-ops "
+            "twins (kernels.depthwise.reference, kernels.edsr.reference), so CPU ratios say nothing "
+            "about the CUDA kernels. The fused block's backward is the autograd formula of the "
+            "reference composition (aten convolution_backward), not a fused kernel.",
+            "",
+            *RATIO_HEADER,
+            *rep.ratios,
+        ]
+    section = mb.ReportSection("edsr.md", "EDSR x2: standard vs depthwise-separable residual blocks")
+    if rep.variants or rep.kernels or rep.ratios:
+        section.add("0", lines)
+    path = section.write(session.report_dir())
+    if path is not None:
+        print(f"\nconvperf EDSR tables: {path}")
+
+
+@pytest.fixture
+def device(convperf_device: DeviceInfo) -> Iterator[torch.device]:
+    """The torch device in use, cuDNN benchmark mode on for timing (restored afterwards)."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = convperf_device.is_cuda
+    try:
+        yield torch.device(convperf_device.torch_device)
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
+def _input(device: torch.device) -> torch.Tensor:
+    # EDSR takes images in [0, rgb_range] (255).
+    return mb.seeded_input(input_shape(device), device).clamp(-3, 3).add(3).mul(255 / 6)
+
+
+@pytest.mark.parametrize("block", ["standard", "separable"])
+def test_edsr_variant(
+    block: Block,
+    device: torch.device,
+    gpu_timer: mb.TimerFn,
+    gpu_memory: mb.MemoryFn,
+    profiler_trace: mb.TraceFn,
+    edsr_report: EdsrReport,
+) -> None:
+    """Forward/backward time, peak memory and the kernel table of one EDSR variant (seed 000)."""
+    torch.manual_seed(0)
+    model = EDSR(block=block).to(device)
+    params = count_parameters(model)
+    assert params == SEED_PARAMS[block]
+    x = _input(device)
+    calls = mb.phase_callables(model, x)
+    fwd = gpu_timer(calls["forward"], **mb.rule_for(device))
+    bwd = gpu_timer(calls["backward"], **mb.rule_for(device))
+    del calls
+    model.zero_grad(set_to_none=True)
+    with gpu_memory() as mem:
+        model(x).sum().backward()
+    with profiler_trace(f"edsr-{block}") as trace:
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+    assert trace.kernels, "the profiler saw no kernels/operators in an EDSR training step"
+    edsr_report.variants[block] = [
+        f"|{block}|{params:,}|{mb.fmt_time(fwd, 'ms')}|{mb.fmt_time(bwd, 'ms')}|{_memory_cell(mem)}|"
+    ]
+    edsr_report.kernels[block] = [
+        *kernel_table(trace.kernels, device.type == "cuda"),
+        "",
+        f"Trace: `{trace.path}`",
+    ]
+
+
+def _memory_cell(mem: MemoryUsage) -> str:
+    mib = mem.peak_bytes / 2**20
+    if mem.source.startswith("cpu"):
+        return f"{mib:.1f} MiB (growth of the process's peak RSS: coarse, often 0 on a CPU)"
+    return f"{mib:.1f} MiB ({mem.source})"
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_separable_vs_standard_edsr(
+    phase: str, device: torch.device, convperf: mb.Convperf, edsr_report: EdsrReport
+) -> None:
+    """The seed's question, paired: wall-clock of the separable EDSR over the standard one (stock PyTorch).
+
+    Different functions (different weights), so no correctness check; the ratio is tracked against
+    its baseline like any other, so a PyTorch/cuDNN change that moves one variant shows up.
+    """
+    torch.manual_seed(0)
+    separable = EDSR(block="separable").to(device)
+    standard = EDSR(block="standard").to(device)
+    x = _input(device)
+    sep_calls = mb.phase_callables(separable, x)
+    std_calls = mb.phase_callables(standard, x)
+    shape = "x".join(map(str, x.shape))
+    comparison = gated_pair(
+        convperf,
+        what=f"edsr-separable-vs-standard-{shape}",
+        phase=phase,
+        candidate=sep_calls[phase],
+        reference=std_calls[phase],
+        facts={"candidate": "separable EDSR", "reference": "standard EDSR"},
+        rule={} if device.type == "cuda" else PAIR_CPU_RULE,
+        ieee=False,
+    )
+    edsr_report.ratios.append(
+        ratio_line(
+            f"separable EDSR (ours = separable) vs standard EDSR, both stock PyTorch, {phase}", comparison
+        )
+    )
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_edsr_depthwise_check(phase: str, device: torch.device, convperf: mb.Convperf) -> None:
+    """Our depthwise kernel on the separable EDSR's depthwise conv, checked like any conv."""
+    convperf.check(swap.our_depthwise(device), depthwise_problem(device), phase=phase)
+
+
+def _errors(got: torch.Tensor, expected: torch.Tensor, name: str) -> ErrorStats:
+    return error_stats(name, got, expected, atol=ATOL * float(expected.abs().max()), rtol=RTOL)
+
+
+def test_fused_block_vs_unfused_pytorch_block(
+    device: torch.device, convperf: mb.Convperf, edsr_report: EdsrReport
+) -> None:
+    """The fused dw+pw block (2 kernels) against the stock separable block (goal >= 1.3x on an H100)."""
+    torch.manual_seed(0)
+    stock = ResBlock(FEATS, "separable").to(device)
+    fused = copy.deepcopy(stock)
+    for conv in (fused.conv1, fused.conv2):
+        assert isinstance(conv, SeparableConv2d)
+        conv.depthwise = "fused"
+    n, _, h, w = input_shape(device)
+    x = mb.seeded_input((n, FEATS, h, w), device)
+    with torch.no_grad(), ieee_fp32():
+        expected = copy.deepcopy(stock).double()(x.double())
+        errors = [_errors(fused(x), expected, "block_output")]
+        reference_errors = [_errors(stock(x), expected, "block_output")]
+    assert all(e.ok for e in reference_errors), reference_errors
+    assert all(e.ok for e in errors), f"fused block differs from the fp64 block: {errors}"
+
+    def run_fused() -> object:
+        with torch.no_grad():
+            return fused(x)
+
+    def run_stock() -> object:
+        with torch.no_grad():
+            return stock(x)
+
+    shape = "x".join(map(str, x.shape))
+    comparison = gated_pair(
+        convperf,
+        what=f"edsr-block-{shape}",
+        phase="forward",
+        candidate=run_fused,
+        reference=run_stock,
+        errors=errors,
+        facts={"goal_speedup": FUSED_GOAL},
+        rule={} if device.type == "cuda" else PAIR_CPU_RULE,
+    )
+    note = (
+        f" (goal >= {FUSED_GOAL}x on an H100)"
+        if device.type == "cuda"
+        else " (CPU: PyTorch twin, not the kernel)"
+    )
+    edsr_report.ratios.append(ratio_line(f"fused dw+pw block, {shape}, forward{note}", comparison))
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+@pytest.mark.parametrize("impl", ["ours", "fused"])
+def test_separable_edsr_on_our_kernels(
+    impl: str, phase: str, device: torch.device, convperf: mb.Convperf, edsr_report: EdsrReport
+) -> None:
+    """The separable EDSR on our depthwise (``ours``) or fused block kernel vs the stock model."""
+    torch.manual_seed(0)
+    stock = EDSR(block="separable").to(device)
+    ours = copy.deepcopy(stock).set_depthwise(impl)
+    x = _input(device)
+    g = mb.seeded_input(stock(x).shape, device, seed=1)
+    oracle = copy.deepcopy(stock).double()
+
+    def out_and_grad(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        xi = x.detach().to(dtype).clone().requires_grad_(True)
+        y = model(xi)
+        y.backward(g.to(dtype))
+        assert xi.grad is not None
+        return {"output": y.detach(), "grad_input": xi.grad}
+
+    with ieee_fp32():
+        expected = out_and_grad(oracle, torch.float64)
+        got = out_and_grad(ours, torch.float32)
+        base = out_and_grad(stock, torch.float32)
+    base_errors = [_errors(base[k], expected[k], k) for k in expected]
+    assert all(e.ok for e in base_errors), (
+        f"stock fp32 misses the fp64 oracle: the tolerance is wrong: {base_errors}"
+    )
+    errors = [_errors(got[k], expected[k], k) for k in expected]
+    assert all(e.ok for e in errors), f"EDSR on {impl} kernels differs from fp64: {errors}"
+    ours_calls = mb.phase_callables(ours, x)
+    stock_calls = mb.phase_callables(stock, x)
+    shape = "x".join(map(str, x.shape))
+    comparison = gated_pair(
+        convperf,
+        what=f"edsr-separable-{impl}-{shape}",
+        phase=phase,
+        candidate=ours_calls[phase],
+        reference=stock_calls[phase],
+        errors=errors,
+        facts={"depthwise": impl},
+        rule={} if device.type == "cuda" else PAIR_CPU_RULE,
+    )
+    label = {"ours": "our depthwise kernel", "fused": "fused dw+pw block kernel"}[impl]
+    edsr_report.ratios.append(ratio_line(f"separable EDSR on {label}, {phase}", comparison))

@@ -1,0 +1,94 @@
+"""Result tables of the im2col+GEMM and PCILT suites (seed 002's and seed 003's columns).
+
+Rows are collected by a module-scoped fixture of each suite and written as Markdown into the
+session's report directory when the module ends (and printed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_convperf.session import SESSION_KEY
+
+MemoryFn = Callable[[], AbstractContextManager[Any]]
+MB = 1024 * 1024
+
+
+@dataclass
+class Table:
+    """A Markdown table: a title, notes, a header and rows of cells."""
+
+    title: str
+    header: Sequence[str]
+    notes: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"## {self.title}", "", *self.notes, ""] if self.notes else [f"## {self.title}", ""]
+        out += ["| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
+        out += ["| " + " | ".join(r) + " |" for r in self.rows]
+        return [*out, ""]
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    """A cell: ``-`` for missing, ``inf`` kept, else ``digits`` significant digits."""
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.{digits}g}"
+
+
+def peak_mb(gpu_memory: MemoryFn, fn: Callable[[], object]) -> float:
+    """Peak memory of one call in MiB (CUDA allocator on a GPU, coarse resident-set growth on a CPU)."""
+    with gpu_memory() as mem:
+        fn()
+    return float(mem.peak_bytes) / MB
+
+
+def write_tables(
+    request: pytest.FixtureRequest, name: str, heading: str, tables: Sequence[Table]
+) -> Path | None:
+    """Write non-empty tables to ``<report dir>/<name>`` and print them; return the path."""
+    tables = [t for t in tables if t.rows]
+    if not tables:
+        return None
+    session = request.config.stash[SESSION_KEY]
+    lines = [f"# {heading}", ""]
+    for t in tables:
+        lines += t.lines()
+    path = session.report_dir() / name
+    path.write_text("\n".join(lines))
+    print(f"\n{chr(10).join(lines)}\nconvperf tables: {path}")
+    return path
+
+
+def table_fixture(
+    name: str, heading: str, *tables: Table
+) -> Callable[[pytest.FixtureRequest], Iterator[dict[str, Table]]]:
+    """A module-scoped fixture yielding ``{title: Table}`` and writing them at module end."""
+
+    @pytest.fixture(scope="module")
+    def fixture(request: pytest.FixtureRequest) -> Iterator[dict[str, Table]]:
+        fresh = {t.title: Table(t.title, t.header, list(t.notes)) for t in tables}
+        yield fresh
+        write_tables(request, name, heading, list(fresh.values()))
+
+    return fixture
+
+
+def device_note(device: torch.device) -> str:
+    """One line naming the device and the fp32 math mode."""
+    if device.type == "cuda":
+        return f"Device: {torch.cuda.get_device_name(device)}; fp32 with TF32 off on both sides (IEEE)."
+    return (
+        f"Device: CPU ({torch.get_num_threads()} threads); times are CPU times of the PyTorch-ops reference."
+    )

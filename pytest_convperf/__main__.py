@@ -1,0 +1,251 @@
+"""``python -m pytest_convperf calibrate | merge-baselines | report``.
+
+calibrate [pytest args] --runs K
+    Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
+    ``--convperf`` and a private report directory, never updating baselines), then stores per
+    check ``noise`` = the between-run standard deviation of ln(time ratio), floored, and
+    ``noise_runs`` = K. A check without an entry gets one: the median of the K runs (ref_runs K).
+merge-baselines A B [...] -o OUT [--prefer first|last]
+    Merges baseline files of one machine by key; a key with different values in two inputs is
+    a conflict (exit 1) unless ``--prefer`` says which side wins.
+report DIR [--markdown]
+    Prints the summary of a ``--convperf-report`` directory again (from its rows.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_convperf.baselines import Entry, atomic_write, dump_text, lock_for, merge_files, read_file
+from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
+
+# pytest exit codes after which the runs are still usable (0 passed, 1 some tests failed,
+# 5 nothing collected is handled separately).
+_USABLE_EXIT = (0, 1)
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "history.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
+    """Between-run SD of the runs' median ln ratios (ddof 1), never under ``floor``."""
+    sd = statistics.stdev(ln_ratios) if len(ln_ratios) >= 2 else 0.0
+    return max(sd, floor)
+
+
+def calibrate_records(
+    runs: Sequence[Sequence[Mapping[str, Any]]], *, floor: float | None = None
+) -> dict[str, Any]:
+    """Fold K runs' history records into per-file entry updates; returns {file: {key: (entry fields)}}.
+
+    Pure: the caller writes. ``floor`` defaults to the device's (GPU 0.4 %, CPU measured).
+    """
+    by_check: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for records in runs:
+        for rec in records:
+            if rec.get("ln_ratio") is None or not rec.get("baselines_file"):
+                continue
+            ident = (str(rec["baselines_file"]), str(rec.get("machine")), str(rec["key"]))
+            by_check.setdefault(ident, []).append(rec)
+    out: dict[str, Any] = {}
+    for (file, machine, key), recs in sorted(by_check.items()):
+        lns = [float(r["ln_ratio"]) for r in recs]
+        dev_floor = (
+            floor
+            if floor is not None
+            else (GPU_NOISE_FLOOR if recs[0].get("device_kind") == "cuda" else CPU_NOISE_FLOOR)
+        )
+        mid = sorted(recs, key=lambda r: float(r["ln_ratio"]))[len(recs) // 2]
+        out.setdefault(file, {"machine": machine, "checks": {}})["checks"][key] = {
+            "runs": len(lns),
+            "sd": statistics.stdev(lns) if len(lns) >= 2 else 0.0,
+            "noise": noise_of(lns, dev_floor),
+            "floor": dev_floor,
+            "time_ratio": math.exp(statistics.median(lns)),
+            "us": mid.get("us") or {},
+            "env": mid.get("env") or {},
+            "reference_backend": mid.get("reference_backend"),
+            "correctness": mid.get("correctness") or {},
+        }
+    return out
+
+
+def _write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    path = Path(file)
+    lines = []
+    with lock_for(path):
+        current = dict(read_file(path, machine).entries)
+        for key, c in checks.items():
+            old = current.get(key)
+            if old is not None:
+                current[key] = old.with_(noise=c["noise"], noise_runs=c["runs"])
+                what = "noise updated"
+            else:
+                us = c["us"]
+                if not us.get("candidate") or not us.get("reference"):
+                    lines.append(f"  {key}: no absolute times recorded; skipped")
+                    continue
+                current[key] = Entry(
+                    time_ratio=c["time_ratio"],
+                    noise=c["noise"],
+                    noise_runs=c["runs"],
+                    ref_runs=c["runs"],
+                    us_candidate=float(us["candidate"]),
+                    us_reference=float(us["reference"]),
+                    env=dict(c["env"]),
+                    reference_backend=c.get("reference_backend"),
+                    correctness={k: v for k, v in c.get("correctness", {}).items() if v is not None},
+                )
+                what = "new entry (median of the runs)"
+            lines.append(
+                f"  {key}: between-run SD {c['sd']:.2%} over {c['runs']} runs -> noise "
+                f"{c['noise']:.2%}{' (floor)' if c['noise'] > c['sd'] else ''}; {what}"
+            )
+        atomic_write(path, dump_text(machine, current))
+    return lines
+
+
+def plugin_args(pytest_args: Sequence[str]) -> list[str]:
+    """``-p pytest_convperf.plugin`` unless pytest loads it already (installed entry point, or given)."""
+    from importlib.metadata import entry_points
+
+    installed = any(ep.name == "convperf" for ep in entry_points(group="pytest11"))
+    given = any("pytest_convperf.plugin" in a for a in pytest_args)
+    return [] if installed or given else ["-p", "pytest_convperf.plugin"]
+
+
+def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
+    if args.runs < 2:
+        print("calibrate: --runs must be at least 2 (a standard deviation needs two runs)", file=sys.stderr)
+        return 2
+    if any(a.startswith("--convperf-update-baselines") for a in pytest_args):
+        print(
+            "calibrate: do not pass --convperf-update-baselines; calibrate writes noise itself",
+            file=sys.stderr,
+        )
+        return 2
+    runs: list[list[dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory(prefix="convperf-calibrate-") as tmp:
+        for i in range(args.runs):
+            run_dir = Path(tmp) / f"run-{i}"
+            cmd = [
+                sys.executable,
+                "-m",
+                "pytest",
+                *plugin_args(pytest_args),
+                *pytest_args,
+                "--convperf",
+                f"--convperf-report={run_dir}",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+            ]
+            print(f"calibrate: run {i + 1}/{args.runs}: {' '.join(cmd[1:])}", flush=True)
+            proc = subprocess.run(cmd, capture_output=not args.verbose, text=True, check=False)
+            if proc.returncode not in _USABLE_EXIT:
+                tail = (proc.stdout or "")[-3000:] + (proc.stderr or "")[-2000:]
+                print(f"calibrate: pytest exited {proc.returncode}; stopping.\n{tail}", file=sys.stderr)
+                return proc.returncode or 1
+            runs.append(_records(run_dir))
+    folded = calibrate_records(runs, floor=args.floor)
+    if not folded:
+        print(
+            "calibrate: the selection produced no convperf checks (are the tests marked convperf?)",
+            file=sys.stderr,
+        )
+        return 5
+    for file, data in folded.items():
+        print(f"{file}:")
+        for line in _write_calibration(file, data["machine"], data["checks"]):
+            print(line)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    paths = [Path(p) for p in args.files]
+    # prefer=first: walk the files backwards and let the later (= earlier given) one win.
+    order = list(reversed(paths)) if args.prefer == "first" else paths
+    machine, merged, conflicts = merge_files(order, prefer_last=args.prefer is not None)
+    if conflicts and args.prefer is None:
+        print(
+            "merge-baselines: conflicting values for: "
+            + ", ".join(conflicts)
+            + "; re-measure these checks, or pass --prefer first|last",
+            file=sys.stderr,
+        )
+        return 1
+    atomic_write(Path(args.output), dump_text(machine, merged))
+    print(
+        f"merge-baselines: {len(merged)} entries -> {args.output}"
+        + (f" ({len(conflicts)} conflicts resolved: {args.prefer})" if conflicts else "")
+    )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pytest_convperf.report import markdown, terminal_lines
+
+    path = Path(args.dir) / "rows.json"
+    if not path.exists():
+        print(
+            f"report: {path} not found; write one with pytest --convperf --convperf-report={args.dir}",
+            file=sys.stderr,
+        )
+        return 2
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    print(markdown(rows) if args.markdown else "\n".join(terminal_lines(rows)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m pytest_convperf``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_convperf",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    cal = sub.add_parser("calibrate", help="run the selection K times and store each check's noise")
+    cal.add_argument("--runs", type=int, default=10, help="number of unchanged runs (default 10)")
+    cal.add_argument(
+        "--floor", type=float, default=None, help="noise floor (default: GPU 0.004, CPU measured)"
+    )
+    cal.add_argument("--verbose", action="store_true", help="show each run's pytest output")
+    merge = sub.add_parser("merge-baselines", help="merge baseline files of one machine by key")
+    merge.add_argument("files", nargs="+", help="baseline YAML files")
+    merge.add_argument("-o", "--output", required=True, help="output file")
+    merge.add_argument("--prefer", choices=("first", "last"), default=None, help="which side wins a conflict")
+    rep = sub.add_parser("report", help="print the summary of a --convperf-report directory")
+    rep.add_argument("dir")
+    rep.add_argument("--markdown", action="store_true")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "calibrate":
+        return cmd_calibrate(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        if args.command == "merge-baselines":
+            return cmd_merge(args)
+        return cmd_report(args)
+    except Exception as exc:  # UsageError from validation: print it like pytest does
+        if type(exc).__name__ == "UsageError":
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return 4
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""pytest entry point (``pytest11: convperf``): options, marker, fixtures and thin hooks.
+
+Nothing here imports torch: fixtures import their implementation on first use, so
+``pytest --help`` and sessions that use no convperf fixture never load it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_convperf.config import CONFIG_KEY, OPTIONS, ConvperfConfig
+from pytest_convperf.session import SESSION_KEY, ConvperfSession
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    from pytest_convperf.check import ConvperfFixture
+    from pytest_convperf.device import DeviceInfo
+
+MARKER = "convperf"
+SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or ini convperf = true)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the ``convperf`` option group; every option is also an ini key."""
+    group = parser.getgroup("convperf", "convperf: conv2d kernel correctness and speedup baselines")
+    for spec in OPTIONS:
+        if spec.is_flag:
+            group.addoption(spec.flag, action="store_true", default=None, dest=spec.ini, help=spec.help)
+        elif spec.flag_value is not None:
+            group.addoption(
+                spec.flag, nargs="?", const=spec.flag_value, default=None, dest=spec.ini, help=spec.help
+            )
+        elif spec.name != "convperf-machine-aliases":
+            group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
+        parser.addini(spec.ini, spec.help, type="string", default="")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Parse options once into a frozen config, register the marker and the session object."""
+    config.addinivalue_line(
+        "markers", f"{MARKER}: a timing/baseline check; skipped unless --convperf is given"
+    )
+    # Before Hypothesis' own pytest_configure loads --hypothesis-profile (we run tryfirst).
+    from pytest_convperf.strategies import register_profiles
+
+    register_profiles()
+    cfg = ConvperfConfig.from_pytest_config(config)
+    config.stash[CONFIG_KEY] = cfg
+    session = ConvperfSession(config, cfg)
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "convperf-session")
+    # xdist: pin this worker to its GPU before anything starts CUDA (see parallel.py).
+    from pytest_convperf import parallel
+
+    parallel.configure(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``convperf`` unless --convperf was given."""
+    if config.stash[CONFIG_KEY].enabled:
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker(MARKER) is not None:
+            item.add_marker(skip)
+
+
+def _session(request: pytest.FixtureRequest) -> ConvperfSession:
+    return request.config.stash[SESSION_KEY]
+
+
+@pytest.fixture
+def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
+    """Check a conv2d candidate against its reference and the stored baseline.
+
+    ``convperf.check(candidate, problem, *, reference=None, phase="forward")`` runs the
+    correctness check (fp64 oracle), times candidate and reference in paired rounds, decides
+    against ``baselines/<machine>/<module>.yaml`` and records a row for the report.
+    ``convperf.measure(candidate, problem, *, reference=None, phase="forward")`` only times and
+    returns a :class:`~pytest_convperf.results.Comparison`. A candidate has the signature of
+    ``torch.nn.functional.conv2d``; the reference defaults to ``F.conv2d`` on the device in use.
+    ``phase`` is ``forward``, ``input_grad``, ``weight_grad`` or ``backward``.
+    """
+    from pytest_convperf.check import ConvperfFixture
+
+    return ConvperfFixture(_session(request), request)
+
+
+@pytest.fixture
+def convperf_device(request: pytest.FixtureRequest) -> DeviceInfo:
+    """The device in use (``.torch_device``) and its fingerprint (``.slug``, ``.facts``).
+
+    ``cuda`` when a GPU is available (or forced with --convperf-device=cuda), else ``cpu``.
+    """
+    return _session(request).device_info()
+
+
+@pytest.fixture
+def convperf_timer(request: pytest.FixtureRequest) -> Any:
+    """The Timer that ``convperf`` and ``gpu_timer`` measure with (CUDA events, CPU clock, or fake).
+
+    Override it in a conftest to replay exact durations, e.g. ``return
+    FakeTimer({"candidate": 5e-4, "reference": 1e-3})`` from ``pytest_convperf.timing.fake``;
+    ``$CONVPERF_FAKE_TIMER`` naming a JSON replay file does the same for a whole session.
+    """
+    return _session(request).timer()
+
+
+@pytest.fixture
+def gpu_timer(request: pytest.FixtureRequest, convperf_timer: Any) -> Any:
+    """Time a no-argument callable: ``gpu_timer(fn, *, mode="cold") -> Measurement``.
+
+    On a GPU: CUDA events; ``cold`` flushes L2 before each sample, ``warm`` does not, ``graph``
+    replays a CUDA graph for kernels under ~20 us. On a CPU: ``perf_counter_ns`` with a fixed
+    thread count (the mode is reported as ``cpu``). Stops adaptively on the CI of the median.
+    """
+    from pytest_convperf.timing import make_timer_callable
+
+    return make_timer_callable(_session(request).device_info(), convperf_timer)
+
+
+@pytest.fixture
+def gpu_memory(request: pytest.FixtureRequest) -> Any:
+    """Peak memory of a block: ``with gpu_memory() as mem: ...`` then ``mem.peak_bytes``.
+
+    On a GPU: peak bytes from the CUDA caching allocator (``mem.peak_bytes``) and device memory
+    in use from NVML (``mem.nvml_used_bytes``, None without NVML). On a CPU: the growth of the
+    process's peak resident set during the block (``mem.source == "cpu-rss"``), a coarse bound.
+    """
+    from pytest_convperf.memory import memory_tracker
+
+    device = _session(request).device_info()
+    return lambda: memory_tracker(device)
+
+
+@pytest.fixture
+def profiler_trace(request: pytest.FixtureRequest) -> Any:
+    """Profile a block: ``with profiler_trace("name") as tr: ...``.
+
+    Afterwards ``tr.path`` is a Chrome/Perfetto JSON trace under the report directory (a
+    temporary directory without --convperf-report), named from the test id, and
+    ``tr.kernels`` lists rows (name, calls, total and mean time, share): CUDA kernels on a GPU,
+    CPU operators on a CPU.
+    """
+    from pytest_convperf.profiling import trace_factory
+
+    session = _session(request)
+    return trace_factory(session.trace_dir(request), request.node.nodeid, session.device_info())
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    """One header line saying whether convperf checks run, and where baselines live."""
+    cfg = config.stash[CONFIG_KEY]
+    if not cfg.enabled:
+        return None
+    return [
+        f"convperf: device={cfg.device} baselines={cfg.baselines_dir} update={sorted(cfg.update) or 'no'}"
+    ]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Attach this test's convperf rows to its report (xdist ships them to the controller)."""
+    report = yield
+    if call.when == "call":
+        item.config.stash[SESSION_KEY].attach_rows(item, report)
+    return report

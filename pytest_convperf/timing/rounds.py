@@ -1,0 +1,444 @@
+"""Warm-up and adaptive rounds (DESIGN §5), shared by every timer.
+
+Paired comparison: candidate and reference run back to back in each round, alternating which
+goes first, and each round gives ln(t_candidate / t_reference). Pairing cancels the drift that
+both share (clock ramps, a neighbour's load), which is why the ratio is far steadier than
+either time. Rounds stop when the 95 % CI of the median log ratio is within the target
+(+-0.5 %, +-1 % under 10 us) after at least ``min_rounds``, or at a cap (rounds, time, or a
+plateau of the CI width): then the result is flagged ``noisy``.
+
+Clock control: after each round the timer reports the clock state; rounds whose SM clock is
+under 0.9 x the run's median or that carry a hardware slowdown reason are dropped (and more
+rounds are run to replace them). Over 25 % dropped makes the comparison inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pytest_convperf import stats
+from pytest_convperf.device import ClockSample, reason_names
+from pytest_convperf.results import Comparison, Measurement
+from pytest_convperf.timing import MODES, Job, Timer
+
+MAX_REPLAY_S = 5e-3
+
+
+class TimedCallError(RuntimeError):
+    """A timed callable (or the device under it) raised during warm-up or rounds."""
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """Warm-up and stopping parameters. Defaults are DESIGN §5's numbers.
+
+    ``target`` is the CI half-width of the median log ratio to reach (None: 0.005, or 0.01
+    when the faster side's median is under ``short_kernel_s``). ``max_rounds``/``max_time_s``
+    are the caps; ``plateau_rounds`` stops a run whose CI half-width did not shrink 10 % over
+    that many rounds. ``graph_threshold_s``: mode ``auto`` switches to CUDA graphs below it.
+    """
+
+    min_rounds: int = 21
+    max_rounds: int = 2000
+    max_time_s: float = 5.0
+    target: float | None = None
+    short_kernel_s: float = 10e-6
+    warmup_min_calls: int = 3
+    warmup_window: int = 5
+    warmup_tolerance: float = 0.01
+    warmup_cap_s: float = 2.0
+    clock_floor: float = 0.9
+    max_dropped: float = 0.25
+    plateau_rounds: int = 200
+    graph_threshold_s: float = 20e-6
+    graph_replay_s: float = 1e-3
+    graph_calls: tuple[int, int] = (10, 500)
+
+    @classmethod
+    def for_timer(cls, timer: Timer, **overrides: Any) -> StopRule:
+        """Defaults for a timer: the CPU gets a 2 s cap (1 s warm-up cap) so the suite stays fast."""
+        base = cls(max_time_s=2.0, warmup_cap_s=1.0) if timer.kind == "cpu" else cls()
+        return replace(base, **overrides) if overrides else base
+
+    def scaled(self, factor: float, rounds_done: int = 0) -> StopRule:
+        """The rule for a confirm measurement: ``factor`` x the rounds (and caps) of a first one."""
+        min_rounds = max(self.min_rounds, math.ceil(factor * max(rounds_done, self.min_rounds)))
+        return replace(
+            self,
+            min_rounds=min_rounds,
+            max_rounds=max(self.max_rounds, min_rounds),
+            max_time_s=self.max_time_s * factor,
+        )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A callable to time, and how to rotate its inputs for graph mode.
+
+    ``rotation(k)`` returns ``k`` zero-argument calls on ``k`` distinct input sets of
+    ``bytes_per_call`` bytes each (so a CUDA graph can cycle over more than 2 x L2);
+    without it, graph mode replays the same inputs and reports L2 as warm.
+    """
+
+    name: str
+    call: Callable[[], object]
+    rotation: Callable[[int], Sequence[Callable[[], object]]] | None = None
+    bytes_per_call: int = 0
+
+
+@dataclass(frozen=True)
+class WarmupResult:
+    """How warm-up went: rounds run, whether two windows agreed, last window medians, time."""
+
+    rounds: int
+    converged: bool
+    medians: tuple[float, ...]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "converged": self.converged,
+            "medians_us": [m * 1e6 for m in self.medians],
+            "seconds": self.seconds,
+        }
+
+
+def _order(n_jobs: int, round_index: int) -> list[int]:
+    order = list(range(n_jobs))
+    return order if round_index % 2 == 0 else order[::-1]
+
+
+def _run(timer: Timer, jobs: Sequence[Job], round_index: int, phase: str) -> list[float]:
+    """One round in alternating order; samples returned in job order."""
+    order = _order(len(jobs), round_index)
+    try:
+        times = timer.run_round([jobs[k] for k in order])
+    except TimedCallError:
+        raise
+    except Exception as exc:
+        names = " and ".join(jobs[k].name for k in order)
+        raise TimedCallError(f"{names} raised during {phase} round {round_index}: {exc}") from exc
+    out = [0.0] * len(jobs)
+    for k, t in zip(order, times):
+        if not (t > 0.0 and math.isfinite(t)):
+            raise TimedCallError(
+                f"{jobs[k].name}: the timer returned {t!r} s in {phase} round {round_index}; "
+                "a sample must be a positive finite time"
+            )
+        out[k] = t
+    return out
+
+
+def warm_up(timer: Timer, jobs: Sequence[Job], rule: StopRule) -> WarmupResult:
+    """At least ``warmup_min_calls`` rounds, then windows until two successive windows' medians
+    agree within ``warmup_tolerance`` for every job, or ``warmup_cap_s`` has passed."""
+    start = timer.now()
+    index = 0
+    for _ in range(rule.warmup_min_calls):
+        _run(timer, jobs, index, "warm-up")
+        index += 1
+    previous: list[float] | None = None
+    medians: list[float] = []
+    converged = False
+    while True:
+        window: list[list[float]] = [[] for _ in jobs]
+        for _ in range(rule.warmup_window):
+            for k, t in enumerate(_run(timer, jobs, index, "warm-up")):
+                window[k].append(t)
+            index += 1
+        medians = [stats.median(w) for w in window]
+        if previous is not None and all(
+            abs(m / p - 1.0) <= rule.warmup_tolerance for m, p in zip(medians, previous)
+        ):
+            converged = True
+            break
+        previous = medians
+        if timer.now() - start >= rule.warmup_cap_s:
+            break
+    return WarmupResult(index, converged, tuple(medians), timer.now() - start)
+
+
+def kept_rounds(clocks: Sequence[ClockSample | None], floor: float) -> list[int]:
+    """Indices of rounds to keep: drop SM clock < ``floor`` x the run's median, or HW slowdown."""
+    known = [c.sm_mhz for c in clocks if c is not None and c.sm_mhz]
+    threshold = floor * stats.median(known) if known else 0.0
+    kept = []
+    for i, c in enumerate(clocks):
+        if c is not None and (c.hw_slowdown or (c.sm_mhz is not None and c.sm_mhz < threshold)):
+            continue
+        kept.append(i)
+    return kept
+
+
+@dataclass
+class _Rounds:
+    times: list[list[float]]
+    clocks: list[ClockSample | None] = field(default_factory=list)
+    stop: str = ""
+    converged: bool = False
+    target: float = 0.0
+    kept: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def n(self) -> int:
+        return len(self.clocks)
+
+
+def _metric(rounds: _Rounds, kept: Sequence[int]) -> list[float]:
+    """Paired: per-round log ratios (job 0 over job 1); single: log times."""
+    if len(rounds.times) == 2:
+        return stats.log_ratios([rounds.times[0][i] for i in kept], [rounds.times[1][i] for i in kept])
+    return [math.log(rounds.times[0][i]) for i in kept]
+
+
+def _due(n: int) -> bool:
+    # The CI is a sort of all kept rounds: check every round early, then every ~2 % of rounds.
+    return n <= 100 or n % max(1, n // 50) == 0
+
+
+def run_rounds(timer: Timer, jobs: Sequence[Job], rule: StopRule) -> _Rounds:
+    """Adaptive rounds until the CI target is met after ``min_rounds``, or a cap."""
+    start = timer.now()
+    rounds = _Rounds(times=[[] for _ in jobs])
+    history: list[tuple[int, float]] = []
+    # Safety valve: min_rounds is honoured past max_time_s, but not past 4x it (a 1 s kernel).
+    hard_cap_s = 4.0 * rule.max_time_s
+    while True:
+        index = rounds.n
+        for k, t in enumerate(_run(timer, jobs, index, "timing")):
+            rounds.times[k].append(t)
+        rounds.clocks.append(timer.clocks())
+        n = rounds.n
+        elapsed = timer.now() - start
+        if n < rule.min_rounds:
+            if elapsed >= hard_cap_s:
+                rounds.stop = f"time cap: {n} rounds in {elapsed:.2f} s (under the {rule.min_rounds} wanted)"
+                break
+            continue
+        if not _due(n) and n < rule.max_rounds and elapsed < rule.max_time_s:
+            continue
+        kept = kept_rounds(rounds.clocks, rule.clock_floor)
+        if len(kept) >= max(6, rule.min_rounds // 2):
+            fastest = min(stats.median([rounds.times[k][i] for i in kept]) for k in range(len(jobs)))
+            rounds.target = rule.target or (0.01 if fastest < rule.short_kernel_s else 0.005)
+            halfwidth = stats.summarize(_metric(rounds, kept)).halfwidth
+            if len(kept) >= rule.min_rounds and halfwidth <= rounds.target:
+                rounds.converged = True
+                rounds.stop = f"CI half-width {halfwidth:.4f} <= {rounds.target} after {n} rounds"
+                break
+            history.append((n, halfwidth))
+            old = [hw for m, hw in history if m <= n - rule.plateau_rounds]
+            if old and halfwidth > 0.9 * old[-1]:
+                rounds.stop = (
+                    f"plateau: CI half-width {halfwidth:.4f} did not shrink 10 % "
+                    f"in {rule.plateau_rounds} rounds"
+                )
+                break
+        if n >= rule.max_rounds:
+            rounds.stop = f"round cap {rule.max_rounds}"
+            break
+        if elapsed >= rule.max_time_s:
+            rounds.stop = f"time cap {rule.max_time_s} s after {n} rounds"
+            break
+        if n >= 4 * rule.min_rounds and n - len(kept) > 0.5 * n:
+            rounds.stop = f"{n - len(kept)} of {n} rounds dropped for clocks; stopped early"
+            break
+    rounds.kept = kept_rounds(rounds.clocks, rule.clock_floor)
+    rounds.seconds = timer.now() - start
+    return rounds
+
+
+def _clock_facts(clocks: Sequence[ClockSample | None], kept: Sequence[int]) -> dict[str, Any] | str:
+    seen = [c for c in clocks if c is not None and c.sm_mhz]
+    if not seen:
+        return "clocks unknown"
+    mhz = [c.sm_mhz for c in seen if c.sm_mhz is not None]
+    reasons = 0
+    for c in seen:
+        reasons |= c.reasons
+    temps = [c.temp_c for c in seen if c.temp_c is not None]
+    power = [c.power_w for c in seen if c.power_w is not None]
+    kept_mhz = [clocks[i].sm_mhz for i in kept if clocks[i] is not None and clocks[i].sm_mhz]  # type: ignore[union-attr]
+    return {
+        "sm_mhz_median": stats.median(mhz),
+        "sm_mhz_min": min(mhz),
+        "sm_mhz_max": max(mhz),
+        "sm_mhz_kept_median": stats.median(kept_mhz) if kept_mhz else None,  # type: ignore[arg-type]
+        "reasons_seen": reason_names(reasons),
+        "temp_c_max": max(temps) if temps else None,
+        "power_w_median": stats.median(power) if power else None,
+    }
+
+
+def _measurement(samples: Sequence[float], job: Job, dropped: int, noisy: bool) -> Measurement:
+    summary = stats.summarize(samples)
+    return Measurement(
+        samples=tuple(samples),
+        median=summary.median,
+        ci=summary.ci,
+        n=len(samples),
+        dropped=dropped,
+        mode=job.mode,
+        l2=job.l2,
+        noisy=noisy,
+    )
+
+
+def _inconclusive(rounds: _Rounds, rule: StopRule) -> str | None:
+    dropped = rounds.n - len(rounds.kept)
+    if rounds.n and dropped > rule.max_dropped * rounds.n:
+        reasons: set[str] = set()
+        for c in rounds.clocks:
+            if c is not None:
+                reasons.update(reason_names(c.reasons))
+        return (
+            f"{dropped} of {rounds.n} timing rounds dropped (over {rule.max_dropped:.0%}): SM clock under "
+            f"{rule.clock_floor} x the run's median or a hardware slowdown"
+            f" (reasons seen: {', '.join(sorted(reasons)) or 'none'}); the clocks were too unstable to judge"
+        )
+    if len(rounds.kept) < 6:
+        return (
+            f"only {len(rounds.kept)} timing rounds kept; at least 6 are needed for a 95 % CI of the median"
+        )
+    return None
+
+
+def _prepare(
+    timer: Timer, workloads: Sequence[Workload], mode: str, rule: StopRule, facts: dict[str, Any]
+) -> tuple[list[Job], WarmupResult]:
+    if mode not in MODES:
+        raise ValueError(f"timing mode {mode!r} is not one of {', '.join(MODES)}")
+    base = "warm" if mode == "warm" else "cold"
+    jobs = [timer.job(w.name, w.call, base) for w in workloads]
+    warm = warm_up(timer, jobs, rule)
+    want_graph = mode == "graph" or (mode == "auto" and min(warm.medians) < rule.graph_threshold_s)
+    if want_graph and not timer.supports_graphs:
+        if mode == "graph":
+            facts["graph"] = f"graph mode needs CUDA; the {timer.kind} timer timed {jobs[0].mode} instead"
+        return jobs, warm
+    if want_graph:
+        try:
+            graph_jobs, graph_facts = _graph_jobs(timer, workloads, warm.medians, rule)
+            facts["graph"] = graph_facts
+            warm = warm_up(timer, graph_jobs, rule)
+            jobs = graph_jobs
+        except TimedCallError:
+            raise
+        except Exception as exc:
+            if mode == "graph":
+                raise TimedCallError(f"CUDA graph capture failed: {exc}") from exc
+            facts["graph"] = f"capture failed, timed {base} instead: {type(exc).__name__}: {exc}"
+    return jobs, warm
+
+
+def _graph_jobs(
+    timer: Timer, workloads: Sequence[Workload], per_call_s: Sequence[float], rule: StopRule
+) -> tuple[list[Job], dict[str, Any]]:
+    """Graph jobs of K calls (a replay near ``graph_replay_s``), inputs rotated over > 2 x L2.
+
+    K comes from the faster side and is shared (both sides time the same number of calls); the
+    slower side's replay is kept under 5 ms, past which sustained load starts to lower clocks.
+    """
+    low, high = rule.graph_calls
+    k = max(low, min(high, round(rule.graph_replay_s / max(min(per_call_s), 1e-9))))
+    need = 2 * timer.l2_bytes
+    bytes_per_call = max((w.bytes_per_call for w in workloads), default=0)
+    sets = 1
+    if bytes_per_call > 0 and all(w.rotation is not None for w in workloads):
+        sets = math.ceil(need / bytes_per_call) + 1
+        k = max(k, min(high, sets))
+    k = max(low, min(k, round(MAX_REPLAY_S / max(max(per_call_s), 1e-9))))
+    sets = min(sets, k)
+    covered = sets * bytes_per_call
+    l2 = "rotated" if sets > 1 and covered > need else "warm"
+    jobs = []
+    for w in workloads:
+        calls = w.rotation(sets) if sets > 1 and w.rotation is not None else [w.call]
+        jobs.append(timer.graph_job(w.name, calls, k, l2))
+    return jobs, {"calls_per_replay": k, "input_sets": sets, "rotated_bytes": covered, "l2": l2}
+
+
+def _as_workload(name: str, item: Workload | Callable[[], object]) -> Workload:
+    return item if isinstance(item, Workload) else Workload(name, item)
+
+
+def measure_pair(
+    timer: Timer,
+    candidate: Workload | Callable[[], object],
+    reference: Workload | Callable[[], object],
+    *,
+    mode: str = "auto",
+    rule: StopRule | None = None,
+    facts: dict[str, Any] | None = None,
+) -> Comparison:
+    """Time candidate and reference in paired, alternating rounds; return the comparison.
+
+    ``mode``: ``auto`` (cold, switching to CUDA graphs under ~20 us), ``cold``, ``warm`` or
+    ``graph``. ``rule`` sets rounds and caps: pass ``rule.scaled(3, first.n_rounds)`` to confirm
+    a first measurement with three times the rounds. ``facts`` are merged into the result's.
+    """
+    rule = rule or StopRule.for_timer(timer)
+    cand = _as_workload("candidate", candidate)
+    ref = _as_workload("reference", reference)
+    out_facts: dict[str, Any] = dict(facts or {})
+    with timer.pinned():
+        jobs, warm = _prepare(timer, [cand, ref], mode, rule, out_facts)
+        rounds = run_rounds(timer, jobs, rule)
+    kept = rounds.kept
+    inconclusive = _inconclusive(rounds, rule)
+    use = kept if len(kept) >= 6 else list(range(rounds.n))
+    dropped = rounds.n - len(kept)
+    noisy = not rounds.converged
+    c_samples = [rounds.times[0][i] for i in use]
+    r_samples = [rounds.times[1][i] for i in use]
+    lr = stats.log_ratios(c_samples, r_samples)
+    summary = stats.summarize(lr)
+    out_facts.update(timer.facts())
+    out_facts.update(
+        warmup=warm.to_dict(),
+        stop=rounds.stop,
+        target_halfwidth=rounds.target,
+        ci_halfwidth=summary.halfwidth,
+        timing_seconds=rounds.seconds,
+        clocks=_clock_facts(rounds.clocks, kept),
+    )
+    return Comparison(
+        candidate=_measurement(c_samples, jobs[0], dropped, noisy),
+        reference=_measurement(r_samples, jobs[1], dropped, noisy),
+        log_ratios=tuple(lr),
+        time_ratio=math.exp(summary.median),
+        time_ratio_ci=(math.exp(summary.ci[0]), math.exp(summary.ci[1])),
+        se=summary.se,
+        n_rounds=len(use),
+        dropped_rounds=dropped,
+        noisy=noisy,
+        inconclusive=inconclusive,
+        facts=out_facts,
+    )
+
+
+def measure_one(
+    timer: Timer,
+    fn: Workload | Callable[[], object],
+    *,
+    mode: str = "cold",
+    rule: StopRule | None = None,
+) -> Measurement:
+    """Time one callable with warm-up and adaptive stopping on the CI of its median.
+
+    ``noisy`` is set when a cap stopped it; rounds dropped for clocks are counted in ``dropped``.
+    """
+    rule = rule or StopRule.for_timer(timer)
+    work = _as_workload("timed", fn)
+    facts: dict[str, Any] = {}
+    with timer.pinned():
+        jobs, _ = _prepare(timer, [work], mode, rule, facts)
+        rounds = run_rounds(timer, jobs, rule)
+    use = rounds.kept if len(rounds.kept) >= 6 else list(range(rounds.n))
+    samples = [rounds.times[0][i] for i in use]
+    return _measurement(samples, jobs[0], rounds.n - len(rounds.kept), not rounds.converged)

@@ -1,0 +1,416 @@
+"""The baseline decision of DESIGN §7, as a pure function of measurements and a stored entry.
+
+In log space, ``d = median ln(t_cand / t_ref) - ln(baseline ratio)``. Its standard deviation
+``sigma`` combines the run's own standard error with the between-run noise of the entry: the
+new run and the stored run each carry that noise once, so ``sigma^2 = se^2 + noise^2 (1 + 1/ref_runs)``
+(the noise is floored, 0.4 % on a GPU). A check is a suspect when the one-sided 95 % lower bound
+of ``d`` exceeds ``ln(1 + tolerance)``; it FAILs only when a fresh measurement with three times
+the rounds still exceeds it at 99.95 %. Checks too noisy to ever catch a ``max_mde`` regression
+are ADVISORY instead of PASS; a confirmed regression still FAILs (the 99.95 % confirm quantile
+holds the false-alarm rate whatever the MDE), so a noisy check is never a blind one.
+Nothing here imports torch or pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any, Literal
+
+from pytest_convperf.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.stats import t_quantile
+
+if TYPE_CHECKING:
+    from pytest_convperf.baselines import Entry
+
+Outcome = Literal["pass", "fail", "skip"]
+
+GPU_TOLERANCE = 0.02
+CPU_TOLERANCE = 0.05
+GPU_NOISE_FLOOR = 0.004
+# Between-run SD of the median log ratio of an unchanged CPU candidate (the depthwise reference
+# against F.conv2d, 3 shapes), measured with ``python -m pytest_convperf calibrate --runs 10`` in
+# 4 sessions on the shared 2-core CI box (load average 1.4 to 80): 4.2 to 15.0 %, median 8.5 %.
+# A shared CPU is that noisy, so CPU checks are mostly ADVISORY unless calibrated lower.
+CPU_NOISE_FLOOR = 0.085
+GPU_MAX_MDE = 0.10
+# Relative to the CPU tolerance: a CPU check is gateable when it can catch a 25 % regression.
+CPU_MAX_MDE = 0.25
+SCREEN_Q = 0.95
+CONFIRM_Q = 0.9995
+CONFIRM_FACTOR = 3
+POWER_Z = NormalDist().inv_cdf(0.80)
+DRIFT_FACTOR = 4.0
+# Error growth far below the tolerance (under 1 % of atol) is rounding noise, not drift.
+DRIFT_FLOOR = 0.01
+ENV_KEYS = ("torch", "cuda", "cudnn", "driver")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Thresholds of the decision; :func:`default_policy` fills them per device type."""
+
+    tolerance: float
+    noise_floor: float
+    max_mde: float
+    strict: bool = False
+    screen_q: float = SCREEN_Q
+    confirm_q: float = CONFIRM_Q
+    confirm_factor: int = CONFIRM_FACTOR
+    drift_factor: float = DRIFT_FACTOR
+
+
+def default_policy(device_type: str, *, tolerance: float | None = None, strict: bool = False) -> Policy:
+    """GPU: 2 % tolerance, 0.4 % noise floor, ADVISORY above a 10 % MDE; CPU: 5 %, measured floor, 25 %."""
+    if device_type == "cuda":
+        return Policy(
+            tolerance if tolerance is not None else GPU_TOLERANCE, GPU_NOISE_FLOOR, GPU_MAX_MDE, strict
+        )
+    return Policy(tolerance if tolerance is not None else CPU_TOLERANCE, CPU_NOISE_FLOOR, CPU_MAX_MDE, strict)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One statistical look at d: the screen (first measurement) or the confirmation."""
+
+    name: str
+    d: float
+    sigma: float
+    df: float
+    q: float
+    n_rounds: int
+
+    @property
+    def t(self) -> float:
+        return t_quantile(self.q, self.df)
+
+    @property
+    def lower(self) -> float:
+        return self.d - self.t * self.sigma
+
+    @property
+    def upper(self) -> float:
+        return self.d + self.t * self.sigma
+
+    def delta_ci(self, q: float = SCREEN_Q) -> tuple[float, float]:
+        """Two-sided ``2q - 1`` interval of the slowdown as a fraction (0.05 = 5 % slower)."""
+        half = t_quantile(q + (1 - q) / 2, self.df) * self.sigma
+        return (math.expm1(self.d - half), math.expm1(self.d + half))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict for one check and everything a message or a report needs."""
+
+    verdict: Verdict
+    outcome: Outcome
+    message: str
+    stage: str | None = None
+    tolerance: float = 0.0
+    noise: float | None = None
+    delta: float | None = None
+    delta_ci: tuple[float, float] | None = None
+    sigma: float | None = None
+    mde: float | None = None
+    rounds_needed: int | None = None
+    env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    confirm: Comparison | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "outcome": self.outcome,
+            "message": self.message,
+            "stage": self.stage,
+            "tolerance": self.tolerance,
+            "noise": self.noise,
+            "delta": self.delta,
+            "delta_ci": list(self.delta_ci) if self.delta_ci else None,
+            "sigma": self.sigma,
+            "mde": self.mde,
+            "rounds_needed": self.rounds_needed,
+            "env_diff": {k: list(v) for k, v in self.env_diff.items()},
+            "notes": list(self.notes),
+            "confirm": self.confirm.to_dict() if self.confirm is not None else None,
+        }
+
+
+# ---- the rule ---------------------------------------------------------------------------------
+
+
+def _noise(entry: Entry, policy: Policy) -> tuple[float, float]:
+    """(noise used, its degrees of freedom): the stored noise, floored; a floor counts as known."""
+    noise = max(entry.noise, policy.noise_floor)
+    runs = entry.noise_runs or 0
+    df = float(runs - 1) if runs >= 2 and entry.noise > policy.noise_floor else math.inf
+    return noise, df
+
+
+def _stage(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
+    noise, noise_df = _noise(entry, policy)
+    d = comparison.median_log_ratio - math.log(entry.time_ratio)
+    se = comparison.se
+    noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
+    var = se * se + noise_var
+    # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
+    se_df = max(1, comparison.n_rounds - 1)
+    denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)
+    df = var * var / denom if denom > 0 else math.inf
+    return Stage(name, d, math.sqrt(var), df, q, comparison.n_rounds)
+
+
+def _mde(screen: Stage, comparison: Comparison, entry: Entry, policy: Policy) -> tuple[float, int | None]:
+    """Smallest slowdown the confirm stage catches with 80 % power; screen rounds that reach max_mde."""
+    noise, _ = _noise(entry, policy)
+    noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
+    se2 = comparison.se**2 / policy.confirm_factor
+    sigma2 = math.sqrt(se2 + noise_var)
+    k = t_quantile(policy.confirm_q, screen.df) + POWER_Z
+    mde = math.expm1(math.log1p(policy.tolerance) + k * sigma2)
+    target = (math.log1p(policy.max_mde) - math.log1p(policy.tolerance)) / k
+    se_target2 = target * target - noise_var
+    if se_target2 <= 0 or comparison.se <= 0:
+        return mde, None
+    n = comparison.n_rounds * comparison.se**2 / (policy.confirm_factor * se_target2)
+    return mde, max(comparison.n_rounds, math.ceil(n))
+
+
+def env_from_facts(facts: Mapping[str, Any]) -> dict[str, str]:
+    """The versions a baseline depends on (torch, CUDA, cuDNN, driver major) from device facts."""
+    env: dict[str, str] = {}
+    for key in ENV_KEYS:
+        value = facts.get(key)
+        if value is None or value == "":
+            continue
+        text = str(value)
+        env[key] = text.split(".")[0] if key == "driver" else text
+    return env
+
+
+def env_diff(
+    stored: Mapping[str, str], current: Mapping[str, str]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Keys of the environment whose value changed: {key: (stored, current)}."""
+    keys = sorted(set(stored) | set(current))
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for key in keys:
+        old, new = stored.get(key), current.get(key)
+        if old is not None and new is not None and str(old) != str(new):
+            out[key] = (str(old), str(new))
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def _p(x: float, digits: int = 1) -> str:
+    return f"{x * 100:.{digits}f} %"
+
+
+def _us_line(entry: Entry, comparison: Comparison) -> str:
+    cand_old, ref_old = entry.us_candidate, entry.us_reference
+    cand_new, ref_new = comparison.candidate.median_us, comparison.reference.median_us
+    return (
+        f"candidate {cand_old:.4g} -> {cand_new:.4g} us ({_pct(cand_new / cand_old - 1)}), "
+        f"reference {ref_old:.4g} -> {ref_new:.4g} us ({_pct(ref_new / ref_old - 1)})"
+    )
+
+
+def _moved_side(entry: Entry, comparison: Comparison) -> str:
+    cand = comparison.candidate.median_us / entry.us_candidate - 1
+    ref = comparison.reference.median_us / entry.us_reference - 1
+    if abs(cand) >= 2 * abs(ref):
+        return "the candidate moved"
+    if abs(ref) >= 2 * abs(cand):
+        return "the reference moved"
+    return "both sides moved"
+
+
+def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Policy) -> Decision | None:
+    for err in errors:
+        if not err.ok:
+            what = (
+                f"{err.nonfinite} NaN/Inf values"
+                if err.nonfinite
+                else f"{err.violations} of {err.numel} elements outside atol + rtol*|ref|"
+            )
+            return Decision(
+                Verdict.CORRECTNESS_FAIL,
+                "fail",
+                f"correctness: {err.name}: {what}; max_abs={err.max_abs:.3g} max_rel={err.max_rel:.3g} "
+                f"(atol={err.atol:.3g}, rtol={err.rtol:.3g}), worst at {list(err.worst_index)}: "
+                f"got {err.worst_value:.6g}, expected {err.worst_expected:.6g}",
+                stage="tolerance",
+                tolerance=policy.tolerance,
+            )
+    if entry is None:
+        return None
+    for err in errors:
+        stored = entry.stored_max_abs(err.name, single=len(errors) == 1)
+        if stored is None:
+            continue
+        limit = policy.drift_factor * stored
+        if err.max_abs > limit and err.max_abs > DRIFT_FLOOR * err.atol:
+            return Decision(
+                Verdict.CORRECTNESS_FAIL,
+                "fail",
+                f"correctness drift: {err.name}: max_abs {err.max_abs:.3g} is over {policy.drift_factor:g}x "
+                f"the stored {stored:.3g} (still within atol={err.atol:.3g}, but about "
+                f"{math.log2(err.max_abs / stored) if stored > 0 else math.inf:.1f} bits lost); "
+                "if intended, record it with --convperf-update-baselines=failed --convperf-reason=...",
+                stage="drift",
+                tolerance=policy.tolerance,
+            )
+    return None
+
+
+def decide(
+    comparison: Comparison,
+    entry: Entry | None,
+    policy: Policy,
+    *,
+    errors: Sequence[ErrorStats] = (),
+    env: Mapping[str, str] | None = None,
+    backend: str | None = None,
+    confirm: Callable[[int], Comparison] | None = None,
+) -> Decision:
+    """Decide one check against its stored entry (``None`` when there is none).
+
+    ``confirm(n_rounds)`` re-measures with exactly ``n_rounds`` paired rounds; it is called
+    only for a suspect. Without it a suspect FAILs on the screen alone (stage ``screen``).
+    """
+    env = dict(env or {})
+    bad = _correctness(errors, entry, policy)
+    if bad is not None:
+        return bad
+    if comparison.inconclusive:
+        return Decision(
+            Verdict.INCONCLUSIVE,
+            "skip",
+            f"inconclusive: {comparison.inconclusive}",
+            tolerance=policy.tolerance,
+        )
+    speed = f"speedup {comparison.speedup:.3f}x (time ratio {comparison.time_ratio:.4g})"
+    if entry is None:
+        msg = f"NEW: no baseline entry; {speed}. Record it with --convperf-update-baselines"
+        return Decision(
+            Verdict.NEW,
+            "fail" if policy.strict else "pass",
+            msg + (" (--convperf-strict fails checks without a baseline)" if policy.strict else ""),
+            stage="strict" if policy.strict else None,
+            tolerance=policy.tolerance,
+        )
+
+    diff = env_diff(entry.env, env)
+    if backend is not None and entry.reference_backend is not None and backend != entry.reference_backend:
+        diff["reference_backend"] = (entry.reference_backend, backend)
+    screen = _stage("screen", comparison, entry, policy, policy.screen_q)
+    noise, _ = _noise(entry, policy)
+    common: dict[str, Any] = {
+        "tolerance": policy.tolerance,
+        "noise": noise,
+        "delta": math.expm1(screen.d),
+        "delta_ci": screen.delta_ci(),
+        "sigma": screen.sigma,
+        "env_diff": diff,
+    }
+    numbers = (
+        f"delta {_pct(math.expm1(screen.d))} (95 % CI {_pct(screen.delta_ci()[0])} .. "
+        f"{_pct(screen.delta_ci()[1])}) vs baseline ratio {entry.time_ratio:.4g}; "
+        f"{_us_line(entry, comparison)}; tolerance {_p(policy.tolerance)}, noise {_p(noise, 2)}"
+    )
+    if diff:
+        moved = ", ".join(f"{k} {a} -> {b}" for k, a, b in ((k, *v) for k, v in diff.items()))
+        return Decision(
+            Verdict.STALE,
+            "pass",
+            f"STALE: environment changed ({moved}); {_moved_side(entry, comparison)}: {numbers}. "
+            "Re-record with --convperf-update-baselines",
+            stage="env",
+            **common,
+        )
+
+    mde, rounds = _mde(screen, comparison, entry, policy)
+    common.update(mde=mde, rounds_needed=rounds)
+    advisory: str | None = None
+    if mde > policy.max_mde:
+        how = (
+            f"about {rounds} paired rounds (now {comparison.n_rounds}) would make it gateable"
+            if rounds
+            else f"no number of rounds suffices: the between-run noise {_p(noise, 2)} alone exceeds it; "
+            "calibrate on a quieter machine"
+        )
+        advisory = (
+            f"ADVISORY: too noisy to gate: catches only a {_p(mde)} slowdown (gate needs "
+            f"{_p(policy.max_mde, 0)}); {how}"
+        )
+
+    def passed(message: str, **extra: Any) -> Decision:
+        # A noisy check that detected nothing says so instead of PASS; detections still count.
+        if advisory is not None:
+            fields = {**common, **extra, "stage": "mde"}
+            return Decision(Verdict.ADVISORY, "pass", f"{advisory}; {message}", **fields)
+        return Decision(Verdict.PASS, "pass", f"PASS: {message}", **{"stage": "screen", **common, **extra})
+
+    tol = math.log1p(policy.tolerance)
+    if screen.lower > tol:
+        if confirm is None:
+            return Decision(
+                Verdict.FAIL,
+                "fail",
+                f"FAIL (screen, unconfirmed): slower than the baseline: {numbers}",
+                stage="screen",
+                **common,
+            )
+        second = confirm(policy.confirm_factor * comparison.n_rounds)
+        if second.inconclusive:
+            return Decision(
+                Verdict.INCONCLUSIVE,
+                "skip",
+                f"inconclusive: the confirm measurement was unusable ({second.inconclusive}); "
+                f"screen said {numbers}",
+                stage="confirm",
+                confirm=second,
+                **{k: v for k, v in common.items() if k in ("tolerance", "noise", "env_diff")},
+            )
+        conf = _stage("confirm", second, entry, policy, policy.confirm_q)
+        c_lo, c_hi = conf.delta_ci(policy.confirm_q)
+        conf_numbers = (
+            f"confirm ({second.n_rounds} rounds): delta {_pct(math.expm1(conf.d))} "
+            f"(99.9 % CI {_pct(c_lo)} .. {_pct(c_hi)}); "
+            f"{_us_line(entry, second)}"
+        )
+        common.update(delta=math.expm1(conf.d), delta_ci=conf.delta_ci(), sigma=conf.sigma)
+        if conf.lower > tol:
+            return Decision(
+                Verdict.FAIL,
+                "fail",
+                f"FAIL (confirmed): slower than the baseline by more than {_p(policy.tolerance)}: "
+                f"{conf_numbers}; "
+                f"screen ({comparison.n_rounds} rounds): {numbers}. If intended, record it with "
+                "--convperf-update-baselines --convperf-reason=..."
+                + (f" (a noisy check: it catches only slowdowns over {_p(mde)})" if advisory else ""),
+                stage="confirm",
+                confirm=second,
+                **common,
+            )
+        return passed(
+            f"suspect cleared by the confirm measurement: {conf_numbers}",
+            stage="confirm",
+            confirm=second,
+            notes=("suspect cleared",),
+        )
+    if screen.upper < -tol:
+        return Decision(
+            Verdict.IMPROVED,
+            "pass",
+            f"IMPROVED: faster than the baseline beyond {_p(policy.tolerance)}: {numbers}. "
+            "Ratchet it with --convperf-update-baselines=improved",
+            stage="screen",
+            **common,
+        )
+    return passed(numbers)

@@ -1,0 +1,72 @@
+"""The main lifecycle, transition by transition: missing -> NEW; update -> written; PASS; drift ->
+FAIL with the file untouched; a slower update needs a reason; with it, rewritten; next run PASS."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._lifecycle import Suite
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]) -> Suite:
+    return Suite(pytester, monkeypatch, plugin_args)
+
+
+def test_full_lifecycle(suite: Suite) -> None:
+    # 1. No baseline: NEW passes with a visible note; nothing is written without an update flag.
+    result = suite.run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*convperf: NEW 2*", "NEW (2)", "*no baseline entry*"])
+    assert not suite.file.exists()
+
+    # 2. Update (bare flag = failed,new): both entries recorded, convperf-update.md written.
+    result = suite.run("--convperf-update-baselines")
+    result.assert_outcomes(passed=2)
+    entries = suite.entries()
+    assert len(entries) == 2
+    entry = entries[suite.key()]
+    assert entry["time_ratio"] == pytest.approx(0.5)
+    assert entry["us"] == {"candidate": pytest.approx(500.0), "reference": pytest.approx(1000.0)}
+    assert set(entry["env"]) >= {"torch"}
+    update_md = (suite.pytester.path / "convperf-update.md").read_text()
+    assert "(new) -> 0.5" in update_md
+
+    # 3. Same speed: PASS.
+    result = suite.run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["PASS (2)"])
+
+    # 4. 20 % slower: FAIL on the test item, confirmed, message has delta, CI, times, tolerance, noise.
+    before = suite.file.read_bytes()
+    suite.set_ratio(0.6)
+    result = suite.run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*FAIL (confirmed): slower than the baseline by more than 5.0 %*",
+            "*delta +20.0 %*",
+        ]
+    )
+    out = result.stdout.str()
+    for part in ("candidate 500 -> 600 us", "reference 1000 -> 1000 us", "tolerance 5.0 %", "noise"):
+        assert part in out
+    assert suite.file.read_bytes() == before
+
+    # 5. Recording the slower ratio without a reason is refused: the test fails, the file stays.
+    result = suite.run("--convperf-update-baselines")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*needs --convperf-reason=TEXT*"])
+    assert suite.file.read_bytes() == before
+
+    # 6. With a reason: rewritten, the reason stored with the entry and in convperf-update.md.
+    result = suite.run("--convperf-update-baselines", "--convperf-reason=trade speed for accuracy")
+    result.assert_outcomes(passed=2)
+    entry = suite.entries()[suite.key()]
+    assert entry["time_ratio"] == pytest.approx(0.6)
+    assert entry["updated"]["reason"] == "trade speed for accuracy"
+    update_md = (suite.pytester.path / "convperf-update.md").read_text()
+    assert "0.5 -> 0.6 (+20.0 %" in update_md and "trade speed for accuracy" in update_md
+
+    # 7. Next run at the new speed: PASS.
+    suite.run().assert_outcomes(passed=2)

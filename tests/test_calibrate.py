@@ -1,0 +1,93 @@
+"""``python -m pytest_convperf calibrate``: K unchanged runs in subprocesses -> each entry's noise =
+between-run SD of ln(time ratio), with a floor; entries it did not have are created from the runs."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+
+import pytest
+
+from pytest_convperf.__main__ import calibrate_records
+from tests._lifecycle import MACHINE, Suite, subprocess_env
+
+RATIOS = [0.50, 0.52, 0.48, 0.51]
+
+# Each run (a fresh process) replays the next ratio, so the runs differ exactly as chosen.
+CONFTEST = f"""
+import json, os, pathlib
+
+RATIOS = {RATIOS!r}
+
+
+def pytest_configure(config):
+    counter = pathlib.Path("run-counter.txt")
+    i = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(i + 1))
+    times = {{"candidate": [RATIOS[i % len(RATIOS)] * 0.001], "reference": [0.001]}}
+    fake = {{"times": times, "call_jobs": False}}
+    pathlib.Path(os.environ["CONVPERF_FAKE_TIMER"]).write_text(json.dumps(fake))
+"""
+
+
+def test_calibrate_stores_between_run_noise(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    subprocess_env(monkeypatch)
+    # test_a has an entry already (its ratio must stay); test_b has none (calibrate creates it).
+    suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
+    stored_ratio = suite.entries()[suite.key("test_a")]["time_ratio"]
+    pytester.makeconftest(CONFTEST)
+    result = pytester.run(
+        sys.executable,
+        "-m",
+        "pytest_convperf",
+        "calibrate",
+        "test_suite.py",
+        f"--convperf-machine={MACHINE}",
+        "--convperf-device=cpu",
+        "--runs",
+        str(len(RATIOS)),
+        "--floor",
+        "0.01",  # the fake timer is a quiet machine (the CPU default floor is higher)
+    )
+    assert result.ret == 0, result.stderr.str()
+    expected = statistics.stdev(math.log(r) for r in RATIOS)
+    entries = suite.entries()
+    a, b = entries[suite.key("test_a")], entries[suite.key("test_b")]
+    assert a["noise"] == pytest.approx(expected, rel=1e-2) and a["noise_runs"] == len(RATIOS)
+    assert a["time_ratio"] == stored_ratio
+    assert b["noise"] == pytest.approx(expected, rel=1e-2) and b["ref_runs"] == len(RATIOS)
+    assert b["correctness"]["max_abs"] >= 0  # created entries carry what a recorded one does
+    assert b["time_ratio"] == pytest.approx(
+        math.exp(statistics.median(math.log(r) for r in RATIOS)), rel=1e-3
+    )
+    result.stdout.fnmatch_lines([f"*between-run SD {expected:.2%} over 4 runs*"])
+
+
+def test_floor_applies_and_bad_runs_are_refused(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    subprocess_env(monkeypatch)
+    records = [
+        [
+            {
+                "ln_ratio": -0.693,
+                "baselines_file": "f.yaml",
+                "machine": "m",
+                "key": "k",
+                "device_kind": "cpu",
+                "us": {"candidate": 1, "reference": 2},
+                "env": {},
+            }
+        ]
+        for _ in range(3)
+    ]
+    folded = calibrate_records(records)
+    check = folded["f.yaml"]["checks"]["k"]
+    assert check["sd"] == 0.0 and check["noise"] == check["floor"] > 0
+    assert calibrate_records(records, floor=0.004)["f.yaml"]["checks"]["k"]["noise"] == 0.004
+    result = pytester.run(sys.executable, "-m", "pytest_convperf", "calibrate", "--runs", "1")
+    assert result.ret == 2 and "at least 2" in result.stderr.str()

@@ -1,0 +1,28 @@
+"""Negative control (issue 5): the correct CPU twin slowed by 25 % (kernels._controls.cpu.slowed) is
+reported FAIL against the unslowed candidate's baseline. Real CPU timing, no fake timer.
+
+The gate runs as on a quiet CPU runner (--convperf-noise-floor=0.02): on this shared 2-core box the
+measured between-run noise (the default CPU floor, 8.5 %) makes a 25 % regression ADVISORY, which
+test_baselines_options shows; test_false_alarm shows the default floor never fails an unchanged one."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._lifecycle import CpuSuite
+
+pytest.importorskip("kernels._controls.cpu")
+
+
+def test_25_percent_slowed_candidate_fails(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = CpuSuite(pytester, monkeypatch, plugin_args)
+    suite.noise_floor = "0.02"
+    suite.run("--convperf-update-baselines").assert_outcomes(passed=1)
+    before = suite.file.read_bytes()
+    suite.slow_down(0.25)
+    result = suite.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*FAIL (confirmed): slower than the baseline by more than 5.0 %*"])
+    assert suite.file.read_bytes() == before

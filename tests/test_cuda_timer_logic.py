@@ -1,0 +1,100 @@
+"""Control flow of the CUDA timer, on any machine: CUDA calls are replaced by a recorder.
+
+Nothing here measures a GPU. It pins down what the GPU tests cannot show on a CPU-only runner:
+the order of work queued for one sample (flush, gate, start event, call, end event), a single
+synchronization per round after the last end event, per-call division for graph jobs, and the
+gate that follows the host's enqueue time both up and back down.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_convperf.device import ClockSample, DeviceInfo
+from pytest_convperf.timing import Job
+from pytest_convperf.timing import cuda as cuda_timing
+
+ELAPSED_MS = 0.25
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def event(self, enable_timing: bool = False) -> Any:
+        rec = self
+
+        class Event:
+            def record(self) -> None:
+                rec.log.append("record")
+
+            def synchronize(self) -> None:
+                rec.log.append("sync")
+
+            def elapsed_time(self, other: object) -> float:
+                return ELAPSED_MS
+
+        return Event()
+
+    def sleep(self, cycles: int) -> None:
+        self.log.append(f"sleep:{cycles}")
+
+
+@pytest.fixture
+def rig(monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_timing.CudaTimer, Recorder]:
+    rec = Recorder()
+    monkeypatch.setattr(cuda_timing, "_CUDA", SimpleNamespace(Event=rec.event, _sleep=rec.sleep))
+    info = DeviceInfo(kind="cuda", torch_device="cuda:0", name="stub", slug="stub", threads=1, l2_bytes=2**20)
+    info.nvml = SimpleNamespace(sample=lambda: ClockSample(sm_mhz=1500.0))  # type: ignore[assignment]
+    timer = cuda_timing.CudaTimer(info)
+    timer._flush = SimpleNamespace(zero_=lambda: rec.log.append("flush"))  # type: ignore[assignment]
+    timer._cycles_per_s = 1e9  # 1 cycle per ns
+    return timer, rec
+
+
+def test_one_sample_is_flush_gate_start_call_end_and_one_sync_per_round(
+    rig: tuple[cuda_timing.CudaTimer, Recorder],
+) -> None:
+    timer, rec = rig
+    jobs = [
+        Job("candidate", lambda: rec.log.append("candidate")),
+        Job("reference", lambda: rec.log.append("reference")),
+    ]
+    times = timer.run_round(jobs)
+    gate = "sleep:20000"  # 20 us at 1e9 cycles/s
+    assert rec.log == [
+        "flush", gate, "record", "candidate", "record",
+        "flush", gate, "record", "reference", "record",
+        "sync",
+    ]  # fmt: skip
+    assert times == [ELAPSED_MS * 1e-3, ELAPSED_MS * 1e-3]
+    assert timer.clocks() == ClockSample(sm_mhz=1500.0)
+
+
+def test_warm_jobs_skip_the_flush_and_graph_jobs_divide_by_their_calls(
+    rig: tuple[cuda_timing.CudaTimer, Recorder],
+) -> None:
+    timer, rec = rig
+    warm = timer.job("w", lambda: None, "warm")
+    assert (warm.flush, warm.mode, warm.l2) == (False, "warm", "warm")
+    graph = Job("g", lambda: None, calls_per_sample=50, flush=False, mode="graph", l2="rotated")
+    (t,) = timer.run_round([graph])
+    assert "flush" not in rec.log
+    assert t == pytest.approx(ELAPSED_MS * 1e-3 / 50)
+
+
+def test_gate_follows_the_enqueue_time_up_and_back_down(rig: tuple[cuda_timing.CudaTimer, Recorder]) -> None:
+    timer, _ = rig
+    slow = Job("slow", lambda: time.sleep(0.002))  # a host-heavy call: 2 ms to enqueue
+    fast = Job("fast", lambda: None)
+    timer.run_round([slow])
+    assert timer.facts()["gate_us"] >= 4000.0
+    assert timer.host_bound == 1
+    for _ in range(16):
+        timer.run_round([fast])
+    assert timer.facts()["gate_us"] < 500.0  # back near the 20 us floor (host noise aside)
+    assert timer.facts()["max_enqueue_us"] >= 2000.0

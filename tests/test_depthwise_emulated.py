@@ -1,0 +1,131 @@
+"""The real depthwise CUDA source, run on the CPU through ``cuda_emulation``, against the fp64 oracle.
+
+Covers every kernel path (NCHW tile, NHWC rows, direct fallbacks, flipped-tile input grad, one-pass
+and per-tap weight grads with their two-stage reduction) for fp32/fp16/bf16 without a GPU. It
+checks index math and algorithms only: speed, coalescing and real-hardware races are GPU matters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernels import _build
+from pytest_convperf.correctness import assert_conv_close
+from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.strategies import conv2d_problems
+from tests.cuda_emulation import EmulatedDepthwise, build
+
+PROBLEMS = conv2d_problems(
+    kinds=("depthwise",),
+    dtypes=("fp32", "fp16", "bf16"),
+    layouts=("nchw", "nhwc"),
+    kernel_sizes=(1, 2, 3, 4, 5, 7),
+    strides=(1, 2, 3),
+    dilations=(1, 2),
+    max_multiplier=1,
+    max_channels=5,
+    max_batch=2,
+    min_batch=0,
+    max_out_size=11,
+    max_elements=2**12,
+)
+
+
+@pytest.fixture(scope="module")
+def emulated() -> Iterator[EmulatedDepthwise]:
+    """The emulated kernels, built once per source hash into the extensions cache (~20 s cold)."""
+    out = _build.extensions_root() / "convperf_depthwise_emulation"
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        lib = build(out)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    yield EmulatedDepthwise(lib)
+
+
+def _candidate(emu: EmulatedDepthwise) -> Any:
+    class EmulatedConv(torch.autograd.Function):
+        @staticmethod
+        def forward(
+            ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: Any, p: Any, d: Any
+        ) -> Any:
+            cl = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+            ctx.save_for_backward(x, w)
+            ctx.args = (tuple(s), tuple(p), tuple(d), cl, b is not None)
+            return emu.forward(x, w, b, tuple(s), tuple(p), tuple(d), cl)
+
+        @staticmethod
+        def backward(ctx: Any, gy: torch.Tensor) -> Any:
+            x, w = ctx.saved_tensors
+            s, p, d, cl, has_bias = ctx.args
+            dx = emu.input_grad(gy, w, (x.shape[2], x.shape[3]), s, p, d, cl)
+            dw = emu.weight_grad(gy, x, (w.shape[2], w.shape[3]), s, p, d, cl)
+            db = gy.sum(dim=(0, 2, 3), dtype=torch.float32).to(gy.dtype) if has_bias else None
+            return dx, dw, db, None, None, None
+
+    def emulated_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: Any, padding: Any,
+                        dilation: Any, groups: int) -> torch.Tensor:  # fmt: skip
+        assert groups == x.shape[1]
+        out: torch.Tensor = EmulatedConv.apply(x, w, b, stride, padding, dilation)
+        return out
+
+    return emulated_conv2d
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+@given(problem=PROBLEMS, seed=st.integers(0, 2**16))
+def test_emulated_kernels_match_oracle(
+    emulated: EmulatedDepthwise, problem: Conv2dProblem, seed: int
+) -> None:
+    assert_conv_close(_candidate(emulated), problem, seed=seed, backward=True, device="cpu")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize(("n", "c", "hw", "k"), [(2, 3, 20, 3), (1, 6, 7, 5), (2, 2, 33, 7), (1, 40, 5, 3)])
+def test_emulated_seed_like_shapes(
+    emulated: EmulatedDepthwise, layout: str, n: int, c: int, hw: int, k: int
+) -> None:
+    """Fast paths on shapes like the seed's (stride 1, same padding), many planes per block included."""
+    pad = (k // 2, k // 2)
+    problem = Conv2dProblem(
+        n=n, c_in=c, h=hw, w=hw, c_out=c, kernel=(k, k), padding=pad, groups=c, layout=layout
+    )
+    assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")
+
+
+def test_emulator_sees_unwritten_outputs(emulated: EmulatedDepthwise) -> None:
+    """Outputs start as NaN, so an element a kernel forgets to write cannot pass."""
+    x = torch.randn(0, 3, 5, 5)
+    y = emulated.forward(x, torch.randn(3, 1, 3, 3), None, (1, 1), (1, 1), (1, 1), False)
+    assert y.shape == (0, 3, 5, 5)
+    x = torch.randn(1, 3, 5, 5)
+    y = emulated.forward(x, torch.randn(3, 1, 3, 3), None, (1, 1), (1, 1), (1, 1), False)
+    assert not torch.isnan(y).any()
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+@given(
+    k=st.sampled_from((1, 3, 5, 7)),
+    s=st.sampled_from((1, 2)),
+    w4=st.integers(1, 9),
+    h=st.integers(1, 12),
+    pad=st.integers(0, 7),
+    dtype=st.sampled_from(("fp32", "fp16", "bf16")),
+)
+def test_emulated_vector_staging(emulated: EmulatedDepthwise, k: int, s: int, w4: int, h: int, pad: int,
+                                 dtype: str) -> None:  # fmt: skip
+    """NCHW tile path with W % 4 == 0 (4-wide vector staging), halos on both sides, both strides."""
+    w = 4 * w4
+    h = max(h, k - 2 * pad)
+    w = max(w, 4 * -(-(k - 2 * pad) // 4))
+    problem = Conv2dProblem(n=2, c_in=3, h=h, w=w, c_out=3, kernel=(k, k), stride=(s, s), padding=(pad, pad),
+                            groups=3, dtype=dtype)  # fmt: skip
+    assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")

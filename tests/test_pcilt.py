@@ -1,0 +1,212 @@
+"""PCILT: tables, the lookup conv (reference and CUDA) exact against integer oracles, cache, memory."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernels.pcilt import ops, reference
+from kernels.pcilt.tables import (
+    activation_codes,
+    build_tables,
+    default_act_step,
+    levels,
+    memory_report,
+    pack_codes,
+)
+from kernels.quant import qrange
+from pytest_convperf.correctness import ConvMismatch, assert_conv_close
+from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.strategies import conv2d_problems
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+SMALL = conv2d_problems(
+    max_elements=8192,
+    max_channels=8,
+    max_multiplier=2,
+    max_batch=3,
+    max_out_size=9,
+    max_groups=4,
+    kernel_sizes=(1, 2, 3, 4, 5),
+    dilations=(1, 2),
+    bias=(True, False),
+)
+BITS = st.sampled_from([2, 4, 8])
+ACT_STEP = 0.3  # bound in the checks so the oracle quantizes exactly as the candidate
+
+
+def int_oracle(x: torch.Tensor, w: torch.Tensor, problem: Conv2dProblem, bits: int) -> torch.Tensor:
+    """Exact integer conv of the activation and weight codes (float64 is exact at these sizes)."""
+    t = build_tables(w, bits)
+    qw = t.tables[..., -qrange(bits)[0] + 1]  # the entry of level 1 is the weight code
+    qx = activation_codes(x, ACT_STEP, bits) + qrange(bits)[0]
+    return F.conv2d(qx.double(), qw.double(), None, *problem.conv_args()).long()
+
+
+def test_tables_hold_products_with_every_level() -> None:
+    w = torch.randn(4, 2, 3, 3)
+    for bits in (2, 4, 8):
+        t = build_tables(w, bits)
+        assert t.tables.shape == (4, 2, 3, 3, 1 << bits) and t.tables.dtype == torch.int32
+        q = t.tables[..., -qrange(bits)[0] + 1]
+        assert torch.equal(t.tables, q.unsqueeze(-1) * levels(bits).to(torch.int32))
+        assert not t.tables[..., -qrange(bits)[0]].any()  # the zero level (padding) adds nothing
+        f = build_tables(w, bits, integer=False)
+        assert torch.equal(f.tables, w.unsqueeze(-1) * levels(bits).float())
+        mem = memory_report(w, bits)
+        assert mem == {"weight_bytes": w.numel() * 4, "table_bytes": w.numel() * (1 << bits) * 4}
+        assert mem["table_bytes"] == t.table_bytes
+
+
+def test_pack_codes_layout() -> None:
+    codes = torch.tensor([[[[1, 2, 3, 0, 1, 2, 3, 0, 3]]]])
+    words = pack_codes(codes, 2)
+    assert words.shape == (1, 1, 1, 1)
+    assert words.item() == sum(int(c) << (2 * i) for i, c in enumerate(codes.flatten().tolist()))
+    eight = pack_codes(torch.tensor([[[[255, 0, 0, 128, 7]]]]), 8)
+    assert eight.flatten().tolist() == [255 | (128 << 24) - (1 << 32), 7]
+
+
+@settings(max_examples=25, deadline=None)
+@given(problem=SMALL, bits=BITS)
+def test_reference_sums_are_exact(problem: Conv2dProblem, bits: int) -> None:
+    x, w, _ = problem.make_inputs(seed=3)
+    t = build_tables(w, bits)
+    acc = reference.lut_conv(
+        activation_codes(x, ACT_STEP, bits),
+        t,
+        problem.stride,
+        problem.padding,
+        problem.dilation,
+        problem.groups,
+    )
+    assert acc.dtype == torch.int64
+    assert torch.equal(acc, int_oracle(x, w, problem, bits))
+
+
+@settings(max_examples=20, deadline=None)
+@given(problem=SMALL, bits=BITS, integer=st.booleans())
+def test_reference_matches_the_fake_quant_oracle(problem: Conv2dProblem, bits: int, integer: bool) -> None:
+    kw: dict[str, Any] = {"bits": bits, "act_step": ACT_STEP, "integer": integer}
+    cand = functools.partial(reference.forward, **kw)
+    assert_conv_close(
+        cand, problem, oracle=functools.partial(reference.fake_quant_oracle, **kw), device="cpu"
+    )
+
+
+def test_a_wrong_table_is_caught() -> None:
+    problem = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=(3, 3), padding=(1, 1))
+    kw: dict[str, Any] = {"bits": 4, "act_step": ACT_STEP}
+
+    def off_by_one_level(
+        x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *a: object
+    ) -> torch.Tensor:
+        t = build_tables(w, 4)
+        shifted = type(t)(torch.roll(t.tables, 1, dims=-1), t.bits, t.integer, t.weight_step)
+        return reference.forward(x, w, b, *a, tables=shifted, **kw)  # type: ignore[arg-type]
+
+    oracle = functools.partial(reference.fake_quant_oracle, **kw)
+    with pytest.raises(ConvMismatch):
+        assert_conv_close(off_by_one_level, problem, oracle=oracle, device="cpu")
+
+
+def test_default_act_step_and_errors() -> None:
+    x = torch.tensor([[[[-2.0, 1.0]]]])
+    assert default_act_step(x, 4) == pytest.approx(2.0 / 7)
+    with pytest.raises(ValueError, match="bits=3"):
+        reference.forward(x, torch.ones(1, 1, 1, 1), bits=3)
+    with pytest.raises(ValueError, match=r"reference\.forward"):
+        ops.lut_accumulate(x, build_tables(torch.ones(1, 1, 1, 1), 4), act_step=0.5)
+    with pytest.raises(RuntimeError, match="inference"):
+        ops.forward(x.requires_grad_(), torch.ones(1, 1, 1, 1))
+
+
+def test_table_cache_rebuilds_only_when_the_weight_changes() -> None:
+    ops.clear_cache()
+    w = torch.randn(3, 2, 3, 3)
+    t1 = ops.build_tables(w, 4)
+    assert ops.build_tables(w, 4) is t1
+    assert ops.build_tables(w, 2) is not t1
+    w.mul_(2)  # bumps the version counter
+    t2 = ops.build_tables(w, 4)
+    assert (t2 is not t1 and not torch.equal(t2.tables, t1.tables)) or t2.weight_step != t1.weight_step
+    w2 = w.clone()
+    assert ops.build_tables(w2, 4) is not t2
+
+
+# ---- CUDA ------------------------------------------------------------------------------------------
+CUDA_PROBLEMS = [
+    Conv2dProblem(n=2, c_in=8, h=21, w=19, c_out=16, kernel=(3, 3), padding=(1, 1)),
+    Conv2dProblem(
+        n=1,
+        c_in=6,
+        h=17,
+        w=35,
+        c_out=10,
+        kernel=(3, 2),
+        stride=(2, 1),
+        padding=(1, 2),
+        dilation=(1, 2),
+        groups=2,
+    ),
+    Conv2dProblem(n=2, c_in=16, h=33, w=33, c_out=16, kernel=(5, 5), padding=(2, 2), groups=16),
+    Conv2dProblem(n=1, c_in=3, h=9, w=9, c_out=5, kernel=(7, 7), padding=(3, 3), bias=False),
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("problem", CUDA_PROBLEMS, ids=str)
+def test_cuda_kernels_are_exact(problem: Conv2dProblem, bits: int) -> None:
+    x, w, _ = problem.make_inputs(seed=5, device="cuda")
+    packed = ops.quantize_pack(x, ACT_STEP, bits)
+    assert torch.equal(packed.cpu(), pack_codes(activation_codes(x.cpu(), ACT_STEP, bits), bits))
+    t = ops.build_tables(w, bits)
+    want = int_oracle(x.cpu(), w.cpu(), problem, bits)
+    for naive in (False, True):
+        acc = ops.lut_accumulate(x, t, *problem.conv_args(), act_step=ACT_STEP, naive=naive)
+        assert acc.dtype == torch.int32
+        assert torch.equal(acc.long().cpu(), want), f"naive={naive}"
+    b = torch.randn(problem.c_out, device="cuda")
+    for integer in (True, False):
+        kw: dict[str, Any] = {"bits": bits, "act_step": ACT_STEP, "integer": integer}
+        oracle = functools.partial(reference.fake_quant_oracle, **kw)
+        for fn in (ops.forward, ops.naive_forward, ops.prepacked_forward):
+            assert_conv_close(functools.partial(fn, **kw), problem, oracle=oracle, device="cuda")
+        if integer:  # same sums, same two roundings in the fused epilogue: bit-identical to the reference
+            got = ops.forward(x, w, b, *problem.conv_args(), **kw)
+            want = reference.forward(x.cpu(), w.cpu(), b.cpu(), *problem.conv_args(), **kw)
+            assert torch.equal(got.cpu(), want)
+
+
+@needs_cuda
+def test_cuda_ops_pass_opcheck() -> None:
+    x = torch.randn(2, 4, 9, 13, device="cuda")
+    ops.quantize_pack(x, 0.1, 4)
+    torch.library.opcheck(torch.ops.convperf_pcilt.quantize_pack, (x, 10.0, 4))
+    t = ops.build_tables(torch.randn(6, 2, 3, 3, device="cuda"), 4)
+    packed = ops.quantize_pack(x, 0.1, 4)
+    torch.library.opcheck(
+        torch.ops.convperf_pcilt.lut_conv, (packed, t.tables, 13, [1, 1], [1, 1], [1, 1], 2, 4, False)
+    )
+    bias = torch.randn(6, device="cuda")
+    torch.library.opcheck(
+        torch.ops.convperf_pcilt.lut_conv,
+        (packed, t.tables, 13, [2, 1], [1, 0], [1, 2], 2, 4, True, 0.01, bias),
+    )
+
+
+@needs_cuda
+def test_cuda_packed_inputs_are_cached_per_input_version() -> None:
+    x = torch.randn(1, 4, 8, 8, device="cuda")
+    p1 = ops.packed_input(x, 0.1, 4)
+    assert ops.packed_input(x, 0.1, 4) is p1
+    x.add_(1.0)
+    p2 = ops.packed_input(x, 0.1, 4)
+    assert p2 is not p1 and not torch.equal(p1, p2)

@@ -1,0 +1,108 @@
+"""--convperf-report=DIR: report.md (+ $GITHUB_STEP_SUMMARY), results.json that pytest-benchmark's own
+``compare`` reads, history.jsonl (one line per check per run), speedup.png; JUnit properties."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_convperf.report import grouped, markdown, plot_speedups, terminal_lines
+from tests._lifecycle import Suite
+
+
+def test_report_dir_files_and_junit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
+    summary = pytester.path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    report = pytester.path / "rep"
+    for _ in range(2):
+        result = suite.run(f"--convperf-report={report}", f"--junitxml={pytester.path / 'junit.xml'}")
+        result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"convperf report: {report}"])
+
+    md = (report / "report.md").read_text()
+    assert "### PASS (1)" in md and "### NEW (1)" in md and "| check | speedup |" in md
+    assert "2.000x" in md
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and text.count("## convperf report") == 2
+
+    history = [json.loads(line) for line in (report / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 4  # 2 checks x 2 runs
+    assert {h["verdict"] for h in history} == {"PASS", "NEW"}
+    assert all(h["time_ratio"] == pytest.approx(0.5) and h["machine"] == "testbox" for h in history)
+
+    data = json.loads((report / "results.json").read_text())
+    assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(data)
+    assert data["machine_info"]["machine"] == "testbox" and "torch" in data["machine_info"]
+    bench = data["benchmarks"][0]
+    assert bench["stats"]["median"] > 0 and bench["extra_info"]["convperf_verdict"] in ("PASS", "NEW")
+    assert len(data["benchmarks"]) == 4  # candidate and reference per check
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "compare", str(report / "results.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Failed to load" not in proc.stdout + proc.stderr
+    assert "[candidate]" in proc.stdout and "[reference]" in proc.stdout
+
+    matplotlib = pytest.importorskip("matplotlib")
+    assert matplotlib is not None
+    assert (report / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    props = {
+        str(p.get("name")): str(p.get("value"))
+        for p in ET.parse(pytester.path / "junit.xml").iter("property")
+    }
+    verdicts = {k: v for k, v in props.items() if k.endswith(".verdict")}
+    assert sorted(verdicts.values()) == ["NEW", "PASS"]
+    assert any(k.endswith(".speedup") and v == "2" for k, v in props.items())
+
+
+ROW = {
+    "key": "test_x[p]",
+    "module": "test_m",
+    "nodeid": "test_m.py::test_x[p]",
+    "verdict": "FAIL",
+    "message": "FAIL (confirmed): slower\nsecond line",
+    "comparison": {
+        "time_ratio": 0.6,
+        "time_ratio_ci": [0.59, 0.61],
+        "n_rounds": 21,
+        "se": 0.01,
+        "candidate": {"median": 6e-4, "samples": [6e-4]},
+        "reference": {"median": 1e-3, "samples": [1e-3]},
+    },
+    "decision": {"delta": 0.2, "delta_ci": [0.15, 0.25], "mde": 0.08},
+    "baseline": {"time_ratio": 0.5},
+}
+
+
+def test_report_data_is_grouped_most_urgent_first() -> None:
+    rows = [ROW, {**ROW, "key": "test_y[p]", "verdict": "PASS"}, {**ROW, "key": "test_z", "verdict": "NEW"}]
+    assert [v for v, _ in grouped(rows)] == ["FAIL", "NEW", "PASS"]
+    lines = terminal_lines(rows)
+    assert lines[0] == "FAIL (1)"
+    assert "speedup 1.667x [1.639, 1.695]  baseline 2.000x  delta +20.0 % [+15.0, +25.0]" in lines[1]
+    assert lines[2].strip() == "FAIL (confirmed): slower"
+    assert (
+        "| test_m::test_x[p] | 1.667x [1.639, 1.695] | 2.000x | +20.0 % [+15.0, +25.0] | 600 | 1000 | 8.0% |"
+        in (markdown(rows))
+    )
+
+
+def test_plot_without_matplotlib_is_a_note(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    from pathlib import Path
+
+    note = plot_speedups([ROW], Path(str(tmp_path)) / "speedup.png")
+    assert note is not None and "matplotlib is not installed" in note

