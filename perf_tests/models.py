@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from pytest_convperf.check import ConvperfFixture
+from pytest_convperf.device import DeviceInfo
 from pytest_convperf.memory import MemoryUsage
 from pytest_convperf.profiling import Trace
 from pytest_convperf.results import Measurement
@@ -100,6 +101,20 @@ def rule_for(device: torch.device, *, layer: bool = False) -> dict[str, Any]:
     if device.type == "cuda":
         return {} if layer else dict(MODEL_GPU_RULE)
     return dict(LAYER_CPU_RULE if layer else CPU_RULE)
+
+
+@contextmanager
+def benchmark_device(info: DeviceInfo, *, empty_cache: bool = False) -> Iterator[torch.device]:
+    """The torch device in use, cuDNN benchmark mode on for timing (restored afterwards); with
+    ``empty_cache`` the CUDA caching allocator is emptied afterwards too (big models)."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = info.is_cuda
+    try:
+        yield torch.device(info.torch_device)
+    finally:
+        torch.backends.cudnn.benchmark = saved
+        if empty_cache and info.is_cuda:
+            torch.cuda.empty_cache()
 
 
 def model_input_shape(name: str, device: torch.device) -> tuple[int, int, int, int]:
@@ -321,3 +336,9 @@ class ReportSection:
             text += [*self.blocks[key], ""]
         path.write_text("\n".join(text))
         return path
+
+    def publish(self, report_dir: Path, what: str) -> None:
+        """Write the file (when anything was added) and print where: ``convperf <what>: <path>``."""
+        path = self.write(report_dir)
+        if path is not None:
+            print(f"\nconvperf {what}: {path}")

@@ -16,11 +16,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from perf_tests.models import phase_callables
 from pytest_convperf.check import ConvperfFixture
 from pytest_convperf.precision import ieee_fp32
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
+
+# Paired rounds need at least 6 kept rounds for a CI; the CPU gets a short rule.
+PAIR_CPU_RULE: dict[str, Any] = {
+    "min_rounds": 7,
+    "max_time_s": 1.0,
+    "warmup_min_calls": 1,
+    "warmup_window": 2,
+    "warmup_cap_s": 0.5,
+}
+
+
+def pair_rule(device: torch.device) -> dict[str, Any]:
+    """Stop-rule overrides for :func:`gated_pair`: the plugin's defaults on a GPU, a short CPU rule."""
+    return {} if device.type == "cuda" else PAIR_CPU_RULE
 
 
 def gated_pair(
@@ -94,6 +110,32 @@ def gated_pair(
     row.update(judgement.row_fields)
     judgement.enforce()
     return first
+
+
+def gated_model_pair(
+    convperf: ConvperfFixture,
+    *,
+    what: str,
+    phase: str,
+    candidate: torch.nn.Module,
+    reference: torch.nn.Module,
+    x: torch.Tensor,
+    **kwargs: Any,
+) -> Comparison:
+    """:func:`gated_pair` of two whole models on input ``x``: their ``phase`` callables
+    (``perf_tests.models.phase_callables``), under :func:`pair_rule` for ``x``'s device.
+    ``kwargs`` go to :func:`gated_pair` (``errors``, ``facts``, ``ieee``)."""
+    candidate_calls = phase_callables(candidate, x)
+    reference_calls = phase_callables(reference, x)
+    return gated_pair(
+        convperf,
+        what=what,
+        phase=phase,
+        candidate=candidate_calls[phase],
+        reference=reference_calls[phase],
+        rule=pair_rule(x.device),
+        **kwargs,
+    )
 
 
 def ratio_line(label: str, comparison: Comparison) -> str:

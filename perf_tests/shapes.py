@@ -7,7 +7,13 @@ On a CPU the batch is scaled down so a CPU run stays fast; the problem id carrie
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+
 from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.strategies import conv2d_problems
 
 # (N, C, H = W, k) in the seed's order.
 DEPTHWISE_SEED_SHAPES: tuple[tuple[int, int, int, int], ...] = (
@@ -21,6 +27,20 @@ DEPTHWISE_SEED_SHAPES: tuple[tuple[int, int, int, int], ...] = (
     (16, 1152, 7, 3),
 )
 CPU_BATCH = 1
+# What the depthwise kernels take: every dtype and layout they support.
+DEPTHWISE_DTYPES = ("fp32", "fp16", "bf16")
+DEPTHWISE_LAYOUTS = ("nchw", "nhwc")
+
+
+def depthwise_problems(
+    *,
+    dtypes: Sequence[str] = DEPTHWISE_DTYPES,
+    layouts: Sequence[str] = DEPTHWISE_LAYOUTS,
+    **bounds: Any,
+) -> st.SearchStrategy[Conv2dProblem]:
+    """Depthwise problems with channel multiplier 1 (the kernels' domain), in every supported dtype and
+    layout unless narrowed; ``bounds`` (sizes, kernels, strides, ...) go to ``conv2d_problems``."""
+    return conv2d_problems(kinds=("depthwise",), dtypes=dtypes, layouts=layouts, max_multiplier=1, **bounds)
 
 
 def depthwise_seed_problem(

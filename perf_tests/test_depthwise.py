@@ -26,6 +26,7 @@ from perf_tests.conftest import depthwise_candidate
 from perf_tests.shapes import (
     CPU_BATCH,
     DEPTHWISE_SEED_SHAPES,
+    depthwise_problems,
     depthwise_seed_problem,
     scaled_for,
     seed_label,
@@ -36,7 +37,6 @@ from pytest_convperf.device import DeviceInfo
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.results import Comparison
 from pytest_convperf.session import SESSION_KEY
-from pytest_convperf.strategies import conv2d_problems
 
 Candidate = Callable[..., torch.Tensor]
 PHASES = ("forward", "input_grad", "weight_grad")
@@ -50,14 +50,10 @@ FUZZ_SETTINGS = settings(
     # the device fixture is the same for every example
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-FUZZ_PROBLEMS = conv2d_problems(
-    kinds=("depthwise",),
-    dtypes=("fp32", "fp16", "bf16"),
-    layouts=("nchw", "nhwc"),
+FUZZ_PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 6, 7),
     strides=(1, 2),
     dilations=(1, 2),
-    max_multiplier=1,
     max_channels=24,
     max_batch=3,
     min_batch=0,
@@ -172,16 +168,13 @@ def test_seed_shape(
 
 # ---- targeted search for the worst speedup ------------------------------------------------------------
 
-SEARCH_PROBLEMS = conv2d_problems(
-    kinds=("depthwise",),
+SEARCH_PROBLEMS = depthwise_problems(
     dtypes=("fp32",),
-    layouts=("nchw", "nhwc"),
     kernel_sizes=(1, 3, 5, 7),
     square_kernels=True,
     strides=(1, 2),
     dilations=(1,),
     bias=(False,),
-    max_multiplier=1,
     max_channels=256,
     max_batch=16,
     max_out_size=64,

@@ -23,7 +23,7 @@ import torch
 from kernels.edsr import swap
 from kernels.edsr.models import EDSR, Block, ResBlock, SeparableConv2d, count_parameters
 from perf_tests import models as mb
-from perf_tests.paired import RATIO_HEADER, gated_pair, ratio_line
+from perf_tests.paired import RATIO_HEADER, gated_model_pair, gated_pair, pair_rule, ratio_line
 from pytest_convperf.correctness import error_stats
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.memory import MemoryUsage
@@ -43,13 +43,6 @@ CPU_INPUT = (1, 3, 16, 16)
 # Whole-network fp32 vs fp64 (33 convs in series).
 RTOL = 1e-3
 ATOL = 1e-4  # times max |expected|
-PAIR_CPU_RULE = {
-    "min_rounds": 7,
-    "max_time_s": 1.0,
-    "warmup_min_calls": 1,
-    "warmup_window": 2,
-    "warmup_cap_s": 0.5,
-}
 FUSED_GOAL = 1.3
 
 
@@ -124,20 +117,14 @@ def edsr_report(request: pytest.FixtureRequest) -> Iterator[EdsrReport]:
     section = mb.ReportSection("edsr.md", "EDSR x2: standard vs depthwise-separable residual blocks")
     if rep.variants or rep.kernels or rep.ratios:
         section.add("0", lines)
-    path = section.write(session.report_dir())
-    if path is not None:
-        print(f"\nconvperf EDSR tables: {path}")
+    section.publish(session.report_dir(), "EDSR tables")
 
 
 @pytest.fixture
 def device(convperf_device: DeviceInfo) -> Iterator[torch.device]:
     """The torch device in use, cuDNN benchmark mode on for timing (restored afterwards)."""
-    saved = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = convperf_device.is_cuda
-    try:
-        yield torch.device(convperf_device.torch_device)
-    finally:
-        torch.backends.cudnn.benchmark = saved
+    with mb.benchmark_device(convperf_device) as dev:
+        yield dev
 
 
 def _input(device: torch.device) -> torch.Tensor:
@@ -201,17 +188,15 @@ def test_separable_vs_standard_edsr(
     separable = EDSR(block="separable").to(device)
     standard = EDSR(block="standard").to(device)
     x = _input(device)
-    sep_calls = mb.phase_callables(separable, x)
-    std_calls = mb.phase_callables(standard, x)
     shape = "x".join(map(str, x.shape))
-    comparison = gated_pair(
+    comparison = gated_model_pair(
         convperf,
         what=f"edsr-separable-vs-standard-{shape}",
         phase=phase,
-        candidate=sep_calls[phase],
-        reference=std_calls[phase],
+        candidate=separable,
+        reference=standard,
+        x=x,
         facts={"candidate": "separable EDSR", "reference": "standard EDSR"},
-        rule={} if device.type == "cuda" else PAIR_CPU_RULE,
         ieee=False,
     )
     edsr_report.ratios.append(
@@ -267,7 +252,7 @@ def test_fused_block_vs_unfused_pytorch_block(
         reference=run_stock,
         errors=errors,
         facts={"goal_speedup": FUSED_GOAL},
-        rule={} if device.type == "cuda" else PAIR_CPU_RULE,
+        rule=pair_rule(device),
     )
     note = (
         f" (goal >= {FUSED_GOAL}x on an H100)"
@@ -307,18 +292,16 @@ def test_separable_edsr_on_our_kernels(
     )
     errors = [_errors(got[k], expected[k], k) for k in expected]
     assert all(e.ok for e in errors), f"EDSR on {impl} kernels differs from fp64: {errors}"
-    ours_calls = mb.phase_callables(ours, x)
-    stock_calls = mb.phase_callables(stock, x)
     shape = "x".join(map(str, x.shape))
-    comparison = gated_pair(
+    comparison = gated_model_pair(
         convperf,
         what=f"edsr-separable-{impl}-{shape}",
         phase=phase,
-        candidate=ours_calls[phase],
-        reference=stock_calls[phase],
+        candidate=ours,
+        reference=stock,
+        x=x,
         errors=errors,
         facts={"depthwise": impl},
-        rule={} if device.type == "cuda" else PAIR_CPU_RULE,
     )
     label = {"ours": "our depthwise kernel", "fused": "fused dw+pw block kernel"}[impl]
     edsr_report.ratios.append(ratio_line(f"separable EDSR on {label}, {phase}", comparison))

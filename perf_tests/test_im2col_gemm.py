@@ -26,12 +26,12 @@ from hypothesis import given, settings
 from kernels.im2col_gemm import ops, oracles, reference
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES
 from kernels.quant import lsq_init_step, quality
+from perf_tests.fuzz import small_problems
 from perf_tests.variant_tables import MB, Table, device_note, fmt, peak_mb, table_fixture
 from pytest_convperf.check import stable_seed
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
 
 Fn = Callable[..., torch.Tensor]
 KERNELS = (3, 5, 7)
@@ -144,16 +144,7 @@ def _device(convperf_device: DeviceInfo) -> str:
 
 
 # ---- fuzz ------------------------------------------------------------------------------------------
-FUZZ = conv2d_problems(
-    max_elements=8192,
-    max_channels=8,
-    max_multiplier=2,
-    max_batch=3,
-    max_out_size=9,
-    max_groups=4,
-    kernel_sizes=(1, 2, 3, 4, 5),
-    dilations=(1, 2),
-)
+FUZZ = small_problems()
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -20,7 +20,7 @@ import torch
 
 from kernels.edsr import swap
 from perf_tests import models as mb
-from perf_tests.paired import RATIO_HEADER, gated_pair, ratio_line
+from perf_tests.paired import RATIO_HEADER, gated_model_pair, ratio_line
 from pytest_convperf.correctness import error_stats
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.precision import ieee_fp32, tf32_enabled
@@ -33,14 +33,6 @@ E2E_MODELS: tuple[str, ...] = ("mobilenet_v2", "efficientnet_b0")
 # Whole-network fp32 vs fp64: errors of ~50 layers add up; the stock model must pass the same bound.
 E2E_RTOL = 1e-3
 E2E_ATOL = 1e-4  # times max |expected| of the compared tensor
-# Paired rounds need at least 6 kept rounds for a CI; the CPU gets a short rule.
-PAIR_CPU_RULE = {
-    "min_rounds": 7,
-    "max_time_s": 1.0,
-    "warmup_min_calls": 1,
-    "warmup_window": 2,
-    "warmup_cap_s": 0.5,
-}
 
 
 @dataclass
@@ -116,22 +108,14 @@ def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
     section = mb.ReportSection("models.md", "Popular Computer Vision Model Benchmarks (pytest-convperf)")
     if collected.models or collected.layers or collected.e2e:
         section.add("0", _report_lines(collected, device))
-    path = section.write(session.report_dir())
-    if path is not None:
-        print(f"\nconvperf model tables: {path}")
+    section.publish(session.report_dir(), "model tables")
 
 
 @pytest.fixture
 def device(convperf_device: DeviceInfo) -> Iterator[torch.device]:
     """The torch device in use, with cuDNN benchmark mode on for timing (restored afterwards)."""
-    saved = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = convperf_device.is_cuda
-    try:
-        yield torch.device(convperf_device.torch_device)
-    finally:
-        torch.backends.cudnn.benchmark = saved
-        if convperf_device.is_cuda:
-            torch.cuda.empty_cache()
+    with mb.benchmark_device(convperf_device, empty_cache=True) as dev:
+        yield dev
 
 
 @pytest.mark.parametrize("name", mb.MODELS)
@@ -231,17 +215,15 @@ def test_depthwise_swap_end_to_end(
     assert not bad, (
         f"{name} with our depthwise kernel differs from the fp64 oracle: {[e.to_dict() for e in bad]}"
     )
-    ours_calls = mb.phase_callables(ours, x)
-    stock_calls = mb.phase_callables(stock, x)
-    comparison = gated_pair(
+    comparison = gated_model_pair(
         convperf,
         what=f"{name}-n{shape[0]}-{shape[2]}x{shape[3]}",
         phase=phase,
-        candidate=ours_calls[phase],
-        reference=stock_calls[phase],
+        candidate=ours,
+        reference=stock,
+        x=x,
         errors=errors,
         facts={"swapped_layers": swapped, "depthwise": "ours"},
-        rule={} if device.type == "cuda" else PAIR_CPU_RULE,
     )
     tables.e2e.append(
         ratio_line(f"{mb.DISPLAY[name]} {phase} ({swapped} depthwise layers swapped)", comparison)

@@ -27,12 +27,13 @@ from hypothesis import strategies as st
 from kernels.pcilt import ops, reference
 from kernels.pcilt.tables import memory_report
 from kernels.quant import quality
+from perf_tests.fuzz import small_problems
 from perf_tests.variant_tables import MB, Table, device_note, fmt, peak_mb, table_fixture
 from pytest_convperf.check import stable_seed
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
+from pytest_convperf.results import Comparison
 
 Fn = Callable[..., torch.Tensor]
 SEED_CASE = Conv2dProblem(n=1, c_in=64, h=224, w=224, c_out=128, kernel=(3, 3), padding=(1, 1))
@@ -73,6 +74,18 @@ KERNEL_TABLE = Table(
 tables = table_fixture("pcilt.md", "PCILT lookup-table conv2d (pytest-convperf)", SEED_TABLE, KERNEL_TABLE)
 
 
+def _kernel_row(comparison: str, problem_id: str, cmp: Comparison, goal: str) -> list[str]:
+    """A row of ``KERNEL_TABLE`` (its columns, in order) from one ``convperf.check`` comparison."""
+    return [
+        comparison,
+        problem_id,
+        fmt(cmp.candidate.median),
+        fmt(cmp.reference.median),
+        f"{fmt(cmp.speedup, 3)}x",
+        goal,
+    ]
+
+
 def _gpu(convperf_device: DeviceInfo) -> bool:
     return str(convperf_device.torch_device).startswith("cuda")
 
@@ -102,16 +115,7 @@ def bind(
 
 
 # ---- fuzz ------------------------------------------------------------------------------------------
-FUZZ = conv2d_problems(
-    max_elements=8192,
-    max_channels=8,
-    max_multiplier=2,
-    max_batch=3,
-    max_out_size=9,
-    max_groups=4,
-    kernel_sizes=(1, 2, 3, 4, 5),
-    dilations=(1, 2),
-)
+FUZZ = small_problems()
 
 
 @settings(max_examples=30, deadline=None)
@@ -190,16 +194,8 @@ def test_tiled_vs_naive_kernel(bits: int, convperf: Any, tables: dict[str, Table
     naive, _ = bind(SEED_CASE, True, bits=bits, naive=True)
     with torch.no_grad():
         cmp = convperf.check(candidate, SEED_CASE, reference=naive, oracle=oracle)
-    tables[KERNEL_TABLE.title].rows.append(
-        [
-            f"tiled vs naive, {bits}-bit",
-            SEED_CASE.id,
-            fmt(cmp.candidate.median),
-            fmt(cmp.reference.median),
-            f"{fmt(cmp.speedup, 3)}x",
-            ">= 5x",
-        ]
-    )
+    row = _kernel_row(f"tiled vs naive, {bits}-bit", SEED_CASE.id, cmp, ">= 5x")
+    tables[KERNEL_TABLE.title].rows.append(row)
 
 
 @pytest.mark.convperf
@@ -216,16 +212,7 @@ def test_depthwise_packed_4bit(
     with torch.no_grad():
         cmp = convperf.check(candidate, p, oracle=oracle)
     label = "depthwise, packed 4-bit inputs, vs F.conv2d fp32" + ("" if gpu else " (CPU, scaled; reference)")
-    tables[KERNEL_TABLE.title].rows.append(
-        [
-            label,
-            p.id,
-            fmt(cmp.candidate.median),
-            fmt(cmp.reference.median),
-            f"{fmt(cmp.speedup, 3)}x",
-            ">= 1.5x",
-        ]
-    )
+    tables[KERNEL_TABLE.title].rows.append(_kernel_row(label, p.id, cmp, ">= 1.5x"))
     assert (
         memory_report(torch.empty(p.weight_shape), 4)["table_bytes"] < 48 * 1024 * MB
     )  # sanity: small tables

@@ -8,12 +8,19 @@ import pytest
 from tests._lifecycle import REF_S, Suite
 
 
+def _baselined(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> tuple[Suite, str]:
+    """The lifecycle suite with baselines stored for both tests, and ``test_a``'s key."""
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    suite.run("--convperf-update-baselines").assert_outcomes(passed=2)
+    return suite, suite.key("test_a")
+
+
 def test_env_change_is_stale_and_says_which_side_moved(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
 ) -> None:
-    suite = Suite(pytester, monkeypatch, plugin_args)
-    suite.run("--convperf-update-baselines").assert_outcomes(passed=2)
-    key = suite.key("test_a")
+    suite, key = _baselined(pytester, monkeypatch, plugin_args)
     torch_now = suite.entries()[key]["env"]["torch"]
     suite.edit(key, env={**suite.entries()[key]["env"], "torch": "1.0.0"})
     # Candidate unchanged (500 us), the reference got faster (1000 -> 800 us): ratio 0.625.
@@ -29,9 +36,7 @@ def test_env_change_is_stale_and_says_which_side_moved(
 def test_backend_change_is_stale(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
 ) -> None:
-    suite = Suite(pytester, monkeypatch, plugin_args)
-    suite.run("--convperf-update-baselines").assert_outcomes(passed=2)
-    key = suite.key("test_a")
+    suite, key = _baselined(pytester, monkeypatch, plugin_args)
     if suite.entries()[key].get("reference_backend") is None:
         pytest.skip("this torch does not report the conv backend (torch._C._select_conv_backend)")
     suite.edit(key, reference_backend="SomeOtherBackend")

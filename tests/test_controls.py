@@ -15,19 +15,16 @@ from hypothesis import strategies as st
 
 from kernels._controls import cpu
 from kernels.depthwise import reference
+from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import ConvMismatch, assert_conv_close, check_conv
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
 
-PROBLEMS = conv2d_problems(
-    kinds=("depthwise",),
+PROBLEMS = depthwise_problems(
     dtypes=("fp32",),
-    layouts=("nchw", "nhwc"),
     kernel_sizes=(1, 2, 3, 4, 5),
     strides=(1, 2),
     dilations=(1, 2),
     max_channels=6,
-    max_multiplier=1,
     max_batch=2,
     max_out_size=12,
     max_elements=2**14,

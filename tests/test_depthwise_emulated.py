@@ -16,19 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import _build
+from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
 from tests.cuda_emulation import EmulatedDepthwise, build
 
-PROBLEMS = conv2d_problems(
-    kinds=("depthwise",),
-    dtypes=("fp32", "fp16", "bf16"),
-    layouts=("nchw", "nhwc"),
+PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),
     strides=(1, 2, 3),
     dilations=(1, 2),
-    max_multiplier=1,
     max_channels=5,
     max_batch=2,
     min_batch=0,

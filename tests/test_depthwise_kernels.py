@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from kernels import _build
 from kernels.depthwise import ops, reference
+from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import ConvMismatch, assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
 
 Candidate = Callable[..., torch.Tensor]
 CUDA = torch.cuda.is_available()
@@ -29,14 +29,10 @@ def _pair(v: int | tuple[int, int]) -> list[int]:
 
 needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
-SWEEP = conv2d_problems(
-    kinds=("depthwise",),
-    dtypes=("fp32", "fp16", "bf16"),
-    layouts=("nchw", "nhwc"),
+SWEEP = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 6, 7),
     strides=(1, 2),
     dilations=(1, 2),
-    max_multiplier=1,
     max_channels=8,
     max_batch=3,
     min_batch=0,
@@ -217,13 +213,9 @@ def test_opcheck(case: tuple[Any, ...]) -> None:
     )
 
 
-CUDA_FUZZ = conv2d_problems(
-    kinds=("depthwise",),
-    dtypes=("fp32", "fp16", "bf16"),
-    layouts=("nchw", "nhwc"),
+CUDA_FUZZ = depthwise_problems(
     strides=(1, 2, 3),
     dilations=(1, 2),
-    max_multiplier=1,
     max_channels=40,
     max_batch=4,
     min_batch=0,

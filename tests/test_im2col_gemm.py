@@ -17,21 +17,12 @@ from hypothesis import given, settings
 from kernels.im2col_gemm import columns, ops, oracles, reference, variants
 from kernels.im2col_gemm.chunking import input_rows, out_size, plan_chunks
 from kernels.quant import lsq_fake_quant, quality, quantize_codes
+from perf_tests.fuzz import small_problems
 from pytest_convperf.correctness import ConvMismatch, assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-SMALL = conv2d_problems(
-    max_elements=8192,
-    max_channels=8,
-    max_multiplier=2,
-    max_batch=3,
-    max_out_size=9,
-    max_groups=4,
-    kernel_sizes=(1, 2, 3, 4, 5),
-    dilations=(1, 2),
-)
+SMALL = small_problems()
 SA, SW = 0.04, 0.01  # LSQ steps bound in the checks (data-independent, so oracle and candidate agree)
 
 

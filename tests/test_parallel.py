@@ -59,11 +59,11 @@ def test_missing_gpu_index_is_refused() -> None:
 
 
 # ---- the device lock (threads stand in for workers: flock locks belong to each open file) -----------
-def _held_exclusively_elsewhere(directory: Path, domain: str) -> bool:
-    """True when someone holds the domain's lock so that even a shared hold is refused."""
+def _refuses(directory: Path, domain: str, operation: int) -> bool:
+    """True when a non-blocking ``flock(operation)`` on the domain's lock file is refused."""
     fd = os.open(directory / f"{domain}.lock", os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     else:
@@ -71,19 +71,16 @@ def _held_exclusively_elsewhere(directory: Path, domain: str) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _held_exclusively_elsewhere(directory: Path, domain: str) -> bool:
+    """True when someone holds the domain's lock so that even a shared hold is refused."""
+    return _refuses(directory, domain, fcntl.LOCK_SH)
 
 
 def _held_at_all(directory: Path, domain: str) -> bool:
-    fd = os.open(directory / f"{domain}.lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    """True when someone holds the domain's lock at all (an exclusive hold is refused)."""
+    return _refuses(directory, domain, fcntl.LOCK_EX)
 
 
 def test_timing_waits_for_running_tests_and_blocks_new_ones(tmp_path: Path) -> None:

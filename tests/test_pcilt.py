@@ -21,22 +21,12 @@ from kernels.pcilt.tables import (
     pack_codes,
 )
 from kernels.quant import qrange
+from perf_tests.fuzz import small_problems
 from pytest_convperf.correctness import ConvMismatch, assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-SMALL = conv2d_problems(
-    max_elements=8192,
-    max_channels=8,
-    max_multiplier=2,
-    max_batch=3,
-    max_out_size=9,
-    max_groups=4,
-    kernel_sizes=(1, 2, 3, 4, 5),
-    dilations=(1, 2),
-    bias=(True, False),
-)
+SMALL = small_problems(bias=(True, False))
 BITS = st.sampled_from([2, 4, 8])
 ACT_STEP = 0.3  # bound in the checks so the oracle quantizes exactly as the candidate
 

@@ -8,28 +8,17 @@ that redoes ``fraction`` of the forward work.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from kernels._controls.candidate import Candidate, conv2d_candidate
 from kernels.depthwise import reference
-from kernels.depthwise.reference import IntPair, Padding, depthwise_args, output_hw
-
-Candidate = Callable[..., torch.Tensor]
+from kernels.depthwise.reference import DepthwiseArgs, output_hw
 
 
-def noop(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: Padding = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
-) -> torch.Tensor:
+def _noop(a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> torch.Tensor:
     """A kernel that never ran: a zero output of the right shape, dtype and layout."""
-    a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
     ho, wo = output_hw(
         (a.input.shape[2], a.input.shape[3]),
         (weight.shape[2], weight.shape[3]),
@@ -37,21 +26,13 @@ def noop(
         a.padding,
         a.dilation,
     )
-    out = a.input.new_zeros((a.input.shape[0], a.input.shape[1], ho, wo))
-    return out.squeeze(0) if a.unbatched else out
+    return a.input.new_zeros((a.input.shape[0], a.input.shape[1], ho, wo))
 
 
-def wrong_border(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: Padding = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+def _wrong_border(
+    a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None, groups: int
 ) -> torch.Tensor:
     """Bottom/right padding replicates the edge instead of zeros (a clamped index); top/left are right."""
-    a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
     ph, pw = a.padding
     x = a.input
     if ph or pw:
@@ -59,26 +40,23 @@ def wrong_border(
         wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
         grown = F.pad(wide, (0, pw, 0, ph), mode="replicate").to(x.dtype)
         x = F.pad(grown, (pw, 0, ph, 0))
-    out = reference.forward(x, weight, bias, a.stride, 0, a.dilation, groups)
-    return out.squeeze(0) if a.unbatched else out
+    return reference.forward(x, weight, bias, a.stride, 0, a.dilation, groups)
 
 
-def wrong_odd_stride2(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: Padding = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+def _wrong_odd_stride2(
+    a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None, groups: int
 ) -> torch.Tensor:
     """With stride_w == 2 and an odd input width the last output column is left at zero."""
-    a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
     out = reference.forward(a.input, weight, bias, a.stride, a.padding, a.dilation, groups)
     if a.stride[1] == 2 and a.input.shape[3] % 2 == 1:
         out = out.clone()
         out[..., -1] = 0
-    return out.squeeze(0) if a.unbatched else out
+    return out
+
+
+noop = conv2d_candidate(_noop, "noop")
+wrong_border = conv2d_candidate(_wrong_border, "wrong_border")
+wrong_odd_stride2 = conv2d_candidate(_wrong_odd_stride2, "wrong_odd_stride2")
 
 
 def slowed(fraction: float) -> Candidate:
@@ -87,22 +65,13 @@ def slowed(fraction: float) -> Candidate:
         raise ValueError(f"fraction={fraction} must be in (0, 1]")
 
     def slowed_forward(
-        input: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None = None,
-        stride: IntPair = 1,
-        padding: Padding = 0,
-        dilation: IntPair = 1,
-        groups: int = 1,
+        a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None, groups: int
     ) -> torch.Tensor:
-        out = reference.forward(input, weight, bias, stride, padding, dilation, groups)
-        a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
+        out = reference.forward(a.input, weight, bias, a.stride, a.padding, a.dilation, groups)
         k = max(1, math.ceil(fraction * a.input.shape[1]))
         extra_bias = bias[:k] if bias is not None else None
         with torch.no_grad():
             reference.forward(a.input[:, :k], weight[:k], extra_bias, a.stride, a.padding, a.dilation, k)
         return out
 
-    slowed_forward.__name__ = f"slowed_{fraction:g}"
-    slowed_forward.__qualname__ = slowed_forward.__name__
-    return slowed_forward
+    return conv2d_candidate(slowed_forward, f"slowed_{fraction:g}")

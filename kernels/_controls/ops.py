@@ -8,52 +8,27 @@ result, which is why a correctness check must run the candidate before the refer
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import torch
 
 from kernels import _build
-from kernels.depthwise.reference import IntPair, Padding, depthwise_args
-
-Candidate = Callable[..., torch.Tensor]
-
-
-def _run(
-    mode: str,
-    slow_fraction: float,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: IntPair,
-    padding: Padding,
-    dilation: IntPair,
-    groups: int,
-) -> torch.Tensor:
-    a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
-    if a.input.device.type != "cuda":
-        raise ValueError(f"CUDA controls need CUDA tensors (got {a.input.device}); use kernels._controls.cpu")
-    _build.load("_controls")
-    out: torch.Tensor = torch.ops.convperf_controls.forward(
-        a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation), mode, slow_fraction
-    )
-    return out.squeeze(0) if a.unbatched else out
+from kernels._controls.candidate import Candidate, conv2d_candidate
+from kernels.depthwise.reference import DepthwiseArgs
 
 
 def _candidate(mode: str, slow_fraction: float = 0.0) -> Candidate:
-    def candidate(
-        input: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None = None,
-        stride: IntPair = 1,
-        padding: Padding = 0,
-        dilation: IntPair = 1,
-        groups: int = 1,
-    ) -> torch.Tensor:
-        return _run(mode, slow_fraction, input, weight, bias, stride, padding, dilation, groups)
+    def run(a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> torch.Tensor:
+        if a.input.device.type != "cuda":
+            raise ValueError(
+                f"CUDA controls need CUDA tensors (got {a.input.device}); use kernels._controls.cpu"
+            )
+        _build.load("_controls")
+        out: torch.Tensor = torch.ops.convperf_controls.forward(
+            a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation), mode, slow_fraction
+        )
+        return out
 
-    name = mode if not slow_fraction else f"slowed_{slow_fraction:g}"
-    candidate.__name__ = candidate.__qualname__ = name
-    return candidate
+    return conv2d_candidate(run, mode if not slow_fraction else f"slowed_{slow_fraction:g}")
 
 
 noop = _candidate("noop")

@@ -38,8 +38,10 @@ bool wants_channels_last(const at::Tensor& t) {
   return !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
+at::MemoryFormat layout(bool cl) { return cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous; }
+
 at::Tensor dense(const at::Tensor& t, bool cl) {
-  return t.contiguous(cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+  return t.contiguous(layout(cl));
 }
 
 void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& like) {
@@ -114,9 +116,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight, const
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor x = dense(input, cl);
   const at::Tensor w = weight.contiguous();
-  at::Tensor y = at::empty({g.n, g.c, g.ho, g.wo},
-                           input.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
-                                                            : at::MemoryFormat::Contiguous));
+  at::Tensor y = at::empty({g.n, g.c, g.ho, g.wo}, input.options().memory_format(layout(cl)));
   check_launch(convperf_dw::launch_forward(dtype_of(input), x.data_ptr(), w.data_ptr(),
                                            b.defined() ? b.data_ptr() : nullptr, y.data_ptr(), g, cl,
                                            at::cuda::getCurrentCUDAStream()),
@@ -140,9 +140,7 @@ at::Tensor input_grad_cuda(const at::Tensor& grad_output, const at::Tensor& weig
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const at::Tensor dy = dense(grad_output, cl);
   const at::Tensor wt = weight.contiguous();
-  at::Tensor dx = at::empty({g.n, g.c, g.h, g.w},
-                            grad_output.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
-                                                                   : at::MemoryFormat::Contiguous));
+  at::Tensor dx = at::empty({g.n, g.c, g.h, g.w}, grad_output.options().memory_format(layout(cl)));
   check_launch(convperf_dw::launch_input_grad(dtype_of(dy), dy.data_ptr(), wt.data_ptr(), dx.data_ptr(), g, cl,
                                               at::cuda::getCurrentCUDAStream()),
                "input_grad");

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace convperf_dw {
 namespace {
@@ -223,20 +224,30 @@ cudaError_t run_tile(const T* x, const T* w, const T* bias, T* y, TileArgs a, cu
   return cudaGetLastError();
 }
 
+// The (k, s) pairs the tiled forward paths (NCHW tile and NHWC rows) are instantiated for: calls
+// launch(integral_constant<K>, integral_constant<S>) for the pair, cudaErrorInvalidValue for any other.
+template <typename Launch>
+cudaError_t dispatch_ks(int k, int s, Launch&& launch) {
+  using std::integral_constant;
+  switch (k * 10 + s) {
+    case 11: return launch(integral_constant<int, 1>{}, integral_constant<int, 1>{});
+    case 12: return launch(integral_constant<int, 1>{}, integral_constant<int, 2>{});
+    case 31: return launch(integral_constant<int, 3>{}, integral_constant<int, 1>{});
+    case 32: return launch(integral_constant<int, 3>{}, integral_constant<int, 2>{});
+    case 51: return launch(integral_constant<int, 5>{}, integral_constant<int, 1>{});
+    case 52: return launch(integral_constant<int, 5>{}, integral_constant<int, 2>{});
+    case 71: return launch(integral_constant<int, 7>{}, integral_constant<int, 1>{});
+    case 72: return launch(integral_constant<int, 7>{}, integral_constant<int, 2>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 template <typename T>
 cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
                           cudaStream_t st) {
-  switch (k * 10 + s) {
-    case 11: return run_tile<T, 1, 1>(x, w, bias, y, a, st);
-    case 12: return run_tile<T, 1, 2>(x, w, bias, y, a, st);
-    case 31: return run_tile<T, 3, 1>(x, w, bias, y, a, st);
-    case 32: return run_tile<T, 3, 2>(x, w, bias, y, a, st);
-    case 51: return run_tile<T, 5, 1>(x, w, bias, y, a, st);
-    case 52: return run_tile<T, 5, 2>(x, w, bias, y, a, st);
-    case 71: return run_tile<T, 7, 1>(x, w, bias, y, a, st);
-    case 72: return run_tile<T, 7, 2>(x, w, bias, y, a, st);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch_ks(k, s, [&](auto K, auto S) {
+    return run_tile<T, decltype(K)::value, decltype(S)::value>(x, w, bias, y, a, st);
+  });
 }
 
 // ---- forward, NHWC (channels_last) rows ----------------------------------------------------------
@@ -317,17 +328,9 @@ cudaError_t run_nhwc(const T* x, const T* w, const T* bias, T* y, const TileArgs
 template <typename T>
 cudaError_t dispatch_nhwc(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
                           cudaStream_t st) {
-  switch (k * 10 + s) {
-    case 11: return run_nhwc<T, 1, 1>(x, w, bias, y, a, st);
-    case 12: return run_nhwc<T, 1, 2>(x, w, bias, y, a, st);
-    case 31: return run_nhwc<T, 3, 1>(x, w, bias, y, a, st);
-    case 32: return run_nhwc<T, 3, 2>(x, w, bias, y, a, st);
-    case 51: return run_nhwc<T, 5, 1>(x, w, bias, y, a, st);
-    case 52: return run_nhwc<T, 5, 2>(x, w, bias, y, a, st);
-    case 71: return run_nhwc<T, 7, 1>(x, w, bias, y, a, st);
-    case 72: return run_nhwc<T, 7, 2>(x, w, bias, y, a, st);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch_ks(k, s, [&](auto K, auto S) {
+    return run_nhwc<T, decltype(K)::value, decltype(S)::value>(x, w, bias, y, a, st);
+  });
 }
 
 bool tile_supported(int kh, int kw, int sh, int sw, int dh, int dw) {

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from kernels.im2col_gemm.chunking import out_size, plan_chunks
-from kernels.im2col_gemm.conv_args import ConvArgs
+from kernels.im2col_gemm.chunking import plan_chunks
+from kernels.im2col_gemm.conv_args import ConvArgs, geometry
 
 LAYOUTS = ("nkl", "knl", "nlk")
 
@@ -30,11 +30,19 @@ def _band(
     rows: int,
 ) -> tuple[torch.Tensor, int, int]:
     """Zero-padded input rows that output rows [row_start, row_start + rows) read; (band, top, bottom)."""
-    (kh, _), (sh, _), (ph, pw), (dh, _) = kernel, stride, padding, dilation
+    ph, pw = padding
     xp = F.pad(x, (pw, pw, ph, ph))
-    top = row_start * sh
-    bottom = (row_start + rows - 1) * sh + dh * (kh - 1) + 1
+    top, bottom = _band_rows(kernel, stride, dilation, row_start, rows)
     return xp[:, :, top:bottom], top, bottom
+
+
+def _band_rows(
+    kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], row_start: int, rows: int
+) -> tuple[int, int]:
+    """Rows ``[top, bottom)`` of the zero-padded input that output rows [row_start, row_start + rows) read."""
+    top = row_start * stride[0]
+    bottom = (row_start + rows - 1) * stride[0] + dilation[0] * (kernel[0] - 1) + 1
+    return top, bottom
 
 
 def im2col(
@@ -91,9 +99,8 @@ def col2im(
     elif layout == "nlk":
         col = col.transpose(1, 2)
     col = col[:, : c * kh * kw]
-    (ph, pw), (sh, _), (dh, _) = padding, stride, dilation
-    top = row_start * sh
-    bottom = (row_start + rows - 1) * sh + dh * (kh - 1) + 1
+    ph, pw = padding
+    top, bottom = _band_rows(kernel, stride, dilation, row_start, rows)
     band = F.fold(
         col, (bottom - top, w + 2 * pw), tuple(kernel), dilation=tuple(dilation), stride=tuple(stride)
     )
@@ -119,14 +126,12 @@ def conv_gemm(
     ``gemm(wmat [g, cog, K], col [nb, g, K, L]) -> [nb, g, cog, L]`` (a dense matmul by default);
     ``im2col_fn`` builds the ``nkl`` column buffer (:func:`im2col` by default).
     """
-    n, c, h, w = x.shape
+    n, c, _, _ = x.shape
     cout = weight.shape[0]
     g = a.groups
     kh, kw = a.kernel
-    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
-    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
-    k = (c // g) * kh * kw
-    wmat = weight.reshape(g, cout // g, k)
+    ho, wo, k, cog = geometry(x, weight, a)
+    wmat = weight.reshape(g, cog, k)
     fn = gemm if gemm is not None else _dense_gemm
     make_col = im2col_fn if im2col_fn is not None else im2col
     pieces = []

@@ -104,3 +104,11 @@ def normalize(
             f"{tuple(x.shape[2:])} with padding {p}: the output would be empty"
         )
     return x, ConvArgs((kh, kw), s, p, d, groups), unbatched
+
+
+def geometry(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> tuple[int, int, int, int]:
+    """``(Ho, Wo, K, C_out/groups)`` of the conv of 4-D ``x`` (``K = C_in/groups * kh * kw``)."""
+    ho = out_size(x.shape[2], a.kernel[0], a.stride[0], a.padding[0], a.dilation[0])
+    wo = out_size(x.shape[3], a.kernel[1], a.stride[1], a.padding[1], a.dilation[1])
+    k = (x.shape[1] // a.groups) * a.kernel[0] * a.kernel[1]
+    return ho, wo, k, weight.shape[0] // a.groups

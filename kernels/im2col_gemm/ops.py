@@ -13,36 +13,19 @@ column buffer under ``workspace_bytes``. Variants: :func:`lsq_forward` (int8 GEM
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from kernels._lazy_ops import LazyOps
 from kernels.im2col_gemm import columns, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
-from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, normalize
+from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, geometry, normalize
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
 
 FAMILY = "im2col_gemm"
 IntPair = int | Sequence[int]
-
-_lock = threading.Lock()
-_ready = False
-
-
-def _cuda_ops() -> Any:
-    """Build/load the extension once and register fake and autograd rules for its ops."""
-    global _ready
-    if not _ready:
-        with _lock:
-            if not _ready:
-                from kernels import _build
-
-                _build.load(FAMILY)
-                _register_cpp_rules()
-                _ready = True
-    return torch.ops.convperf_im2col_gemm
 
 
 def _register_cpp_rules() -> None:
@@ -97,6 +80,10 @@ def _register_cpp_rules() -> None:
     torch.library.register_autograd(
         "convperf_im2col_gemm::im2col", im2col_backward, setup_context=im2col_setup
     )
+
+
+# Build/load the extension once and register fake and autograd rules for its ops.
+_cuda_ops = LazyOps(FAMILY, _register_cpp_rules)
 
 
 def im2col_grad(
@@ -174,13 +161,6 @@ def col2im(
 
 
 # ---- dense conv: custom op with a chunked backward -------------------------------------------
-def _geometry(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> tuple[int, int, int, int]:
-    ho = out_size(x.shape[2], a.kernel[0], a.stride[0], a.padding[0], a.dilation[0])
-    wo = out_size(x.shape[3], a.kernel[1], a.stride[1], a.padding[1], a.dilation[1])
-    k = (x.shape[1] // a.groups) * a.kernel[0] * a.kernel[1]
-    return ho, wo, k, weight.shape[0] // a.groups
-
-
 def _args(
     kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int
 ) -> ConvArgs:
@@ -207,7 +187,7 @@ def _conv2d(
     a = _args(weight.shape[2:], stride, padding, dilation, groups)
     x = x.contiguous()
     n = x.shape[0]
-    ho, wo, k, cog = _geometry(x, weight, a)
+    ho, wo, k, cog = geometry(x, weight, a)
     g = groups
     out = x.new_empty((n, weight.shape[0], ho, wo))
     wmat = weight.contiguous().view(g, cog, k)
@@ -237,7 +217,7 @@ def _conv2d_fake(
     workspace_bytes: int,
 ) -> torch.Tensor:
     a = _args(weight.shape[2:], stride, padding, dilation, groups)
-    ho, wo, _, _ = _geometry(x, weight, a)
+    ho, wo, _, _ = geometry(x, weight, a)
     return x.new_empty((x.shape[0], weight.shape[0], ho, wo))
 
 
@@ -257,7 +237,7 @@ def _conv2d_backward(
     x = x.contiguous()
     gy = grad_out.contiguous()
     n, c, h, _ = x.shape
-    ho, wo, k, cog = _geometry(x, weight, a)
+    ho, wo, k, cog = geometry(x, weight, a)
     g = groups
     wmat_t = weight.contiguous().view(g, cog, k).transpose(1, 2)
     dw = torch.zeros((g, cog, k), dtype=torch.float32, device=x.device)

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from kernels._lazy_ops import LazyOps
+from kernels.im2col_gemm.chunking import out_size
 from kernels.im2col_gemm.conv_args import normalize
 from kernels.pcilt.reference import output_scale
 from kernels.pcilt.tables import PCILTTables, check_bits, default_act_step, memory_report
@@ -28,23 +30,9 @@ FAMILY = "pcilt"
 CACHE_SIZE = 8
 IntPair = int | Sequence[int]
 
-_lock = threading.Lock()
-_ready = False
+_lock = threading.Lock()  # guards the caches
 _cache: OrderedDict[tuple[Any, ...], tuple[weakref.ref[torch.Tensor], PCILTTables]] = OrderedDict()
 _packed: OrderedDict[tuple[Any, ...], tuple[weakref.ref[torch.Tensor], torch.Tensor]] = OrderedDict()
-
-
-def _cuda_ops() -> Any:
-    global _ready
-    if not _ready:
-        with _lock:
-            if not _ready:
-                from kernels import _build
-
-                _build.load(FAMILY)
-                _register_fakes()
-                _ready = True
-    return torch.ops.convperf_pcilt
 
 
 def _register_fakes() -> None:
@@ -67,13 +55,16 @@ def _register_fakes() -> None:
     ) -> torch.Tensor:
         n, _, h, _ = packed.shape
         cout, _, kh, kw, _ = tables.shape
-        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-        wo = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        ho = out_size(h, kh, stride[0], padding[0], dilation[0])
+        wo = out_size(width, kw, stride[1], padding[1], dilation[1])
         dtype = torch.float32 if scale is not None else tables.dtype
         return tables.new_empty((n, cout, ho, wo), dtype=dtype)
 
     torch.library.register_fake("convperf_pcilt::quantize_pack")(quantize_pack_fake)
     torch.library.register_fake("convperf_pcilt::lut_conv")(lut_conv_fake)
+
+
+_cuda_ops = LazyOps(FAMILY, _register_fakes)
 
 
 def build_tables(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from kernels.im2col_gemm.chunking import out_size
 from kernels.im2col_gemm.conv_args import normalize
 from kernels.pcilt.tables import PCILTTables, activation_codes, build_tables, check_bits, default_act_step
 from kernels.quant import qrange
@@ -44,7 +45,7 @@ def lut_conv(
         idx = cols[:, :, :, kk, :].expand(n, groups, cog, length)
         tk = table[:, :, kk, :].unsqueeze(0).expand(n, groups, cog, nlev).to(acc_dtype)
         out += torch.gather(tk, 3, idx)
-    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ho = out_size(h, kh, stride[0], padding[0], dilation[0])
     return out.view(n, cout, ho, length // ho)
 
 
