@@ -79,6 +79,7 @@ def calibrate_records(
             "env": mid.get("env") or {},
             "reference_backend": mid.get("reference_backend"),
             "correctness": mid.get("correctness") or {},
+            "quality": mid.get("quality") or {},
         }
     return out
 
@@ -108,6 +109,7 @@ def _write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str
                     env=dict(c["env"]),
                     reference_backend=c.get("reference_backend"),
                     correctness={k: v for k, v in c.get("correctness", {}).items() if v is not None},
+                    quality={k: float(v) for k, v in (c.get("quality") or {}).items() if v is not None},
                 )
                 what = "new entry (median of the runs)"
             lines.append(

@@ -54,7 +54,7 @@ def _sig(x: float, digits: int = 4) -> float:
 
 @dataclass(frozen=True)
 class Entry:
-    """One stored check: its time ratio, noise, absolute times, environment and correctness."""
+    """One stored check: time ratio, noise, absolute times, environment, correctness, quality."""
 
     time_ratio: float
     noise: float
@@ -67,6 +67,8 @@ class Entry:
     noise_runs: int | None = None
     ref_runs: int = 1
     tolerance: float | None = None
+    # Quality against the float conv (quantized/sparse variants): {rel_l2, sqnr_db}; empty: none.
+    quality: Mapping[str, float] = field(default_factory=dict)
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -97,6 +99,8 @@ class Entry:
             out["ref_runs"] = self.ref_runs
         if self.tolerance is not None:
             out["tolerance"] = self.tolerance
+        if self.quality:
+            out["quality"] = {k: _sig(float(v)) for k, v in sorted(self.quality.items())}
         return out
 
     def same_values(self, other: Entry) -> bool:
@@ -186,7 +190,33 @@ def _correctness_map(entry: str, value: Any) -> dict[str, Any]:
     return out
 
 
+QUALITY_FIELDS = ("rel_l2", "sqnr_db")
+
+
+def _quality_map(entry: str, value: Any) -> dict[str, float]:
+    """``quality: {rel_l2: >= 0, sqnr_db: number}``; ``.inf`` allowed (an exact variant), NaN not."""
+    out: dict[str, float] = {}
+    for k, v in _map(entry, "quality", value).items():
+        name = f"quality.{k}"
+        if k not in QUALITY_FIELDS:
+            raise _Invalid(
+                entry,
+                f"unknown field {name!r}",
+                f"remove it; quality holds {', '.join(QUALITY_FIELDS)} (re-record with "
+                "pytest --convperf --convperf-update-baselines)",
+            )
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            raise _Invalid(
+                entry, f"field {name!r} must be a number, got {v!r} ({type(v).__name__})", FIX_RERECORD
+            )
+        if k == "rel_l2" and v < 0:
+            raise _Invalid(entry, f"field {name!r} must be >= 0, got {v!r}", FIX_RERECORD)
+        out[str(k)] = float(v)
+    return out
+
+
 ENTRY_FIELDS = {
+    "quality",
     "time_ratio",
     "noise",
     "us",
@@ -234,6 +264,7 @@ def parse_entry(key: str, raw: Any) -> Entry:
         noise_runs=_int(key, "noise_runs", block["noise_runs"]) if "noise_runs" in block else None,
         ref_runs=_int(key, "ref_runs", block["ref_runs"]) if "ref_runs" in block else 1,
         tolerance=_num(key, "tolerance", tol) if tol is not None else None,
+        quality=_quality_map(key, block["quality"]) if block.get("quality") is not None else {},
     )
 
 

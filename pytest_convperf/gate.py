@@ -19,7 +19,7 @@ import pytest
 
 from pytest_convperf.baselines import Entry, Store, resolve_machine, validate_tree
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.verdict import Decision, Policy, decide, default_policy, env_from_facts
+from pytest_convperf.verdict import QUALITY_KEYS, Decision, Policy, decide, default_policy, env_from_facts
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
@@ -69,6 +69,18 @@ def correctness_of(errors: Sequence[ErrorStats]) -> dict[str, Any]:
     return {e.name: {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
 
 
+def quality_of(row: Mapping[str, Any]) -> dict[str, float]:
+    """The row's quality metrics (``extra_metrics`` ``rel_l2``/``sqnr_db``) an entry stores and gates."""
+    metrics = row.get("extra_metrics") or {}
+    return {
+        k: float(metrics[k])
+        for k in QUALITY_KEYS
+        if isinstance(metrics.get(k), (int, float))
+        and not isinstance(metrics.get(k), bool)
+        and not math.isnan(metrics[k])
+    }
+
+
 def new_entry(
     comparison: Comparison,
     old: Entry | None,
@@ -77,6 +89,7 @@ def new_entry(
     env: Mapping[str, str],
     backend: str | None,
     errors: Sequence[ErrorStats],
+    quality: Mapping[str, float] | None = None,
 ) -> Entry:
     """The entry this measurement would store; noise stays with the machine (kept from the old entry)."""
     return Entry(
@@ -89,6 +102,7 @@ def new_entry(
         reference_backend=backend,
         correctness=correctness_of(errors),
         tolerance=old.tolerance if old is not None else None,
+        quality=dict(quality or {}),
     )
 
 
@@ -123,7 +137,7 @@ def plan_update(
     verdict = decision.verdict
     if verdict is Verdict.INCONCLUSIVE:
         return UpdatePlan("skip", "inconclusive measurements are never recorded")
-    if verdict is Verdict.CORRECTNESS_FAIL and decision.stage != "drift":
+    if verdict is Verdict.CORRECTNESS_FAIL and decision.stage not in ("drift", "quality"):
         return UpdatePlan("skip", "a correctness failure (tolerance breach or NaN/Inf) is never recorded")
     kind = UPDATE_KIND_FOR.get(verdict)
     if "all" not in cfg.update and kind not in cfg.update:
@@ -137,7 +151,9 @@ def plan_update(
     shift = math.log(candidate.time_ratio / old.time_ratio)
     env_changed = bool(decision.env_diff)
     drift = verdict is Verdict.CORRECTNESS_FAIL
-    if abs(shift) <= band and not env_changed and not drift:
+    # An entry recorded before quality was gated gains its quality block on the next update.
+    quality_added = bool(candidate.quality) and not old.quality
+    if abs(shift) <= band and not env_changed and not drift and not quality_added:
         return UpdatePlan(
             "keep",
             f"the new ratio {candidate.time_ratio:.4g} lies within the noise band "
@@ -146,7 +162,9 @@ def plan_update(
     slower = shift > band or drift
     if slower and not cfg.reason:
         what = (
-            "larger errors"
+            "a lower quality against the float conv"
+            if drift and decision.stage == "quality"
+            else "larger errors"
             if drift
             else f"a slower ratio ({old.time_ratio:.4g} -> {candidate.time_ratio:.4g})"
         )
@@ -204,9 +222,12 @@ def judge(
     def remeasure(n_rounds: int) -> Comparison:
         return confirm(n_rounds / max(1, comparison.n_rounds))
 
-    decision = decide(comparison, old, policy, errors=errors, env=env, backend=backend, confirm=remeasure)
+    quality = quality_of(row)
+    decision = decide(
+        comparison, old, policy, errors=errors, env=env, backend=backend, confirm=remeasure, quality=quality
+    )
     final = decision.confirm if decision.confirm is not None else comparison
-    candidate = new_entry(final, old, policy, env=env, backend=backend, errors=errors)
+    candidate = new_entry(final, old, policy, env=env, backend=backend, errors=errors, quality=quality)
     plan = plan_update(session.cfg, decision, old, candidate, policy)
     fields: dict[str, Any] = {
         "machine": store.machine,

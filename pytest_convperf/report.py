@@ -53,6 +53,7 @@ class ReportRow:
     mde: float | None
     n_rounds: int | None
     update: str | None
+    quality: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ReportRow:
@@ -80,7 +81,20 @@ class ReportRow:
             mde=_f(decision.get("mde")),
             n_rounds=final.get("n_rounds"),
             update=update.get("action") if update and update.get("action") != "skip" else None,
+            quality=_quality_cell(row),
         )
+
+
+def _quality_cell(row: Mapping[str, Any]) -> str | None:
+    q = _quality(row)
+    if not q:
+        return None
+    parts = []
+    if "sqnr_db" in q:
+        parts.append(f"SQNR {q['sqnr_db']:.3g} dB")
+    if "rel_l2" in q:
+        parts.append(f"rel L2 {q['rel_l2']:.3g}")
+    return ", ".join(parts)
 
 
 def _us(meas: Any) -> float | None:
@@ -147,6 +161,8 @@ def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"  {c['check']}  speedup {c['speedup']}  baseline {c['baseline']}  delta {c['delta']}  "
                 f"cand {c['candidate us']} us  ref {c['reference us']} us"
             )
+            if r.quality:
+                line += f"  quality {r.quality}"
             if r.update:
                 line += f"  [update: {r.update}]"
             out.append(line)
@@ -183,6 +199,8 @@ def markdown(
         for r in group:
             c = cells(r)
             note = "" if verdict == Verdict.PASS.value else r.message.splitlines()[0] if r.message else ""
+            if r.quality:
+                note = f"quality {r.quality}. {note}".strip()
             if r.update:
                 note = f"update: {r.update}. {note}".strip()
             lines.append(
@@ -299,10 +317,17 @@ def history_records(
                 "env": row.get("env"),
                 "reference_backend": (row.get("facts") or {}).get("reference_backend"),
                 "correctness": _correctness(row.get("errors") or []),
+                "quality": _quality(row),
                 "baselines_file": row.get("baselines_file"),
             }
         )
     return out
+
+
+def _quality(row: Mapping[str, Any]) -> dict[str, float]:
+    """The row's quality metrics against the float conv (``rel_l2``, ``sqnr_db``), if any."""
+    metrics = row.get("extra_metrics") or {}
+    return {k: float(metrics[k]) for k in ("rel_l2", "sqnr_db") if _f(metrics.get(k)) is not None}
 
 
 def _correctness(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -11,6 +11,9 @@ from pytest_convperf.results import Comparison, ErrorStats, Measurement, Verdict
 from pytest_convperf.verdict import (
     CPU_TOLERANCE,
     GPU_NOISE_FLOOR,
+    QUALITY_DB_DROP,
+    QUALITY_REL_L2_FACTOR,
+    QUALITY_REL_L2_FLOOR,
     Policy,
     decide,
     default_policy,
@@ -199,6 +202,59 @@ def test_correctness_breach_nonfinite_and_drift() -> None:
     multi = entry(0.6, correctness={"input_grad": {"max_abs": 1e-6}, "weight_grad": {"max_abs": 1e-3}})
     errs = errors(1e-5, name="input_grad") + errors(1e-3, name="weight_grad")
     assert decide(comparison(0.6), multi, GPU, errors=errs).stage == "drift"
+
+
+def test_quality_tolerances_agree() -> None:
+    # sqnr_db = -20 log10(rel_l2): one tolerance expressed in both metrics.
+    assert math.isclose(QUALITY_REL_L2_FACTOR, 10 ** (QUALITY_DB_DROP / 20))
+    assert QUALITY_DB_DROP == 1.0 and QUALITY_REL_L2_FLOOR == 1e-5
+
+
+def test_quality_loss_fails_as_correctness_and_gains_pass() -> None:
+    stored = entry(0.6, quality={"rel_l2": 0.01, "sqnr_db": 40.0})
+    lost = decide(comparison(0.6), stored, GPU, env=ENV, quality={"rel_l2": 0.02, "sqnr_db": 33.98})
+    assert (lost.verdict, lost.outcome, lost.stage) == (Verdict.CORRECTNESS_FAIL, "fail", "quality")
+    for part in (
+        "rel_l2 0.01 -> 0.02",
+        "tolerance 1.12x above a 1e-05 floor",
+        "sqnr_db 40 -> 33.98 dB (down 6.02 dB; tolerance 1 dB",
+        "--convperf-update-baselines=failed --convperf-reason=",
+    ):
+        assert part in lost.message
+    # One metric alone is enough; each has the same tolerance.
+    only_db = decide(comparison(0.6), stored, GPU, env=ENV, quality={"sqnr_db": 38.9})
+    assert only_db.stage == "quality" and "rel_l2" not in only_db.message
+    only_l2 = decide(comparison(0.6), stored, GPU, env=ENV, quality={"rel_l2": 0.0113})
+    assert only_l2.stage == "quality"
+    for fine in ({"rel_l2": 0.0111, "sqnr_db": 39.1}, {"rel_l2": 0.001, "sqnr_db": 60.0}):
+        assert decide(comparison(0.6), stored, GPU, env=ENV, quality=fine).verdict is Verdict.PASS
+    # Nothing stored, or nothing measured: not gated.
+    assert decide(comparison(0.6), entry(0.6), GPU, env=ENV, quality={"rel_l2": 1.0}).verdict is Verdict.PASS
+    assert decide(comparison(0.6), stored, GPU, env=ENV).verdict is Verdict.PASS
+
+
+def test_quality_floor_and_infinities() -> None:
+    tiny = entry(0.6, quality={"rel_l2": 1e-8, "sqnr_db": 160.0})
+    rounding = decide(comparison(0.6), tiny, GPU, env=ENV, quality={"rel_l2": 9e-6, "sqnr_db": 100.9})
+    assert rounding.verdict is Verdict.PASS
+    over = decide(comparison(0.6), tiny, GPU, env=ENV, quality={"rel_l2": 2e-5, "sqnr_db": 94.0})
+    assert over.stage == "quality"
+    exact = entry(0.6, quality={"rel_l2": 0.0, "sqnr_db": math.inf})
+    assert decide(
+        comparison(0.6), exact, GPU, env=ENV, quality={"rel_l2": 0.0, "sqnr_db": math.inf}
+    ).verdict is (Verdict.PASS)
+    assert (
+        decide(comparison(0.6), exact, GPU, env=ENV, quality={"rel_l2": 0.01, "sqnr_db": 40.0}).stage
+        == "quality"
+    )
+
+
+def test_quality_loss_fails_even_when_the_timing_is_too_noisy_to_gate() -> None:
+    stored = entry(0.6, noise=0.2, quality={"rel_l2": 0.01})
+    noisy = decide(comparison(0.6, se=0.1), stored, GPU, env=ENV)
+    assert noisy.verdict is Verdict.ADVISORY
+    lost = decide(comparison(0.6, se=0.1), stored, GPU, env=ENV, quality={"rel_l2": 0.05})
+    assert (lost.verdict, lost.outcome) == (Verdict.CORRECTNESS_FAIL, "fail")
 
 
 def test_cpu_defaults_and_tolerance_override() -> None:
