@@ -422,7 +422,16 @@ def _check_spills(spec: BuildSpec, archs: Sequence[str]) -> bool:
             )
             failed |= spill > 0
         if not rows:
-            print("    (no kernels)")
+            if "__global__" in cu.read_text(errors="replace"):
+                print(
+                    f"FAILED {spec.family}: {cu.name} defines __global__ kernels but no ptxas rows "
+                    "were parsed (the report format changed or ptxas printed nothing): the spill "
+                    "check cannot pass on zero kernels",
+                    file=sys.stderr,
+                )
+                failed = True
+            else:
+                print("    (no kernels)")
     if failed:
         print(f"FAILED {spec.family}: ptxas reports register spills (see SPILL above)", file=sys.stderr)
     return failed

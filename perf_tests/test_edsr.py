@@ -23,7 +23,8 @@ import torch
 from kernels.edsr import swap
 from kernels.edsr.models import EDSR, Block, ResBlock, SeparableConv2d, count_parameters
 from perf_tests import models as mb
-from perf_tests.paired import RATIO_HEADER, gated_model_pair, gated_pair, pair_rule, ratio_line
+from perf_tests.paired import GOAL_RATIO_HEADER, gated_model_pair, gated_pair, pair_rule, ratio_line
+from perf_tests.variant_tables import goal_status
 from pytest_convperf.correctness import error_stats
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.memory import MemoryUsage
@@ -44,6 +45,7 @@ CPU_INPUT = (1, 3, 16, 16)
 RTOL = 1e-3
 ATOL = 1e-4  # times max |expected|
 FUSED_GOAL = 1.3
+NO_GOAL = ("-", "-")  # the goal cells of a row without a speedup goal
 
 
 def input_shape(device: torch.device) -> tuple[int, int, int, int]:
@@ -111,7 +113,7 @@ def edsr_report(request: pytest.FixtureRequest) -> Iterator[EdsrReport]:
             "about the CUDA kernels. The fused block's backward is the autograd formula of the "
             "reference composition (aten convolution_backward), not a fused kernel.",
             "",
-            *RATIO_HEADER,
+            *GOAL_RATIO_HEADER,
             *rep.ratios,
         ]
     section = mb.ReportSection("edsr.md", "EDSR x2: standard vs depthwise-separable residual blocks")
@@ -201,7 +203,9 @@ def test_separable_vs_standard_edsr(
     )
     edsr_report.ratios.append(
         ratio_line(
-            f"separable EDSR (ours = separable) vs standard EDSR, both stock PyTorch, {phase}", comparison
+            f"separable EDSR (ours = separable) vs standard EDSR, both stock PyTorch, {phase}",
+            comparison,
+            NO_GOAL,
         )
     )
 
@@ -234,6 +238,17 @@ def test_fused_block_vs_unfused_pytorch_block(
         reference_errors = [_errors(stock(x), expected, "block_output")]
     assert all(e.ok for e in reference_errors), reference_errors
     assert all(e.ok for e in errors), f"fused block differs from the fp64 block: {errors}"
+    shape = "x".join(map(str, x.shape))
+    if device.type != "cuda":
+        edsr_report.ratios.append(
+            f"|fused dw+pw block, {shape}, forward|-|-|-|-|>= {FUSED_GOAL}x|"
+            f"{goal_status(None, FUSED_GOAL, measured=False)}|"
+        )
+        pytest.skip(
+            "timing needs a GPU: on a CPU the fused block is the same two F.conv2d calls as the "
+            "stock block (the fused kernel needs CUDA), so the ratio is ~1 by construction; "
+            "the composition's correctness was checked above"
+        )
 
     def run_fused() -> object:
         with torch.no_grad():
@@ -243,7 +258,6 @@ def test_fused_block_vs_unfused_pytorch_block(
         with torch.no_grad():
             return stock(x)
 
-    shape = "x".join(map(str, x.shape))
     comparison = gated_pair(
         convperf,
         what=f"edsr-block-{shape}",
@@ -254,12 +268,8 @@ def test_fused_block_vs_unfused_pytorch_block(
         facts={"goal_speedup": FUSED_GOAL},
         rule=pair_rule(device),
     )
-    note = (
-        f" (goal >= {FUSED_GOAL}x on an H100)"
-        if device.type == "cuda"
-        else " (CPU: PyTorch twin, not the kernel)"
-    )
-    edsr_report.ratios.append(ratio_line(f"fused dw+pw block, {shape}, forward{note}", comparison))
+    goal = (f">= {FUSED_GOAL}x", goal_status(comparison.speedup, FUSED_GOAL, measured=True))
+    edsr_report.ratios.append(ratio_line(f"fused dw+pw block, {shape}, forward", comparison, goal))
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
@@ -292,6 +302,12 @@ def test_separable_edsr_on_our_kernels(
     )
     errors = [_errors(got[k], expected[k], k) for k in expected]
     assert all(e.ok for e in errors), f"EDSR on {impl} kernels differs from fp64: {errors}"
+    if impl == "fused" and device.type != "cuda":
+        pytest.skip(
+            "timing needs a GPU: on a CPU the fused block is the same two F.conv2d calls as the "
+            "stock block (the fused kernel needs CUDA), so the ratio is ~1 by construction; "
+            "the composition's correctness was checked above"
+        )
     shape = "x".join(map(str, x.shape))
     comparison = gated_model_pair(
         convperf,
@@ -304,4 +320,4 @@ def test_separable_edsr_on_our_kernels(
         facts={"depthwise": impl},
     )
     label = {"ours": "our depthwise kernel", "fused": "fused dw+pw block kernel"}[impl]
-    edsr_report.ratios.append(ratio_line(f"separable EDSR on {label}, {phase}", comparison))
+    edsr_report.ratios.append(ratio_line(f"separable EDSR on {label}, {phase}", comparison, NO_GOAL))

@@ -25,9 +25,10 @@ from hypothesis import given, settings
 
 from kernels.im2col_gemm import ops, oracles, reference
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES
+from kernels.im2col_gemm.variants import TWO_FOUR_SPARSE, two_four_path
 from kernels.quant import lsq_init_step, quality
 from perf_tests.fuzz import small_problems
-from perf_tests.variant_tables import MB, Table, device_note, fmt, peak_mb, table_fixture
+from perf_tests.variant_tables import MB, Table, device_note, fmt, goal_status, peak_mb, table_fixture
 from pytest_convperf.check import stable_seed
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.device import DeviceInfo
@@ -134,9 +135,20 @@ EDSR_TABLE = Table(
         "fwd MiB",
         "rel_l2",
         "sqnr_db",
+        "goal (H100, fwd and bwd)",
+        "goal met",
     ),
 )
-tables = table_fixture("im2col_gemm.md", "im2col + GEMM conv2d (pytest-convperf)", SEED_TABLE, EDSR_TABLE)
+GEMM_GOAL = 0.7  # gemm vs cuDNN fp32 (TF32 off) on the EDSR shapes, forward and backward
+INT8_GOAL = 1.2  # LSQ int8 vs cuDNN fp16, C_out >= 256
+INT8_TABLE = Table(
+    "LSQ int8 (cuBLASLt _int_mm) vs cuDNN fp16, C_out >= 256",
+    ("variant", "problem", "speedup", "goal (H100)", "goal met"),
+    ["Goals are reported, not asserted; speedup = t(cuDNN fp16) / t(int8), median of paired rounds."],
+)
+tables = table_fixture(
+    "im2col_gemm.md", "im2col + GEMM conv2d (pytest-convperf)", SEED_TABLE, EDSR_TABLE, INT8_TABLE
+)
 
 
 def _device(convperf_device: DeviceInfo) -> str:
@@ -166,6 +178,18 @@ def test_fuzz_variant_matches_its_oracle(name: str, problem: Conv2dProblem) -> N
 def test_fuzz_dense_low_precision(dtype: str, problem: Conv2dProblem) -> None:
     """fp16/bf16 im2col + cuBLAS GEMM against the fp64 oracle with the dtype's tolerance row."""
     assert_conv_close(ops.forward, problem.replace(dtype=dtype), backward=True, device="cuda")
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (PyTorch's 2:4 kernels take fp16/bf16 on sm_80+)"
+)
+@settings(max_examples=15, deadline=None)
+@given(problem=FUZZ)
+def test_fuzz_sparse_2to4_fp16(problem: Conv2dProblem) -> None:
+    """fp16 ``sparse_2to4`` (the real semi-structured GEMM on an sm_80+ GPU) against its pruned oracle."""
+    p = problem.replace(dtype="fp16")
+    candidate, oracle = VARIANTS["sparse_2to4"].bind(p, "cuda")
+    assert_conv_close(candidate, p, oracle=oracle, backward=True, device="cuda")
 
 
 # ---- perf ------------------------------------------------------------------------------------------
@@ -268,8 +292,13 @@ def test_edsr(
         p = p.replace(dtype="fp16")  # PyTorch's 2:4 kernels take fp16/bf16
     candidate, oracle = VARIANTS[name].bind(p, device)
     metrics = _quality(candidate, p, device, name)
-    fwd, bwd = _run_checks(convperf, candidate, oracle, p, metrics)
     x, w, b = p.make_inputs(stable_seed(p), device)
+    label = name
+    if name == "sparse_2to4":  # say which GEMM ran: fp32 or CPU is a masked dense GEMM, not 2:4
+        path = two_four_path(w)
+        label = f"{name} ({path})"
+        metrics["semi_structured_gemm"] = float(path == TWO_FOUR_SPARSE)  # into the row's facts
+    fwd, bwd = _run_checks(convperf, candidate, oracle, p, metrics)
     with torch.no_grad():
         mem = peak_mb(gpu_memory, lambda: candidate(x, w, b, *p.conv_args()))
     table = tables[EDSR_TABLE.title]
@@ -281,7 +310,7 @@ def test_edsr(
         table.notes.append(device_note(torch.device(device)))
     table.rows.append(
         [
-            name,
+            label,
             p.id,
             fmt(fwd.candidate.median),
             fmt(fwd.speedup, 3),
@@ -290,6 +319,8 @@ def test_edsr(
             fmt(mem),
             fmt(metrics.get("rel_l2")),
             fmt(metrics.get("sqnr_db")),
+            f">= {GEMM_GOAL}x" if name == "gemm" else "-",
+            goal_status(min(fwd.speedup, bwd.speedup), GEMM_GOAL if name == "gemm" else None, measured=gpu),
         ]
     )
     if name == "gemm" and gpu:  # beyond inputs and output, only the (bounded) column buffer
@@ -301,14 +332,26 @@ def test_edsr(
 
 
 @pytest.mark.convperf
-@pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="the int8-vs-cuDNN-fp16 goal needs a GPU (int8 tensor cores)"
-)
-def test_int8_vs_cudnn_fp16(convperf: Any) -> None:
+def test_int8_vs_cudnn_fp16(convperf: Any, tables: dict[str, Table]) -> None:
     """LSQ int8 (cuBLASLt ``_int_mm``) against cuDNN fp16 when C_out >= 256 (goal >= 1.2x on an H100)."""
     problem = Conv2dProblem(
         n=16, c_in=256, h=48, w=48, c_out=256, kernel=(3, 3), padding=(1, 1), dtype="fp16"
     )
+    table = tables[INT8_TABLE.title]
+    if not torch.cuda.is_available():
+        table.rows.append(
+            ["quantized", problem.id, "-", f">= {INT8_GOAL}x", goal_status(None, INT8_GOAL, measured=False)]
+        )
+        pytest.skip("the int8-vs-cuDNN-fp16 goal needs a GPU (int8 tensor cores)")
     candidate, oracle = VARIANTS["quantized"].bind(problem, "cuda")
     metrics = _quality(candidate, problem, "cuda", "quantized")
-    convperf.check(candidate, problem, oracle=oracle, extra_metrics=metrics)
+    cmp = convperf.check(candidate, problem, oracle=oracle, extra_metrics=metrics)
+    table.rows.append(
+        [
+            "quantized",
+            problem.id,
+            f"{fmt(cmp.speedup, 3)}x",
+            f">= {INT8_GOAL}x",
+            goal_status(cmp.speedup, INT8_GOAL, measured=True),
+        ]
+    )

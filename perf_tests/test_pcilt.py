@@ -28,7 +28,7 @@ from kernels.pcilt import ops, reference
 from kernels.pcilt.tables import memory_report
 from kernels.quant import quality
 from perf_tests.fuzz import small_problems
-from perf_tests.variant_tables import MB, Table, device_note, fmt, peak_mb, table_fixture
+from perf_tests.variant_tables import Table, device_note, fmt, goal_status, peak_mb, table_fixture
 from pytest_convperf.check import stable_seed
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.device import DeviceInfo
@@ -54,7 +54,7 @@ SEED_TABLE = Table(
         "PCILT avg time",
         "speed vs Conv2d",
         "Conv2d MiB",
-        "PCILT MiB",
+        "PCILT MiB (incl. table build)",
         "memory vs Conv2d",
         "weight bytes",
         "table bytes",
@@ -64,25 +64,31 @@ SEED_TABLE = Table(
     [
         "Times in seconds (medians of paired rounds); speed = t(Conv2d) / t(PCILT), memory = peak(Conv2d) / "
         "peak(PCILT) of one forward call (the seed's 'Speed difference' and 'Memory difference'); "
+        "the PCILT call is measured with the table cache cleared, so its peak includes building the "
+        "tables; table bytes are measured on the real built tables; "
         "rel_l2/sqnr_db: drift of the quantized output from the float conv."
     ],
 )
 KERNEL_TABLE = Table(
     "PCILT kernels: tiled (shared-memory tables, packed codes) vs naive and vs native conv",
-    ("comparison", "problem", "candidate s", "reference s", "speedup", "goal (H100)"),
+    ("comparison", "problem", "candidate s", "reference s", "speedup", "goal (H100)", "goal met"),
 )
 tables = table_fixture("pcilt.md", "PCILT lookup-table conv2d (pytest-convperf)", SEED_TABLE, KERNEL_TABLE)
 
 
-def _kernel_row(comparison: str, problem_id: str, cmp: Comparison, goal: str) -> list[str]:
-    """A row of ``KERNEL_TABLE`` (its columns, in order) from one ``convperf.check`` comparison."""
+def _kernel_row(
+    comparison: str, problem_id: str, cmp: Comparison, goal: float, *, measured: bool, why: str = "CPU"
+) -> list[str]:
+    """A row of ``KERNEL_TABLE`` (its columns, in order) from one ``convperf.check`` comparison;
+    the goal is reported (met / not met / not measured), never asserted."""
     return [
         comparison,
         problem_id,
         fmt(cmp.candidate.median),
         fmt(cmp.reference.median),
         f"{fmt(cmp.speedup, 3)}x",
-        goal,
+        f">= {goal:g}x",
+        goal_status(cmp.speedup, goal, measured=measured, why=why),
     ]
 
 
@@ -151,6 +157,9 @@ def test_seed_case(
         drift = quality(candidate(x, w, b, *args), F.conv2d(x, w, b, *args))
         cmp = convperf.check(candidate, problem, oracle=oracle, extra_metrics=drift)
         conv_mb = peak_mb(gpu_memory, lambda: F.conv2d(x, w, b, *args))
+        # The tables are PCILT's main memory cost: drop the cached ones so the measured call builds
+        # them (on a CPU the reference builds them on every call anyway).
+        ops.clear_cache()
         pcilt_mb = peak_mb(gpu_memory, lambda: candidate(x, w, b, *args))
     mem = memory_report(w, bits, integer=integer)
     table = tables[SEED_TABLE.title]
@@ -179,7 +188,8 @@ def test_seed_case(
             fmt(drift["sqnr_db"]),
         ]
     )
-    assert mem["table_bytes"] == mem["weight_bytes"] * (1 << bits)  # fp32 weights, 4-byte entries
+    # Measured on the real tables: fp32 weights and 4-byte (int32 or fp32) entries, 2^bits per weight.
+    assert mem["table_bytes"] == mem["weight_bytes"] * (1 << bits), mem
     assert drift["sqnr_db"] > {2: 0.0, 4: 10.0, 8: 30.0}[bits], drift  # more bits, less drift
 
 
@@ -192,9 +202,25 @@ def test_tiled_vs_naive_kernel(bits: int, convperf: Any, tables: dict[str, Table
     """The shared-memory tiled kernel against the one-thread-per-output kernel (goal >= 5x on an H100)."""
     candidate, oracle = bind(SEED_CASE, True, bits=bits)
     naive, _ = bind(SEED_CASE, True, bits=bits, naive=True)
+    x, w, _ = SEED_CASE.make_inputs(stable_seed(SEED_CASE), "cuda")
+    # Which kernel the candidate really runs (the host falls back to naive where tiled cannot run).
+    kernel = ops.lut_kernel(x, w, *SEED_CASE.conv_args(), bits=bits)
     with torch.no_grad():
-        cmp = convperf.check(candidate, SEED_CASE, reference=naive, oracle=oracle)
-    row = _kernel_row(f"tiled vs naive, {bits}-bit", SEED_CASE.id, cmp, ">= 5x")
+        cmp = convperf.check(
+            candidate,
+            SEED_CASE,
+            reference=naive,
+            oracle=oracle,
+            extra_metrics={"tiled_kernel_ran": float(kernel == "tiled")},
+        )
+    row = _kernel_row(
+        f"{kernel} vs naive, {bits}-bit (candidate: {kernel} kernel)",
+        SEED_CASE.id,
+        cmp,
+        5.0,
+        measured=kernel == "tiled",
+        why="the tiled kernel cannot run here; naive ran",
+    )
     tables[KERNEL_TABLE.title].rows.append(row)
 
 
@@ -212,7 +238,7 @@ def test_depthwise_packed_4bit(
     with torch.no_grad():
         cmp = convperf.check(candidate, p, oracle=oracle)
     label = "depthwise, packed 4-bit inputs, vs F.conv2d fp32" + ("" if gpu else " (CPU, scaled; reference)")
-    tables[KERNEL_TABLE.title].rows.append(_kernel_row(label, p.id, cmp, ">= 1.5x"))
-    assert (
-        memory_report(torch.empty(p.weight_shape), 4)["table_bytes"] < 48 * 1024 * MB
-    )  # sanity: small tables
+    tables[KERNEL_TABLE.title].rows.append(_kernel_row(label, p.id, cmp, 1.5, measured=gpu))
+    w = torch.randn(p.weight_shape)
+    # Exact bytes of the real int32 tables: 2^4 entries of 4 bytes per weight.
+    assert memory_report(w, 4)["table_bytes"] == w.numel() * (1 << 4) * 4

@@ -38,6 +38,16 @@ class Table:
         return [*out, ""]
 
 
+def goal_status(speedup: float | None, goal: float | None, *, measured: bool, why: str = "CPU") -> str:
+    """The "goal met" cell next to a speedup goal (reported, never asserted): ``met``, ``not met``,
+    ``not measured (CPU)`` where the goal's kernel did not run (``why`` says why), ``-`` without a goal."""
+    if goal is None:
+        return "-"
+    if not measured or speedup is None or math.isnan(speedup):
+        return f"not measured ({why})"
+    return "met" if speedup >= goal else "not met"
+
+
 def fmt(value: float | None, digits: int = 4) -> str:
     """A cell: ``-`` for missing, ``inf`` kept, else ``digits`` significant digits."""
     if value is None:

@@ -58,6 +58,8 @@ def calibrate_records(
         for rec in records:
             if rec.get("ln_ratio") is None or not rec.get("baselines_file"):
                 continue
+            if rec.get("verdict") == "INCONCLUSIVE":  # unusable timing: never folded into noise
+                continue
             ident = (str(rec["baselines_file"]), str(rec.get("machine")), str(rec["key"]))
             by_check.setdefault(ident, []).append(rec)
     out: dict[str, Any] = {}

@@ -153,6 +153,17 @@ def _num(entry: str, name: str, value: Any, *, positive: bool = True) -> float:
     return float(value)
 
 
+def _tolerance(entry: str, value: Any) -> float:
+    tol = _num(entry, "tolerance", value)
+    if not tol < 1.0:
+        raise _Invalid(
+            entry,
+            f"field 'tolerance' must be a fraction between 0 and 1, got {value!r}",
+            "write a fraction (0.02 means 2 %) or delete the field to use the device default",
+        )
+    return tol
+
+
 def _int(entry: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _Invalid(entry, f"field {name!r} must be a positive integer, got {value!r}", FIX_RERECORD)
@@ -263,7 +274,7 @@ def parse_entry(key: str, raw: Any) -> Entry:
         updated=_str_map(key, "updated", updated) if updated is not None else None,
         noise_runs=_int(key, "noise_runs", block["noise_runs"]) if "noise_runs" in block else None,
         ref_runs=_int(key, "ref_runs", block["ref_runs"]) if "ref_runs" in block else 1,
-        tolerance=_num(key, "tolerance", tol) if tol is not None else None,
+        tolerance=_tolerance(key, tol) if tol is not None else None,
         quality=_quality_map(key, block["quality"]) if block.get("quality") is not None else {},
     )
 

@@ -215,8 +215,15 @@ class ConvperfFixture:
         return str(self.request.node.nodeid)
 
     def key(self, problem: Conv2dProblem, phase: str) -> str:
-        """Baseline key: the test name (plus ``@<problem id>`` when the name lacks it), ``:<phase>``."""
+        """Baseline key: the test name (plus ``@<problem id>`` when the name lacks it), ``:<phase>``.
+
+        A test in a class is keyed ``Class::name`` so that same-named methods of two classes in one
+        file get distinct keys; module-level tests keep the bare name.
+        """
         name = str(self.request.node.name)
+        cls = getattr(self.request.node, "cls", None)
+        if cls is not None:
+            name = f"{cls.__name__}::{name}"
         if problem.id not in name:
             name = f"{name}@{problem.id}"
         return name if phase == "forward" else f"{name}:{phase}"
@@ -434,17 +441,28 @@ class ConvperfFixture:
         )
         if self.session.cfg.trace:
             comparison.facts["traces"] = self._traces(candidate, reference, problem, phase, seed)
-        if comparison.inconclusive:
-            row = self._row(
-                key, problem, phase, report, comparison, Verdict.INCONCLUSIVE, comparison.inconclusive
-            )
-            self.session.record(self.nodeid, row)
-            pytest.skip(f"convperf INCONCLUSIVE on {problem.id}: {comparison.inconclusive}")
-        row = self._row(key, problem, phase, report, comparison, None, "")
+        inconclusive = comparison.inconclusive
+        row = self._row(
+            key,
+            problem,
+            phase,
+            report,
+            comparison,
+            Verdict.INCONCLUSIVE if inconclusive else None,
+            inconclusive or "",
+        )
         if extra_metrics:
             row["extra_metrics"] = {k: float(v) for k, v in extra_metrics.items()}
         self.session.record(self.nodeid, row)
-        self._decide(row, comparison, confirm, report.candidate_errors)
+        # Inconclusive timing still goes through the decision: correctness and quality drift
+        # against the stored entry are checked before timing and fail the test; otherwise it skips.
+        self._decide(
+            row,
+            comparison,
+            confirm,
+            report.candidate_errors,
+            skip_message=f"convperf INCONCLUSIVE on {problem.id}: {inconclusive}" if inconclusive else None,
+        )
         return comparison
 
     def _decide(
@@ -453,12 +471,15 @@ class ConvperfFixture:
         comparison: Comparison,
         confirm: Callable[[float], Comparison],
         errors: Sequence[ErrorStats],
+        *,
+        skip_message: str | None = None,
     ) -> None:
         """The baseline decision of DESIGN §7 (:mod:`pytest_convperf.gate`), made on this test item.
 
         Updates the recorded ``row`` in place (verdict, message, decision, planned update), then
         fails the test (FAIL confirmed by ``confirm(3)``, correctness drift, strict NEW, refused
-        update) or skips it (INCONCLUSIVE); PASS/NEW/IMPROVED/STALE/ADVISORY pass with a note.
+        update) or skips it (INCONCLUSIVE, with ``skip_message`` when given); PASS/NEW/IMPROVED/
+        STALE/ADVISORY pass with a note.
         """
         from pytest_convperf.gate import judge
 
@@ -471,6 +492,8 @@ class ConvperfFixture:
             backend=comparison.facts.get("reference_backend"),
         )
         row.update(judgement.row_fields)
+        if skip_message is not None and judgement.decision.verdict is Verdict.INCONCLUSIVE:
+            pytest.skip(skip_message)
         judgement.enforce()
 
     def _row(
@@ -490,6 +513,7 @@ class ConvperfFixture:
             "machine": self.device.slug,
             "device": self.device.torch_device,
             "reference_errors": [e.to_dict() for e in report.reference_errors],
+            "timer": getattr(self.timer, "kind", None),
         }
         if comparison is not None:
             facts.update(

@@ -112,7 +112,9 @@ def _parse_tolerance(value: str | None, name: str = "convperf-tolerance") -> flo
 
 
 def parse_aliases(text: str | None) -> dict[str, str]:
-    """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``)."""
+    """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``); both sides are slugified."""
+    from pytest_convperf.baselines import slugify
+
     aliases: dict[str, str] = {}
     for raw in (text or "").replace(",", "\n").splitlines():
         line = raw.strip()
@@ -123,7 +125,8 @@ def parse_aliases(text: str | None) -> dict[str, str]:
             raise pytest.UsageError(
                 f"convperf_machine_aliases: bad line {raw!r}; write one 'detected-slug = class-slug' per line"
             )
-        aliases[slug.strip()] = target.strip()
+        # Lookups use slugs (resolve_machine), so keys and targets are slugified the same way.
+        aliases[slugify(slug)] = slugify(target)
     return aliases
 
 
@@ -204,8 +207,9 @@ class ConvperfConfig:
 
         baselines = path(raw(spec["convperf-baselines"]) or "baselines")
         assert baselines is not None
-        return cls(
-            enabled=flag(spec["convperf"]),
+        enabled = flag(spec["convperf"])
+        cfg = cls(
+            enabled=enabled,
             device=_parse_device(raw(spec["convperf-device"]) or "auto"),
             baselines_dir=baselines,
             update=parse_update(raw(spec["convperf-update-baselines"])),
@@ -220,6 +224,19 @@ class ConvperfConfig:
             gpus=parse_gpus(raw(spec["convperf-gpus"])),
             rootdir=rootdir,
         )
+        if not enabled:
+            # Only the command line: an ini may set these for the runs that do enable convperf.
+            given = [
+                f"--{name}"
+                for name in ("convperf-update-baselines", "convperf-reason", "convperf-strict")
+                if config.getoption(spec[name].ini, default=None) not in (None, False)
+            ]
+            if given:
+                raise pytest.UsageError(
+                    f"{', '.join(given)} given without --convperf: convperf checks are off, so "
+                    "nothing would be checked or updated; add --convperf (or ini convperf = true)"
+                )
+        return cfg
 
 
 CONFIG_KEY = pytest.StashKey[ConvperfConfig]()

@@ -44,21 +44,26 @@ def reason_names(mask: int) -> list[str]:
 
 @dataclass(frozen=True)
 class ClockSample:
-    """One NVML reading: SM clock (MHz), throttle reason bits, temperature (C), power (W)."""
+    """One NVML reading: SM clock (MHz), throttle reason bits, temperature (C), power (W).
+
+    ``reasons`` is None when NVML could not report them (the read failed or the API is missing):
+    unknown, not "no slowdown". Such a round is kept (the SM clock floor still applies to it) and
+    the run's clock facts count it under ``reasons_unknown_rounds``.
+    """
 
     sm_mhz: float | None
-    reasons: int = 0
+    reasons: int | None = 0
     temp_c: float | None = None
     power_w: float | None = None
 
     @property
     def hw_slowdown(self) -> bool:
-        return bool(self.reasons & HW_SLOWDOWN_REASONS)
+        return bool(self.reasons is not None and self.reasons & HW_SLOWDOWN_REASONS)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "sm_mhz": self.sm_mhz,
-            "reasons": reason_names(self.reasons),
+            "reasons": reason_names(self.reasons) if self.reasons is not None else None,
             "temp_c": self.temp_c,
             "power_w": self.power_w,
         }
@@ -83,11 +88,12 @@ class NvmlSampler:
         except Exception as exc:  # any NVML failure means "clocks unknown", never a crash
             self.error = f"NVML clock read failed: {exc}"
             return None
-        reasons = temp = power = None
+        reasons: int | None = None  # unknown unless NVML reports them
+        temp = power = None
         try:
-            reasons = int(self._reasons(self._handle)) if self._reasons is not None else 0
+            reasons = int(self._reasons(self._handle)) if self._reasons is not None else None
         except Exception:
-            reasons = 0
+            reasons = None
         try:
             temp = float(nvml.nvmlDeviceGetTemperature(self._handle, nvml.NVML_TEMPERATURE_GPU))
         except Exception:
@@ -96,7 +102,7 @@ class NvmlSampler:
             power = nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
         except Exception:
             power = None
-        return ClockSample(sm_mhz=sm, reasons=reasons or 0, temp_c=temp, power_w=power)
+        return ClockSample(sm_mhz=sm, reasons=reasons, temp_c=temp, power_w=power)
 
     def memory_used_bytes(self) -> int | None:
         try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines import Entry, Store, parse_entry
+from pytest_convperf.baselines import Entry, Store, atomic_write, parse_entry, read_file
 from pytest_convperf.report import grouped, terminal_lines, write_reports
 
 if TYPE_CHECKING:
@@ -106,12 +106,24 @@ def apply_updates(session: ConvperfSession, rows: Sequence[Mapping[str, Any]], o
         if action != "write" or not plan.get("entry"):
             continue
         entry = parse_entry(str(row["key"]), plan["entry"]).with_(updated=dict(updated) or None)
-        per_file.setdefault((str(row["machine"]), str(row["module"])), {})[str(row["key"])] = (entry, row)
+        entries = per_file.setdefault((str(row["machine"]), str(row["module"])), {})
+        if str(row["key"]) in entries:
+            other = entries[str(row["key"])][1]
+            raise pytest.UsageError(
+                f"convperf: two tests record the same baseline key {row['key']!r} in "
+                f"{row['machine']}/{row['module']}.yaml: {other.get('nodeid')} and {row.get('nodeid')}; "
+                "rename one of them (baseline files are chosen by test file name, so two test files "
+                "with the same name in different folders share one baseline file)"
+            )
+        entries[str(row["key"])] = (entry, row)
     lines = ["# convperf baseline update", ""]
     if cfg.reason:
         lines += [f"Reason: {cfg.reason}", ""]
     if commit:
         lines += [f"Measured at commit {commit}", ""]
+    # Validate every target file before writing any: one bad file stops the update as a whole.
+    for machine, module in per_file:
+        read_file(Store(cfg.baselines_dir, machine).path(module), machine)
     for (machine, module), entries in sorted(per_file.items()):
         store = Store(cfg.baselines_dir, machine)
         store.write(module, {k: e for k, (e, _) in entries.items()})
@@ -130,9 +142,8 @@ def apply_updates(session: ConvperfSession, rows: Sequence[Mapping[str, Any]], o
         lines += ["## Left as they are (inside their noise band)", ""] + [f"- {k}" for k in kept] + [""]
     if refused:
         lines += ["## Refused (slower without --convperf-reason)", ""] + [f"- {k}" for k in refused] + [""]
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "convperf-update.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    atomic_write(path, "\n".join(lines))
     return path
 
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from pytest_convperf.session import ConvperfSession
 
 STORE_KEY = pytest.StashKey["Store"]()
+FAKE_STORE_KEY = pytest.StashKey["Store"]()
+FAKE_SUFFIX = "-fake"
 
 # Update kinds (``--convperf-update-baselines``) that rewrite each verdict.
 UPDATE_KIND_FOR: dict[Verdict, str] = {
@@ -37,14 +39,22 @@ UPDATE_KIND_FOR: dict[Verdict, str] = {
 }
 
 
-def store_for(session: ConvperfSession) -> Store:
-    """The session's store for this machine class (built on first use)."""
+def store_for(session: ConvperfSession, *, fake: bool = False) -> Store:
+    """The session's store for this machine class (built on first use).
+
+    ``fake``: the check was timed by the fake timer. Unless ``--convperf-machine`` names the
+    folder explicitly (the opt-in the plugin's own tests use), fake numbers are read from and
+    written to ``<machine>-fake``, so they can never land in a real machine's baselines.
+    """
     config = session.config
-    if STORE_KEY not in config.stash:
+    key = FAKE_STORE_KEY if fake else STORE_KEY
+    if key not in config.stash:
         cfg = session.cfg
         machine = resolve_machine(session.device_info().slug, cfg.machine, cfg.machine_aliases)
-        config.stash[STORE_KEY] = Store(cfg.baselines_dir, machine)
-    return config.stash[STORE_KEY]
+        if fake and cfg.machine is None and not machine.endswith(FAKE_SUFFIX):
+            machine += FAKE_SUFFIX
+        config.stash[key] = Store(cfg.baselines_dir, machine)
+    return config.stash[key]
 
 
 def validate_baselines(cfg: ConvperfConfig) -> None:
@@ -213,7 +223,7 @@ def judge(
     ``confirm(factor)`` re-times the same pair with ``factor`` x the rounds of ``comparison``.
     """
     module, key = str(row["module"]), str(row["key"])
-    store = store_for(session)
+    store = store_for(session, fake=(row.get("facts") or {}).get("timer") == "fake")
     device = session.device_info()
     env = env_from_facts(device.facts)
     old = store.get(module, key)
@@ -227,8 +237,15 @@ def judge(
         comparison, old, policy, errors=errors, env=env, backend=backend, confirm=remeasure, quality=quality
     )
     final = decision.confirm if decision.confirm is not None else comparison
-    candidate = new_entry(final, old, policy, env=env, backend=backend, errors=errors, quality=quality)
-    plan = plan_update(session.cfg, decision, old, candidate, policy)
+    plan: UpdatePlan | None
+    if comparison.inconclusive:
+        # Decided for correctness/quality drift only: the timing must never be recorded.
+        plan = (
+            UpdatePlan("skip", "inconclusive measurements are never recorded") if session.cfg.update else None
+        )
+    else:
+        candidate = new_entry(final, old, policy, env=env, backend=backend, errors=errors, quality=quality)
+        plan = plan_update(session.cfg, decision, old, candidate, policy)
     fields: dict[str, Any] = {
         "machine": store.machine,
         "baselines_file": str(store.path(module)),

@@ -6,6 +6,7 @@ Nothing here imports torch: fixtures import their implementation on first use, s
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -117,6 +118,7 @@ def gpu_timer(request: pytest.FixtureRequest, convperf_timer: Any) -> Any:
     On a GPU: CUDA events; ``cold`` flushes L2 before each sample, ``warm`` does not, ``graph``
     replays a CUDA graph for kernels under ~20 us. On a CPU: ``perf_counter_ns`` with a fixed
     thread count (the mode is reported as ``cpu``). Stops adaptively on the CI of the median.
+    ``m.inconclusive`` (None when fine) says why the clocks were too unstable to trust ``m``.
     """
     from pytest_convperf.timing import make_timer_callable
 
@@ -157,8 +159,12 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     cfg = config.stash[CONFIG_KEY]
     if not cfg.enabled:
         return None
+    from pytest_convperf.timing import FAKE_TIMER_ENV
+
+    fake = f" timer=fake timer (${FAKE_TIMER_ENV})" if os.environ.get(FAKE_TIMER_ENV) else ""
     return [
         f"convperf: device={cfg.device} baselines={cfg.baselines_dir} update={sorted(cfg.update) or 'no'}"
+        + fake
     ]
 
 

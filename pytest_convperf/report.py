@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_convperf.baselines import atomic_write
 from pytest_convperf.results import Verdict
 
 # Most urgent first: what a reader must act on comes before what merely passed.
@@ -150,9 +151,16 @@ def cells(r: ReportRow) -> dict[str, str]:
     }
 
 
+def fake_timed(row: Mapping[str, Any]) -> bool:
+    """Whether the row's check was timed by the fake timer (replayed durations)."""
+    return (row.get("facts") or {}).get("timer") == "fake"
+
+
 def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The terminal summary: one block per verdict, a line per check, a note under non-PASS rows."""
     out: list[str] = []
+    if any(fake_timed(r) for r in rows):
+        out.append("timer: fake timer (replayed durations, not measurements)")
     for verdict, group in grouped(rows):
         out.append(f"{verdict} ({len(group)})")
         for r in group:
@@ -187,6 +195,8 @@ def markdown(
             if k in ("machine", "device", "gpu", "cpu", "torch", "cuda", "cudnn", "driver")
         )
         lines += [f"Machine: {facts}", ""]
+    if any(fake_timed(r) for r in rows):
+        lines += ["Timer: **fake timer** (replayed durations, not measurements)", ""]
     lines += ["Verdicts: " + ", ".join(f"**{v}** {len(g)}" for v, g in groups), ""]
     cols = ("check", "speedup", "baseline", "delta", "candidate us", "reference us", "MDE")
     for verdict, group in groups:
@@ -295,7 +305,8 @@ def history_records(
     """One JSON record per check per run (feeds trend plots and a persistence gate)."""
     out = []
     for row in rows:
-        comp = row.get("comparison") or {}
+        # The final comparison (the confirm run when there was one) gives ratio, se, rounds and us alike.
+        comp = (row.get("decision") or {}).get("confirm") or row.get("comparison") or {}
         r = ReportRow.from_row(row)
         ratio = _f(comp.get("time_ratio"))
         out.append(
@@ -398,18 +409,14 @@ def write_reports(
     report_dir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     md = markdown(rows, machine_info=machine_info)
-    (report_dir / "report.md").write_text(md + "\n", encoding="utf-8")
+    atomic_write(report_dir / "report.md", md + "\n")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(md + "\n")
     payload = benchmark_json(rows, machine_info=machine_info, commit_info=commit_info, when=when)
-    (report_dir / "results.json").write_text(
-        json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    (report_dir / "rows.json").write_text(
-        json.dumps(list(rows), indent=1, default=str) + "\n", encoding="utf-8"
-    )
+    atomic_write(report_dir / "results.json", json.dumps(payload, indent=2, default=str) + "\n")
+    atomic_write(report_dir / "rows.json", json.dumps(list(rows), indent=1, default=str) + "\n")
     commit = commit_info.get("id")
     with open(report_dir / "history.jsonl", "a", encoding="utf-8") as fh:
         for rec in history_records(rows, when=when, commit=str(commit) if commit else None):

@@ -19,6 +19,8 @@ class Measurement:
     ``mode`` is how it was timed (``cold``, ``warm``, ``graph``, ``cpu``, ``fake``); ``l2`` is the
     cache state (``flushed``, ``warm`` or ``n/a`` on a CPU). ``ci`` is the 95 % confidence
     interval of the median. ``dropped`` counts samples discarded for clock or throttle reasons.
+    ``inconclusive`` (``gpu_timer`` only) gives the reason when too many rounds were dropped
+    (over 25 %) or fewer than 6 were kept; the samples are then all rounds, throttled ones included.
     """
 
     samples: tuple[float, ...]
@@ -29,6 +31,7 @@ class Measurement:
     mode: str = "cold"
     l2: str = "flushed"
     noisy: bool = False
+    inconclusive: str | None = None
 
     @property
     def median_us(self) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import Suite
+from tests._lifecycle import PROBLEM, Suite
 
 
 @pytest.fixture
@@ -70,3 +70,52 @@ def test_full_lifecycle(suite: Suite) -> None:
 
     # 7. Next run at the new speed: PASS.
     suite.run().assert_outcomes(passed=2)
+
+
+CLASSES = f"""
+import pytest
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+P = {PROBLEM}
+
+
+class TestA:
+    @pytest.mark.convperf
+    def test_x(self, convperf):
+        convperf.check(F.conv2d, P)
+
+
+class TestB:
+    @pytest.mark.convperf
+    def test_x(self, convperf):
+        convperf.check(F.conv2d, P)
+"""
+
+DUP = f"""
+import pytest
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+
+@pytest.mark.convperf
+def test_x(convperf):
+    convperf.check(F.conv2d, {PROBLEM})
+"""
+
+
+def test_same_named_methods_of_two_classes_get_two_keys(suite: Suite) -> None:
+    (suite.pytester.path / "test_suite.py").write_text(CLASSES)
+    suite.run("--convperf-update-baselines").assert_outcomes(passed=2)
+    keys = sorted(suite.entries())
+    assert [k.split("@")[0] for k in keys] == ["TestA::test_x", "TestB::test_x"]
+
+
+def test_two_same_named_test_files_sharing_a_baseline_file_are_a_usage_error(suite: Suite) -> None:
+    (suite.pytester.path / "test_suite.py").unlink()
+    for sub in ("a", "b"):
+        (suite.pytester.path / sub).mkdir()
+        (suite.pytester.path / sub / "test_dup.py").write_text(DUP)
+    result = suite.run("--convperf-update-baselines", "--import-mode=importlib")
+    result.stderr.fnmatch_lines(["*same baseline key*a/test_dup.py::test_x*b/test_dup.py::test_x*"])
+    assert not (suite.pytester.path / "baselines" / "testbox" / "test_dup.yaml").exists()

@@ -58,3 +58,16 @@ def test_cpu_noise_floor_default_and_option(
     result = suite.run("-k", "test_a")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--convperf-noise-floor='two' is not a number" in result.stderr.str()
+
+
+def test_fake_timer_numbers_never_land_in_a_detected_machines_folder(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    Suite(pytester, monkeypatch, plugin_args)  # sets $CONVPERF_FAKE_TIMER
+    args = (*plugin_args, "--convperf", "--convperf-device=cpu", "-p", "no:cacheprovider")
+    result = pytester.runpytest(*args, "--convperf-noise-floor=0.02", "--convperf-update-baselines")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*convperf: device=cpu*timer=fake timer*", "timer: fake timer*"])
+    folders = [p.name for p in (pytester.path / "baselines").iterdir()]
+    assert len(folders) == 1 and folders[0].endswith("-fake"), folders
+    assert "(new) -> 0.5" in (pytester.path / "convperf-update.md").read_text()

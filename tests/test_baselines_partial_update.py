@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 import yaml
 
@@ -30,3 +34,33 @@ def test_partial_update_keeps_unselected_and_unknown_entries(
     suite.run("--convperf-update-baselines", "--convperf-reason=accepted", nodeid).assert_outcomes(passed=1)
     assert suite.entries()[suite.key("test_b")]["time_ratio"] == pytest.approx(0.6)
     assert "test_gone[x]" in suite.entries()
+
+
+def test_one_bad_target_file_stops_the_update_before_any_write(tmp_path: Path) -> None:
+    from pytest_convperf.baselines import Entry
+    from pytest_convperf.config import ConvperfConfig
+    from pytest_convperf.finish import apply_updates
+
+    entry = Entry(time_ratio=0.5, noise=0.01, us_candidate=5.0, us_reference=10.0).to_yaml()
+    cfg = ConvperfConfig(
+        enabled=True, update=frozenset({"new"}), baselines_dir=tmp_path / "bl", rootdir=tmp_path
+    )
+    session: Any = SimpleNamespace(cfg=cfg)
+    rows = [
+        {
+            "key": "test_x",
+            "module": mod,
+            "machine": "box",
+            "nodeid": f"{mod}.py::test_x",
+            "verdict": "NEW",
+            "update": {"action": "write", "entry": entry},
+        }
+        for mod in ("test_a", "test_b")
+    ]
+    bad = tmp_path / "bl" / "box" / "test_b.yaml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("benchmarks: [\n")
+    with pytest.raises(pytest.UsageError, match=r"test_b\.yaml"):
+        apply_updates(session, rows, tmp_path)
+    assert not (tmp_path / "bl" / "box" / "test_a.yaml").exists()
+    assert bad.read_text() == "benchmarks: [\n"

@@ -4,6 +4,7 @@ recording it needs --convperf-update-baselines=failed and a reason."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from tests._lifecycle import PROBLEM, Suite
 
 # The check's quality metrics come from $CONVPERF_TEST_REL_L2 (sqnr_db derived from it).
 QUALITY_SUITE = f"""
+import json
 import math
 import os
 
@@ -176,3 +178,22 @@ def test_calibrate_creates_entries_with_the_runs_quality(tmp_path: Path) -> None
     folded = calibrate_records([[record], [record]])
     _write_calibration(str(path), "box", folded[str(path)]["checks"])
     assert read_file(path).entries["k"].quality == {"rel_l2": 0.01, "sqnr_db": 40.0}
+
+
+def test_a_quality_loss_fails_even_when_the_timing_is_inconclusive(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = quality_suite(pytester, monkeypatch, plugin_args)
+    suite.run("--convperf-update-baselines").assert_outcomes(passed=1)
+    # A third of the rounds run at a lower clock: the timing is INCONCLUSIVE.
+    times = {"candidate": [0.5 * 1e-3], "reference": [1e-3]}
+    clocks = [{"sm_mhz": 1980.0}, {"sm_mhz": 1980.0}, {"sm_mhz": 1200.0}]
+    suite.timer.write_text(json.dumps({"times": times, "call_jobs": False, "clocks": clocks}))
+    suite.run().assert_outcomes(skipped=1)
+
+    set_rel_l2(monkeypatch, 0.02)
+    before = suite.file.read_bytes()
+    result = suite.run("--convperf-update-baselines", "--convperf-reason=x")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*quality drift: accuracy against the float conv was lost*"])
+    assert suite.file.read_bytes() == before  # inconclusive timing is never recorded

@@ -90,6 +90,10 @@ CORRUPT = {
         ["machine 'nvidia-a100-40gb' does not match its folder", "move the file"],
     ),
     "not_a_mapping": ("- just\n- a list\n", ["top level must be a mapping"]),
+    "tolerance_percent": (
+        GOOD.replace("noise: 0.007", "noise: 0.007\n    tolerance: 5"),
+        ["'tolerance' must be a fraction between 0 and 1", "0.02 means 2 %"],
+    ),
 }
 
 

@@ -157,3 +157,16 @@ def test_missing_nvcc_is_a_clear_error(
     monkeypatch.setattr(_build, "nvcc_path", lambda: None)
     with pytest.raises(_build.KernelBuildError, match="nvcc not found"):
         _build.load("fam", root=tmp_path)
+
+
+def test_spill_check_fails_on_zero_parsed_kernels(
+    tmp_path: Path, ext_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A .cu with __global__ kernels but no parsed ptxas rows must not pass as "0 spills"."""
+    _family(tmp_path)
+    spec = _build.make_spec("fam", root=tmp_path)
+    monkeypatch.setattr(_build, "ptxas_report", lambda cu, archs: [])
+    assert _build._check_spills(spec, ("8.0",)) is True
+    assert "no ptxas rows were parsed" in capsys.readouterr().err
+    _family(tmp_path, "plain", cu="// host helpers only\n")
+    assert _build._check_spills(_build.make_spec("plain", root=tmp_path), ("8.0",)) is False

@@ -91,3 +91,12 @@ def test_floor_applies_and_bad_runs_are_refused(
     assert calibrate_records(records, floor=0.004)["f.yaml"]["checks"]["k"]["noise"] == 0.004
     result = pytester.run(sys.executable, "-m", "pytest_convperf", "calibrate", "--runs", "1")
     assert result.ret == 2 and "at least 2" in result.stderr.str()
+
+
+def test_inconclusive_records_are_not_folded() -> None:
+    def rec(ln: float, verdict: str) -> dict[str, object]:
+        return {"ln_ratio": ln, "verdict": verdict, "baselines_file": "f.yaml", "machine": "m", "key": "k"}
+
+    runs = [[rec(-0.693, "PASS")], [rec(-0.693, "PASS")], [rec(0.5, "INCONCLUSIVE")]]
+    check = calibrate_records(runs)["f.yaml"]["checks"]["k"]
+    assert check["runs"] == 2 and check["sd"] == 0.0

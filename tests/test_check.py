@@ -124,3 +124,13 @@ def test_key_names_the_problem_and_phase() -> None:
     fixture, _ = _fixture("cpu")
     assert fixture.key(PROBLEM, "forward") == f"test_k[a]@{PROBLEM.id}"
     assert fixture.key(PROBLEM, "weight_grad") == f"test_k[a]@{PROBLEM.id}:weight_grad"
+
+
+def test_key_of_a_test_in_a_class_names_the_class() -> None:
+    class TestA:
+        pass
+
+    fixture, _ = _fixture("cpu")
+    fixture.request.node.cls = TestA
+    assert fixture.key(PROBLEM, "forward") == f"TestA::test_k[a]@{PROBLEM.id}"
+    assert fixture.key(PROBLEM, "weight_grad") == f"TestA::test_k[a]@{PROBLEM.id}:weight_grad"

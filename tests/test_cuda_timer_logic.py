@@ -8,7 +8,6 @@ gate that follows the host's enqueue time both up and back down.
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -87,14 +86,23 @@ def test_warm_jobs_skip_the_flush_and_graph_jobs_divide_by_their_calls(
     assert t == pytest.approx(ELAPSED_MS * 1e-3 / 50)
 
 
-def test_gate_follows_the_enqueue_time_up_and_back_down(rig: tuple[cuda_timing.CudaTimer, Recorder]) -> None:
+def test_gate_follows_the_enqueue_time_up_and_back_down(
+    rig: tuple[cuda_timing.CudaTimer, Recorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
     timer, _ = rig
-    slow = Job("slow", lambda: time.sleep(0.002))  # a host-heavy call: 2 ms to enqueue
+    # A scripted host clock: only the calls advance it, so enqueue times are exact.
+    clock = SimpleNamespace(t=0.0)
+    monkeypatch.setattr(cuda_timing, "time", SimpleNamespace(perf_counter=lambda: clock.t))
+
+    def host_heavy() -> None:  # 2 ms to enqueue
+        clock.t += 0.002
+
+    slow = Job("slow", host_heavy)
     fast = Job("fast", lambda: None)
     timer.run_round([slow])
-    assert timer.facts()["gate_us"] >= 4000.0
+    assert timer.facts()["gate_us"] == pytest.approx(4000.0)  # 2 x the slowest recent enqueue
     assert timer.host_bound == 1
     for _ in range(16):
         timer.run_round([fast])
-    assert timer.facts()["gate_us"] < 500.0  # back near the 20 us floor (host noise aside)
-    assert timer.facts()["max_enqueue_us"] >= 2000.0
+    assert timer.facts()["gate_us"] == pytest.approx(cuda_timing.MIN_GATE_S * 1e6)  # back to the floor
+    assert timer.facts()["max_enqueue_us"] == pytest.approx(2000.0)

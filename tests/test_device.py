@@ -142,6 +142,15 @@ def test_nvml_sampler_reads_and_degrades_field_by_field() -> None:
     assert sampler.sample() is None  # stays "clocks unknown" for the rest of the session
 
 
+def test_a_failed_throttle_reason_read_is_unknown_not_clean() -> None:
+    nvml = _FakeNvml()
+    nvml.broken = {"reasons"}
+    sample = dev.NvmlSampler(object(), nvml).sample()
+    assert sample is not None and sample.sm_mhz == 1980.0
+    assert sample.reasons is None and not sample.hw_slowdown
+    assert sample.to_dict()["reasons"] is None
+
+
 def test_reason_names() -> None:
     assert dev.reason_names(0) == []
     assert dev.reason_names(0x8 | 0x80) == ["hw_slowdown", "hw_power_brake"]

@@ -111,7 +111,7 @@ def test_gpu_timer_on_the_cpu_times_with_the_cpu_clock(
             assert convperf_device.kind == "cpu"
             assert m.mode == "cpu" and m.l2 == "n/a"
             assert m.n >= 21 and m.ci[0] <= m.median <= m.ci[1]
-            assert 1e-7 < m.median < 0.1
+            assert m.median > 0
         """
     )
     pytester.runpytest(*plugin_args).assert_outcomes(passed=1)

@@ -98,6 +98,9 @@ def test_ini_keys_and_command_line_precedence(
         (["--convperf-tolerance=lots"], "*--convperf-tolerance='lots' is not a number*"),
         (["--convperf-tolerance=2"], "*must be a fraction between 0 and 1*"),
         (["--convperf-gpus=0,0"], "*without repeats*"),
+        (["--convperf-update-baselines"], "*--convperf-update-baselines given without --convperf*"),
+        (["--convperf-reason=x"], "*--convperf-reason given without --convperf*"),
+        (["--convperf-strict"], "*--convperf-strict given without --convperf*"),
     ],
 )
 def test_bad_values_are_usage_errors(
@@ -123,6 +126,8 @@ def test_parsers_directly() -> None:
     assert parse_gpus("3") == (0, 1, 2)
     assert parse_gpus("auto") == "auto"
     assert parse_aliases("a = b\n# comment\n") == {"a": "b"}
+    # Keys and targets are slugified like the detected slug they are looked up with.
+    assert parse_aliases("NVIDIA H100 80GB HBM3 = Lab H100") == {"nvidia-h100-80gb-hbm3": "lab-h100"}
     with pytest.raises(pytest.UsageError, match="bad line"):
         parse_aliases("just-a-slug")
     assert ConvperfConfig().updating is False

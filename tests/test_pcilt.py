@@ -200,3 +200,16 @@ def test_cuda_packed_inputs_are_cached_per_input_version() -> None:
     x.add_(1.0)
     p2 = ops.packed_input(x, 0.1, 4)
     assert p2 is not p1 and not torch.equal(p1, p2)
+
+
+def test_prebuilt_tables_must_match_the_weight() -> None:
+    x = torch.randn(1, 2, 5, 5)
+    w = torch.randn(3, 2, 3, 3)
+    other = build_tables(torch.randn(4, 2, 3, 3), 4)
+    with pytest.raises(ValueError, match="do not match the weight"):
+        reference.forward(x, w, tables=other, bits=4)
+    with pytest.raises(ValueError, match="bits=4"):
+        reference.forward(x, w, tables=build_tables(w, 2), bits=4)
+    with pytest.raises(ValueError, match="do not match the weight"):
+        ops.forward(x, w, tables=other, bits=4)
+    assert reference.forward(x, w, tables=build_tables(w, 4), bits=4).shape == (1, 3, 3, 3)

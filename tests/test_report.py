@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -106,3 +107,30 @@ def test_plot_without_matplotlib_is_a_note(monkeypatch: pytest.MonkeyPatch, tmp_
 
     note = plot_speedups([ROW], Path(str(tmp_path)) / "speedup.png")
     assert note is not None and "matplotlib is not installed" in note
+
+
+def test_rows_timed_by_the_fake_timer_say_so() -> None:
+    fake = {**ROW, "facts": {"timer": "fake"}}
+    assert terminal_lines([fake])[0].startswith("timer: fake timer")
+    assert "**fake timer**" in markdown([fake])
+    assert not any("fake" in line for line in terminal_lines([ROW]))
+    assert "fake timer" not in markdown([ROW])
+
+
+def test_history_takes_ratio_and_times_from_the_same_final_comparison() -> None:
+    from pytest_convperf.report import history_records
+
+    confirm = {
+        "time_ratio": 0.7,
+        "se": 0.005,
+        "n_rounds": 63,
+        "candidate": {"median": 7e-4, "samples": [7e-4]},
+        "reference": {"median": 1e-3, "samples": [1e-3]},
+    }
+    row = {**ROW, "decision": {**ROW["decision"], "confirm": confirm}}  # type: ignore[dict-item]
+    (rec,) = history_records([row], when="now", commit=None)
+    assert rec["time_ratio"] == pytest.approx(0.7) and rec["ln_ratio"] == pytest.approx(math.log(0.7))
+    assert rec["us"] == {"candidate": pytest.approx(700.0), "reference": pytest.approx(1000.0)}
+    assert (rec["se"], rec["n_rounds"]) == (0.005, 63)
+    (plain,) = history_records([ROW], when="now", commit=None)
+    assert plain["time_ratio"] == pytest.approx(0.6) and plain["us"]["candidate"] == pytest.approx(600.0)

@@ -22,6 +22,7 @@ from pytest_convperf.timing.rounds import (
     StopRule,
     TimedCallError,
     Workload,
+    _clock_facts,
     kept_rounds,
     measure_one,
     measure_pair,
@@ -200,6 +201,11 @@ def test_hardware_slowdown_reason_drops_a_round_even_at_full_clock() -> None:
     assert kept_rounds(clocks * 2, 0.9) == [0, 1, 2, 3, 5, 6, 7, 8]
     assert kept_rounds([ClockSample(sm_mhz=1980.0, reasons=0x4)], 0.9) == [0]  # SW power cap is kept
     assert kept_rounds([None, None], 0.9) == [0, 1]  # clocks unknown: keep everything
+    # Reasons unknown (NVML read failed): kept, but the SM clock floor still applies.
+    unknown = [ClockSample(sm_mhz=1980.0, reasons=None)] * 3 + [ClockSample(sm_mhz=1000.0, reasons=None)]
+    assert kept_rounds(unknown, 0.9) == [0, 1, 2]
+    facts = _clock_facts(unknown, [0, 1, 2])
+    assert isinstance(facts, dict) and facts["reasons_unknown_rounds"] == 4
 
 
 def test_over_a_quarter_dropped_is_inconclusive() -> None:
@@ -210,6 +216,13 @@ def test_over_a_quarter_dropped_is_inconclusive() -> None:
     assert "hw_thermal" in cmp.inconclusive
     assert "over 25%" in cmp.inconclusive
     assert cmp.dropped_rounds > 0.25 * (cmp.n_rounds + cmp.dropped_rounds)
+
+
+def test_gpu_timer_measurement_is_marked_inconclusive_when_rounds_are_dropped() -> None:
+    clocks = [ClockSample(sm_mhz=1980.0), ClockSample(sm_mhz=1980.0, reasons=0x40)]
+    m = measure_one(FakeTimer({"timed": 1e-3}, clocks=clocks), noop)
+    assert m.inconclusive is not None and "over 25%" in m.inconclusive and m.dropped > 0
+    assert measure_one(FakeTimer({"timed": 1e-3}), noop).inconclusive is None
 
 
 def test_clocks_unknown_is_reported_not_fatal() -> None:

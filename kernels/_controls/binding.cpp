@@ -66,6 +66,15 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight, const
   TORCH_CHECK(g.ho >= 1 && g.wo >= 1, "convperf_controls: empty output");
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.contiguous();
+  if (bias.has_value() && bias->defined()) {  // the depthwise binding's checks
+    TORCH_CHECK(bias->is_cuda(), "convperf_controls: bias must be a CUDA tensor, got ", bias->device());
+    TORCH_CHECK(bias->device() == input.device(), "convperf_controls: bias is on ", bias->device(), " but input is on ",
+                input.device(), "; move both to the same GPU");
+    TORCH_CHECK(bias->scalar_type() == input.scalar_type(), "convperf_controls: bias has dtype ", bias->scalar_type(),
+                " but input has ", input.scalar_type(), "; cast them to the same dtype");
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == input.size(1), "convperf_controls: bias must have shape (",
+                input.size(1), "), got ", bias->sizes());
+  }
   const at::Tensor b = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
   // noop: at::empty, like a kernel that forgot to launch; the others overwrite every element.
   at::Tensor y = at::empty({g.n, g.c, g.ho, g.wo}, input.options());

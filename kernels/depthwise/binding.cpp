@@ -70,10 +70,14 @@ Geom make_geom(int64_t n, int64_t c, int64_t h, int64_t w, const at::Tensor& wei
   TORCH_CHECK(h + 2 * ph >= dh * (kh - 1) + 1 && w + 2 * pw >= dw * (kw - 1) + 1,
               "convperf_depthwise: input (", h, "x", w, ") plus padding is smaller than the dilated kernel (",
               dh * (kh - 1) + 1, "x", dw * (kw - 1) + 1, ")");
-  // Element offsets are 64-bit; per-sample and per-channel index math is 32-bit.
-  TORCH_CHECK(c * std::max(h * w, ho * wo) <= kMaxInt && n * std::max(h * w, ho * wo) <= kMaxInt,
-              "convperf_depthwise: one sample (C*H*W) and one channel over the batch (N*H*W) must each have "
-              "fewer than 2^31 elements; split the batch or the image");
+  // Element offsets are 64-bit; per-sample and per-channel index math is 32-bit. The direct and
+  // NHWC-row kernels walk one sample with a 32-bit grid-stride loop (at most 2^20 blocks x 256
+  // threads a step): a sample plus one stride must stay below 2^31 so the counter cannot wrap.
+  constexpr int64_t kMaxGridStride = int64_t{1} << 28;
+  TORCH_CHECK(c * std::max(h * w, ho * wo) + kMaxGridStride <= kMaxInt && n * std::max(h * w, ho * wo) <= kMaxInt,
+              "convperf_depthwise: one sample (C*H*W, input or output) must have fewer than 2^31 - 2^28 elements "
+              "(32-bit grid-stride loops) and one channel over the batch (N*H*W) fewer than 2^31; split the "
+              "batch or the image");
   Geom g{};
   g.n = n;
   g.c = c;

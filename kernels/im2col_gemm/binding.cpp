@@ -7,7 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 cudaError_t launch_im2col(int dtype, const void* x, void* col, int n, int c, int h, int w, int kh, int kw, int sh,
@@ -47,6 +50,14 @@ Params params(at::IntArrayRef kernel, at::IntArrayRef stride, at::IntArrayRef pa
   TORCH_CHECK(p.dh >= 1 && p.dw >= 1, "im2col_gemm: dilation must be >= 1, got ", dilation);
   TORCH_CHECK(p.ph >= 0 && p.pw >= 0, "im2col_gemm: padding must be >= 0, got ", padding);
   return p;
+}
+
+// The kernels take sizes as int: every one passed narrowed must fit in int32.
+void check_int32(const char* op, std::initializer_list<std::pair<const char*, int64_t>> sizes) {
+  for (const auto& [name, v] : sizes) {
+    TORCH_CHECK(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(), op, ": ",
+                name, "=", v, " does not fit in int32 (the kernels take 32-bit sizes); split the input");
+  }
 }
 
 int64_t out_size(int64_t size, int64_t k, int64_t s, int64_t p, int64_t d) {
@@ -91,6 +102,9 @@ at::Tensor im2col_cuda(const at::Tensor& input, at::IntArrayRef kernel, at::IntA
   // Only a padded K needs zeros (the padding rows must not add to the GEMM); the rest is written.
   at::Tensor col = k_total != k ? at::zeros(shape, x.options()) : at::empty(shape, x.options());
   if (col.numel() == 0) return col;
+  check_int32("im2col", {{"N", n}, {"C", c}, {"H", h}, {"W", w}, {"kh", p.kh}, {"kw", p.kw}, {"stride_h", p.sh},
+                         {"stride_w", p.sw}, {"pad_h", p.ph}, {"pad_w", p.pw}, {"dilation_h", p.dh},
+                         {"dilation_w", p.dw}, {"W_out", wo}, {"row_start", row_start}, {"rows", rows}});
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaError_t err = launch_im2col(code, x.data_ptr(), col.data_ptr(), n, c, h, w, p.kh, p.kw, p.sh, p.sw, p.ph,
                                         p.pw, p.dh, p.dw, wo, row_start, rows, sn, sk, sl,
@@ -123,6 +137,10 @@ at::Tensor col2im_cuda(const at::Tensor& col_in, at::IntArrayRef input_shape, at
               ", expected ", at::IntArrayRef(shape), " for layout ", layout);
   at::Tensor dx = at::empty({n, c, h_rows, w}, col.options());
   if (dx.numel() == 0) return dx;
+  check_int32("col2im", {{"N", n}, {"C", c}, {"H", h}, {"W", w}, {"kh", p.kh}, {"kw", p.kw}, {"stride_h", p.sh},
+                         {"stride_w", p.sw}, {"pad_h", p.ph}, {"pad_w", p.pw}, {"dilation_h", p.dh},
+                         {"dilation_w", p.dw}, {"W_out", wo}, {"row_start", row_start}, {"rows", rows},
+                         {"h_start", h_start}, {"h_rows", h_rows}});
   const c10::cuda::CUDAGuard guard(col.device());
   const cudaError_t err = launch_col2im(code, col.data_ptr(), dx.data_ptr(), n, c, h, w, p.kh, p.kw, p.sh, p.sw,
                                         p.ph, p.pw, p.dh, p.dw, wo, row_start, rows, h_start, h_rows, sn, sk, sl,

@@ -138,8 +138,22 @@ def semi_structured_available(t: torch.Tensor) -> bool:
     return torch.cuda.get_device_capability(t.device) >= (8, 0)
 
 
+TWO_FOUR_SPARSE = "2:4 semi-structured GEMM"
+TWO_FOUR_DENSE = "2:4 mask, dense GEMM (cuSPARSELt needs fp16/bf16 on an sm_80+ GPU)"
+
+
+def two_four_path(t: torch.Tensor) -> str:
+    """Which GEMM :func:`two_four_gemm` runs for operands like ``t``: the label reports and facts use.
+
+    fp32 (on a GPU too) and CPU tensors get the 2:4-masked weight times a *dense* GEMM: the
+    numbers are the pruned conv's, the speed is not a 2:4 kernel's.
+    """
+    return TWO_FOUR_SPARSE if semi_structured_available(t) else TWO_FOUR_DENSE
+
+
 def two_four_gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-    """2:4 GEMM through ``to_sparse_semi_structured`` on a GPU; masked dense GEMM elsewhere.
+    """2:4 GEMM through ``to_sparse_semi_structured`` on an sm_80+ GPU with fp16/bf16 operands;
+    masked dense GEMM otherwise (fp32 on a GPU included: see :func:`two_four_path`).
 
     Operands are zero-padded to the kernels' tile multiples (64 rows/cols) and cropped after.
     """

@@ -14,6 +14,8 @@ cudaError_t launch_lut_conv(const uint32_t* packed, const void* tables, void* ou
                             int w, int wp, int cout, int groups, int kh, int kw, int sh, int sw, int ph, int pw,
                             int dh, int dw, int ho, int wo, int bits, bool naive, bool fused, float scale,
                             const float* bias, cudaStream_t stream);
+int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, int groups, int kh, int kw, int sh,
+                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, bool naive);
 
 namespace {
 
@@ -43,9 +45,18 @@ at::Tensor quantize_pack_cuda(const at::Tensor& input, double inv_step, int64_t 
   return out;
 }
 
-at::Tensor lut_conv_cuda(const at::Tensor& packed_in, const at::Tensor& tables_in, int64_t width, at::IntArrayRef stride,
-                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, int64_t bits, bool naive,
-                         c10::optional<double> scale, const c10::optional<at::Tensor>& bias_in) {
+// The most threads a grid-stride loop of the naive kernel adds to its 32-bit index in one step
+// (65536 blocks x 256 threads): a sample's outputs plus this must stay below 2^31 so it cannot wrap.
+constexpr int64_t kMaxGridStride = int64_t{65536} * 256;
+
+// Checked geometry of one lut_conv call (the tensors made contiguous).
+struct LutArgs {
+  at::Tensor packed, tables;
+  int64_t n, c, h, width, wp, cout, kh, kw, ho, wo;
+};
+
+LutArgs check_lut_args(const at::Tensor& packed_in, const at::Tensor& tables_in, int64_t width, at::IntArrayRef stride,
+                       at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, int64_t bits) {
   TORCH_CHECK(packed_in.is_cuda() && tables_in.is_cuda(), "pcilt.lut_conv: packed and tables must be CUDA tensors");
   TORCH_CHECK(packed_in.device() == tables_in.device(), "pcilt.lut_conv: packed and tables are on different devices");
   TORCH_CHECK(packed_in.scalar_type() == at::kInt && packed_in.dim() == 4,
@@ -59,21 +70,53 @@ at::Tensor lut_conv_cuda(const at::Tensor& packed_in, const at::Tensor& tables_i
   TORCH_CHECK(stride[0] >= 1 && stride[1] >= 1 && dilation[0] >= 1 && dilation[1] >= 1 && padding[0] >= 0 &&
                   padding[1] >= 0,
               "pcilt.lut_conv: stride/dilation must be >= 1 and padding >= 0");
-  const at::Tensor packed = packed_in.contiguous();
-  const at::Tensor tables = tables_in.contiguous();
-  const int64_t n = packed.size(0), c = packed.size(1), h = packed.size(2), wp = packed.size(3);
-  TORCH_CHECK(wp == packed_width(width, bits), "pcilt.lut_conv: ", wp, " packed words per row do not match width ",
-              width, " at ", bits, " bits");
-  const int64_t cout = tables.size(0), cg = tables.size(1), kh = tables.size(2), kw = tables.size(3);
-  TORCH_CHECK(tables.size(4) == (int64_t{1} << bits), "pcilt.lut_conv: tables have ", tables.size(4),
+  LutArgs a;
+  a.packed = packed_in.contiguous();
+  a.tables = tables_in.contiguous();
+  a.n = a.packed.size(0);
+  a.c = a.packed.size(1);
+  a.h = a.packed.size(2);
+  a.wp = a.packed.size(3);
+  a.width = width;
+  TORCH_CHECK(a.wp == packed_width(width, bits), "pcilt.lut_conv: ", a.wp,
+              " packed words per row do not match width ", width, " at ", bits, " bits");
+  a.cout = a.tables.size(0);
+  const int64_t cg = a.tables.size(1);
+  a.kh = a.tables.size(2);
+  a.kw = a.tables.size(3);
+  TORCH_CHECK(a.tables.size(4) == (int64_t{1} << bits), "pcilt.lut_conv: tables have ", a.tables.size(4),
               " levels, expected 2^", bits);
-  TORCH_CHECK(groups >= 1 && c % groups == 0 && cout % groups == 0 && cg * groups == c,
-              "pcilt.lut_conv: groups=", groups, " does not match C_in=", c, ", C_out=", cout, ", tables C_in/g=", cg);
-  const int64_t ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) / stride[0] + 1;
-  const int64_t wo = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) / stride[1] + 1;
-  TORCH_CHECK(ho >= 1 && wo >= 1, "pcilt.lut_conv: the dilated kernel does not fit the padded input");
-  TORCH_CHECK(cout * ho * wo < INT32_MAX && c * h * wp < INT32_MAX && tables.numel() < INT32_MAX,
-              "pcilt.lut_conv: one sample is too large for 32-bit indexing; split the image");
+  TORCH_CHECK(groups >= 1 && a.c % groups == 0 && a.cout % groups == 0 && cg * groups == a.c,
+              "pcilt.lut_conv: groups=", groups, " does not match C_in=", a.c, ", C_out=", a.cout,
+              ", tables C_in/g=", cg);
+  a.ho = (a.h + 2 * padding[0] - dilation[0] * (a.kh - 1) - 1) / stride[0] + 1;
+  a.wo = (width + 2 * padding[1] - dilation[1] * (a.kw - 1) - 1) / stride[1] + 1;
+  TORCH_CHECK(a.ho >= 1 && a.wo >= 1, "pcilt.lut_conv: the dilated kernel does not fit the padded input");
+  TORCH_CHECK(a.cout * a.ho * a.wo + kMaxGridStride < INT32_MAX && a.c * a.h * a.wp < INT32_MAX &&
+                  a.tables.numel() < INT32_MAX && a.n < INT32_MAX,
+              "pcilt.lut_conv: one sample is too large for the kernels' 32-bit indexing (C_out*Ho*Wo + ",
+              kMaxGridStride, " and C*H*words must stay below 2^31); split the image");
+  return a;
+}
+
+// Which kernel lut_conv runs for these arguments: the tiled kernel's output-channel block (8, 4, 2
+// or 1), or 0 when the naive kernel runs (naive requested, or the tiled kernel cannot run here).
+int64_t lut_conv_kernel_cuda(const at::Tensor& packed_in, const at::Tensor& tables_in, int64_t width,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                             int64_t bits, bool naive) {
+  const LutArgs a = check_lut_args(packed_in, tables_in, width, stride, padding, dilation, groups, bits);
+  return lut_conv_plan(a.tables.scalar_type() == at::kFloat, a.n, a.c, a.h, a.width, a.wp, a.cout, groups, a.kh,
+                       a.kw, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], a.ho, a.wo, bits,
+                       naive);
+}
+
+at::Tensor lut_conv_cuda(const at::Tensor& packed_in, const at::Tensor& tables_in, int64_t width, at::IntArrayRef stride,
+                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, int64_t bits, bool naive,
+                         c10::optional<double> scale, const c10::optional<at::Tensor>& bias_in) {
+  const LutArgs a = check_lut_args(packed_in, tables_in, width, stride, padding, dilation, groups, bits);
+  const at::Tensor& packed = a.packed;
+  const at::Tensor& tables = a.tables;
+  const int64_t n = a.n, c = a.c, h = a.h, wp = a.wp, cout = a.cout, kh = a.kh, kw = a.kw, ho = a.ho, wo = a.wo;
   const bool fused = scale.has_value();
   TORCH_CHECK(fused || !bias_in.has_value(), "pcilt.lut_conv: bias needs scale (the fused float32 epilogue)");
   at::Tensor bias;
@@ -102,9 +145,13 @@ TORCH_LIBRARY(convperf_pcilt, m) {
   m.def(
       "lut_conv(Tensor packed, Tensor tables, int width, int[2] stride, int[2] padding, int[2] dilation, int groups, "
       "int bits, bool naive, float? scale=None, Tensor? bias=None) -> Tensor");
+  m.def(
+      "lut_conv_kernel(Tensor packed, Tensor tables, int width, int[2] stride, int[2] padding, int[2] dilation, "
+      "int groups, int bits, bool naive) -> int");
 }
 
 TORCH_LIBRARY_IMPL(convperf_pcilt, CUDA, m) {
   m.impl("quantize_pack", &quantize_pack_cuda);
   m.impl("lut_conv", &lut_conv_cuda);
+  m.impl("lut_conv_kernel", &lut_conv_kernel_cuda);
 }

@@ -22,7 +22,7 @@ from kernels._lazy_ops import LazyOps
 from kernels.im2col_gemm.chunking import out_size
 from kernels.im2col_gemm.conv_args import normalize
 from kernels.pcilt.reference import output_scale
-from kernels.pcilt.tables import PCILTTables, check_bits, default_act_step, memory_report
+from kernels.pcilt.tables import PCILTTables, check_bits, check_tables, default_act_step, memory_report
 from kernels.pcilt.tables import build_tables as _build_tables
 from kernels.quant import inv_step
 
@@ -162,6 +162,37 @@ def _lut_conv(
     return out.squeeze(0) if unbatched else out
 
 
+def lut_kernel(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    *,
+    bits: int = 4,
+    integer: bool = True,
+    naive: bool = False,
+) -> str:
+    """Which lookup kernel ``forward`` runs on these arguments, as the host decides before launching:
+    ``"tiled"`` or ``"naive"`` (requested, or the tiled kernel cannot run: grid limits, huge
+    stride/dilation tiles). Tables are built (cached) as ``forward`` would."""
+    check_bits(bits)
+    t = build_tables(weight, bits, integer=integer)
+    probe = t.tables.new_empty(t.tables.shape[:4], dtype=input.dtype)
+    x, a, _ = normalize(input, probe, None, stride, padding, dilation, groups)
+    if not x.is_cuda:
+        raise ValueError("the PCILT kernels need a CUDA tensor")
+    c, h, w = x.shape[1], x.shape[2], x.shape[3]
+    packed = x.new_empty((x.shape[0], c, h, -(-w * bits // 32)), dtype=torch.int32)
+    co_block = int(
+        _cuda_ops().lut_conv_kernel(
+            packed, t.tables, w, list(a.stride), list(a.padding), list(a.dilation), a.groups, bits, naive
+        )
+    )
+    return "tiled" if co_block > 0 else "naive"
+
+
 def lut_accumulate(
     input: torch.Tensor,
     tables: PCILTTables,
@@ -218,6 +249,8 @@ def forward(
             "call it under torch.no_grad() or detach the inputs"
         )
     check_bits(bits)
+    if tables is not None:
+        check_tables(tables, weight, bits)
     t = tables if tables is not None else build_tables(weight, bits, integer=integer, weight_step=weight_step)
     sx = act_step if act_step is not None else default_act_step(input, bits)
     out = _lut_conv(
@@ -248,6 +281,7 @@ __all__ = [
     "clear_cache",
     "forward",
     "lut_accumulate",
+    "lut_kernel",
     "memory_report",
     "naive_forward",
     "quantize_pack",

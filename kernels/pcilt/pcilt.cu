@@ -191,27 +191,58 @@ int grid_for(int64_t total) {
 
 constexpr size_t kSmemBudget = 48 * 1024;  // no opt-in needed below this
 
-template <typename TableT, int CO_BLOCK>
-cudaError_t launch_tiled_block(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
-                               cudaStream_t stream) {
-  const int tiles_y = (g.ho + kTile - 1) / kTile, tiles_x = (g.wo + kTile - 1) / kTile;
-  const int in_th = (kTile - 1) * g.sh + (g.kh - 1) * g.dh + 1;
-  const int in_tw = (kTile - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-  const size_t in_bytes = static_cast<size_t>(in_th) * in_tw;
-  const size_t tab_bytes = static_cast<size_t>(CO_BLOCK) * g.kh * g.kw * (1 << g.bits) * sizeof(TableT);
-  const int blocks_per_group = (g.cog + CO_BLOCK - 1) / CO_BLOCK;
-  if (static_cast<int64_t>(tiles_y) * tiles_x > INT32_MAX || g.n > 65535) return cudaErrorInvalidConfiguration;
-  const dim3 grid(tiles_y * tiles_x, blocks_per_group * (g.cout / g.cog), g.n);
-  if (tab_bytes + in_bytes <= kSmemBudget) {
-    lut_tiled_kernel<TableT, CO_BLOCK, true>
-        <<<grid, kTile * kTile, tab_bytes + in_bytes, stream>>>(packed, tables, out, g, tiles_x, in_th, in_tw);
-  } else if (CO_BLOCK == 1 && in_bytes <= kSmemBudget) {
-    // Tables too large for shared memory (8-bit codes, big kernels): read them through L1/L2.
-    lut_tiled_kernel<TableT, 1, false>
-        <<<grid, kTile * kTile, in_bytes, stream>>>(packed, tables, out, g, tiles_x, in_th, in_tw);
-  } else {
-    return cudaErrorInvalidConfiguration;  // huge stride/dilation: the caller uses the naive kernel
+// Host-side choice of the tiled kernel's configuration, made before any launch (so a failed
+// launch is always reported, never mistaken for "use the naive kernel"): the output-channel block
+// (8, 4, 2 or 1) and whether its tables are staged in shared memory, or co_block = 0 when the
+// tiled kernel cannot run on g (grid limits, or a huge stride/dilation tile) and the naive one does.
+struct TiledPlan {
+  int co_block;
+  bool tables_in_smem;
+  int tiles_x, in_th, in_tw;
+  size_t smem_bytes;
+};
+
+TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem) {
+  TiledPlan p{0, false, 0, 0, 0, 0};
+  const int64_t tiles_y = (g.ho + kTile - 1) / kTile, tiles_x = (g.wo + kTile - 1) / kTile;
+  if (tiles_y * tiles_x > INT32_MAX || g.n > 65535) return p;
+  const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (1 << g.bits) * table_elem;
+  int cob = 1;  // largest channel block that both fits the group and keeps the tables in shared memory
+  if (g.cog >= 8 && 8 * per_co <= kSmemBudget / 2) {
+    cob = 8;
+  } else if (g.cog >= 4 && 4 * per_co <= kSmemBudget / 2) {
+    cob = 4;
+  } else if (g.cog >= 2 && 2 * per_co <= kSmemBudget / 2) {
+    cob = 2;
   }
+  const int64_t grid_y = static_cast<int64_t>((g.cog + cob - 1) / cob) * (g.cout / g.cog);
+  if (grid_y > 65535) return p;
+  const int64_t in_th = static_cast<int64_t>(kTile - 1) * g.sh + static_cast<int64_t>(g.kh - 1) * g.dh + 1;
+  const int64_t in_tw = static_cast<int64_t>(kTile - 1) * g.sw + static_cast<int64_t>(g.kw - 1) * g.dw + 1;
+  const int64_t in_bytes = in_th * in_tw;
+  const size_t tab_bytes = cob * per_co;
+  if (in_bytes > static_cast<int64_t>(kSmemBudget)) return p;  // huge stride/dilation
+  p.tiles_x = static_cast<int>(tiles_x);
+  p.in_th = static_cast<int>(in_th);
+  p.in_tw = static_cast<int>(in_tw);
+  if (tab_bytes + static_cast<size_t>(in_bytes) <= kSmemBudget) {
+    p.co_block = cob;
+    p.tables_in_smem = true;
+    p.smem_bytes = tab_bytes + static_cast<size_t>(in_bytes);
+  } else if (cob == 1) {  // tables too large for shared memory (8-bit codes, big kernels): L1/L2
+    p.co_block = 1;
+    p.smem_bytes = static_cast<size_t>(in_bytes);
+  }
+  return p;
+}
+
+template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM>
+cudaError_t launch_tiled(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
+                         const TiledPlan& p, cudaStream_t stream) {
+  const int tiles = ((g.ho + kTile - 1) / kTile) * p.tiles_x;
+  const dim3 grid(tiles, ((g.cog + CO_BLOCK - 1) / CO_BLOCK) * (g.cout / g.cog), g.n);
+  lut_tiled_kernel<TableT, CO_BLOCK, TABLES_IN_SMEM>
+      <<<grid, kTile * kTile, p.smem_bytes, stream>>>(packed, tables, out, g, p.tiles_x, p.in_th, p.in_tw);
   return cudaGetLastError();
 }
 
@@ -222,21 +253,19 @@ cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out
   void* o = out;
   const int64_t total = static_cast<int64_t>(g.n) * g.cout * g.ho * g.wo;
   if (total == 0) return cudaSuccess;
-  if (!naive) {
-    // Largest channel block that both fits the group and keeps the tables in shared memory.
-    const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (1 << g.bits) * sizeof(TableT);
-    cudaError_t err = cudaErrorInvalidConfiguration;
-    if (g.cog >= 8 && 8 * per_co <= kSmemBudget / 2) {
-      err = launch_tiled_block<TableT, 8>(packed, t, o, g, stream);
-    } else if (g.cog >= 4 && 4 * per_co <= kSmemBudget / 2) {
-      err = launch_tiled_block<TableT, 4>(packed, t, o, g, stream);
-    } else if (g.cog >= 2 && 2 * per_co <= kSmemBudget / 2) {
-      err = launch_tiled_block<TableT, 2>(packed, t, o, g, stream);
-    } else {  // one channel a block; its tables in shared memory when they fit
-      err = launch_tiled_block<TableT, 1>(packed, t, o, g, stream);
-    }
-    if (err != cudaErrorInvalidConfiguration) return err;
-    (void)cudaGetLastError();
+  const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0} : plan_tiled(g, sizeof(TableT));
+  if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false>(packed, t, o, g, p, stream);
+  switch (p.co_block) {
+    case 8:
+      return launch_tiled<TableT, 8, true>(packed, t, o, g, p, stream);
+    case 4:
+      return launch_tiled<TableT, 4, true>(packed, t, o, g, p, stream);
+    case 2:
+      return launch_tiled<TableT, 2, true>(packed, t, o, g, p, stream);
+    case 1:
+      return launch_tiled<TableT, 1, true>(packed, t, o, g, p, stream);
+    default:
+      break;  // naive requested, or the tiled kernel cannot run on g (plan_tiled says why)
   }
   const int64_t per_sample = static_cast<int64_t>(g.cout) * g.ho * g.wo;
   const dim3 grid(grid_for(per_sample), g.n < 65535 ? g.n : 65535);
@@ -252,6 +281,20 @@ cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, in
   if (total == 0) return cudaSuccess;
   quantize_pack_kernel<<<grid_for(total), 256, 0, stream>>>(x, out, rows, w, wp, inv_step, bits);
   return cudaGetLastError();
+}
+
+// Which kernel launch_lut_conv runs for this geometry (decided on the host, before launching):
+// the tiled kernel's output-channel block (8, 4, 2 or 1), or 0 for the naive kernel.
+int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, int groups, int kh, int kw, int sh,
+                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, bool naive) {
+  if (naive) return 0;
+  LutGeometry g;
+  g.n = n; g.c = c; g.h = h; g.w = w; g.wp = wp;
+  g.cout = cout; g.cg = c / groups; g.cog = cout / groups;
+  g.kh = kh; g.kw = kw; g.sh = sh; g.sw = sw; g.ph = ph; g.pw = pw; g.dh = dh; g.dw = dw;
+  g.ho = ho; g.wo = wo; g.bits = bits;
+  g.fused = false; g.scale = 1.0f; g.bias = nullptr;
+  return plan_tiled(g, is_float ? sizeof(float) : sizeof(int32_t)).co_block;
 }
 
 // tables: [cout, cg, kh, kw, 2^bits] of int32 (is_float = false) or float; out: [n, cout, ho, wo], the raw sums

@@ -13,7 +13,14 @@ import torch.nn.functional as F
 
 from kernels.im2col_gemm.chunking import out_size
 from kernels.im2col_gemm.conv_args import normalize
-from kernels.pcilt.tables import PCILTTables, activation_codes, build_tables, check_bits, default_act_step
+from kernels.pcilt.tables import (
+    PCILTTables,
+    activation_codes,
+    build_tables,
+    check_bits,
+    check_tables,
+    default_act_step,
+)
 from kernels.quant import qrange
 
 IntPair = int | Sequence[int]
@@ -70,6 +77,8 @@ def forward(
     """
     x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
     check_bits(bits)
+    if tables is not None:
+        check_tables(tables, weight, bits)
     t = tables if tables is not None else build_tables(weight, bits, integer=integer, weight_step=weight_step)
     sx = act_step if act_step is not None else default_act_step(x, bits)
     acc = lut_conv(activation_codes(x, sx, bits), t, a.stride, a.padding, a.dilation, a.groups)

@@ -49,6 +49,20 @@ class PCILTTables:
         return self.tables.numel() * self.tables.element_size()
 
 
+def check_tables(tables: PCILTTables, weight: torch.Tensor, bits: int) -> None:
+    """Reject prebuilt ``tables`` that were not built for ``weight`` (shape, device) and ``bits``."""
+    expected = (*weight.shape, 1 << bits)
+    if tuple(tables.tables.shape) != expected:
+        raise ValueError(
+            f"tables of shape {tuple(tables.tables.shape)} do not match the weight {tuple(weight.shape)} "
+            f"at bits={bits} (expected {expected}): build them with build_tables(weight, bits)"
+        )
+    if tables.bits != bits:
+        raise ValueError(f"tables were built for bits={tables.bits}, the call asks for bits={bits}")
+    if tables.tables.device != weight.device:
+        raise ValueError(f"tables are on {tables.tables.device}, the weight on {weight.device}")
+
+
 def levels(bits: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Signed activation level of every unsigned code ``u``: ``u - 2^(b-1)`` (int64)."""
     qn, _ = qrange(bits)
@@ -71,12 +85,12 @@ def build_tables(
 
 
 def memory_report(weight: torch.Tensor, bits: int, *, integer: bool = True) -> dict[str, int]:
-    """Bytes of the weight and of its PCILT tables (``2^bits`` entries of 4 bytes per weight)."""
+    """Bytes of the weight and of its real PCILT tables (built here with the same ``integer`` setting
+    and measured: ``numel * element_size`` of the tables tensor, ``2^bits`` entries per weight)."""
     check_bits(bits)
-    return {
-        "weight_bytes": weight.numel() * weight.element_size(),
-        "table_bytes": weight.numel() * (1 << bits) * 4,
-    }
+    with torch.no_grad():
+        t = build_tables(weight, bits, integer=integer)
+    return {"weight_bytes": weight.numel() * weight.element_size(), "table_bytes": t.table_bytes}
 
 
 def activation_codes(x: torch.Tensor, act_step: float, bits: int) -> torch.Tensor:

@@ -260,7 +260,8 @@ def _clock_facts(clocks: Sequence[ClockSample | None], kept: Sequence[int]) -> d
     mhz = [c.sm_mhz for c in seen if c.sm_mhz is not None]
     reasons = 0
     for c in seen:
-        reasons |= c.reasons
+        reasons |= c.reasons or 0
+    unknown = sum(1 for c in seen if c.reasons is None)
     temps = [c.temp_c for c in seen if c.temp_c is not None]
     power = [c.power_w for c in seen if c.power_w is not None]
     kept_mhz = [clocks[i].sm_mhz for i in kept if clocks[i] is not None and clocks[i].sm_mhz]  # type: ignore[union-attr]
@@ -270,6 +271,7 @@ def _clock_facts(clocks: Sequence[ClockSample | None], kept: Sequence[int]) -> d
         "sm_mhz_max": max(mhz),
         "sm_mhz_kept_median": stats.median(kept_mhz) if kept_mhz else None,  # type: ignore[arg-type]
         "reasons_seen": reason_names(reasons),
+        "reasons_unknown_rounds": unknown,  # NVML could not report throttle reasons for these rounds
         "temp_c_max": max(temps) if temps else None,
         "power_w_median": stats.median(power) if power else None,
     }
@@ -295,7 +297,7 @@ def _inconclusive(rounds: _Rounds, rule: StopRule) -> str | None:
         reasons: set[str] = set()
         for c in rounds.clocks:
             if c is not None:
-                reasons.update(reason_names(c.reasons))
+                reasons.update(reason_names(c.reasons) if c.reasons is not None else ["unknown"])
         return (
             f"{dropped} of {rounds.n} timing rounds dropped (over {rule.max_dropped:.0%}): SM clock under "
             f"{rule.clock_floor} x the run's median or a hardware slowdown"
@@ -432,6 +434,8 @@ def measure_one(
     """Time one callable with warm-up and adaptive stopping on the CI of its median.
 
     ``noisy`` is set when a cap stopped it; rounds dropped for clocks are counted in ``dropped``.
+    ``inconclusive`` says why when over ``rule.max_dropped`` of the rounds were dropped or fewer
+    than 6 were kept (the samples are then all rounds, throttled ones included).
     """
     rule = rule or StopRule.for_timer(timer)
     work = _as_workload("timed", fn)
@@ -441,4 +445,5 @@ def measure_one(
         rounds = run_rounds(timer, jobs, rule)
     use = rounds.kept if len(rounds.kept) >= 6 else list(range(rounds.n))
     samples = [rounds.times[0][i] for i in use]
-    return _measurement(samples, jobs[0], rounds.n - len(rounds.kept), not rounds.converged)
+    measurement = _measurement(samples, jobs[0], rounds.n - len(rounds.kept), not rounds.converged)
+    return replace(measurement, inconclusive=_inconclusive(rounds, rule))
