@@ -2,26 +2,24 @@
 
 ``convperf.check`` takes a conv candidate and a ``Conv2dProblem``. A model-level comparison
 (the stock network against the same network running our kernels) has no problem spec, so this
-module does the same steps with the plugin's public pieces: paired rounds
-(``timing.rounds.measure_pair`` on the session's timer), a result row recorded on the session,
-and the baseline decision of DESIGN §7 (``gate.judge``), which fails a confirmed regression of
-the time ratio and passes NEW/PASS/IMPROVED/ADVISORY with a note.
+module times the pair with the plugin's public pieces (``timing.rounds.measure_pair`` on the
+fixture's timer) and hands the comparison to ``convperf.gate``, the same last step as a check:
+the baseline decision of DESIGN §7, which fails a confirmed regression of the time ratio and passes
+NEW/PASS/IMPROVED/ADVISORY with a note, and the one recorded result row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 
 from perf_tests.models import phase_callables
 from pytest_convperf.check import ConvperfFixture
 from pytest_convperf.precision import ieee_fp32
-from pytest_convperf.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.results import Comparison, ErrorStats
 from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
 
 # Paired rounds need at least 6 kept rounds for a CI; the CPU gets a short rule.
@@ -82,34 +80,19 @@ def gated_pair(
 
     first = run(the_rule, {})
 
-    def confirm(factor: float = 3.0) -> Comparison:
-        return run(the_rule.scaled(factor, first.n_rounds), {"confirm_of_rounds": first.n_rounds})
+    def confirm(n_rounds: int) -> Comparison:
+        return run(the_rule.for_rounds(n_rounds, first.n_rounds), {"confirm_of_rounds": first.n_rounds})
 
     name = str(convperf.request.node.name)
-    key = name if phase in name else f"{name}:{phase}"
-    row: dict[str, Any] = {
-        "key": key,
-        "nodeid": convperf.nodeid,
-        "module": Path(str(convperf.request.node.path)).stem,
-        "problem": what,
-        "phase": phase,
-        "comparison": first.to_dict(),
-        "errors": [e.to_dict() for e in errors],
-        "verdict": None,
-        "message": "",
-        "facts": {k: v for k, v in base_facts.items() if isinstance(v, (str, int, float, bool, type(None)))},
-    }
-    if first.inconclusive:
-        row.update(verdict=Verdict.INCONCLUSIVE.value, message=first.inconclusive)
-        convperf.session.record(convperf.nodeid, row)
-        pytest.skip(f"convperf INCONCLUSIVE on {what} ({phase}): {first.inconclusive}")
-    convperf.session.record(convperf.nodeid, row)
-    from pytest_convperf.gate import judge
-
-    judgement = judge(convperf.session, row, first, confirm=confirm, errors=errors)
-    row.update(judgement.row_fields)
-    judgement.enforce()
-    return first
+    return convperf.gate(
+        first,
+        name=what,
+        phase=phase,
+        errors=errors,
+        confirm=confirm,
+        key=name if phase in name else f"{name}:{phase}",
+        facts={k: v for k, v in base_facts.items() if isinstance(v, (str, int, float, bool, type(None)))},
+    )
 
 
 def gated_model_pair(

@@ -15,6 +15,7 @@ report DIR [--markdown]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -94,7 +95,7 @@ def _write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str
         for key, c in checks.items():
             old = current.get(key)
             if old is not None:
-                current[key] = old.with_(noise=c["noise"], noise_runs=c["runs"])
+                current[key] = dataclasses.replace(old, noise=c["noise"], noise_runs=c["runs"])
                 what = "noise updated"
             else:
                 us = c["us"]

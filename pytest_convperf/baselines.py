@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ FIX_RERECORD = (
     "pytest --convperf --convperf-update-baselines=new"
 )
 LOCK_TIMEOUT_S = 120.0
-_SLUG_RE = re.compile(r"[^a-z0-9]+")  # the same rule as device.slugify
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 
 def slugify(text: str) -> str:
@@ -106,9 +106,6 @@ class Entry:
     def same_values(self, other: Entry) -> bool:
         """Equal once rounded as stored (what a rewrite would change)."""
         return self.to_yaml() == other.to_yaml()
-
-    def with_(self, **changes: Any) -> Entry:
-        return replace(self, **changes)
 
 
 def _round_tree(value: Any) -> Any:

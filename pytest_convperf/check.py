@@ -1,16 +1,16 @@
-"""The ``convperf`` fixture: correctness, paired timing, decision, result row (DESIGN §3).
+"""The ``convperf`` fixture: correctness, paired timing, judgement, result row (DESIGN §3).
 
 ``ConvperfFixture.check`` runs, in order: correctness against the fp64 oracle (a failure fails
 the test and records a CORRECTNESS_FAIL row), paired timing of candidate and reference on
-identical inputs, the roofline sanity check, and then records the row. The baseline decision
-(verdicts PASS/FAIL/IMPROVED/NEW/STALE/ADVISORY) is made in :meth:`ConvperfFixture._decide`,
-which is added by the baselines issue; until a decision is made a row's ``verdict`` is None.
+identical inputs, the roofline sanity check, and then :meth:`ConvperfFixture.gate`: the baseline
+judgement (:mod:`pytest_convperf.gate`, verdicts PASS/FAIL/IMPROVED/NEW/STALE/ADVISORY), the one
+recorded :class:`~pytest_convperf.results.CheckRow`, and the test's outcome.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,11 +19,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.correctness import CorrectnessReport, check_conv, describe
+from pytest_convperf.correctness import CorrectnessReport, check_conv, describe, stable_seed
 from pytest_convperf.device import is_sticky_cuda_error
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.precision import ieee_fp32
-from pytest_convperf.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.timing.rounds import StopRule, TimedCallError, Workload, measure_pair
 
 if TYPE_CHECKING:
@@ -37,15 +37,12 @@ PHASES = ("forward", "input_grad", "weight_grad", "backward")
 ENV_KEYS = ("torch", "cuda", "cudnn", "driver")
 # Backend and kernel names of a reference on a problem, per process: profiling once is enough.
 _REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
+# Comparison facts a check's row carries in its own ``facts``.
+_ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
 class ImplausibleTime(AssertionError):
     """A measured time below half the roofline floor: the kernel cannot have done its work."""
-
-
-def stable_seed(problem: Conv2dProblem) -> int:
-    """The recorded seed of a problem's inputs: a hash of its id, so reruns repeat."""
-    return zlib.crc32(problem.id.encode()) & 0x7FFFFFFF
 
 
 def _check_phase(phase: str) -> None:
@@ -214,19 +211,28 @@ class ConvperfFixture:
     def nodeid(self) -> str:
         return str(self.request.node.nodeid)
 
+    @property
+    def module(self) -> str:
+        """The test file's stem: the baseline file of this test's checks."""
+        return Path(str(self.request.node.path)).stem
+
     def key(self, problem: Conv2dProblem, phase: str) -> str:
-        """Baseline key: the test name (plus ``@<problem id>`` when the name lacks it), ``:<phase>``.
+        """Baseline key of ``problem``'s check: :meth:`key_for` its id."""
+        return self.key_for(problem.id, phase)
+
+    def key_for(self, name: str, phase: str) -> str:
+        """Baseline key: the test name (plus ``@<name>`` when the test name lacks it), ``:<phase>``.
 
         A test in a class is keyed ``Class::name`` so that same-named methods of two classes in one
         file get distinct keys; module-level tests keep the bare name.
         """
-        name = str(self.request.node.name)
+        test = str(self.request.node.name)
         cls = getattr(self.request.node, "cls", None)
         if cls is not None:
-            name = f"{cls.__name__}::{name}"
-        if problem.id not in name:
-            name = f"{name}@{problem.id}"
-        return name if phase == "forward" else f"{name}:{phase}"
+            test = f"{cls.__name__}::{test}"
+        if name not in test:
+            test = f"{test}@{name}"
+        return test if phase == "forward" else f"{test}:{phase}"
 
     # ---- timing ------------------------------------------------------------------------------------
     def measure(
@@ -256,8 +262,8 @@ class ConvperfFixture:
         phase: str,
         mode: str,
         rule: StopRule | None,
-    ) -> tuple[Comparison, Callable[[float], Comparison]]:
-        """Measure once; also return ``confirm(factor)`` that re-times with ``factor`` x the rounds."""
+    ) -> tuple[Comparison, Callable[[int], Comparison]]:
+        """Measure once; also return ``confirm(n_rounds)`` that re-times with ``n_rounds`` rounds."""
         _check_phase(phase)
         device = self.device
         device.ensure_usable()
@@ -284,17 +290,16 @@ class ConvperfFixture:
                     comparison = measure_pair(
                         timer, cand, ref, mode=mode, rule=the_rule, facts={**facts, **settings, **extra}
                     )
-            self._sanity(comparison, problem)
-            return comparison
+            return self._sanity(comparison, problem)
 
         with timing_slot(self.request.config):  # its copy-bandwidth floor is a measurement too
             extra = self._reference_facts(ref_fn, reference is None, problem, phase, seed)
             extra["memory"] = self._memory_facts(candidate, ref_fn, problem, phase, seed)
         first = run(base_rule, extra)
 
-        def confirm(factor: float = 3.0) -> Comparison:
+        def confirm(n_rounds: int) -> Comparison:
             return run(
-                base_rule.scaled(factor, first.n_rounds), {**extra, "confirm_of_rounds": first.n_rounds}
+                base_rule.for_rounds(n_rounds, first.n_rounds), {**extra, "confirm_of_rounds": first.n_rounds}
             )
 
         return first, confirm
@@ -350,10 +355,10 @@ class ConvperfFixture:
                     facts["nvml_used_bytes"] = mem.nvml_used_bytes
         return facts
 
-    def _sanity(self, comparison: Comparison, problem: Conv2dProblem) -> None:
+    def _sanity(self, comparison: Comparison, problem: Conv2dProblem) -> Comparison:
+        """The comparison with its roofline floor as a fact; :class:`ImplausibleTime` under half of it."""
         bandwidth = self.device.copy_bandwidth()
         floor = problem.min_bytes / bandwidth
-        comparison.facts["roofline_floor_us"] = floor * 1e6
         for side, m in (("candidate", comparison.candidate), ("reference", comparison.reference)):
             if m.median < 0.5 * floor:
                 raise ImplausibleTime(
@@ -362,6 +367,7 @@ class ConvperfFixture:
                     f"{bandwidth / 1e9:.1f} GB/s): the kernel did not do its work (did it launch, on the "
                     "current stream, and write its whole output?)"
                 )
+        return dataclasses.replace(comparison, facts={**comparison.facts, "roofline_floor_us": floor * 1e6})
 
     @contextmanager
     def _device_errors(self, problem: Conv2dProblem) -> Iterator[None]:
@@ -425,88 +431,114 @@ class ConvperfFixture:
                 backward=phase != "forward",
                 oracle=oracle,
             )
-        if not report.ok:
+        facts = self._correctness_facts(report)
+        if not report.ok or not report.reference_ok:
+            # A correctness failure is recorded without a judgement: there is no timing to judge.
+            verdict = Verdict.CORRECTNESS_FAIL.value if not report.ok else None
             self.session.record(
                 self.nodeid,
-                self._row(key, problem, phase, report, None, Verdict.CORRECTNESS_FAIL, report.message()),
-            )
-            pytest.fail(report.message(), pytrace=False)
-        if not report.reference_ok:
-            self.session.record(
-                self.nodeid, self._row(key, problem, phase, report, None, None, report.message())
+                CheckRow(
+                    key=key,
+                    nodeid=self.nodeid,
+                    module=self.module,
+                    problem=problem.id,
+                    phase=phase,
+                    comparison=None,
+                    errors=tuple(report.candidate_errors),
+                    verdict=verdict,
+                    message=report.message(),
+                    facts=facts,
+                ),
             )
             pytest.fail(report.message(), pytrace=False)
         comparison, confirm = self._measure(
             candidate, problem, reference=reference, phase=phase, mode=mode, rule=None
         )
         if self.session.cfg.trace:
-            comparison.facts["traces"] = self._traces(candidate, reference, problem, phase, seed)
-        inconclusive = comparison.inconclusive
-        row = self._row(
-            key,
-            problem,
-            phase,
-            report,
+            traces = self._traces(candidate, reference, problem, phase, seed)
+            comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})
+        facts.update({k: v for k, v in comparison.facts.items() if k in _ROW_FACTS})
+        self.gate(
             comparison,
-            Verdict.INCONCLUSIVE if inconclusive else None,
-            inconclusive or "",
-        )
-        if extra_metrics:
-            row["extra_metrics"] = {k: float(v) for k, v in extra_metrics.items()}
-        self.session.record(self.nodeid, row)
-        # Inconclusive timing still goes through the decision: correctness and quality drift
-        # against the stored entry are checked before timing and fail the test; otherwise it skips.
-        self._decide(
-            row,
-            comparison,
-            confirm,
-            report.candidate_errors,
-            skip_message=f"convperf INCONCLUSIVE on {problem.id}: {inconclusive}" if inconclusive else None,
+            name=problem.id,
+            phase=phase,
+            errors=report.candidate_errors,
+            confirm=confirm,
+            key=key,
+            facts=facts,
+            extra_metrics=extra_metrics,
         )
         return comparison
 
-    def _decide(
+    # ---- the judgement ----------------------------------------------------------------------------
+    def gate(
         self,
-        row: dict[str, Any],
         comparison: Comparison,
-        confirm: Callable[[float], Comparison],
-        errors: Sequence[ErrorStats],
         *,
-        skip_message: str | None = None,
-    ) -> None:
-        """The baseline decision of DESIGN §7 (:mod:`pytest_convperf.gate`), made on this test item.
+        name: str,
+        phase: str,
+        errors: Sequence[ErrorStats] = (),
+        confirm: Callable[[int], Comparison],
+        key: str | None = None,
+        facts: Mapping[str, Any] | None = None,
+        extra_metrics: Mapping[str, float] | None = None,
+    ) -> Comparison:
+        """Judge a measured comparison against its baseline, record its row, pass/fail/skip the test.
 
-        Updates the recorded ``row`` in place (verdict, message, decision, planned update), then
-        fails the test (FAIL confirmed by ``confirm(3)``, correctness drift, strict NEW, refused
-        update) or skips it (INCONCLUSIVE, with ``skip_message`` when given); PASS/NEW/IMPROVED/
-        STALE/ADVISORY pass with a note.
+        The last step of :meth:`check`, public for comparisons ``check`` cannot make (whole models,
+        fused blocks). ``name`` names the workload (the row's ``problem``); ``errors`` are the
+        candidate's correctness stats (checked by the caller; their drift is gated too);
+        ``confirm(n_rounds)`` re-times the same pair with ``n_rounds`` paired rounds.
+        ``key`` defaults to :meth:`key_for` of ``name``; ``facts`` go into the row;
+        ``extra_metrics`` (``rel_l2``/``sqnr_db``) are the quality stored and gated with the entry.
+
+        Fails the test on a confirmed regression, correctness or quality drift, strict NEW or a
+        refused update; skips it when the timing is INCONCLUSIVE (after the drift checks);
+        PASS/NEW/IMPROVED/STALE/ADVISORY pass with a note. Returns ``comparison``.
         """
         from pytest_convperf.gate import judge
+        from pytest_convperf.updates import quality_of
 
+        _check_phase(phase)
+        key = key if key is not None else self.key_for(name, phase)
+        metrics = {k: float(v) for k, v in extra_metrics.items()} if extra_metrics else None
+        timer_kind = (facts or {}).get("timer", getattr(self.timer, "kind", None))
         judgement = judge(
-            self.session,
-            row,
+            self.session.cfg,
+            self.session.store(fake=timer_kind == "fake"),
+            self.device,
             comparison,
+            module=self.module,
+            key=key,
             confirm=confirm,
             errors=errors,
             backend=comparison.facts.get("reference_backend"),
+            quality=quality_of(metrics or {}),
         )
-        row.update(judgement.row_fields)
-        if skip_message is not None and judgement.decision.verdict is Verdict.INCONCLUSIVE:
-            pytest.skip(skip_message)
+        self.session.record(
+            self.nodeid,
+            CheckRow(
+                key=key,
+                nodeid=self.nodeid,
+                module=self.module,
+                problem=name,
+                phase=phase,
+                comparison=comparison,
+                errors=tuple(errors),
+                verdict=judgement.decision.verdict.value,
+                message=judgement.decision.message,
+                facts=dict(facts or {}),
+                extra_metrics=metrics,
+                **judgement.row_fields,
+            ),
+        )
+        if comparison.inconclusive and judgement.decision.verdict is Verdict.INCONCLUSIVE:
+            pytest.skip(f"convperf INCONCLUSIVE on {name}: {comparison.inconclusive}")
         judgement.enforce()
+        return comparison
 
-    def _row(
-        self,
-        key: str,
-        problem: Conv2dProblem,
-        phase: str,
-        report: CorrectnessReport,
-        comparison: Comparison | None,
-        verdict: Verdict | None,
-        message: str,
-    ) -> dict[str, Any]:
-        facts: dict[str, Any] = {
+    def _correctness_facts(self, report: CorrectnessReport) -> dict[str, Any]:
+        return {
             "seed": report.seed,
             "candidate": report.candidate,
             "reference": report.reference,
@@ -514,26 +546,6 @@ class ConvperfFixture:
             "device": self.device.torch_device,
             "reference_errors": [e.to_dict() for e in report.reference_errors],
             "timer": getattr(self.timer, "kind", None),
-        }
-        if comparison is not None:
-            facts.update(
-                {
-                    k: v
-                    for k, v in comparison.facts.items()
-                    if k in ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
-                }
-            )
-        return {
-            "key": key,
-            "nodeid": self.nodeid,
-            "module": Path(str(self.request.node.path)).stem,
-            "problem": problem.id,
-            "phase": phase,
-            "comparison": comparison.to_dict() if comparison is not None else None,
-            "errors": [e.to_dict() for e in report.candidate_errors],
-            "verdict": verdict.value if verdict is not None else None,
-            "message": message,
-            "facts": facts,
         }
 
     def _traces(
@@ -556,13 +568,4 @@ class ConvperfFixture:
         return paths
 
 
-def log_ratio_summary(comparison: Comparison) -> str:
-    """One line for messages: ratio, CI, rounds."""
-    low, high = comparison.time_ratio_ci
-    return (
-        f"time ratio {comparison.time_ratio:.4f} [{low:.4f}, {high:.4f}] (speedup {comparison.speedup:.3f}x, "
-        f"{comparison.n_rounds} rounds, se {comparison.se:.4f}{', noisy' if comparison.noisy else ''})"
-    )
-
-
-__all__ = ["PHASES", "ConvperfFixture", "ImplausibleTime", "log_ratio_summary", "phase_call", "stable_seed"]
+__all__ = ["PHASES", "ConvperfFixture", "ImplausibleTime", "phase_call", "stable_seed"]

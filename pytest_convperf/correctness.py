@@ -13,6 +13,7 @@ blaming the candidate (PyTorch's CPU bf16 conv2d is wrong for some dilated, stri
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -334,7 +335,7 @@ def assert_conv_close(
     the reference is wrong. ``seed=None`` derives a seed from the problem id so reruns repeat.
     """
     if seed is None:
-        seed = _stable_seed(problem.id)
+        seed = stable_seed(problem)
     report = check_conv(
         candidate, problem, reference=reference, seed=seed, device=device, backward=backward, oracle=oracle
     )
@@ -345,10 +346,9 @@ def assert_conv_close(
     return report
 
 
-def _stable_seed(text: str) -> int:
-    import zlib
-
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+def stable_seed(problem: Conv2dProblem) -> int:
+    """The recorded seed of a problem's inputs: a hash of its id, so reruns repeat."""
+    return zlib.crc32(problem.id.encode()) & 0x7FFFFFFF
 
 
 def reproduce(

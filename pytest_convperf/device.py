@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import torch
 
+from pytest_convperf.baselines import slugify
+
 # NVML clocks-event (throttle) reason bits that mean the hardware slowed the SM clock down:
 # HW slowdown, SW thermal, HW thermal, HW power brake. SW power cap is recorded, not dropped:
 # it is the normal state of a busy GPU at its power limit.
@@ -169,11 +171,6 @@ def _open_nvml(index: int) -> tuple[NvmlSampler | None, str | None]:
     return NvmlSampler(handle, pynvml), None
 
 
-def slugify(text: str) -> str:
-    """Lower-case, alphanumerics and single dashes: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -206,10 +203,6 @@ def _versions() -> dict[str, Any]:
     except Exception:
         facts["cudnn"] = None
     return facts
-
-
-class DeviceLost(RuntimeError):
-    """The CUDA context is unusable (a sticky error such as an illegal memory access)."""
 
 
 @dataclass
@@ -317,11 +310,6 @@ def cpu_threads() -> int:
     if value < 1:
         raise ValueError(f"{CPU_THREADS_ENV}={raw!r} must be a positive integer (threads for CPU timing)")
     return value
-
-
-def machine_slug(pref: str = "auto") -> str:
-    """The slug of the machine for ``pref`` (``auto``, ``cuda`` or ``cpu``)."""
-    return resolve_device(pref).slug
 
 
 def resolve_device(pref: str = "auto") -> DeviceInfo:

@@ -15,13 +15,35 @@ from pytest_convperf.config import CONFIG_KEY, OPTIONS, ConvperfConfig
 from pytest_convperf.session import SESSION_KEY, ConvperfSession
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Generator, Mapping, Sequence
+    from pathlib import Path
 
     from pytest_convperf.check import ConvperfFixture
     from pytest_convperf.device import DeviceInfo
 
 MARKER = "convperf"
 SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or ini convperf = true)"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register convperf's hook specs (``pytest_convperf_write_report``)."""
+    from pytest_convperf import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_convperf_write_report(
+    rows: Sequence[Mapping[str, Any]],
+    report_dir: Path,
+    machine_info: Mapping[str, Any],
+    commit_info: Mapping[str, Any],
+    when: str,
+) -> list[str]:
+    """The built-in reports (report.md, results.json, rows.json, history.jsonl, speedup.png)."""
+    from pytest_convperf.report import write_reports
+
+    return write_reports(report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

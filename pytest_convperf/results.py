@@ -134,3 +134,81 @@ class Verdict(str, enum.Enum):
     ADVISORY = "ADVISORY"
     INCONCLUSIVE = "INCONCLUSIVE"
     CORRECTNESS_FAIL = "CORRECTNESS_FAIL"
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """The result of one check, recorded once, after its judgement.
+
+    ``key`` is the baseline key, ``module`` the test file's stem (the baseline file), ``problem``
+    the workload's name (a ``Conv2dProblem`` id or a model-level label), ``phase`` the part timed.
+    ``comparison`` is None when correctness failed before timing. ``verdict`` is a
+    :class:`Verdict` value (None when no decision was made, e.g. a defective reference). The
+    judgement's fields (``machine`` .. ``update``) are None without a judgement. ``to_dict`` /
+    ``from_dict`` are the JSON-able form used at the xdist boundary and in ``rows.json``.
+    """
+
+    key: str
+    nodeid: str
+    module: str
+    problem: str
+    phase: str
+    comparison: Comparison | None
+    errors: tuple[ErrorStats, ...]
+    verdict: str | None
+    message: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    extra_metrics: dict[str, float] | None = None
+    machine: str | None = None
+    baselines_file: str | None = None
+    device_kind: str | None = None
+    env: dict[str, str] | None = None
+    decision: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None
+    update: dict[str, Any] | None = None
+
+    # Fields a row without a judgement leaves out of its dict (as rows always have).
+    _JUDGED = ("machine", "baselines_file", "device_kind", "env", "decision", "baseline", "update")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key,
+            "nodeid": self.nodeid,
+            "module": self.module,
+            "problem": self.problem,
+            "phase": self.phase,
+            "comparison": self.comparison.to_dict() if self.comparison is not None else None,
+            "errors": [e.to_dict() for e in self.errors],
+            "verdict": self.verdict,
+            "message": self.message,
+            "facts": self.facts,
+        }
+        if self.extra_metrics is not None:
+            out["extra_metrics"] = dict(self.extra_metrics)
+        if self.machine is not None:
+            out.update({name: getattr(self, name) for name in self._JUDGED})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckRow:
+        comparison = data.get("comparison")
+        return cls(
+            key=str(data["key"]),
+            nodeid=str(data.get("nodeid", "")),
+            module=str(data.get("module", "")),
+            problem=str(data.get("problem", "")),
+            phase=str(data.get("phase", "forward")),
+            comparison=Comparison.from_dict(comparison) if comparison is not None else None,
+            errors=tuple(_error_stats(e) for e in data.get("errors") or ()),
+            verdict=data.get("verdict"),
+            message=str(data.get("message", "")),
+            facts=dict(data.get("facts") or {}),
+            extra_metrics=data.get("extra_metrics"),
+            **{name: data.get(name) for name in cls._JUDGED},
+        )
+
+
+def _error_stats(data: dict[str, Any]) -> ErrorStats:
+    data = dict(data)
+    data["worst_index"] = tuple(data["worst_index"])
+    return ErrorStats(**data)

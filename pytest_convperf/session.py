@@ -1,23 +1,37 @@
 """ConvperfSession: per-session state behind the thin hooks of ``plugin.py``.
 
-Holds the frozen config, the lazily built device fingerprint and timer, and the result rows
-of every check. Under pytest-xdist, workers attach their rows to test reports
-(``user_properties``) and the controller collects them in ``pytest_runtest_logreport``.
+Holds the frozen config, the lazily built device fingerprint, timer and baseline stores, and
+the result rows of every check. Under pytest-xdist, workers attach their rows to test reports
+(``user_properties``) and the controller collects them in ``pytest_runtest_logreport``. At
+session end the controller alone applies the planned baseline updates
+(:func:`pytest_convperf.updates.apply_updates`) and writes the reports (the
+``pytest_convperf_write_report`` hook), then prints the terminal summary.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pytest_convperf.baselines import Store, resolve_machine, validate_tree
+from pytest_convperf.results import CheckRow
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
     from pytest_convperf.device import DeviceInfo
 
 ROWS_PROPERTY = "convperf_rows"
+FAKE_SUFFIX = "-fake"
+
+
+def is_controller(config: pytest.Config) -> bool:
+    """True in a plain run and in the xdist controller; False in an xdist worker."""
+    return not hasattr(config, "workerinput")
 
 
 class ConvperfSession:
@@ -30,10 +44,13 @@ class ConvperfSession:
         self._timer: Any = None
         self._tmp: Path | None = None
         # Rows recorded by checks in this process, by node id, until attached to a report.
-        self.pending: dict[str, list[dict[str, Any]]] = {}
+        self.pending: dict[str, list[CheckRow]] = {}
         # Rows of the whole run (on the controller: from all workers).
-        self.rows: list[dict[str, Any]] = []
-        self._finish: Any = None  # finish.Finisher, built at session end
+        self.rows: list[CheckRow] = []
+        self._stores: dict[bool, Store] = {}
+        self.notes: list[str] = []  # session-end notes for the terminal summary
+        self.update_md: Path | None = None
+        self._finished = False
 
     # ---- lazily built, heavy objects ---------------------------------------------------------
     def device_info(self) -> DeviceInfo:
@@ -51,10 +68,20 @@ class ConvperfSession:
             self._timer = make_timer(self.device_info())
         return self._timer
 
-    def timer_callable(self) -> Any:
-        from pytest_convperf.timing import make_timer_callable
+    def store(self, *, fake: bool = False) -> Store:
+        """The baseline store of this machine class (built on first use).
 
-        return make_timer_callable(self.device_info(), self.timer())
+        ``fake``: the check was timed by the fake timer. Unless ``--convperf-machine`` names the
+        folder explicitly (the opt-in the plugin's own tests use), fake numbers are read from and
+        written to ``<machine>-fake``, so they can never land in a real machine's baselines.
+        """
+        if fake not in self._stores:
+            cfg = self.cfg
+            machine = resolve_machine(self.device_info().slug, cfg.machine, cfg.machine_aliases)
+            if fake and cfg.machine is None and not machine.endswith(FAKE_SUFFIX):
+                machine += FAKE_SUFFIX
+            self._stores[fake] = Store(cfg.baselines_dir, machine)
+        return self._stores[fake]
 
     def report_dir(self) -> Path:
         if self.cfg.report_dir is not None:
@@ -70,19 +97,21 @@ class ConvperfSession:
         return path
 
     # ---- rows ------------------------------------------------------------------------------------
-    def record(self, nodeid: str, row: dict[str, Any]) -> None:
-        """Called by a check: keep the row until the test's report is made."""
+    def record(self, nodeid: str, row: CheckRow) -> None:
+        """Called once per check, after its judgement: keep the row until the test's report is made."""
         self.pending.setdefault(nodeid, []).append(row)
 
     def attach_rows(self, item: pytest.Item, report: pytest.TestReport) -> None:
         rows = self.pending.pop(item.nodeid, [])
         if rows:
-            report.user_properties.append((ROWS_PROPERTY, rows))
+            # The JSON-able form: xdist sends user_properties from a worker to the controller.
+            dicts = [row.to_dict() for row in rows]
+            report.user_properties.append((ROWS_PROPERTY, dicts))
             from pytest_convperf.report import junit_properties
 
             # Flat per-check results for JUnit <properties>: junitxml reads the teardown report,
             # which copies item.user_properties (so they also travel from xdist workers).
-            for row in rows:
+            for row in dicts:
                 item.user_properties.extend(junit_properties(row))
 
     @pytest.hookimpl
@@ -92,32 +121,73 @@ class ConvperfSession:
             return
         for name, value in report.user_properties:
             if name == ROWS_PROPERTY and isinstance(value, list):
-                self.rows.extend(value)
+                self.rows.extend(CheckRow.from_dict(row) for row in value)
 
     # ---- session end (baselines and reports; written by the controller only) ------------------
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Stop the run before any test when a baseline file is malformed."""
-        from pytest_convperf.gate import validate_baselines
-
-        validate_baselines(self.cfg)
-
-    def _finisher(self) -> Any:
-        if self._finish is None:
-            from pytest_convperf.finish import Finisher
-
-            self._finish = Finisher(self)
-        return self._finish
+        """Stop the run (``UsageError``) before any test when a baseline file is malformed."""
+        if self.cfg.enabled:
+            validate_tree(self.cfg.baselines_dir)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write planned baseline updates, convperf-update.md and the report (controller only)."""
-        self._finisher().sessionfinish()
+        if self._finished or not is_controller(self.config) or not self.cfg.enabled:
+            return
+        self._finished = True
+        from pytest_convperf.updates import apply_updates, commit_info
+
+        rows = [row.to_dict() for row in self.rows]  # the form rows.json and report plugins read
+        cfg = self.cfg
+        out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
+        self.update_md = apply_updates(cfg, rows, out_dir)
+        if cfg.report_dir is not None and rows:
+            when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            for notes in self.config.hook.pytest_convperf_write_report(
+                rows=rows,
+                report_dir=cfg.report_dir,
+                machine_info=self.machine_info(rows),
+                commit_info=commit_info(cfg.rootdir),
+                when=when,
+            ):
+                self.notes += notes or []
+
+    def machine_info(self, rows: Sequence[Any]) -> dict[str, Any]:
+        """pytest-benchmark's ``machine_info`` with the device facts (GPU name, clocks, versions)."""
+        info: dict[str, Any] = {"machine": rows[0].get("machine") if rows else None}
+        try:
+            device = self.device_info()
+        except Exception as exc:  # the report must not fail because the device cannot be queried again
+            info["device_error"] = str(exc)
+            return info
+        info.update(device="cuda" if device.is_cuda else "cpu", name=device.name, slug=device.slug)
+        info.update(
+            {k: v for k, v in device.facts.items() if isinstance(v, (str, int, float, bool)) or v is None}
+        )
+        return info
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Checks grouped by verdict with speedup, CI, baseline and delta."""
-        self._finisher().terminal_summary(terminalreporter)
+        if not is_controller(self.config) or not self.cfg.enabled:
+            return
+        rows = [row.to_dict() for row in self.rows]
+        if not rows and not self.update_md:
+            return
+        from pytest_convperf.report import grouped, terminal_lines
+
+        tr = terminalreporter
+        counts = ", ".join(f"{v} {len(g)}" for v, g in grouped(rows))
+        tr.write_sep("=", f"convperf: {counts}" if counts else "convperf")
+        for line in terminal_lines(rows):
+            tr.write_line(line)
+        if self.update_md is not None:
+            tr.write_line(f"baseline update written for review: {self.update_md}")
+        if self.cfg.report_dir is not None and rows:
+            tr.write_line(f"convperf report: {self.cfg.report_dir}")
+        for note in self.notes:
+            tr.write_line(f"note: {note}")
 
 
 SESSION_KEY = pytest.StashKey[ConvperfSession]()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import yaml
@@ -39,13 +37,12 @@ def test_partial_update_keeps_unselected_and_unknown_entries(
 def test_one_bad_target_file_stops_the_update_before_any_write(tmp_path: Path) -> None:
     from pytest_convperf.baselines import Entry
     from pytest_convperf.config import ConvperfConfig
-    from pytest_convperf.finish import apply_updates
+    from pytest_convperf.updates import apply_updates
 
     entry = Entry(time_ratio=0.5, noise=0.01, us_candidate=5.0, us_reference=10.0).to_yaml()
     cfg = ConvperfConfig(
         enabled=True, update=frozenset({"new"}), baselines_dir=tmp_path / "bl", rootdir=tmp_path
     )
-    session: Any = SimpleNamespace(cfg=cfg)
     rows = [
         {
             "key": "test_x",
@@ -61,6 +58,6 @@ def test_one_bad_target_file_stops_the_update_before_any_write(tmp_path: Path) -
     bad.parent.mkdir(parents=True)
     bad.write_text("benchmarks: [\n")
     with pytest.raises(pytest.UsageError, match=r"test_b\.yaml"):
-        apply_updates(session, rows, tmp_path)
+        apply_updates(cfg, rows, tmp_path)
     assert not (tmp_path / "bl" / "box" / "test_a.yaml").exists()
     assert bad.read_text() == "benchmarks: [\n"

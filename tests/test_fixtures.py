@@ -52,7 +52,7 @@ def convperf_timer():
 
 
 def pytest_sessionfinish(session):
-    rows = session.config.stash[SESSION_KEY].rows
+    rows = [row.to_dict() for row in session.config.stash[SESSION_KEY].rows]
     Path("rows.json").write_text(json.dumps(rows, default=str))
 """
 

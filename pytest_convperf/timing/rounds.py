@@ -73,6 +73,19 @@ class StopRule:
             max_time_s=self.max_time_s * factor,
         )
 
+    def for_rounds(self, n_rounds: int, rounds_done: int) -> StopRule:
+        """The rule for a confirm measurement of ``n_rounds`` rounds after a first one of ``rounds_done``.
+
+        The time cap grows with the rounds asked for, so the confirmation is not cut short by it.
+        """
+        min_rounds = max(self.min_rounds, n_rounds)
+        return replace(
+            self,
+            min_rounds=min_rounds,
+            max_rounds=max(self.max_rounds, min_rounds),
+            max_time_s=self.max_time_s * n_rounds / max(1, rounds_done),
+        )
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -1,0 +1,26 @@
+"""Hooks a conftest or plugin may implement to extend convperf (registered by ``pytest_addhooks``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.hookspec
+def pytest_convperf_write_report(
+    rows: Sequence[Mapping[str, Any]],
+    report_dir: Path,
+    machine_info: Mapping[str, Any],
+    commit_info: Mapping[str, Any],
+    when: str,
+) -> list[str] | None:
+    """Write the session's report files into ``report_dir`` (``--convperf-report``); return notes.
+
+    Called once, on the controller, at session end, with every check's row (the JSON-able form of
+    ``results.CheckRow``). Every implementation runs; the built-in one (``plugin.py``) writes
+    report.md, results.json, rows.json, history.jsonl and speedup.png. An implementation may take
+    any subset of the arguments (``rows`` and ``report_dir`` are enough for most).
+    """

@@ -1,0 +1,288 @@
+"""The baseline lifecycle: what a check would store, the update plan, and the session-end writes.
+
+One home for everything ``--convperf-update-baselines`` does, in the order it happens:
+
+1. :func:`new_entry` builds the entry a measurement would store (also used by ``calibrate``, so what
+   an entry holds is written once);
+2. :func:`plan_update` applies the update rules (selection, hysteresis, reason required) to one
+   decided check, giving an :class:`UpdatePlan` that rides in the check's row;
+3. :func:`apply_updates` runs on the controller at session end: it validates every target file,
+   writes the planned entries (grouped per file, under the store's lock) and renders
+   ``convperf-update.md`` for reviewers (:func:`render_update_md`).
+
+The judgement itself (entry lookup and ``verdict.decide``) is :mod:`pytest_convperf.gate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_convperf.baselines import Entry, Store, atomic_write, parse_entry, read_file
+from pytest_convperf.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.verdict import QUALITY_KEYS, Decision, Policy
+
+if TYPE_CHECKING:
+    from pytest_convperf.config import ConvperfConfig
+
+# Update kinds (``--convperf-update-baselines``) that rewrite each verdict.
+UPDATE_KIND_FOR: dict[Verdict, str] = {
+    Verdict.FAIL: "failed",
+    Verdict.STALE: "failed",
+    Verdict.CORRECTNESS_FAIL: "failed",  # drift only: a tolerance breach is never recorded
+    Verdict.NEW: "new",
+    Verdict.IMPROVED: "improved",
+}
+
+
+def correctness_of(errors: Sequence[ErrorStats]) -> dict[str, Any]:
+    """What an entry stores about correctness: flat for one output, per output name for several."""
+    if len(errors) == 1:
+        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
+    return {e.name: {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
+
+
+def quality_of(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The quality metrics among a check's ``extra_metrics`` (``rel_l2``/``sqnr_db``) an entry stores and gates."""
+    return {
+        k: float(metrics[k])
+        for k in QUALITY_KEYS
+        if isinstance(metrics.get(k), (int, float))
+        and not isinstance(metrics.get(k), bool)
+        and not math.isnan(metrics[k])
+    }
+
+
+def new_entry(
+    comparison: Comparison,
+    old: Entry | None,
+    policy: Policy,
+    *,
+    env: Mapping[str, str],
+    backend: str | None,
+    errors: Sequence[ErrorStats],
+    quality: Mapping[str, float] | None = None,
+) -> Entry:
+    """The entry this measurement would store; noise stays with the machine (kept from the old entry)."""
+    return Entry(
+        time_ratio=comparison.time_ratio,
+        noise=old.noise if old is not None else policy.noise_floor,
+        noise_runs=old.noise_runs if old is not None else None,
+        us_candidate=comparison.candidate.median_us,
+        us_reference=comparison.reference.median_us,
+        env=dict(env),
+        reference_backend=backend,
+        correctness=correctness_of(errors),
+        tolerance=old.tolerance if old is not None else None,
+        quality=dict(quality or {}),
+    )
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """What ``--convperf-update-baselines`` will do with this check's entry.
+
+    ``action``: ``write`` (the controller writes ``entry``), ``keep`` (inside the noise band),
+    ``refused`` (slower without ``--convperf-reason``), or ``skip`` (verdict not selected).
+    """
+
+    action: str
+    why: str
+    entry: Entry | None = None
+    slower: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "why": self.why,
+            "slower": self.slower,
+            "entry": self.entry.to_yaml() if self.entry is not None else None,
+        }
+
+
+def plan_update(
+    cfg: ConvperfConfig, decision: Decision, old: Entry | None, candidate: Entry, policy: Policy
+) -> UpdatePlan | None:
+    """Apply the update rules (selection, hysteresis, reason required) to one decided check."""
+    if not cfg.update:
+        return None
+    verdict = decision.verdict
+    if verdict is Verdict.INCONCLUSIVE:
+        return UpdatePlan("skip", "inconclusive measurements are never recorded")
+    if verdict is Verdict.CORRECTNESS_FAIL and decision.stage not in ("drift", "quality"):
+        return UpdatePlan("skip", "a correctness failure (tolerance breach or NaN/Inf) is never recorded")
+    kind = UPDATE_KIND_FOR.get(verdict)
+    if "all" not in cfg.update and kind not in cfg.update:
+        return UpdatePlan(
+            "skip",
+            f"{verdict.value} is not selected by --convperf-update-baselines={','.join(sorted(cfg.update))}",
+        )
+    if old is None:
+        return UpdatePlan("write", "new entry", candidate)
+    band = max(old.noise, policy.noise_floor)
+    shift = math.log(candidate.time_ratio / old.time_ratio)
+    env_changed = bool(decision.env_diff)
+    drift = verdict is Verdict.CORRECTNESS_FAIL
+    # An entry recorded before quality was gated gains its quality block on the next update.
+    quality_added = bool(candidate.quality) and not old.quality
+    if abs(shift) <= band and not env_changed and not drift and not quality_added:
+        return UpdatePlan(
+            "keep",
+            f"the new ratio {candidate.time_ratio:.4g} lies within the noise band "
+            f"(+-{band:.2%}) of the stored {old.time_ratio:.4g}; entry left as is",
+        )
+    slower = shift > band or drift
+    if slower and not cfg.reason:
+        what = (
+            "a lower quality against the float conv"
+            if drift and decision.stage == "quality"
+            else "larger errors"
+            if drift
+            else f"a slower ratio ({old.time_ratio:.4g} -> {candidate.time_ratio:.4g})"
+        )
+        return UpdatePlan(
+            "refused",
+            f"recording {what} needs --convperf-reason=TEXT (stored with the entry "
+            "for reviewers); the baseline was not changed",
+            candidate,
+            slower=True,
+        )
+    return UpdatePlan("write", "updated", candidate, slower=slower)
+
+
+def git(rootdir: Path, *args: str) -> str | None:
+    """Output of a git command in ``rootdir``, or None outside a repository / without git."""
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=rootdir, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def commit_info(rootdir: Path) -> dict[str, Any]:
+    """pytest-benchmark's ``commit_info``: id, branch, dirty (empty values outside git)."""
+    status = git(rootdir, "status", "--porcelain")
+    return {
+        "id": git(rootdir, "rev-parse", "--short", "HEAD"),
+        "branch": git(rootdir, "rev-parse", "--abbrev-ref", "HEAD"),
+        "dirty": bool(status),
+        "project": rootdir.name,
+    }
+
+
+def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: Mapping[str, Any]) -> str:
+    decision = row.get("decision") or {}
+    ci = decision.get("delta_ci")
+    new_y = new.to_yaml()
+    if old:
+        shift = math.expm1(math.log(new.time_ratio / float(old["time_ratio"])))
+        old_us = old.get("us", {})
+        change = (
+            f"{old['time_ratio']:.4g} -> {new_y['time_ratio']:.4g} ({shift * 100:+.1f} %"
+            + (f", 95 % CI {ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} %" if ci else "")
+            + ")"
+        )
+        us = (
+            f"cand {old_us.get('candidate', '?')} -> {new_y['us']['candidate']} us, "
+            f"ref {old_us.get('reference', '?')} -> {new_y['us']['reference']} us"
+        )
+        env_old = old.get("env") or {}
+        env_moves = [
+            f"{k} {env_old.get(k)} -> {v}" for k, v in new_y["env"].items() if env_old.get(k) not in (None, v)
+        ]
+        env = "; ".join(env_moves) or "env unchanged"
+    else:
+        change = f"(new) -> {new_y['time_ratio']:.4g}"
+        us = f"cand {new_y['us']['candidate']} us, ref {new_y['us']['reference']} us"
+        env = ", ".join(f"{k} {v}" for k, v in new_y["env"].items())
+    reason = (new.updated or {}).get("reason", "")
+    return (
+        f"| `{key}` | {row.get('verdict', '')} | {change} | {us} | {env} | "
+        f"{reason.replace('|', '/') if reason else ''} |"
+    )
+
+
+def apply_updates(cfg: ConvperfConfig, rows: Sequence[Mapping[str, Any]], out_dir: Path) -> Path | None:
+    """Write every planned update (grouped per file), then ``convperf-update.md``; None when no update ran."""
+    if not cfg.updating:
+        return None
+    commit = git(cfg.rootdir, "rev-parse", "--short", "HEAD")
+    updated: dict[str, str] = {}
+    if commit:
+        updated["commit"] = commit
+    if cfg.reason:
+        updated["reason"] = cfg.reason
+    per_file: dict[tuple[str, str], dict[str, tuple[Entry, Mapping[str, Any]]]] = {}
+    kept: list[str] = []
+    refused: list[str] = []
+    for row in rows:
+        plan = row.get("update") or {}
+        action = plan.get("action")
+        label = f"`{row.get('key')}` ({row.get('module')}): {plan.get('why', '')}"
+        if action == "keep":
+            kept.append(label)
+        elif action == "refused":
+            refused.append(label)
+        if action != "write" or not plan.get("entry"):
+            continue
+        entry = parse_entry(str(row["key"]), plan["entry"])
+        entry = dataclasses.replace(entry, updated=dict(updated) or None)
+        entries = per_file.setdefault((str(row["machine"]), str(row["module"])), {})
+        if str(row["key"]) in entries:
+            other = entries[str(row["key"])][1]
+            raise pytest.UsageError(
+                f"convperf: two tests record the same baseline key {row['key']!r} in "
+                f"{row['machine']}/{row['module']}.yaml: {other.get('nodeid')} and {row.get('nodeid')}; "
+                "rename one of them (baseline files are chosen by test file name, so two test files "
+                "with the same name in different folders share one baseline file)"
+            )
+        entries[str(row["key"])] = (entry, row)
+    # Validate every target file before writing any: one bad file stops the update as a whole.
+    for machine, module in per_file:
+        read_file(Store(cfg.baselines_dir, machine).path(module), machine)
+    for (machine, module), entries in sorted(per_file.items()):
+        Store(cfg.baselines_dir, machine).write(module, {k: e for k, (e, _) in entries.items()})
+    path = out_dir / "convperf-update.md"
+    atomic_write(path, render_update_md(cfg, per_file, kept, refused, commit))
+    return path
+
+
+def render_update_md(
+    cfg: ConvperfConfig,
+    per_file: Mapping[tuple[str, str], Mapping[str, tuple[Entry, Mapping[str, Any]]]],
+    kept: Sequence[str],
+    refused: Sequence[str],
+    commit: str | None,
+) -> str:
+    """``convperf-update.md``: per written file, old -> new of every entry; then kept and refused checks."""
+    lines = ["# convperf baseline update", ""]
+    if cfg.reason:
+        lines += [f"Reason: {cfg.reason}", ""]
+    if commit:
+        lines += [f"Measured at commit {commit}", ""]
+    for (machine, module), entries in sorted(per_file.items()):
+        lines += [
+            f"## {Store(cfg.baselines_dir, machine).path(module)}",
+            "",
+            "| check | verdict | time ratio (old -> new, delta, CI) | us | env | reason |",
+            "|---|---|---|---|---|---|",
+        ]
+        for key, (entry, row) in sorted(entries.items()):
+            lines.append(_entry_line(key, row.get("baseline"), entry, row))
+        lines.append("")
+    if not per_file:
+        lines += ["No entry was written.", ""]
+    if kept:
+        lines += ["## Left as they are (inside their noise band)", ""] + [f"- {k}" for k in kept] + [""]
+    if refused:
+        lines += ["## Refused (slower without --convperf-reason)", ""] + [f"- {k}" for k in refused] + [""]
+    return "\n".join(lines)
