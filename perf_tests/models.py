@@ -12,7 +12,7 @@ import os
 import platform
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -305,40 +305,3 @@ def seed_table(
         cells = [name, framework(), *(fmt_time(times.get(p), unit) for p in phases)]
         lines.append("|" + "|".join(cells) + "|")
     return lines
-
-
-@dataclass
-class ReportSection:
-    """Collects rows during a module and writes one Markdown file to the report directory.
-
-    Under pytest-xdist each worker writes its own file (the worker id is in the name), so no two
-    processes write one file.
-    """
-
-    filename: str
-    title: str
-    blocks: dict[str, list[str]] = field(default_factory=dict)
-
-    def add(self, key: str, lines: Sequence[str]) -> None:
-        self.blocks[key] = list(lines)
-
-    def path(self, report_dir: Path) -> Path:
-        worker = os.environ.get("PYTEST_XDIST_WORKER")
-        stem, suffix = os.path.splitext(self.filename)
-        return report_dir / (f"{stem}-{worker}{suffix}" if worker else self.filename)
-
-    def write(self, report_dir: Path) -> Path | None:
-        if not self.blocks:
-            return None
-        path = self.path(report_dir)
-        text = [f"# {self.title}", ""]
-        for key in sorted(self.blocks):
-            text += [*self.blocks[key], ""]
-        path.write_text("\n".join(text))
-        return path
-
-    def publish(self, report_dir: Path, what: str) -> None:
-        """Write the file (when anything was added) and print where: ``convperf <what>: <path>``."""
-        path = self.write(report_dir)
-        if path is not None:
-            print(f"\nconvperf {what}: {path}")

@@ -36,7 +36,7 @@ from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.results import Comparison
-from pytest_convperf.session import SESSION_KEY
+from pytest_convperf.sections import ReportSections
 
 Candidate = Callable[..., torch.Tensor]
 PHASES = ("forward", "input_grad", "weight_grad")
@@ -81,6 +81,9 @@ def test_fuzz_forward_and_grads(problem: Conv2dProblem, seed: int, convperf_devi
 # ---- report -------------------------------------------------------------------------------------------
 
 
+DEPTHWISE_TITLE = "Depthwise conv2d (seed 001): ours vs F.conv2d"
+
+
 @dataclass
 class DepthwiseTable:
     """Rows collected during the module, written as ``depthwise.md`` at module end."""
@@ -102,7 +105,7 @@ class DepthwiseTable:
         )  # fmt: skip
 
     def markdown(self) -> list[str]:
-        lines = ["# Depthwise conv2d (seed 001): ours vs F.conv2d", "", f"Device: {self.device}."]
+        lines = [f"Device: {self.device}."]
         if self.scaled:
             lines.append(
                 f"CPU run: shapes scaled to batch {CPU_BATCH} (the seed uses 16); fp32 only; the candidate "
@@ -123,17 +126,15 @@ class DepthwiseTable:
 
 
 @pytest.fixture(scope="module")
-def dw_table(request: pytest.FixtureRequest) -> Iterator[DepthwiseTable]:
-    """Collects the module's perf rows; writes and prints ``depthwise.md`` at module end."""
+def dw_table(convperf_report: ReportSections) -> Iterator[DepthwiseTable]:
+    """Collects the module's perf rows; adds them to ``depthwise.md`` (and prints them) at module end."""
     table = DepthwiseTable()
     yield table
     if not table.rows and not table.worst:
         return
-    session = request.config.stash[SESSION_KEY]
-    path = session.report_dir() / "depthwise.md"
-    text = "\n".join(table.markdown()) + "\n"
-    path.write_text(text)
-    print(f"\n{text}\nconvperf depthwise table: {path}")
+    text = "\n".join(table.markdown())
+    convperf_report.section("depthwise.md", text, title=DEPTHWISE_TITLE)
+    print(f"\n{text}\nconvperf depthwise table: depthwise.md in the report directory")
 
 
 # ---- perf checks on the seed shapes -------------------------------------------------------------------

@@ -32,7 +32,7 @@ from pytest_convperf.precision import ieee_fp32, tf32_enabled
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.profiling import KernelRow
 from pytest_convperf.results import ErrorStats
-from pytest_convperf.session import SESSION_KEY
+from pytest_convperf.sections import ReportSections
 
 pytestmark = pytest.mark.convperf
 
@@ -78,12 +78,11 @@ def kernel_table(rows: list[KernelRow], cuda: bool, limit: int = 10) -> list[str
 
 
 @pytest.fixture(scope="module")
-def edsr_report(request: pytest.FixtureRequest) -> Iterator[EdsrReport]:
-    """Collects the module's tables; writes ``edsr.md`` to the report directory at module end."""
+def edsr_report(convperf_report: ReportSections, convperf_device: DeviceInfo) -> Iterator[EdsrReport]:
+    """Collects the module's tables; adds them to ``edsr.md`` in the report directory at module end."""
     rep = EdsrReport()
     yield rep
-    session = request.config.stash[SESSION_KEY]
-    device = torch.device(session.device_info().torch_device)
+    device = torch.device(convperf_device.torch_device)
     n, c, h, w = input_shape(device)
     lines = [
         f"Input: batch {n} x {c} x {h} x {w} (LR), x2 output; 16 residual blocks, 64 features, no post-body "
@@ -116,10 +115,10 @@ def edsr_report(request: pytest.FixtureRequest) -> Iterator[EdsrReport]:
             *GOAL_RATIO_HEADER,
             *rep.ratios,
         ]
-    section = mb.ReportSection("edsr.md", "EDSR x2: standard vs depthwise-separable residual blocks")
     if rep.variants or rep.kernels or rep.ratios:
-        section.add("0", lines)
-    section.publish(session.report_dir(), "EDSR tables")
+        title = "EDSR x2: standard vs depthwise-separable residual blocks"
+        convperf_report.section("edsr.md", "\n".join(lines), title=title)
+        print("\nconvperf EDSR tables: edsr.md in the report directory")
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from torch.utils import benchmark as torch_benchmark
 from pytest_convperf import stats
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.session import SESSION_KEY
+from pytest_convperf.sections import ReportSections
 from pytest_convperf.timing import Timer
 from pytest_convperf.timing.rounds import measure_one, measure_pair
 
@@ -129,7 +129,10 @@ def _table(rows: list[Row], header: str) -> str:
 
 @pytest.mark.convperf
 def test_harness_against_anchors(
-    request: pytest.FixtureRequest, convperf_device: DeviceInfo, convperf_timer: Timer
+    request: pytest.FixtureRequest,
+    convperf_report: ReportSections,
+    convperf_device: DeviceInfo,
+    convperf_timer: Timer,
 ) -> None:
     """Spread and cost of five fresh median measurements per method, on one conv."""
     if convperf_timer.kind == "fake":
@@ -218,9 +221,9 @@ def test_harness_against_anchors(
             f"host-bound rounds {facts.get('host_bound_rounds')}); clocks now: {extra['clocks_now']}"
         )
     print("\n" + table)
-    report_dir = request.config.stash[SESSION_KEY].report_dir()
-    (report_dir / "harness.md").write_text(table + "\n")
-    (report_dir / "harness.json").write_text(
+    convperf_report.section("harness.md", table)
+    convperf_report.section(
+        "harness.json",
         json.dumps(
             {
                 "problem": problem.id,
@@ -231,7 +234,7 @@ def test_harness_against_anchors(
             },
             indent=2,
             default=str,
-        )
+        ),
     )
     # Same conv, same order of magnitude. Block-mean methods (torch's blocked_autorange) include
     # every preemption of a loaded machine while per-call medians skip them, so compare against

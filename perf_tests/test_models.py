@@ -25,7 +25,7 @@ from pytest_convperf.correctness import error_stats
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.precision import ieee_fp32, tf32_enabled
 from pytest_convperf.results import ErrorStats, Measurement
-from pytest_convperf.session import SESSION_KEY
+from pytest_convperf.sections import ReportSections
 
 pytestmark = pytest.mark.convperf
 
@@ -99,16 +99,15 @@ def _report_lines(tables: Tables, device: torch.device) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
-    """Collects the module's rows; writes ``models.md`` to the report directory at module end."""
+def tables(convperf_report: ReportSections, convperf_device: DeviceInfo) -> Iterator[Tables]:
+    """Collects the module's rows; adds them to ``models.md`` in the report directory at module end."""
     collected = Tables()
     yield collected
-    session = request.config.stash[SESSION_KEY]
-    device = torch.device(session.device_info().torch_device)
-    section = mb.ReportSection("models.md", "Popular Computer Vision Model Benchmarks (pytest-convperf)")
+    device = torch.device(convperf_device.torch_device)
     if collected.models or collected.layers or collected.e2e:
-        section.add("0", _report_lines(collected, device))
-    section.publish(session.report_dir(), "model tables")
+        title = "Popular Computer Vision Model Benchmarks (pytest-convperf)"
+        convperf_report.section("models.md", "\n".join(_report_lines(collected, device)), title=title)
+        print("\nconvperf model tables: models.md in the report directory")
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Result tables of the im2col+GEMM and PCILT suites (seed 002's and seed 003's columns).
 
-Rows are collected by a module-scoped fixture of each suite and written as Markdown into the
-session's report directory when the module ends (and printed).
+Rows are collected by a module-scoped fixture of each suite and added as a Markdown section
+(``convperf_report``) to the report directory when the module ends (and printed).
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from pytest_convperf.session import SESSION_KEY
+from pytest_convperf.sections import ReportSections
 
 MemoryFn = Callable[[], AbstractContextManager[Any]]
 MB = 1024 * 1024
@@ -64,33 +63,19 @@ def peak_mb(gpu_memory: MemoryFn, fn: Callable[[], object]) -> float:
     return float(mem.peak_bytes) / MB
 
 
-def write_tables(
-    request: pytest.FixtureRequest, name: str, heading: str, tables: Sequence[Table]
-) -> Path | None:
-    """Write non-empty tables to ``<report dir>/<name>`` and print them; return the path."""
-    tables = [t for t in tables if t.rows]
-    if not tables:
-        return None
-    session = request.config.stash[SESSION_KEY]
-    lines = [f"# {heading}", ""]
-    for t in tables:
-        lines += t.lines()
-    path = session.report_dir() / name
-    path.write_text("\n".join(lines))
-    print(f"\n{chr(10).join(lines)}\nconvperf tables: {path}")
-    return path
-
-
 def table_fixture(
     name: str, heading: str, *tables: Table
 ) -> Callable[[pytest.FixtureRequest], Iterator[dict[str, Table]]]:
     """A module-scoped fixture yielding ``{title: Table}`` and writing them at module end."""
 
     @pytest.fixture(scope="module")
-    def fixture(request: pytest.FixtureRequest) -> Iterator[dict[str, Table]]:
+    def fixture(convperf_report: ReportSections) -> Iterator[dict[str, Table]]:
         fresh = {t.title: Table(t.title, t.header, list(t.notes)) for t in tables}
         yield fresh
-        write_tables(request, name, heading, list(fresh.values()))
+        lines = [line for t in fresh.values() if t.rows for line in t.lines()]
+        if lines:
+            convperf_report.section(name, "\n".join(lines), title=heading)
+            print(f"\n{chr(10).join(lines)}\nconvperf tables: {name} in the report directory")
 
     return fixture
 

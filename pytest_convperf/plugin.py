@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from pytest_convperf.check import ConvperfFixture
     from pytest_convperf.device import DeviceInfo
+    from pytest_convperf.sections import ReportSections
 
 MARKER = "convperf"
 SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or ini convperf = true)"
@@ -113,7 +114,18 @@ def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
     return ConvperfFixture(_session(request), request)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
+def convperf_report(request: pytest.FixtureRequest) -> ReportSections:
+    """Add Markdown to the report directory: ``convperf_report.section("models.md", text, title=...)``.
+
+    Safe under pytest-xdist: sections travel to the controller on test reports and each file is
+    written once at session end (sections of one file joined in arrival order, the title once).
+    The directory is ``--convperf-report``'s, else a temporary one named in the terminal summary.
+    """
+    return _session(request).sections
+
+
+@pytest.fixture(scope="session")
 def convperf_device(request: pytest.FixtureRequest) -> DeviceInfo:
     """The device in use (``.torch_device``) and its fingerprint (``.slug``, ``.facts``).
 
@@ -192,8 +204,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-    """Attach this test's convperf rows to its report (xdist ships them to the controller)."""
+    """Attach this test's convperf rows and pending report sections to its report (xdist ships them)."""
     report = yield
+    session = item.config.stash[SESSION_KEY]
     if call.when == "call":
-        item.config.stash[SESSION_KEY].attach_rows(item, report)
+        session.attach_rows(item, report)
+    session.attach_sections(report)
     return report

@@ -20,12 +20,13 @@ import pytest
 
 from pytest_convperf.baselines import Store, resolve_machine, validate_tree
 from pytest_convperf.results import CheckRow
+from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
     from pytest_convperf.device import DeviceInfo
 
-ROWS_PROPERTY = "convperf_rows"
+ROWS_PROPERTY = "convperf_rows"  # the rows of one test, on its report
 FAKE_SUFFIX = "-fake"
 
 
@@ -47,6 +48,9 @@ class ConvperfSession:
         self.pending: dict[str, list[CheckRow]] = {}
         # Rows of the whole run (on the controller: from all workers).
         self.rows: list[CheckRow] = []
+        self.sections = ReportSections()  # this process's report sections, until a report carries them
+        self.all_sections: list[Section] = []  # on the controller: from every process
+        self.section_paths: list[Path] = []
         self._stores: dict[bool, Store] = {}
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
@@ -114,14 +118,21 @@ class ConvperfSession:
             for row in dicts:
                 item.user_properties.extend(junit_properties(row))
 
+    def attach_sections(self, report: pytest.TestReport) -> None:
+        """Report sections added since the last report ride on this one (any phase: a module
+        fixture adds its tables in the teardown of the module's last test)."""
+        sections = self.sections.take()
+        if sections:
+            report.user_properties.append((SECTIONS_PROPERTY, sections))
+
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Collect rows from every report: our own, or those a worker sent to this controller."""
-        if report.when != "call":
-            return
+        """Collect rows and sections from every report: our own, or those a worker sent to this controller."""
         for name, value in report.user_properties:
-            if name == ROWS_PROPERTY and isinstance(value, list):
+            if name == ROWS_PROPERTY and report.when == "call" and isinstance(value, list):
                 self.rows.extend(CheckRow.from_dict(row) for row in value)
+            elif name == SECTIONS_PROPERTY and isinstance(value, list):
+                self.all_sections.extend(Section(**s) for s in value)
 
     # ---- session end (baselines and reports; written by the controller only) ------------------
     @pytest.hookimpl
@@ -133,9 +144,12 @@ class ConvperfSession:
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write planned baseline updates, convperf-update.md and the report (controller only)."""
-        if self._finished or not is_controller(self.config) or not self.cfg.enabled:
+        if self._finished or not is_controller(self.config):
             return
         self._finished = True
+        self.section_paths = write_sections(self.report_dir(), self.all_sections)
+        if not self.cfg.enabled:
+            return
         from pytest_convperf.updates import apply_updates, commit_info
 
         rows = [row.to_dict() for row in self.rows]  # the form rows.json and report plugins read
@@ -169,8 +183,12 @@ class ConvperfSession:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Checks grouped by verdict with speedup, CI, baseline and delta."""
-        if not is_controller(self.config) or not self.cfg.enabled:
+        """Checks grouped by verdict with speedup, CI, baseline and delta; where report sections went."""
+        if not is_controller(self.config):
+            return
+        for path in self.section_paths:
+            terminalreporter.write_line(f"convperf report section: {path}")
+        if not self.cfg.enabled:
             return
         rows = [row.to_dict() for row in self.rows]
         if not rows and not self.update_md:

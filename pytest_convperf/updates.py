@@ -50,7 +50,7 @@ def correctness_of(errors: Sequence[ErrorStats]) -> dict[str, Any]:
 
 
 def quality_of(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The quality metrics among a check's ``extra_metrics`` (``rel_l2``/``sqnr_db``) an entry stores and gates."""
+    """The quality metrics (``rel_l2``, ``sqnr_db``) among ``extra_metrics`` that an entry stores."""
     return {
         k: float(metrics[k])
         for k in QUALITY_KEYS

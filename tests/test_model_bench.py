@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
@@ -74,18 +72,6 @@ def test_layer_callables_time_input_and_weight_grads() -> None:
     calls["backward"]()
     assert layer.weight.grad is not None
     calls["total"]()
-
-
-def test_report_section_names_a_file_per_xdist_worker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    section = mb.ReportSection("models.md", "Title")
-    assert section.write(tmp_path) is None
-    section.add("0", ["|a|"])
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
-    path = section.write(tmp_path)
-    assert path is not None and path.name == "models-gw1.md"
-    assert path.read_text() == "# Title\n\n|a|\n"
 
 
 INNER = """
