@@ -1,4 +1,4 @@
-"""``python -m pytest_convperf calibrate | merge-baselines | report``.
+"""``python -m pytest_convperf calibrate | merge-baselines | report | review``.
 
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
@@ -10,6 +10,9 @@ merge-baselines A B [...] -o OUT [--prefer first|last]
     a conflict (exit 1) unless ``--prefer`` says which side wins.
 report DIR [--markdown]
     Prints the summary of a ``--convperf-report`` directory again (from its rows.json).
+review BASE_REV [HEAD_REV]
+    Prints a pull request's baseline changes as Markdown (old -> new ratio of every changed
+    entry, env moved, reason) between two git revisions; HEAD_REV defaults to the work tree.
 """
 
 from __future__ import annotations
@@ -236,6 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = sub.add_parser("report", help="print the summary of a --convperf-report directory")
     rep.add_argument("dir")
     rep.add_argument("--markdown", action="store_true")
+    rev = sub.add_parser("review", help="print a pull request's baseline changes as Markdown")
+    rev.add_argument("base", help="the base revision (e.g. the pull request's base sha)")
+    rev.add_argument("head", nargs="?", default=None, help="the head revision (default: the work tree)")
     args, rest = parser.parse_known_args(argv)
     if args.command == "calibrate":
         return cmd_calibrate(args, rest)
@@ -244,6 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "merge-baselines":
             return cmd_merge(args)
+        if args.command == "review":
+            from pytest_convperf.review import review
+
+            print(review(args.base, args.head))
+            return 0
         return cmd_report(args)
     except Exception as exc:  # UsageError from validation: print it like pytest does
         if type(exc).__name__ == "UsageError":

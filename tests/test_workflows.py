@@ -102,7 +102,7 @@ def test_ci_runs_on_pull_requests_and_pushes() -> None:
         "pytest --hypothesis-profile",
         "--convperf -n 2",
         "python -m kernels._build --all --check-spills",
-        "baseline_review.py",
+        "python -m pytest_convperf review",
         "gh pr comment",
     ):
         assert command in runs, command
@@ -271,7 +271,7 @@ def test_nightly_verdicts_without_failures(tmp_path: Path, capsys: pytest.Captur
     assert "all tests passed" in out and "No test failed." in out and "::error" not in out
 
 
-# ---- .ci/baseline_review.py -----------------------------------------------------------------------
+# ---- python -m pytest_convperf review --------------------------------------------------------------
 def _baseline(ratio: float, reason: str | None = None, cudnn: int = 92400) -> str:
     entry: dict[str, Any] = {
         "time_ratio": ratio,
@@ -292,7 +292,7 @@ def _baseline(ratio: float, reason: str | None = None, cudnn: int = 92400) -> st
 
 
 def test_baseline_review_shows_old_and_new_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    review = script(ROOT / ".ci" / "baseline_review.py")
+    from pytest_convperf import review
 
     def git(*args: str) -> None:
         subprocess.run(

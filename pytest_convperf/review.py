@@ -1,6 +1,6 @@
 """Render a pull request's baseline changes as Markdown for review: old -> new ratio of every check.
 
-    python .ci/baseline_review.py BASE_REV [HEAD_REV]
+    python -m pytest_convperf review BASE_REV [HEAD_REV]
 
 compares every ``baselines/**/*.yaml`` between two git revisions (``HEAD_REV`` defaults to the
 work tree) and prints one table per changed file: check, old and new time ratio (speedup),
@@ -12,7 +12,6 @@ so a hand-edited baseline gets the same review. Files are read with ``yaml.safe_
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -130,15 +129,3 @@ def review(base: str, head: str | None) -> str:
             continue
         lines += file_section(path, old, new)
     return "\n".join(lines)
-
-
-def main(argv: list[str]) -> int:
-    if not 1 <= len(argv) <= 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    print(review(argv[0], argv[1] if len(argv) == 2 else None))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
