@@ -29,8 +29,7 @@ from kernels.pcilt.tables import memory_report
 from kernels.quant import quality
 from perf_tests.fuzz import small_problems
 from perf_tests.variant_tables import Table, device_note, fmt, goal_status, peak_mb, table_fixture
-from pytest_convperf.check import stable_seed
-from pytest_convperf.correctness import assert_conv_close
+from pytest_convperf.correctness import assert_conv_close, stable_seed
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.results import Comparison

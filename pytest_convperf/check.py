@@ -11,20 +11,28 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 import torch.nn.functional as F
 
 from pytest_convperf.correctness import CorrectnessReport, check_conv, describe, stable_seed
 from pytest_convperf.device import is_sticky_cuda_error
 from pytest_convperf.parallel import timing_slot
-from pytest_convperf.precision import ieee_fp32
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.timing.rounds import StopRule, TimedCallError, Workload, measure_pair
+from pytest_convperf.workload import (
+    PHASES,
+    Candidate,
+    InputSets,
+    check_phase,
+    correctness_settings,
+    perf_settings,
+    phase_call,
+    reference_backend,
+)
 
 if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
@@ -32,8 +40,6 @@ if TYPE_CHECKING:
     from pytest_convperf.session import ConvperfSession
     from pytest_convperf.timing import Timer
 
-Candidate = Callable[..., Any]
-PHASES = ("forward", "input_grad", "weight_grad", "backward")
 ENV_KEYS = ("torch", "cuda", "cudnn", "driver")
 # Backend and kernel names of a reference on a problem, per process: profiling once is enough.
 _REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
@@ -43,147 +49,6 @@ _ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clo
 
 class ImplausibleTime(AssertionError):
     """A measured time below half the roofline floor: the kernel cannot have done its work."""
-
-
-def _check_phase(phase: str) -> None:
-    if phase not in PHASES:
-        raise ValueError(f"phase={phase!r} is not one of {', '.join(PHASES)}")
-
-
-def _grad_out(problem: Conv2dProblem, seed: int, device: str, like: torch.Tensor) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
-    g = torch.randn(tuple(like.shape), generator=gen).to(device=device, dtype=like.dtype)
-    fmt = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
-    return g.contiguous(memory_format=fmt)
-
-
-def phase_call(
-    fn: Candidate, inputs: ConvInputs, problem: Conv2dProblem, phase: str, seed: int, device: str
-) -> Callable[[], object]:
-    """A zero-argument call timing ``phase`` of ``fn`` on ``inputs``.
-
-    ``forward`` calls ``fn`` itself. The grad phases run the forward once here, with the inputs
-    that the phase differentiates marked ``requires_grad``, and the returned call is
-    ``torch.autograd.grad(out, wrt, grad_out, retain_graph=True)``: only backward kernels are timed.
-    """
-    args = problem.conv_args()
-    if phase == "forward":
-        x, w, b = inputs
-
-        def forward() -> object:
-            return fn(x, w, b, *args)
-
-        return forward
-    x = inputs.input.detach().requires_grad_(phase in ("input_grad", "backward"))
-    w = inputs.weight.detach().requires_grad_(phase in ("weight_grad", "backward"))
-    b = inputs.bias
-    if b is not None:
-        b = b.detach().requires_grad_(phase == "backward")
-    with torch.enable_grad():
-        out = fn(x, w, b, *args)
-    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
-        raise TypeError(
-            f"{describe(fn)} returned an output without autograd history, so phase {phase!r} cannot be "
-            "timed: register an autograd formula (torch.library.register_autograd) for the candidate"
-        )
-    wrt = [t for t in (x, w, b) if t is not None and t.requires_grad]
-    grad_out = _grad_out(problem, seed, device, out)
-
-    def backward() -> object:
-        return torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
-
-    return backward
-
-
-def reference_backend(problem: Conv2dProblem, inputs: ConvInputs) -> str | None:
-    """The backend ``F.conv2d`` picks for these inputs (``torch._C._select_conv_backend``).
-
-    A private API: None when this torch does not have it or it refuses the arguments.
-    """
-    select = getattr(torch._C, "_select_conv_backend", None)
-    if select is None:
-        return None
-    stride, padding, dilation, groups = problem.conv_args()
-    try:
-        backend = select(
-            inputs.input,
-            inputs.weight,
-            inputs.bias,
-            list(stride),
-            list(padding),
-            list(dilation),
-            False,
-            [0, 0],
-            groups,
-        )
-    except Exception:
-        return None
-    return str(backend).rsplit(".", 1)[-1]
-
-
-@contextmanager
-def perf_settings(problem: Conv2dProblem, device: DeviceInfo) -> Iterator[dict[str, Any]]:
-    """cuDNN benchmark mode on and, for fp32, TF32 off; yields the facts that describe it."""
-    facts: dict[str, Any] = {"tf32": "off" if problem.dtype == "fp32" else "n/a"}
-    with ExitStack() as stack:
-        if problem.dtype == "fp32":
-            stack.enter_context(ieee_fp32())
-        saved = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = device.is_cuda
-        facts["cudnn_benchmark"] = device.is_cuda
-        try:
-            yield facts
-        finally:
-            torch.backends.cudnn.benchmark = saved
-
-
-@contextmanager
-def correctness_settings() -> Iterator[None]:
-    """cuDNN benchmark mode off for the correctness run: the default algorithms, as in fuzzing."""
-    saved = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = saved
-
-
-class _InputSets:
-    """Input sets shared by candidate and reference: set 0 is the recorded seed, set i seed+i."""
-
-    def __init__(
-        self,
-        candidate: Candidate,
-        reference: Candidate,
-        problem: Conv2dProblem,
-        phase: str,
-        seed: int,
-        device: str,
-    ) -> None:
-        self.fns = (candidate, reference)
-        self.problem, self.phase, self.seed, self.device = problem, phase, seed, device
-        self.inputs: list[ConvInputs] = []
-        self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
-        self._grow(1)
-
-    def _grow(self, k: int) -> None:
-        while len(self.calls) < k:
-            seed = self.seed + len(self.calls)
-            inputs = self.problem.make_inputs(seed, self.device)
-            self.inputs.append(inputs)
-            self.calls.append(
-                (
-                    phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device),
-                    phase_call(self.fns[1], inputs, self.problem, self.phase, seed, self.device),
-                )
-            )
-
-    def rotation(self, side: int) -> Callable[[int], Sequence[Callable[[], object]]]:
-        def rotate(k: int) -> Sequence[Callable[[], object]]:
-            self._grow(k)
-            return [pair[side] for pair in self.calls[:k]]
-
-        return rotate
 
 
 class ConvperfFixture:
@@ -262,9 +127,12 @@ class ConvperfFixture:
         phase: str,
         mode: str,
         rule: StopRule | None,
+        inputs: ConvInputs | None = None,
     ) -> tuple[Comparison, Callable[[int], Comparison]]:
-        """Measure once; also return ``confirm(n_rounds)`` that re-times with ``n_rounds`` rounds."""
-        _check_phase(phase)
+        """Measure once; also return ``confirm(n_rounds)`` that re-times with ``n_rounds`` rounds.
+
+        ``inputs``: the check's inputs of the recorded seed (built here when not given)."""
+        check_phase(phase)
         device = self.device
         device.ensure_usable()
         ref_fn: Candidate = reference if reference is not None else F.conv2d
@@ -277,10 +145,12 @@ class ConvperfFixture:
             facts["mode_note"] = "gradient phases are timed without CUDA graphs"
         timer = self.timer
         base_rule = rule or StopRule.for_timer(timer)
+        if inputs is None:
+            inputs = problem.make_inputs(seed, device.torch_device)
 
         def run(the_rule: StopRule, extra: dict[str, Any]) -> Comparison:
             with self._device_errors(problem), perf_settings(problem, device) as settings:
-                sets = _InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device)
+                sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, inputs)
                 cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
                 ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes)
                 if phase != "forward":
@@ -293,8 +163,8 @@ class ConvperfFixture:
             return self._sanity(comparison, problem)
 
         with timing_slot(self.request.config):  # its copy-bandwidth floor is a measurement too
-            extra = self._reference_facts(ref_fn, reference is None, problem, phase, seed)
-            extra["memory"] = self._memory_facts(candidate, ref_fn, problem, phase, seed)
+            extra = self._reference_facts(ref_fn, reference is None, problem, phase, seed, inputs)
+            extra["memory"] = self._memory_facts(candidate, ref_fn, problem, phase, seed, inputs)
         first = run(base_rule, extra)
 
         def confirm(n_rounds: int) -> Comparison:
@@ -305,7 +175,13 @@ class ConvperfFixture:
         return first, confirm
 
     def _reference_facts(
-        self, ref_fn: Candidate, default_ref: bool, problem: Conv2dProblem, phase: str, seed: int
+        self,
+        ref_fn: Candidate,
+        default_ref: bool,
+        problem: Conv2dProblem,
+        phase: str,
+        seed: int,
+        inputs: ConvInputs,
     ) -> dict[str, Any]:
         device = self.device
         facts: dict[str, Any] = {
@@ -318,7 +194,6 @@ class ConvperfFixture:
         if cached is not None:
             return {**facts, **cached}
         with self._device_errors(problem), perf_settings(problem, device):
-            inputs = problem.make_inputs(seed, device.torch_device)
             facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
             if device.is_cuda:
                 from pytest_convperf.profiling import profile_kernels
@@ -335,7 +210,13 @@ class ConvperfFixture:
         return facts
 
     def _memory_facts(
-        self, candidate: Candidate, ref_fn: Candidate, problem: Conv2dProblem, phase: str, seed: int
+        self,
+        candidate: Candidate,
+        ref_fn: Candidate,
+        problem: Conv2dProblem,
+        phase: str,
+        seed: int,
+        inputs: ConvInputs,
     ) -> dict[str, Any]:
         """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
         from pytest_convperf.memory import memory_tracker
@@ -343,7 +224,6 @@ class ConvperfFixture:
         device = self.device
         facts: dict[str, Any] = {}
         with self._device_errors(problem), perf_settings(problem, device):
-            inputs = problem.make_inputs(seed, device.torch_device)
             for side, fn in (("candidate", candidate), ("reference", ref_fn)):
                 call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
                 with memory_tracker(device) as mem:
@@ -416,11 +296,13 @@ class ConvperfFixture:
         ``extra_metrics`` (e.g. quality drift ``rel_l2``, ``sqnr_db``) go into the row as
         ``row["extra_metrics"]``.
         """
-        _check_phase(phase)
+        check_phase(phase)
         device = self.device
         device.ensure_usable()
         seed = stable_seed(problem)
         key = self.key(problem, phase)
+        # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
+        inputs = problem.make_inputs(seed, device.torch_device)
         with self._device_errors(problem), correctness_settings():
             report = check_conv(
                 candidate,
@@ -430,6 +312,7 @@ class ConvperfFixture:
                 device=device.torch_device,
                 backward=phase != "forward",
                 oracle=oracle,
+                inputs=inputs,
             )
         facts = self._correctness_facts(report)
         if not report.ok or not report.reference_ok:
@@ -452,10 +335,10 @@ class ConvperfFixture:
             )
             pytest.fail(report.message(), pytrace=False)
         comparison, confirm = self._measure(
-            candidate, problem, reference=reference, phase=phase, mode=mode, rule=None
+            candidate, problem, reference=reference, phase=phase, mode=mode, rule=None, inputs=inputs
         )
         if self.session.cfg.trace:
-            traces = self._traces(candidate, reference, problem, phase, seed)
+            traces = self._traces(candidate, reference, problem, phase, seed, inputs)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})
         facts.update({k: v for k, v in comparison.facts.items() if k in _ROW_FACTS})
         self.gate(
@@ -499,7 +382,7 @@ class ConvperfFixture:
         from pytest_convperf.gate import judge
         from pytest_convperf.updates import quality_of
 
-        _check_phase(phase)
+        check_phase(phase)
         key = key if key is not None else self.key_for(name, phase)
         metrics = {k: float(v) for k, v in extra_metrics.items()} if extra_metrics else None
         timer_kind = (facts or {}).get("timer", getattr(self.timer, "kind", None))
@@ -549,7 +432,13 @@ class ConvperfFixture:
         }
 
     def _traces(
-        self, candidate: Candidate, reference: Candidate | None, problem: Conv2dProblem, phase: str, seed: int
+        self,
+        candidate: Candidate,
+        reference: Candidate | None,
+        problem: Conv2dProblem,
+        phase: str,
+        seed: int,
+        inputs: ConvInputs,
     ) -> list[str]:
         """With --convperf-trace: a profiler trace of one call of each side, under the report dir."""
         from pytest_convperf.profiling import trace_factory
@@ -558,7 +447,6 @@ class ConvperfFixture:
         start = trace_factory(self.session.trace_dir(self.request), self.nodeid, device)
         paths = []
         with perf_settings(problem, device):
-            inputs = problem.make_inputs(seed, device.torch_device)
             for name, fn in (("candidate", candidate), ("reference", reference or F.conv2d)):
                 call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
                 call()
@@ -568,4 +456,4 @@ class ConvperfFixture:
         return paths
 
 
-__all__ = ["PHASES", "ConvperfFixture", "ImplausibleTime", "phase_call", "stable_seed"]
+__all__ = ["PHASES", "ConvperfFixture", "ImplausibleTime"]

@@ -131,8 +131,10 @@ def _build_case(
     device: str | torch.device,
     backward: bool,
     oracle: Candidate | None = None,
+    inputs: ConvInputs | None = None,
 ) -> _Case:
-    inputs = problem.make_inputs(seed, device)
+    if inputs is None:
+        inputs = problem.make_inputs(seed, device)
     x64 = inputs.input.detach().double().requires_grad_(backward)
     w64 = inputs.weight.detach().double().requires_grad_(backward)
     b64 = inputs.bias.detach().double().requires_grad_(backward) if inputs.bias is not None else None
@@ -143,11 +145,7 @@ def _build_case(
     tolerances = {"output": tolerance(problem.dtype, problem.reduction_length + 1, x_max * w_max + b_max)}
     grad_out: torch.Tensor | None = None
     if backward:
-        gen = torch.Generator().manual_seed(seed + 1)
-        gy = torch.randn(problem.output_shape, generator=gen).to(device=device, dtype=problem.torch_dtype())
-        if problem.layout == "nhwc":
-            gy = gy.contiguous(memory_format=torch.channels_last)
-        grad_out = gy
+        grad_out = gy = make_grad_out(problem, seed, device)
         wrt = [x64, w64] + ([b64] if b64 is not None else [])
         grads = torch.autograd.grad(out64, wrt, gy.double(), allow_unused=True)
         g_max = _max_abs(gy)
@@ -161,6 +159,14 @@ def _build_case(
             expected["grad_bias"] = grads[2]
             tolerances["grad_bias"] = tolerance(problem.dtype, spatial, g_max)
     return _Case(inputs, grad_out, expected, tolerances)
+
+
+def make_grad_out(problem: Conv2dProblem, seed: int, device: str | torch.device) -> torch.Tensor:
+    """The output gradient of a check's gradient phases (seeded by ``seed + 1``, in the problem's
+    layout): correctness checks the gradients with it and timing differentiates with it."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    gy = torch.randn(problem.output_shape, generator=gen).to(device=device, dtype=problem.torch_dtype())
+    return gy.contiguous(memory_format=torch.channels_last) if problem.layout == "nhwc" else gy
 
 
 def _run(
@@ -294,8 +300,12 @@ def check_conv(
     device: str | torch.device | None = None,
     backward: bool = False,
     oracle: Candidate | None = None,
+    inputs: ConvInputs | None = None,
 ) -> CorrectnessReport:
     """Run candidate and reference on seeded inputs and measure both against the fp64 oracle.
+
+    ``inputs``: the inputs of ``seed`` when the caller built them already (a check shares one set
+    between correctness, timing, memory and traces); built here otherwise.
 
     ``oracle`` replaces ``F.conv2d`` as the fp64 oracle: a callable with its signature, called on
     float64 copies of the inputs (e.g. the fake-quantized or pruned conv of a quantized/sparse
@@ -305,7 +315,7 @@ def check_conv(
     """
     dev = str(device) if device is not None else default_device()
     ref_fn: Candidate = reference if reference is not None else F.conv2d
-    case = _build_case(problem, seed, dev, backward, oracle)
+    case = _build_case(problem, seed, dev, backward, oracle, inputs)
     report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), describe(ref_fn))
     results, report.candidate_exception = _run(candidate, problem, case, backward)
     if report.candidate_exception is None:

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf import check
+from pytest_convperf import check, workload
+from pytest_convperf.correctness import make_grad_out, stable_seed
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.precision import tf32_enabled
 from pytest_convperf.problem import Conv2dProblem
@@ -24,7 +25,7 @@ def _reference_grads(problem: Conv2dProblem, seed: int) -> tuple[torch.Tensor, .
     assert b is not None
     b = b.clone().requires_grad_()
     out = F.conv2d(x, w, b, *problem.conv_args())
-    grad_out = check._grad_out(problem, seed, "cpu", out)
+    grad_out = make_grad_out(problem, seed, "cpu")
     return torch.autograd.grad(out, [x, w, b], grad_out)
 
 
@@ -33,7 +34,7 @@ def _reference_grads(problem: Conv2dProblem, seed: int) -> tuple[torch.Tensor, .
 )
 def test_phase_call_times_exactly_the_requested_gradients(phase: str, which: list[int]) -> None:
     seed = 7
-    call = check.phase_call(F.conv2d, PROBLEM.make_inputs(seed), PROBLEM, phase, seed, "cpu")
+    call = workload.phase_call(F.conv2d, PROBLEM.make_inputs(seed), PROBLEM, phase, seed, "cpu")
     expected = _reference_grads(PROBLEM, seed)
     got = call()
     assert isinstance(got, tuple) and len(got) == len(which)
@@ -44,7 +45,7 @@ def test_phase_call_times_exactly_the_requested_gradients(phase: str, which: lis
 
 def test_forward_phase_call_is_the_candidate_itself() -> None:
     inputs = PROBLEM.make_inputs(1)
-    out = check.phase_call(F.conv2d, inputs, PROBLEM, "forward", 1, "cpu")()
+    out = workload.phase_call(F.conv2d, inputs, PROBLEM, "forward", 1, "cpu")()
     stride, padding, dilation, groups = PROBLEM.conv_args()
     expected = F.conv2d(inputs.input, inputs.weight, inputs.bias, stride, padding, dilation, groups)
     torch.testing.assert_close(out, expected)
@@ -55,37 +56,37 @@ def test_gradient_phase_of_a_candidate_without_autograd_is_a_clear_error() -> No
         return F.conv2d(*args).detach()
 
     with pytest.raises(TypeError, match="register an autograd formula"):
-        check.phase_call(detached, PROBLEM.make_inputs(0), PROBLEM, "weight_grad", 0, "cpu")
+        workload.phase_call(detached, PROBLEM.make_inputs(0), PROBLEM, "weight_grad", 0, "cpu")
 
 
 def test_reference_backend_is_recorded_and_tolerates_a_missing_private_api(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    backend = check.reference_backend(PROBLEM, PROBLEM.make_inputs(0))
+    backend = workload.reference_backend(PROBLEM, PROBLEM.make_inputs(0))
     assert isinstance(backend, str) and backend and "." not in backend
     monkeypatch.delattr(torch._C, "_select_conv_backend")
-    assert check.reference_backend(PROBLEM, PROBLEM.make_inputs(0)) is None
+    assert workload.reference_backend(PROBLEM, PROBLEM.make_inputs(0)) is None
 
 
 def test_perf_settings_pin_ieee_fp32_and_restore() -> None:
     info = DeviceInfo(kind="cpu", torch_device="cpu", name="cpu", slug="cpu-1t", threads=1)
     before = (tf32_enabled(), torch.backends.cudnn.benchmark)
-    with check.perf_settings(PROBLEM, info) as facts:
+    with workload.perf_settings(PROBLEM, info) as facts:
         assert facts == {"tf32": "off", "cudnn_benchmark": False}
         assert not tf32_enabled()
     assert (tf32_enabled(), torch.backends.cudnn.benchmark) == before
-    with check.perf_settings(PROBLEM.replace(dtype="bf16"), info) as facts:
+    with workload.perf_settings(PROBLEM.replace(dtype="bf16"), info) as facts:
         assert facts["tf32"] == "n/a"
 
 
 def test_seed_is_stable_and_problem_specific() -> None:
-    assert check.stable_seed(PROBLEM) == check.stable_seed(Conv2dProblem.from_id(PROBLEM.id))
-    assert check.stable_seed(PROBLEM) != check.stable_seed(PROBLEM.replace(n=3))
+    assert stable_seed(PROBLEM) == stable_seed(Conv2dProblem.from_id(PROBLEM.id))
+    assert stable_seed(PROBLEM) != stable_seed(PROBLEM.replace(n=3))
 
 
 def test_phase_is_validated() -> None:
     with pytest.raises(ValueError, match="phase='grad' is not one of forward, input_grad"):
-        check._check_phase("grad")
+        workload.check_phase("grad")
 
 
 def _fixture(kind: str) -> tuple[check.ConvperfFixture, DeviceInfo]:

@@ -1,0 +1,164 @@
+"""The workload of one check: the phase calls, the input sets, the perf and correctness settings.
+
+What ``ConvperfFixture`` (``check.py``) times and how: :func:`phase_call` turns a candidate and one
+input set into the zero-argument call of a phase; :class:`InputSets` holds the input sets that
+candidate and reference share (set 0, the recorded seed, is built once per check and also used by
+correctness, memory and traces); :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and
+TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pytest_convperf.correctness import describe, make_grad_out
+from pytest_convperf.precision import ieee_fp32
+
+if TYPE_CHECKING:
+    from pytest_convperf.device import DeviceInfo
+    from pytest_convperf.problem import Conv2dProblem, ConvInputs
+
+Candidate = Callable[..., Any]
+PHASES = ("forward", "input_grad", "weight_grad", "backward")
+
+
+def check_phase(phase: str) -> None:
+    if phase not in PHASES:
+        raise ValueError(f"phase={phase!r} is not one of {', '.join(PHASES)}")
+
+
+def phase_call(
+    fn: Candidate, inputs: ConvInputs, problem: Conv2dProblem, phase: str, seed: int, device: str
+) -> Callable[[], object]:
+    """A zero-argument call timing ``phase`` of ``fn`` on ``inputs``.
+
+    ``forward`` calls ``fn`` itself. The grad phases run the forward once here, with the inputs
+    that the phase differentiates marked ``requires_grad``, and the returned call is
+    ``torch.autograd.grad(out, wrt, grad_out, retain_graph=True)``: only backward kernels are timed.
+    """
+    args = problem.conv_args()
+    if phase == "forward":
+        x, w, b = inputs
+
+        def forward() -> object:
+            return fn(x, w, b, *args)
+
+        return forward
+    x = inputs.input.detach().requires_grad_(phase in ("input_grad", "backward"))
+    w = inputs.weight.detach().requires_grad_(phase in ("weight_grad", "backward"))
+    b = inputs.bias
+    if b is not None:
+        b = b.detach().requires_grad_(phase == "backward")
+    with torch.enable_grad():
+        out = fn(x, w, b, *args)
+    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+        raise TypeError(
+            f"{describe(fn)} returned an output without autograd history, so phase {phase!r} cannot be "
+            "timed: register an autograd formula (torch.library.register_autograd) for the candidate"
+        )
+    wrt = [t for t in (x, w, b) if t is not None and t.requires_grad]
+    grad_out = make_grad_out(problem, seed, device)  # the one correctness checked gradients with
+
+    def backward() -> object:
+        return torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+
+    return backward
+
+
+def reference_backend(problem: Conv2dProblem, inputs: ConvInputs) -> str | None:
+    """The backend ``F.conv2d`` picks for these inputs (``torch._C._select_conv_backend``).
+
+    A private API: None when this torch does not have it or it refuses the arguments.
+    """
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if select is None:
+        return None
+    stride, padding, dilation, groups = problem.conv_args()
+    try:
+        backend = select(
+            inputs.input,
+            inputs.weight,
+            inputs.bias,
+            list(stride),
+            list(padding),
+            list(dilation),
+            False,
+            [0, 0],
+            groups,
+        )
+    except Exception:
+        return None
+    return str(backend).rsplit(".", 1)[-1]
+
+
+@contextmanager
+def perf_settings(problem: Conv2dProblem, device: DeviceInfo) -> Iterator[dict[str, Any]]:
+    """cuDNN benchmark mode on and, for fp32, TF32 off; yields the facts that describe it."""
+    facts: dict[str, Any] = {"tf32": "off" if problem.dtype == "fp32" else "n/a"}
+    with ExitStack() as stack:
+        if problem.dtype == "fp32":
+            stack.enter_context(ieee_fp32())
+        saved = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = device.is_cuda
+        facts["cudnn_benchmark"] = device.is_cuda
+        try:
+            yield facts
+        finally:
+            torch.backends.cudnn.benchmark = saved
+
+
+@contextmanager
+def correctness_settings() -> Iterator[None]:
+    """cuDNN benchmark mode off for the correctness run: the default algorithms, as in fuzzing."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
+class InputSets:
+    """Input sets shared by candidate and reference: set 0 is the recorded seed (``first``, the
+    check's own inputs), set i seed+i, built when graph mode rotates over more sets."""
+
+    def __init__(
+        self,
+        candidate: Candidate,
+        reference: Candidate,
+        problem: Conv2dProblem,
+        phase: str,
+        seed: int,
+        device: str,
+        first: ConvInputs,
+    ) -> None:
+        self.fns = (candidate, reference)
+        self.problem, self.phase, self.seed, self.device = problem, phase, seed, device
+        self.inputs: list[ConvInputs] = []
+        self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
+        self._grow(1, first)
+
+    def _grow(self, k: int, first: ConvInputs | None = None) -> None:
+        while len(self.calls) < k:
+            seed = self.seed + len(self.calls)
+            inputs = (
+                first if first is not None and not self.calls else self.problem.make_inputs(seed, self.device)
+            )
+            self.inputs.append(inputs)
+            self.calls.append(
+                (
+                    phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device),
+                    phase_call(self.fns[1], inputs, self.problem, self.phase, seed, self.device),
+                )
+            )
+
+    def rotation(self, side: int) -> Callable[[int], Sequence[Callable[[], object]]]:
+        def rotate(k: int) -> Sequence[Callable[[], object]]:
+            self._grow(k)
+            return [pair[side] for pair in self.calls[:k]]
+
+        return rotate
