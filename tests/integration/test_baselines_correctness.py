@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 
 def test_error_growth_over_4x_fails_and_needs_a_reason_to_record(

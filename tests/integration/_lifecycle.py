@@ -109,7 +109,7 @@ class Suite:
         self.file.write_text(yaml.safe_dump(data, sort_keys=True))
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 MANY = f"""
 import pytest

@@ -19,7 +19,7 @@ from kernels import _build
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from tests.cuda_emulation import EmulatedDepthwise, build
+from tests.kernels.cuda_emulation import EmulatedDepthwise, build
 
 PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 CASES: dict[str, tuple[Callable[[str], str], str]] = {
     "bad_yaml": (lambda t: t.replace("benchmarks:", "benchmarks: [", 1), "is not valid YAML"),

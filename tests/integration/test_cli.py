@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pytest_convperf.baselines import Entry, dump_text
-from tests._lifecycle import subprocess_env
+from tests.integration._lifecycle import subprocess_env
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 
 def test_improvement_is_reported_and_ratcheted_only_on_request(

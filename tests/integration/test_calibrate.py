@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pytest_convperf.__main__ import calibrate_records
-from tests._lifecycle import MACHINE, Suite, subprocess_env
+from tests.integration._lifecycle import MACHINE, Suite, subprocess_env
 
 RATIOS = [0.50, 0.52, 0.48, 0.51]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 
 def test_partial_update_keeps_unselected_and_unknown_entries(

@@ -258,7 +258,7 @@ def test_more_workers_than_gpus_stops_the_run(
 def test_rows_of_both_workers_reach_the_single_writer(
     pytester: pytest.Pytester, plugin_args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests._lifecycle import Suite
+    from tests.integration._lifecycle import Suite
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     suite = Suite(pytester, monkeypatch, plugin_args)

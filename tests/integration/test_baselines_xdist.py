@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import MACHINE, MANY, Suite, subprocess_env
+from tests.integration._lifecycle import MACHINE, MANY, Suite, subprocess_env
 
 pytest.importorskip("xdist")
 

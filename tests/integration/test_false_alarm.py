@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import CpuSuite
+from tests.integration._lifecycle import CpuSuite
 
 pytest.importorskip("kernels.depthwise.reference")
 REPEATS = 3

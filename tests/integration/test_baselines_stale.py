@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import REF_S, Suite
+from tests.integration._lifecycle import REF_S, Suite
 
 
 def _baselined(

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from pytest_convperf.report import grouped, markdown, plot_speedups, terminal_lines
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 
 def test_report_dir_files_and_junit(

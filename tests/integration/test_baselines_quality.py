@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._lifecycle import PROBLEM, Suite
+from tests.integration._lifecycle import PROBLEM, Suite
 
 # The check's quality metrics come from $CONVPERF_TEST_REL_L2 (sqnr_db derived from it).
 QUALITY_SUITE = f"""

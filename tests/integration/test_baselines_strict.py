@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 
 def test_strict_fails_new_unless_it_is_being_recorded(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import PROBLEM, Suite
+from tests.integration._lifecycle import PROBLEM, Suite
 
 
 @pytest.fixture

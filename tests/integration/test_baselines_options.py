@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 
 def test_baselines_dir_machine_alias_and_tolerance(

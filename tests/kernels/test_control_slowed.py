@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import CpuSuite
+from tests.integration._lifecycle import CpuSuite
 
 pytest.importorskip("kernels._controls.cpu")
 

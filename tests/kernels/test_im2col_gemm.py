@@ -369,7 +369,7 @@ def test_check_records_quality_metrics_in_the_row(
     import json
     from pathlib import Path
 
-    pytester.syspathinsert(str(Path(__file__).resolve().parents[1]))
+    pytester.syspathinsert(str(Path(__file__).resolve().parents[2]))
     pytester.makeconftest(
         """
         import pytest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._lifecycle import Suite
+from tests.integration._lifecycle import Suite
 
 
 def test_inside_the_noise_band_is_left_alone_outside_is_rewritten(

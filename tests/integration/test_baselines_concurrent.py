@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests._lifecycle import MACHINE, Suite, subprocess_env
+from tests.integration._lifecycle import MACHINE, Suite, subprocess_env
 
 
 def test_two_processes_updating_one_file(

@@ -1,0 +1,1 @@
+"""Repository tests: workflows, CI scripts and import hygiene."""
