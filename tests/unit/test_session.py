@@ -1,0 +1,85 @@
+"""ConvperfSession: the stores, typed rows across the xdist boundary, report sections."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_convperf.config import ConvperfConfig
+from pytest_convperf.results import CheckRow, ErrorStats
+from pytest_convperf.sections import ReportSections, Section, write_sections
+from pytest_convperf.session import ROWS_PROPERTY, SECTIONS_PROPERTY, ConvperfSession
+from tests.unit.test_verdict import comparison
+
+
+def _session(tmp_path: Path, machine: str | None = None) -> ConvperfSession:
+    cfg = ConvperfConfig(enabled=True, baselines_dir=tmp_path / "bl", machine=machine, report_dir=tmp_path)
+    session = ConvperfSession(SimpleNamespace(), cfg)  # type: ignore[arg-type]
+    session._device = SimpleNamespace(slug="amd-epyc-1t")  # type: ignore[assignment]
+    return session
+
+
+def _row() -> CheckRow:
+    err = ErrorStats("output", 1e-6, 1e-5, 1e-7, 1e-5, 1e-4, (0, 1), 1.0, 1.0, 0, 0, 16)
+    return CheckRow(
+        key="test_k@p",
+        nodeid="t.py::test_k",
+        module="t",
+        problem="p",
+        phase="forward",
+        comparison=comparison(0.5),
+        errors=(err,),
+        verdict="PASS",
+        message="ok",
+        facts={"seed": 1},
+        extra_metrics={"rel_l2": 0.01},
+        machine="box",
+        baselines_file="bl/box/t.yaml",
+        device_kind="cpu",
+        env={"torch": "2"},
+        decision={"verdict": "PASS"},
+    )
+
+
+def test_fake_timed_checks_get_their_own_store(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    assert session.store().machine == "amd-epyc-1t"
+    assert session.store(fake=True).machine == "amd-epyc-1t-fake"
+    assert session.store() is session.store()
+    assert _session(tmp_path, machine="testbox").store(fake=True).machine == "testbox"
+
+
+def test_a_row_crosses_the_xdist_boundary_unchanged(tmp_path: Path) -> None:
+    worker, controller = _session(tmp_path), _session(tmp_path)
+    row = _row()
+    worker.record(row.nodeid, row)
+    item: Any = SimpleNamespace(nodeid=row.nodeid, user_properties=[])
+    report: Any = SimpleNamespace(user_properties=[], when="call")
+    worker.attach_rows(item, report)
+    # What xdist sends is JSON.
+    report.user_properties = json.loads(json.dumps(report.user_properties))
+    assert report.user_properties[0][0] == ROWS_PROPERTY
+    controller.pytest_runtest_logreport(report)
+    assert controller.rows == [row]
+    assert any(name.startswith("convperf[test_k@p]") for name, _ in item.user_properties)
+
+
+def test_sections_ride_on_the_next_report_and_are_written_once(tmp_path: Path) -> None:
+    worker, controller = _session(tmp_path), _session(tmp_path)
+    worker.sections.section("t.md", "| a |", title="Title")
+    report: Any = SimpleNamespace(user_properties=[], when="teardown")
+    worker.attach_sections(report)
+    assert report.user_properties[0][0] == SECTIONS_PROPERTY and worker.sections.pending == []
+    controller.pytest_runtest_logreport(report)
+    controller.all_sections.append(Section("t.md", "| b |", "Title"))  # from another worker
+    (path,) = write_sections(tmp_path, controller.all_sections)
+    assert path.read_text() == "# Title\n\n| a |\n\n| b |\n"
+
+
+def test_a_section_name_must_be_a_file_name() -> None:
+    with pytest.raises(ValueError, match="plain file name"):
+        ReportSections().section("../x.md", "text")
