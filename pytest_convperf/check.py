@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf.correctness import CorrectnessReport, check_conv, describe, stable_seed
+from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
 from pytest_convperf.device import is_sticky_cuda_error
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
@@ -29,9 +29,10 @@ from pytest_convperf.workload import (
     InputSets,
     check_phase,
     correctness_settings,
+    memory_facts,
     perf_settings,
     phase_call,
-    reference_backend,
+    reference_facts,
 )
 
 if TYPE_CHECKING:
@@ -40,9 +41,6 @@ if TYPE_CHECKING:
     from pytest_convperf.session import ConvperfSession
     from pytest_convperf.timing import Timer
 
-ENV_KEYS = ("torch", "cuda", "cudnn", "driver")
-# Backend and kernel names of a reference on a problem, per process: profiling once is enough.
-_REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
 # Comparison facts a check's row carries in its own ``facts``.
 _ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
@@ -162,9 +160,10 @@ class ConvperfFixture:
                     )
             return self._sanity(comparison, problem)
 
-        with timing_slot(self.request.config):  # its copy-bandwidth floor is a measurement too
-            extra = self._reference_facts(ref_fn, reference is None, problem, phase, seed, inputs)
-            extra["memory"] = self._memory_facts(candidate, ref_fn, problem, phase, seed, inputs)
+        # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
+        with timing_slot(self.request.config), self._device_errors(problem):
+            extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
+            extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
         first = run(base_rule, extra)
 
         def confirm(n_rounds: int) -> Comparison:
@@ -173,67 +172,6 @@ class ConvperfFixture:
             )
 
         return first, confirm
-
-    def _reference_facts(
-        self,
-        ref_fn: Candidate,
-        default_ref: bool,
-        problem: Conv2dProblem,
-        phase: str,
-        seed: int,
-        inputs: ConvInputs,
-    ) -> dict[str, Any]:
-        device = self.device
-        facts: dict[str, Any] = {
-            "reference": describe(ref_fn),
-            "env": {k: device.facts.get(k) for k in ENV_KEYS},
-            "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
-        }
-        key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)
-        cached = _REFERENCE_FACTS.get(key)
-        if cached is not None:
-            return {**facts, **cached}
-        with self._device_errors(problem), perf_settings(problem, device):
-            facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
-            if device.is_cuda:
-                from pytest_convperf.profiling import profile_kernels
-
-                call = phase_call(ref_fn, inputs, problem, phase, seed, device.torch_device)
-                call()  # cuDNN's benchmark search must not be what the profiler sees
-                rows = profile_kernels(call, device, calls=1)
-                facts["reference_kernels"] = [r.name for r in rows[:3]]
-                cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
-                facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
-        _REFERENCE_FACTS[key] = {
-            k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
-        }
-        return facts
-
-    def _memory_facts(
-        self,
-        candidate: Candidate,
-        ref_fn: Candidate,
-        problem: Conv2dProblem,
-        phase: str,
-        seed: int,
-        inputs: ConvInputs,
-    ) -> dict[str, Any]:
-        """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
-        from pytest_convperf.memory import memory_tracker
-
-        device = self.device
-        facts: dict[str, Any] = {}
-        with self._device_errors(problem), perf_settings(problem, device):
-            for side, fn in (("candidate", candidate), ("reference", ref_fn)):
-                call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
-                with memory_tracker(device) as mem:
-                    out = call()
-                    del out
-                facts[f"{side}_peak_bytes"] = mem.peak_bytes
-                facts["source"] = mem.source
-                if mem.nvml_used_bytes is not None:
-                    facts["nvml_used_bytes"] = mem.nvml_used_bytes
-        return facts
 
     def _sanity(self, comparison: Comparison, problem: Conv2dProblem) -> Comparison:
         """The comparison with its roofline floor as a fact; :class:`ImplausibleTime` under half of it."""

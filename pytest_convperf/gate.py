@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines import Entry, Store
+from pytest_convperf.env import env_from_facts
 from pytest_convperf.results import Comparison, ErrorStats
 from pytest_convperf.updates import UpdatePlan, new_entry, plan_update
-from pytest_convperf.verdict import Decision, Policy, decide, default_policy, env_from_facts
+from pytest_convperf.verdict import Decision, Policy, decide, default_policy
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig

@@ -42,7 +42,7 @@ def pytest_convperf_write_report(
     when: str,
 ) -> list[str]:
     """The built-in reports (report.md, results.json, rows.json, history.jsonl, speedup.png)."""
-    from pytest_convperf.report import write_reports
+    from pytest_convperf.report_files import write_reports
 
     return write_reports(report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when)
 

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines import Entry, Store, atomic_write, parse_entry, read_file
+from pytest_convperf.quality import QUALITY_KEYS
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.verdict import QUALITY_KEYS, Decision, Policy
+from pytest_convperf.verdict import Decision, Policy
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_convperf.env import env_diff
+from pytest_convperf.quality import quality_drift
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.stats import t_quantile
 
@@ -46,20 +48,6 @@ POWER_Z = NormalDist().inv_cdf(0.80)
 DRIFT_FACTOR = 4.0
 # Error growth far below the tolerance (under 1 % of atol) is rounding noise, not drift.
 DRIFT_FLOOR = 0.01
-# Quality drift of quantized/sparse/lookup variants against the float conv (``extra_metrics``
-# ``rel_l2`` and ``sqnr_db``, stored as an entry's ``quality``). The metrics come from fixed,
-# seeded inputs and deterministic quantizers, so an unchanged kernel reproduces them to far under
-# 0.01 dB; 1 dB is a sixth of a bit (6.02 dB per bit), small next to any real accuracy bug (a
-# wrong rounding mode or a lost bit costs several dB) yet far above that jitter. rel_l2 uses the
-# same tolerance (sqnr_db = -20 log10 rel_l2, so 1 dB is a 1.122x growth) for entries or rows
-# that carry only one of the two metrics.
-QUALITY_DB_DROP = 1.0
-QUALITY_REL_L2_FACTOR = 10 ** (QUALITY_DB_DROP / 20)
-# Below a relative L2 error of 1e-5 (SQNR 100 dB) the error is fp32 rounding (about sqrt(K) x
-# 6e-8 for a K-term sum, ~4e-6 at K = 4608) that moves with the GEMM algorithm, not lost accuracy.
-QUALITY_REL_L2_FLOOR = 1e-5
-QUALITY_KEYS = ("rel_l2", "sqnr_db")
-ENV_KEYS = ("torch", "cuda", "cudnn", "driver")
 
 
 @dataclass(frozen=True)
@@ -192,31 +180,6 @@ def _mde(screen: Stage, comparison: Comparison, entry: Entry, policy: Policy) ->
     return mde, max(comparison.n_rounds, math.ceil(n))
 
 
-def env_from_facts(facts: Mapping[str, Any]) -> dict[str, str]:
-    """The versions a baseline depends on (torch, CUDA, cuDNN, driver major) from device facts."""
-    env: dict[str, str] = {}
-    for key in ENV_KEYS:
-        value = facts.get(key)
-        if value is None or value == "":
-            continue
-        text = str(value)
-        env[key] = text.split(".")[0] if key == "driver" else text
-    return env
-
-
-def env_diff(
-    stored: Mapping[str, str], current: Mapping[str, str]
-) -> dict[str, tuple[str | None, str | None]]:
-    """Keys of the environment whose value changed: {key: (stored, current)}."""
-    keys = sorted(set(stored) | set(current))
-    out: dict[str, tuple[str | None, str | None]] = {}
-    for key in keys:
-        old, new = stored.get(key), current.get(key)
-        if old is not None and new is not None and str(old) != str(new):
-            out[key] = (str(old), str(new))
-    return out
-
-
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
@@ -245,22 +208,14 @@ def _moved_side(entry: Entry, comparison: Comparison) -> str:
 
 
 def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Policy) -> Decision | None:
-    for err in errors:
-        if not err.ok:
-            what = (
-                f"{err.nonfinite} NaN/Inf values"
-                if err.nonfinite
-                else f"{err.violations} of {err.numel} elements outside atol + rtol*|ref|"
-            )
-            return Decision(
-                Verdict.CORRECTNESS_FAIL,
-                "fail",
-                f"correctness: {err.name}: {what}; max_abs={err.max_abs:.3g} max_rel={err.max_rel:.3g} "
-                f"(atol={err.atol:.3g}, rtol={err.rtol:.3g}), worst at {list(err.worst_index)}: "
-                f"got {err.worst_value:.6g}, expected {err.worst_expected:.6g}",
-                stage="tolerance",
-                tolerance=policy.tolerance,
-            )
+    """Correctness drift against the stored errors. A tolerance breach never gets here: the check
+    fails on its correctness report before timing, so ``errors`` out of tolerance are a caller bug."""
+    broken = [e.name for e in errors if not e.ok]
+    if broken:
+        raise ValueError(
+            f"decide() judges outputs that passed their tolerance, but {', '.join(broken)} did not: "
+            "fail the check on its correctness report first (as ConvperfFixture.check does)"
+        )
     if entry is None:
         return None
     for err in errors:
@@ -280,38 +235,6 @@ def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Poli
                 tolerance=policy.tolerance,
             )
     return None
-
-
-def quality_drift(quality: Mapping[str, float] | None, entry: Entry | None) -> list[str]:
-    """The quality metrics that lost accuracy against the stored ``entry.quality`` (one phrase each).
-
-    ``rel_l2`` fails when over ``QUALITY_REL_L2_FACTOR`` x the stored value, ``sqnr_db`` when more
-    than ``QUALITY_DB_DROP`` dB under it; neither while the new error is under the rounding floor
-    (``QUALITY_REL_L2_FLOOR``, i.e. 100 dB). Better quality never fails.
-    """
-    if not quality or entry is None or not entry.quality:
-        return []
-    out: list[str] = []
-    old, new = entry.quality.get("rel_l2"), quality.get("rel_l2")
-    # NaN compares false everywhere: a NaN metric never fails here (the tolerance check sees NaNs).
-    if (
-        old is not None
-        and new is not None
-        and new > QUALITY_REL_L2_FACTOR * old
-        and new > QUALITY_REL_L2_FLOOR
-    ):
-        out.append(
-            f"rel_l2 {old:.4g} -> {new:.4g} (over {QUALITY_REL_L2_FACTOR:.3g}x the stored value; "
-            f"tolerance {QUALITY_REL_L2_FACTOR:.3g}x above a {QUALITY_REL_L2_FLOOR:g} floor)"
-        )
-    old, new = entry.quality.get("sqnr_db"), quality.get("sqnr_db")
-    floor_db = -20 * math.log10(QUALITY_REL_L2_FLOOR)
-    if old is not None and new is not None and new < old - QUALITY_DB_DROP and new < floor_db:
-        out.append(
-            f"sqnr_db {old:.4g} -> {new:.4g} dB (down {old - new:.3g} dB; tolerance "
-            f"{QUALITY_DB_DROP:g} dB below {floor_db:g} dB)"
-        )
-    return out
 
 
 def decide(

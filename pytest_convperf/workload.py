@@ -4,7 +4,8 @@ What ``ConvperfFixture`` (``check.py``) times and how: :func:`phase_call` turns 
 input set into the zero-argument call of a phase; :class:`InputSets` holds the input sets that
 candidate and reference share (set 0, the recorded seed, is built once per check and also used by
 correctness, memory and traces); :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and
-TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks.
+TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks;
+:func:`reference_facts` and :func:`memory_facts` are the facts measured once before timing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytest_convperf.correctness import describe, make_grad_out
+from pytest_convperf.env import ENV_KEYS
 from pytest_convperf.precision import ieee_fp32
 
 if TYPE_CHECKING:
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 
 Candidate = Callable[..., Any]
 PHASES = ("forward", "input_grad", "weight_grad", "backward")
+# Backend and kernel names of a reference on a problem, per process: profiling once is enough.
+_REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
 
 
 def check_phase(phase: str) -> None:
@@ -162,3 +166,66 @@ class InputSets:
             return [pair[side] for pair in self.calls[:k]]
 
         return rotate
+
+
+def reference_facts(
+    ref_fn: Candidate,
+    default_ref: bool,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    inputs: ConvInputs,
+    device: DeviceInfo,
+) -> dict[str, Any]:
+    """What a row says about the reference: its name, env, copy bandwidth, backend and, on a GPU,
+    its kernels (profiled once per process and problem)."""
+    facts: dict[str, Any] = {
+        "reference": describe(ref_fn),
+        "env": {k: device.facts.get(k) for k in ENV_KEYS},
+        "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
+    }
+    key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)
+    cached = _REFERENCE_FACTS.get(key)
+    if cached is not None:
+        return {**facts, **cached}
+    with perf_settings(problem, device):
+        facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
+        if device.is_cuda:
+            from pytest_convperf.profiling import profile_kernels
+
+            call = phase_call(ref_fn, inputs, problem, phase, seed, device.torch_device)
+            call()  # cuDNN's benchmark search must not be what the profiler sees
+            rows = profile_kernels(call, device, calls=1)
+            facts["reference_kernels"] = [r.name for r in rows[:3]]
+            cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
+            facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
+    _REFERENCE_FACTS[key] = {
+        k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
+    }
+    return facts
+
+
+def memory_facts(
+    candidate: Candidate,
+    ref_fn: Candidate,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    inputs: ConvInputs,
+    device: DeviceInfo,
+) -> dict[str, Any]:
+    """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
+    from pytest_convperf.memory import memory_tracker
+
+    facts: dict[str, Any] = {}
+    with perf_settings(problem, device):
+        for side, fn in (("candidate", candidate), ("reference", ref_fn)):
+            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
+            with memory_tracker(device) as mem:
+                out = call()
+                del out
+            facts[f"{side}_peak_bytes"] = mem.peak_bytes
+            facts["source"] = mem.source
+            if mem.nvml_used_bytes is not None:
+                facts["nvml_used_bytes"] = mem.nvml_used_bytes
+    return facts

@@ -159,7 +159,7 @@ def test_an_exact_variant_stores_infinite_sqnr(
 def test_calibrate_creates_entries_with_the_runs_quality(tmp_path: Path) -> None:
     from pytest_convperf.__main__ import _write_calibration, calibrate_records
     from pytest_convperf.baselines import read_file
-    from pytest_convperf.report import history_records
+    from pytest_convperf.report_files import history_records
 
     row = {
         "key": "k",

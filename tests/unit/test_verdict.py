@@ -7,19 +7,10 @@ import math
 import pytest
 
 from pytest_convperf.baselines import Entry
+from pytest_convperf.env import env_diff, env_from_facts
+from pytest_convperf.quality import QUALITY_DB_DROP, QUALITY_REL_L2_FACTOR, QUALITY_REL_L2_FLOOR
 from pytest_convperf.results import Comparison, ErrorStats, Measurement, Verdict
-from pytest_convperf.verdict import (
-    CPU_TOLERANCE,
-    GPU_NOISE_FLOOR,
-    QUALITY_DB_DROP,
-    QUALITY_REL_L2_FACTOR,
-    QUALITY_REL_L2_FLOOR,
-    Policy,
-    decide,
-    default_policy,
-    env_diff,
-    env_from_facts,
-)
+from pytest_convperf.verdict import CPU_TOLERANCE, GPU_NOISE_FLOOR, Policy, decide, default_policy
 
 ENV = {"torch": "2.11.0", "cuda": "13.0", "cudnn": "92400", "driver": "580"}
 GPU = default_policy("cuda")
@@ -189,10 +180,11 @@ def test_inconclusive_skips() -> None:
 
 
 def test_correctness_breach_nonfinite_and_drift() -> None:
-    bad = decide(comparison(0.6), entry(0.6), GPU, errors=errors(ok=False))
-    assert (bad.verdict, bad.outcome, bad.stage) == (Verdict.CORRECTNESS_FAIL, "fail", "tolerance")
-    nan = decide(comparison(0.6), None, GPU, errors=errors(nonfinite=2, ok=False))
-    assert "2 NaN/Inf" in nan.message
+    # A breach of the tolerance fails the check before timing: decide() refuses such errors.
+    with pytest.raises(ValueError, match="fail the check on its correctness report first"):
+        decide(comparison(0.6), entry(0.6), GPU, errors=errors(ok=False))
+    with pytest.raises(ValueError):
+        decide(comparison(0.6), None, GPU, errors=errors(nonfinite=2, ok=False))
     drift = decide(comparison(0.6), entry(0.6), GPU, errors=errors(5e-6))  # 5x stored 1e-6
     assert (drift.verdict, drift.stage) == (Verdict.CORRECTNESS_FAIL, "drift")
     assert "over 4x the stored" in drift.message

@@ -1,0 +1,201 @@
+"""The report files of ``--convperf-report`` (the built-in ``pytest_convperf_write_report``).
+
+report.md, results.json (pytest-benchmark's schema), rows.json, history.jsonl (appended, what
+``calibrate`` folds) and speedup.png, built from the data of :mod:`pytest_convperf.report`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_convperf.baselines import atomic_write
+from pytest_convperf.report import SCHEMA, ReportRow, as_number, markdown, row_quality
+
+
+def _stats(samples: Sequence[float]) -> dict[str, Any]:
+    from pytest_benchmark.stats import Stats
+
+    stats = Stats()  # type: ignore[no-untyped-call]
+    for s in samples:
+        stats.update(float(s))  # type: ignore[no-untyped-call]
+    out: dict[str, Any] = stats.as_dict()  # type: ignore[no-untyped-call]
+    out["data"] = list(stats.data)
+    out["iterations"] = 1
+    return out
+
+
+def benchmark_json(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    machine_info: Mapping[str, Any],
+    commit_info: Mapping[str, Any],
+    when: str,
+) -> dict[str, Any]:
+    """pytest-benchmark's JSON schema: one benchmark for the candidate and one for the reference per check.
+
+    Both share ``group`` = the check's key; ``extra_info`` carries the comparison and verdict, so
+    ``pytest-benchmark compare`` and github-action-benchmark (``tool: pytest``) read it as is.
+    """
+    from pytest_benchmark import __version__ as pb_version
+
+    benchmarks: list[dict[str, Any]] = []
+    for row in rows:
+        comp = row.get("comparison") or {}
+        r = ReportRow.from_row(row)
+        extra = {
+            "convperf_verdict": r.verdict,
+            "speedup": r.speedup,
+            "speedup_ci": list(r.speedup_ci) if r.speedup_ci else None,
+            "baseline_speedup": r.baseline_speedup,
+            "delta": r.delta,
+            "delta_ci": list(r.delta_ci) if r.delta_ci else None,
+            "time_ratio": comp.get("time_ratio"),
+            "se_log_ratio": comp.get("se"),
+            "n_rounds": comp.get("n_rounds"),
+            "mde": r.mde,
+            "problem": row.get("problem"),
+            "phase": row.get("phase"),
+            "message": r.message,
+        }
+        for side in ("candidate", "reference"):
+            meas = comp.get(side) or {}
+            samples = meas.get("samples") or ([meas["median"]] if "median" in meas else [])
+            if not samples:
+                continue
+            name = f"{r.key}[{side}]"
+            benchmarks.append(
+                {
+                    "group": f"{r.module}::{r.key}",
+                    "name": name,
+                    "fullname": f"{r.nodeid or r.key}::{side}",
+                    "params": None,
+                    "param": None,
+                    "extra_info": dict(extra, side=side, mode=meas.get("mode"), l2=meas.get("l2")),
+                    "options": {
+                        "timer": f"convperf {meas.get('mode', '?')}",
+                        "min_rounds": comp.get("n_rounds"),
+                        "max_time": None,
+                        "min_time": None,
+                        "disable_gc": False,
+                        "warmup": True,
+                    },
+                    "stats": _stats(samples),
+                }
+            )
+    return {
+        "machine_info": dict(machine_info),
+        "commit_info": dict(commit_info),
+        "benchmarks": benchmarks,
+        "datetime": when,
+        "version": pb_version,
+    }
+
+
+def history_records(
+    rows: Sequence[Mapping[str, Any]], *, when: str, commit: str | None
+) -> list[dict[str, Any]]:
+    """One JSON record per check per run (feeds trend plots and a persistence gate)."""
+    out = []
+    for row in rows:
+        # The final comparison (the confirm run when there was one) gives ratio, se, rounds and us alike.
+        comp = (row.get("decision") or {}).get("confirm") or row.get("comparison") or {}
+        r = ReportRow.from_row(row)
+        ratio = as_number(comp.get("time_ratio"))
+        out.append(
+            {
+                "schema": SCHEMA,
+                "when": when,
+                "commit": commit,
+                "machine": row.get("machine"),
+                "device_kind": row.get("device_kind"),
+                "module": r.module,
+                "key": r.key,
+                "verdict": r.verdict,
+                "time_ratio": ratio,
+                "ln_ratio": math.log(ratio) if ratio else None,
+                "se": comp.get("se"),
+                "n_rounds": comp.get("n_rounds"),
+                "delta": r.delta,
+                "us": {"candidate": r.candidate_us, "reference": r.reference_us},
+                "env": row.get("env"),
+                "reference_backend": (row.get("facts") or {}).get("reference_backend"),
+                "correctness": _correctness(row.get("errors") or []),
+                "quality": row_quality(row),
+                "baselines_file": row.get("baselines_file"),
+            }
+        )
+    return out
+
+
+def _correctness(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Stored correctness for an entry: flat for one output, per output name for several."""
+    if len(errors) == 1:
+        return {"max_abs": errors[0].get("max_abs"), "max_rel": errors[0].get("max_rel")}
+    return {str(e.get("name")): {"max_abs": e.get("max_abs"), "max_rel": e.get("max_rel")} for e in errors}
+
+
+def plot_speedups(rows: Sequence[Mapping[str, Any]], path: Path) -> str | None:
+    """``speedup.png``: speedup per check with its 95 % CI, the baseline marked; a note when skipped."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "speedup.png not written: matplotlib is not installed (pip install 'pytest-convperf[plot]')"
+    data = [ReportRow.from_row(r) for r in rows]
+    data = [r for r in data if r.speedup is not None]
+    if not data:
+        return "speedup.png not written: no timed checks"
+    data.sort(key=lambda r: (r.module, r.key))
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(data) + 1.5))
+    ys = list(range(len(data)))
+    for y, r in zip(ys, data):
+        speed = r.speedup
+        assert speed is not None
+        lo, hi = r.speedup_ci or (speed, speed)
+        ax.errorbar([speed], [y], xerr=[[speed - lo], [hi - speed]], fmt="o", color="C0", capsize=3)
+        if r.baseline_speedup is not None:
+            ax.plot([r.baseline_speedup], [y], marker="|", markersize=14, color="C3")
+    ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_yticks(ys, [r.key if len(r.key) < 60 else r.key[:57] + "..." for r in data], fontsize=7)
+    ax.set_xlabel("speedup over the reference (o: this run with 95 % CI, |: baseline)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def write_reports(
+    report_dir: Path,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    machine_info: Mapping[str, Any],
+    commit_info: Mapping[str, Any],
+    when: str,
+) -> list[str]:
+    """Write report.md, results.json, rows.json, history.jsonl (appended) and speedup.png; returns notes."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    md = markdown(rows, machine_info=machine_info)
+    atomic_write(report_dir / "report.md", md + "\n")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(md + "\n")
+    payload = benchmark_json(rows, machine_info=machine_info, commit_info=commit_info, when=when)
+    atomic_write(report_dir / "results.json", json.dumps(payload, indent=2, default=str) + "\n")
+    atomic_write(report_dir / "rows.json", json.dumps(list(rows), indent=1, default=str) + "\n")
+    commit = commit_info.get("id")
+    with open(report_dir / "history.jsonl", "a", encoding="utf-8") as fh:
+        for rec in history_records(rows, when=when, commit=str(commit) if commit else None):
+            fh.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
+    note = plot_speedups(rows, report_dir / "speedup.png")
+    if note:
+        notes.append(note)
+    return notes

@@ -1,0 +1,88 @@
+"""What to time and when to stop: :class:`StopRule` (rounds, caps, warm-up and clock-drop
+parameters), :class:`Workload` (a callable and its input rotation for graph mode), and
+:class:`TimedCallError`. The rounds themselves are :mod:`pytest_convperf.timing.rounds`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pytest_convperf.timing import Timer
+
+
+class TimedCallError(RuntimeError):
+    """A timed callable (or the device under it) raised during warm-up or rounds."""
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """Warm-up and stopping parameters. Defaults are DESIGN §5's numbers.
+
+    ``target`` is the CI half-width of the median log ratio to reach (None: 0.005, or 0.01
+    when the faster side's median is under ``short_kernel_s``). ``max_rounds``/``max_time_s``
+    are the caps; ``plateau_rounds`` stops a run whose CI half-width did not shrink 10 % over
+    that many rounds. ``graph_threshold_s``: mode ``auto`` switches to CUDA graphs below it.
+    """
+
+    min_rounds: int = 21
+    max_rounds: int = 2000
+    max_time_s: float = 5.0
+    target: float | None = None
+    short_kernel_s: float = 10e-6
+    warmup_min_calls: int = 3
+    warmup_window: int = 5
+    warmup_tolerance: float = 0.01
+    warmup_cap_s: float = 2.0
+    clock_floor: float = 0.9
+    max_dropped: float = 0.25
+    plateau_rounds: int = 200
+    graph_threshold_s: float = 20e-6
+    graph_replay_s: float = 1e-3
+    graph_calls: tuple[int, int] = (10, 500)
+
+    @classmethod
+    def for_timer(cls, timer: Timer, **overrides: Any) -> StopRule:
+        """Defaults for a timer: the CPU gets a 2 s cap (1 s warm-up cap) so the suite stays fast."""
+        base = cls(max_time_s=2.0, warmup_cap_s=1.0) if timer.kind == "cpu" else cls()
+        return replace(base, **overrides) if overrides else base
+
+    def scaled(self, factor: float, rounds_done: int = 0) -> StopRule:
+        """The rule for a confirm measurement: ``factor`` x the rounds (and caps) of a first one."""
+        min_rounds = max(self.min_rounds, math.ceil(factor * max(rounds_done, self.min_rounds)))
+        return replace(
+            self,
+            min_rounds=min_rounds,
+            max_rounds=max(self.max_rounds, min_rounds),
+            max_time_s=self.max_time_s * factor,
+        )
+
+    def for_rounds(self, n_rounds: int, rounds_done: int) -> StopRule:
+        """The rule for a confirm measurement of ``n_rounds`` rounds after a first one of ``rounds_done``.
+
+        The time cap grows with the rounds asked for, so the confirmation is not cut short by it.
+        """
+        min_rounds = max(self.min_rounds, n_rounds)
+        return replace(
+            self,
+            min_rounds=min_rounds,
+            max_rounds=max(self.max_rounds, min_rounds),
+            max_time_s=self.max_time_s * n_rounds / max(1, rounds_done),
+        )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A callable to time, and how to rotate its inputs for graph mode.
+
+    ``rotation(k)`` returns ``k`` zero-argument calls on ``k`` distinct input sets of
+    ``bytes_per_call`` bytes each (so a CUDA graph can cycle over more than 2 x L2);
+    without it, graph mode replays the same inputs and reports L2 as warm.
+    """
+
+    name: str
+    call: Callable[[], object]
+    rotation: Callable[[int], Sequence[Callable[[], object]]] | None = None
+    bytes_per_call: int = 0
