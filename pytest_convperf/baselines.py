@@ -11,25 +11,38 @@ write a temporary file and ``os.replace`` it, so concurrent processes on one mac
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from filelock import FileLock
 
+from pytest_convperf.entry import Entry, InvalidEntry, parse_entry
+
+__all__ = [
+    "SCHEMA",
+    "BaselineFile",
+    "Entry",
+    "Store",
+    "atomic_write",
+    "dump_text",
+    "lock_for",
+    "merge_files",
+    "parse_entry",
+    "parse_text",
+    "read_file",
+    "resolve_machine",
+    "slugify",
+    "validate_tree",
+]
+
 SCHEMA = "convperf/1"
 HEADER = "# pytest-convperf baselines; edit with: pytest --convperf --convperf-update-baselines\n"
-FIX_RERECORD = (
-    "fix the value by hand, or delete the entry and re-record it with "
-    "pytest --convperf --convperf-update-baselines=new"
-)
 LOCK_TIMEOUT_S = 120.0
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 
@@ -45,77 +58,6 @@ def resolve_machine(detected: str, override: str | None, aliases: Mapping[str, s
     return slugify(aliases.get(slug, slug))
 
 
-def _sig(x: float, digits: int = 4) -> float:
-    """Round to significant digits, so re-recording the same value does not churn the file."""
-    if x == 0 or not math.isfinite(x):
-        return x
-    return float(f"{x:.{digits}g}")
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One stored check: time ratio, noise, absolute times, environment, correctness, quality."""
-
-    time_ratio: float
-    noise: float
-    us_candidate: float
-    us_reference: float
-    env: Mapping[str, str] = field(default_factory=dict)
-    reference_backend: str | None = None
-    correctness: Mapping[str, Any] = field(default_factory=dict)
-    updated: Mapping[str, str] | None = None
-    noise_runs: int | None = None
-    ref_runs: int = 1
-    tolerance: float | None = None
-    # Quality against the float conv (quantized/sparse variants): {rel_l2, sqnr_db}; empty: none.
-    quality: Mapping[str, float] = field(default_factory=dict)
-
-    def stored_max_abs(self, name: str, *, single: bool) -> float | None:
-        """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
-        flat = self.correctness.get("max_abs")
-        if isinstance(flat, (int, float)) and single:
-            return float(flat)
-        sub = self.correctness.get(name)
-        if isinstance(sub, Mapping) and isinstance(sub.get("max_abs"), (int, float)):
-            return float(sub["max_abs"])
-        return None
-
-    def to_yaml(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "time_ratio": _sig(self.time_ratio),
-            "noise": _sig(self.noise, 3),
-            "us": {"candidate": _sig(self.us_candidate), "reference": _sig(self.us_reference)},
-            "env": {k: str(v) for k, v in sorted(self.env.items())},
-        }
-        if self.reference_backend is not None:
-            out["reference_backend"] = self.reference_backend
-        if self.correctness:
-            out["correctness"] = _round_tree(self.correctness)
-        if self.updated is not None:
-            out["updated"] = dict(self.updated)
-        if self.noise_runs is not None:
-            out["noise_runs"] = self.noise_runs
-        if self.ref_runs != 1:
-            out["ref_runs"] = self.ref_runs
-        if self.tolerance is not None:
-            out["tolerance"] = self.tolerance
-        if self.quality:
-            out["quality"] = {k: _sig(float(v)) for k, v in sorted(self.quality.items())}
-        return out
-
-    def same_values(self, other: Entry) -> bool:
-        """Equal once rounded as stored (what a rewrite would change)."""
-        return self.to_yaml() == other.to_yaml()
-
-
-def _round_tree(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _round_tree(v) for k, v in sorted(value.items())}
-    if isinstance(value, float):
-        return _sig(value, 3)
-    return value
-
-
 @dataclass(frozen=True)
 class BaselineFile:
     """A parsed, validated file."""
@@ -125,154 +67,10 @@ class BaselineFile:
     entries: Mapping[str, Entry]
 
 
-class _Invalid(Exception):
-    def __init__(self, entry: str | None, problem: str, fix: str) -> None:
-        super().__init__(problem)
-        self.entry, self.problem, self.fix = entry, problem, fix
-
-
-def _usage(path: Path, err: _Invalid) -> pytest.UsageError:
+def _usage(path: Path, err: InvalidEntry) -> pytest.UsageError:
     where = f"entry {err.entry!r}: " if err.entry else ""
     return pytest.UsageError(
         f"convperf baseline file {path}: {where}{err.problem}. Fix: {err.fix}. The file was left unchanged."
-    )
-
-
-def _num(entry: str, name: str, value: Any, *, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _Invalid(
-            entry, f"field {name!r} must be a number, got {value!r} ({type(value).__name__})", FIX_RERECORD
-        )
-    if positive and value <= 0:
-        raise _Invalid(entry, f"field {name!r} must be > 0, got {value!r}", FIX_RERECORD)
-    if not positive and value < 0:
-        raise _Invalid(entry, f"field {name!r} must be >= 0, got {value!r}", FIX_RERECORD)
-    return float(value)
-
-
-def _tolerance(entry: str, value: Any) -> float:
-    tol = _num(entry, "tolerance", value)
-    if not tol < 1.0:
-        raise _Invalid(
-            entry,
-            f"field 'tolerance' must be a fraction between 0 and 1, got {value!r}",
-            "write a fraction (0.02 means 2 %) or delete the field to use the device default",
-        )
-    return tol
-
-
-def _int(entry: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _Invalid(entry, f"field {name!r} must be a positive integer, got {value!r}", FIX_RERECORD)
-    return value
-
-
-def _map(entry: str | None, name: str, value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise _Invalid(
-            entry, f"field {name!r} must be a mapping, got {value!r} ({type(value).__name__})", FIX_RERECORD
-        )
-    return value
-
-
-def _str_map(entry: str, name: str, value: Any) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in _map(entry, name, value).items():
-        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise _Invalid(
-                entry, f"field '{name}.{k}' must be a string, got {v!r} ({type(v).__name__})", FIX_RERECORD
-            )
-        out[str(k)] = str(v)
-    return out
-
-
-def _correctness_map(entry: str, value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in _map(entry, "correctness", value).items():
-        if isinstance(v, dict):
-            out[str(k)] = {
-                str(kk): _num(entry, f"correctness.{k}.{kk}", vv, positive=False) for kk, vv in v.items()
-            }
-        else:
-            out[str(k)] = _num(entry, f"correctness.{k}", v, positive=False)
-    return out
-
-
-QUALITY_FIELDS = ("rel_l2", "sqnr_db")
-
-
-def _quality_map(entry: str, value: Any) -> dict[str, float]:
-    """``quality: {rel_l2: >= 0, sqnr_db: number}``; ``.inf`` allowed (an exact variant), NaN not."""
-    out: dict[str, float] = {}
-    for k, v in _map(entry, "quality", value).items():
-        name = f"quality.{k}"
-        if k not in QUALITY_FIELDS:
-            raise _Invalid(
-                entry,
-                f"unknown field {name!r}",
-                f"remove it; quality holds {', '.join(QUALITY_FIELDS)} (re-record with "
-                "pytest --convperf --convperf-update-baselines)",
-            )
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-            raise _Invalid(
-                entry, f"field {name!r} must be a number, got {v!r} ({type(v).__name__})", FIX_RERECORD
-            )
-        if k == "rel_l2" and v < 0:
-            raise _Invalid(entry, f"field {name!r} must be >= 0, got {v!r}", FIX_RERECORD)
-        out[str(k)] = float(v)
-    return out
-
-
-ENTRY_FIELDS = {
-    "quality",
-    "time_ratio",
-    "noise",
-    "us",
-    "env",
-    "reference_backend",
-    "correctness",
-    "updated",
-    "noise_runs",
-    "ref_runs",
-    "tolerance",
-}
-
-
-def parse_entry(key: str, raw: Any) -> Entry:
-    """Validate one ``benchmarks`` block; raises ``_Invalid`` naming the field."""
-    block = _map(key, "(entry)", raw)
-    unknown = sorted(set(block) - ENTRY_FIELDS)
-    if unknown:
-        raise _Invalid(
-            key,
-            f"unknown field(s) {', '.join(map(repr, unknown))}",
-            f"remove them; allowed fields are {', '.join(sorted(ENTRY_FIELDS))}",
-        )
-    for required in ("time_ratio", "noise", "us"):
-        if required not in block:
-            raise _Invalid(key, f"missing field {required!r}", FIX_RERECORD)
-    us = _map(key, "us", block["us"])
-    for side in ("candidate", "reference"):
-        if side not in us:
-            raise _Invalid(key, f"field 'us' lacks {side!r}", FIX_RERECORD)
-    backend = block.get("reference_backend")
-    if backend is not None and not isinstance(backend, str):
-        raise _Invalid(key, f"field 'reference_backend' must be a string, got {backend!r}", FIX_RERECORD)
-    updated = block.get("updated")
-    tol = block.get("tolerance")
-    return Entry(
-        time_ratio=_num(key, "time_ratio", block["time_ratio"]),
-        noise=_num(key, "noise", block["noise"], positive=False),
-        us_candidate=_num(key, "us.candidate", us["candidate"]),
-        us_reference=_num(key, "us.reference", us["reference"]),
-        env=_str_map(key, "env", block.get("env", {})),
-        reference_backend=backend,
-        correctness=_correctness_map(key, block.get("correctness", {})),
-        updated=_str_map(key, "updated", updated) if updated is not None else None,
-        noise_runs=_int(key, "noise_runs", block["noise_runs"]) if "noise_runs" in block else None,
-        ref_runs=_int(key, "ref_runs", block["ref_runs"]) if "ref_runs" in block else 1,
-        tolerance=_tolerance(key, tol) if tol is not None else None,
-        quality=_quality_map(key, block["quality"]) if block.get("quality") is not None else {},
     )
 
 
@@ -286,7 +84,7 @@ def parse_text(text: str, path: Path, expected_machine: str | None = None) -> Ba
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise _usage(
             path,
-            _Invalid(
+            InvalidEntry(
                 None,
                 f"is not valid YAML{where} ({getattr(exc, 'problem', exc)})",
                 "repair the YAML (an unfinished merge or truncated write?) or delete "
@@ -295,21 +93,21 @@ def parse_text(text: str, path: Path, expected_machine: str | None = None) -> Ba
         ) from None
     try:
         if not isinstance(data, dict):
-            raise _Invalid(
+            raise InvalidEntry(
                 None,
                 f"top level must be a mapping with schema/machine/benchmarks, got {type(data).__name__}",
                 "restore the file from git or delete and re-record it",
             )
         schema = data.get("schema")
         if schema != SCHEMA:
-            raise _Invalid(
+            raise InvalidEntry(
                 None,
                 f"unknown schema {schema!r} (this plugin reads {SCHEMA!r})",
                 f"set 'schema: {SCHEMA}' if the content matches, or upgrade pytest-convperf",
             )
         machine = data.get("machine")
         if machine != machine_dir:
-            raise _Invalid(
+            raise InvalidEntry(
                 None,
                 f"machine {machine!r} does not match its folder {machine_dir!r}",
                 f"move the file to {path.parent.parent / str(machine)}/ or set 'machine: "
@@ -317,20 +115,20 @@ def parse_text(text: str, path: Path, expected_machine: str | None = None) -> Ba
             )
         extra = sorted(set(data) - {"schema", "machine", "benchmarks"})
         if extra:
-            raise _Invalid(
+            raise InvalidEntry(
                 None,
                 f"unknown top-level key(s) {', '.join(map(repr, extra))}",
                 "remove them (per-entry fields go under benchmarks)",
             )
         benchmarks = data.get("benchmarks") or {}
         if not isinstance(benchmarks, dict):
-            raise _Invalid(
+            raise InvalidEntry(
                 None,
                 f"'benchmarks' must be a mapping of test id -> entry, got {type(benchmarks).__name__}",
                 "restore the file from git",
             )
         entries = {str(k): parse_entry(str(k), v) for k, v in benchmarks.items()}
-    except _Invalid as err:
+    except InvalidEntry as err:
         raise _usage(path, err) from None
     return BaselineFile(path, machine_dir, entries)
 

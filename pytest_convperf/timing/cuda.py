@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_convperf.timing import Job
+from pytest_convperf.timing.protocol import Job
 
 if TYPE_CHECKING:
     from pytest_convperf.device import ClockSample, DeviceInfo

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.device import ClockSample
-from pytest_convperf.timing import Job
+from pytest_convperf.timing.protocol import Job
 
 Times = Mapping[str, "float | Sequence[float]"] | Callable[[str, int], float]
 

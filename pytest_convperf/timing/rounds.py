@@ -22,7 +22,7 @@ from typing import Any
 from pytest_convperf import stats
 from pytest_convperf.device import ClockSample, reason_names
 from pytest_convperf.results import Comparison, Measurement
-from pytest_convperf.timing import MODES, Job, Timer
+from pytest_convperf.timing.protocol import MODES, Job, Timer
 from pytest_convperf.timing.rule import StopRule, TimedCallError, Workload
 
 __all__ = ["StopRule", "TimedCallError", "Workload", "measure_one", "measure_pair", "warm_up"]

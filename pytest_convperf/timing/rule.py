@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pytest_convperf.timing import Timer
+from pytest_convperf.timing.protocol import Timer
 
 
 class TimedCallError(RuntimeError):
