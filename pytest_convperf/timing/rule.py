@@ -62,15 +62,11 @@ class StopRule:
     def for_rounds(self, n_rounds: int, rounds_done: int) -> StopRule:
         """The rule for a confirm measurement of ``n_rounds`` rounds after a first one of ``rounds_done``.
 
-        The time cap grows with the rounds asked for, so the confirmation is not cut short by it.
+        The time cap grows in proportion, so the confirmation is not cut short by it. A first run
+        that its time cap stopped under ``min_rounds`` is scaled from ``min_rounds`` instead, so a
+        slow workload still gets a confirmation of the same proportion.
         """
-        min_rounds = max(self.min_rounds, n_rounds)
-        return replace(
-            self,
-            min_rounds=min_rounds,
-            max_rounds=max(self.max_rounds, min_rounds),
-            max_time_s=self.max_time_s * n_rounds / max(1, rounds_done),
-        )
+        return self.scaled(n_rounds / max(1, rounds_done), rounds_done)
 
 
 @dataclass(frozen=True)
