@@ -7,8 +7,9 @@
   tests and opcheck; compute-sanitizer memcheck and racecheck over the kernel tests' small shapes.
 - ``plan``: print the suite's split and how each part was estimated (nothing runs).
 - ``suite-<k>``: part k of ``pytest perf_tests --convperf``, split so each part fits the budget.
-- ``harness``: the harness table (issue 12 item 3): ``perf_tests/test_harness.py`` with the L2
-  flushed by writing, then by reading (``CONVPERF_L2_FLUSH=write|read``), 5 fresh processes each.
+- ``harness``: the harness table (issue 12 item 3): ``scripts/harness_table.py`` in 5 fresh
+  processes with the timer's L2 flush by writing, then by reading (``CONVPERF_L2_FLUSH=write|read``),
+  merged into ``report/harness/harness.md``; and ``perf_tests/test_harness.py`` once per mode.
 - ``collect``: baselines, reports and logs into ``<out>/gpu-suite.tar.gz`` (at most 16 MiB).
 - ``all``: every stage above in order (``plan`` excepted).
 
@@ -173,7 +174,8 @@ def collect(runner: Runner) -> list[tuple[str, bool]]:
         "class P:\n"
         "    items = []\n"
         "    def pytest_collection_finish(self, session):\n"
-        "        self.items = [(i.nodeid, i.get_closest_marker('convperf') is not None) for i in session.items]\n"
+        "        self.items = [(i.nodeid, i.get_closest_marker('convperf') is not None)\n"
+        "                      for i in session.items]\n"
         "p = P()\n"
         "rc = pytest.main(sys.argv[1:], plugins=[p])\n"
         "print('GPU-SUITE-ITEMS ' + json.dumps(p.items))\n"
@@ -249,23 +251,36 @@ def stage_suite(runner: Runner, stage: str, k: int, parts: Sequence[Part]) -> No
 
 
 def stage_harness(runner: Runner) -> None:
+    """``scripts/harness_table.py`` in fresh processes per flush mode, then the merged table;
+    and ``perf_tests/test_harness.py`` (the anchors: torch.utils.benchmark, pytest-benchmark)."""
+    report = runner.out / "report" / "harness"
+    runs = 1 if runner.dry_run else HARNESS_RUNS
+    device = ["--device", "cpu"] if runner.dry_run else []
+    files = []
     for flush in ("write", "read"):
         runner.env["CONVPERF_L2_FLUSH"] = flush
-        report = runner.out / "report" / f"harness-{flush}"
-        for run in range(1, (2 if runner.dry_run else HARNESS_RUNS) + 1):
+        for run in range(1, runs + 1):
             # A fresh process per run: the spread across processes is what the table reports.
-            cmd = pytest_cmd(
-                runner, "perf_tests/test_harness.py", "--convperf", f"--convperf-report={report}/run-{run}", "-s"
-            )
+            out = report / f"{flush}-{run}.json"
+            cmd = [python(), "scripts/harness_table.py", "measure", "--json", str(out), *device]
             runner.step("harness", f"flush-{flush}-run-{run}", cmd, timeout=240)
+            files.append(str(out))
+        cmd = pytest_cmd(
+            runner, "perf_tests/test_harness.py", "--convperf", f"--convperf-report={report}/{flush}"
+        )
+        runner.step("harness", f"anchors-flush-{flush}", cmd, timeout=300)
     runner.env.pop("CONVPERF_L2_FLUSH", None)
+    runner.step(
+        "harness", "merge", [python(), "scripts/harness_table.py", "merge", "--out", str(report), *files]
+    )
 
 
 def stage_collect(runner: Runner) -> Path:
     archive = runner.out / "gpu-suite.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
-        for name, path in (("baselines", ROOT / "baselines"), ("report", runner.out / "report"),
-                           ("logs", runner.out / "logs"), ("plan.json", runner.out / "plan.json")):  # fmt: skip
+        parts = {"baselines": ROOT / "baselines", "report": runner.out / "report"}
+        parts |= {"logs": runner.out / "logs", "plan.json": runner.out / "plan.json"}
+        for name, path in parts.items():
             if path.exists():
                 tar.add(path, arcname=name, filter=_skip_traces_over_limit)
     size = archive.stat().st_size
