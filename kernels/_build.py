@@ -7,12 +7,13 @@ carries a hash of the sources, headers, flags, arch list and toolchain; a librar
 that hash is loaded without running the compiler (so a machine without nvcc can reuse a cache).
 Nothing is built at import time.
 
-CLI (used by CI)::
+CLI (used by CI and as the prebuild before a GPU run)::
 
     python -m kernels._build --all [--check-spills] [--archs "8.0;9.0"]
 
-builds every family for the given archs (default sm_80 and sm_90) and, with ``--check-spills``,
-compiles each ``.cu`` with ``nvcc -Xptxas -v`` and fails on any register spill.
+builds every family for the archs of :func:`default_archs` (the same policy ``load`` uses, so the
+prebuilt library is the one ``load`` finds) and, with ``--check-spills``, compiles each ``.cu`` with
+``nvcc -Xptxas -v`` and fails on any register spill.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ from pathlib import Path
 
 KERNELS_ROOT = Path(__file__).resolve().parent
 SHARED_INCLUDE = KERNELS_ROOT / "include"
-ARCH_ENV = "CONVPERF_CUDA_ARCHS"
+# PyTorch's own variable for extension builds, so one setting steers every build on a machine.
+ARCH_ENV = "TORCH_CUDA_ARCH_LIST"
+# Without a GPU (CI) we build for the GPUs we run on: A100 (sm_80) and H100/H200 (sm_90).
 DEFAULT_ARCHS: tuple[str, ...] = ("8.0", "9.0")
+READY_SUFFIX = ".ready"
 # No -std here: torch picks the C++ standard its headers need (C++17 up to 2.10, C++20 after).
 CUDA_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo", "--expt-relaxed-constexpr")
 CXX_FLAGS: tuple[str, ...] = ("-O3",)
@@ -100,6 +104,16 @@ class BuildSpec:
     def library(self) -> Path:
         return self.build_dir / f"{self.name}.so"
 
+    @property
+    def ready_marker(self) -> Path:
+        """Written after a build completed: a ``.so`` without it may be half-linked or left by a crash."""
+        return self.build_dir / f"{self.name}{READY_SUFFIX}"
+
+    @property
+    def lock_path(self) -> Path:
+        """Our lock around check-then-build (cpp_extension holds its own ``lock`` inside the build)."""
+        return self.build_dir.parent / f"{self.name}.convperf.lock"
+
     def gencode_flags(self) -> list[str]:
         """``-gencode`` flags for every arch (passing them stops torch from adding its own)."""
         flags = []
@@ -148,7 +162,11 @@ def nvcc_path() -> Path | None:
 
 
 def default_archs() -> tuple[str, ...]:
-    """``$CONVPERF_CUDA_ARCHS`` (``"8.0;9.0"``), else the current GPU, else sm_80 + sm_90."""
+    """The one arch policy of ``load`` and the CLI prebuild, so both hash to the same library.
+
+    ``$TORCH_CUDA_ARCH_LIST`` (``"8.0;9.0"``) when set, else the visible GPU's capability (a GPU
+    machine builds for itself only), else sm_80 + sm_90 (CI without a GPU).
+    """
     env = os.environ.get(ARCH_ENV, "").strip()
     if env:
         return parse_archs(env)
@@ -166,8 +184,8 @@ def parse_archs(text: str) -> tuple[str, ...]:
     for arch in archs:
         if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", arch):
             raise ValueError(
-                f"CUDA arch {arch!r} in {text!r} is not of the form '9.0' or '8.0+PTX'; "
-                f"set {ARCH_ENV} like '8.0;9.0'"
+                f"CUDA arch {arch!r} in {text!r} is not of the form '9.0' or '8.0+PTX' (names such as "
+                f"'Hopper' are not accepted); set {ARCH_ENV} like '8.0;9.0'"
             )
     return tuple(sorted(set(archs)))
 
@@ -293,11 +311,29 @@ def load(family: str, *, root: Path = KERNELS_ROOT) -> Path:
         if key in _loaded:
             return _loaded[key]
         spec = make_spec(family, root=root)
-        library = spec.library if spec.library.exists() else compile_library(spec)
+        library, _ = ensure_built(spec)
         # cpp_extension.load already loaded a fresh build; loading twice is a no-op for dlopen.
         _load_library(library)
         _loaded[key] = library
         return library
+
+
+def ensure_built(spec: BuildSpec) -> tuple[Path, bool]:
+    """Return ``(library, built_now)``, building ``spec`` unless a completed build is on disk.
+
+    The check and the build happen under one file lock per build, across processes: a pytest-xdist
+    worker never sees the ``.so`` that another worker is still linking, and a build killed halfway
+    (no ready marker) is built again rather than loaded.
+    """
+    from filelock import FileLock
+
+    spec.build_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(spec.lock_path)):
+        if spec.ready_marker.is_file() and spec.library.is_file():
+            return spec.library, False
+        library = compile_library(spec)
+        spec.ready_marker.write_text(f"{spec.name}\n")
+        return library, True
 
 
 # ---- ptxas report (CLI) -----------------------------------------------------------------------
@@ -372,30 +408,31 @@ def ptxas_report(cu_file: Path, archs: Sequence[str]) -> list[KernelResources]:
     return parse_ptxas(res.stderr + res.stdout, cu_file.name)
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None, *, root: Path = KERNELS_ROOT) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernels._build", description=__doc__.split("\n")[0])
     parser.add_argument("families", nargs="*", help="families to build (default with --all: every one)")
     parser.add_argument("--all", action="store_true", help="build every folder with a binding.cpp")
     parser.add_argument("--check-spills", action="store_true", help="fail on any ptxas register spill")
-    parser.add_argument("--archs", default=None, help=f"e.g. '8.0;9.0' (default: ${ARCH_ENV} or 8.0;9.0)")
+    parser.add_argument(
+        "--archs", default=None, help=f"e.g. '8.0;9.0' (default: ${ARCH_ENV}, else the GPU, else 8.0;9.0)"
+    )
     args = parser.parse_args(argv)
-    names = families() if args.all else list(args.families)
+    names = families(root) if args.all else list(args.families)
     if not names:
         parser.error("name a family or pass --all")
-    archs = parse_archs(args.archs or os.environ.get(ARCH_ENV, "") or ";".join(DEFAULT_ARCHS))
+    archs = parse_archs(args.archs) if args.archs else default_archs()
     failed = False
     for family in names:
-        spec = make_spec(family, archs=archs)
+        spec = make_spec(family, root=root, archs=archs)
         start = time.perf_counter()
-        cached = spec.library.exists()
         try:
-            library = spec.library if cached else compile_library(spec)
+            library, built = ensure_built(spec)
             _load_library(library)
         except KernelBuildError as exc:
             print(f"FAILED {family}: {exc}", file=sys.stderr)
             failed = True
             continue
-        how = "cached" if cached else "built"
+        how = "built" if built else "cached"
         print(f"{family}: {how} for sm {','.join(archs)} in {time.perf_counter() - start:.1f} s -> {library}")
         if args.check_spills:
             failed |= _check_spills(spec, archs)

@@ -3,6 +3,10 @@
 On CUDA the depthwise candidate is our kernel (``kernels.depthwise.ops.forward``); on a CPU it is
 the same algorithm in PyTorch ops (``kernels.depthwise.reference.forward``), compared with
 PyTorch's CPU conv. Either way the reference is ``F.conv2d`` on that device.
+
+On a CUDA run every kernel family is built once here, in the main process (the xdist controller),
+before any test or worker starts: workers then load the finished library instead of each racing
+to build it (the plugin package stays generic; this suite's kernels are this suite's business).
 """
 
 from __future__ import annotations
@@ -27,6 +31,36 @@ def depthwise_candidate(device_kind: str) -> Candidate:
     from kernels.depthwise import reference
 
     return reference.forward
+
+
+def prebuild_kernels(config: pytest.Config) -> list[str]:
+    """Build every family on a CUDA run, in the main process only; return the failures' messages.
+
+    A failure does not stop the run: the tests of that family fail with the same compiler errors,
+    and the other families still run.
+    """
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller has built already
+        return []
+    if (config.getoption("convperf_device", None) or config.getini("convperf_device") or "auto") == "cpu":
+        return []
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    from kernels import _build
+
+    failures = []
+    for family in _build.families():
+        try:
+            _build.ensure_built(_build.make_spec(family))
+        except _build.KernelBuildError as exc:
+            failures.append(f"{family}: {exc}")
+    return failures
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for failure in prebuild_kernels(config):
+        config.issue_config_time_warning(pytest.PytestWarning(f"kernel prebuild failed: {failure}"), 2)
 
 
 @pytest.fixture

@@ -96,8 +96,117 @@ def test_arch_list_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "-gencode=arch=compute_90,code=sm_90",
         "-gencode=arch=compute_90,code=compute_90",
     ]
-    with pytest.raises(ValueError, match="CONVPERF_CUDA_ARCHS"):
+    with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST"):
         _build.parse_archs("sm_90")
+
+
+@pytest.mark.parametrize(
+    ("env", "gpu", "expected"),
+    [
+        ("9.0", (8, 0), ("9.0",)),  # the variable wins over the GPU
+        (None, (9, 0), ("9.0",)),  # a GPU machine builds for itself only
+        (None, None, ("8.0", "9.0")),  # CI without a GPU
+    ],
+)
+def test_prebuild_and_load_share_one_arch_policy(
+    tmp_path: Path,
+    ext_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    env: str | None,
+    gpu: tuple[int, int] | None,
+    expected: tuple[str, ...],
+) -> None:
+    """``python -m kernels._build --all`` builds the very library ``load()`` then finds: no rebuild."""
+    import torch
+
+    if env is None:
+        monkeypatch.delenv(_build.ARCH_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_build.ARCH_ENV, env)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu is not None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: gpu)
+    _family(tmp_path)
+    compiled: list[_build.BuildSpec] = []
+
+    def fake_compile(spec: _build.BuildSpec, *, verbose: bool = False) -> Path:
+        compiled.append(spec)
+        spec.build_dir.mkdir(parents=True, exist_ok=True)
+        spec.library.write_bytes(b"")
+        return spec.library
+
+    monkeypatch.setattr(_build, "compile_library", fake_compile)
+    monkeypatch.setattr(_build, "_load_library", lambda path: None)
+    assert _build._main(["--all"], root=tmp_path) == 0
+    assert [s.archs for s in compiled] == [expected]
+    assert _build.load("fam", root=tmp_path) == compiled[0].library
+    assert len(compiled) == 1, "load() rebuilt what the prebuild had built: the arch policies differ"
+
+
+def test_a_library_without_ready_marker_is_rebuilt_under_the_lock(
+    tmp_path: Path, ext_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A half-linked ``.so`` (a build killed or still linking) is never loaded as it is."""
+    from filelock import FileLock, Timeout
+
+    _family(tmp_path)
+    spec = _build.make_spec("fam", root=tmp_path)
+    spec.build_dir.mkdir(parents=True)
+    spec.library.write_bytes(b"half")
+    lock_held: list[bool] = []
+
+    def fake_compile(spec: _build.BuildSpec, *, verbose: bool = False) -> Path:
+        try:
+            FileLock(str(spec.lock_path), timeout=0).acquire()
+            lock_held.append(False)
+        except Timeout:
+            lock_held.append(True)
+        spec.library.write_bytes(b"whole")
+        return spec.library
+
+    monkeypatch.setattr(_build, "compile_library", fake_compile)
+    assert _build.ensure_built(spec) == (spec.library, True)
+    assert lock_held == [True], "the build must run while the check-and-build lock is held"
+    assert spec.library.read_bytes() == b"whole" and spec.ready_marker.is_file()
+    assert _build.ensure_built(spec) == (spec.library, False)
+
+
+_RACER = r"""
+import sys, time
+from pathlib import Path
+from kernels import _build
+
+spec = _build.BuildSpec("fam", Path(sys.argv[1]), (), (), ("9.0",), (), (), ())
+def slow_link(spec, *, verbose=False):
+    spec.build_dir.mkdir(parents=True, exist_ok=True)
+    with open(spec.library, "wb") as f:
+        f.write(b"x")
+        f.flush()
+        time.sleep(1.0)  # a long link: the .so exists but is not complete
+        f.write(b"y")
+    with open(sys.argv[2], "a") as log:
+        log.write("built\n")
+    return spec.library
+_build.compile_library = slow_link
+library, _ = _build.ensure_built(spec)
+print(library.read_bytes().decode())
+"""
+
+
+def test_concurrent_workers_build_once_and_never_see_a_partial_library(tmp_path: Path) -> None:
+    """Two processes (as two xdist workers) race on one cold build: one builds, both load it whole."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    log = tmp_path / "builds.log"
+    cmd = [sys.executable, "-c", _RACER, str(tmp_path), str(log)]
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs == ["xy", "xy"], f"a worker read a partial library: {outs}"
+    assert log.read_text().splitlines() == ["built"]
 
 
 needs_nvcc = pytest.mark.skipif(_build.nvcc_path() is None, reason="needs nvcc (CUDA toolkit)")

@@ -1,0 +1,361 @@
+"""Stages of a GPU session, each ending in under 9 minutes on an H100 (issue 13 §4).
+
+``scripts/gpu-suite [--dry-run] [--out DIR] STAGE...`` with STAGE one of:
+
+- ``check``: environment report (nvidia-smi, driver, torch/cuDNN/triton/nvcc versions); prebuild
+  every family (``python -m kernels._build --all``, the arch policy ``load()`` uses); the CUDA
+  tests and opcheck; compute-sanitizer memcheck and racecheck over the kernel tests' small shapes.
+- ``plan``: print the suite's split and how each part was estimated (nothing runs).
+- ``suite-<k>``: part k of ``pytest perf_tests --convperf``, split so each part fits the budget.
+- ``harness``: the harness table (issue 12 item 3): ``scripts/harness_table.py`` in 5 fresh
+  processes with the timer's L2 flush by writing, then by reading (``CONVPERF_L2_FLUSH=write|read``),
+  merged into ``report/harness/harness.md``; and ``perf_tests/test_harness.py`` once per mode.
+- ``collect``: baselines, reports and logs into ``<out>/gpu-suite.tar.gz`` (at most 16 MiB).
+- ``all``: every stage above in order (``plan`` excepted).
+
+Each stage writes ``<out>/logs/<stage>.log`` and exits non-zero naming the step that failed.
+``--dry-run`` runs the same stages on the CPU with small budgets (CI runs it): GPU tools that are
+absent are reported as absent, pytest runs with ``--convperf-device=cpu``, the sanitizer step
+runs the kernel tests without the ``compute-sanitizer`` wrapper (the command it would wrap is logged),
+the plan is the GPU's plan but each part runs only its first test, and the harness runs one
+process per flush mode.
+
+How a part is estimated: every collected ``convperf``-marked test is charged the worst case of one
+check under the GPU stop rule, ``warmup_cap_s + max_time_s * (1 + confirm factor 3)`` (2 + 5 x 4 =
+22 s), plus ``PER_TEST_OVERHEAD_S`` for inputs, correctness and the reference; other tests are
+charged ``PER_TEST_OVERHEAD_S``. Tests are packed in collection order into parts of at most
+``PART_BUDGET_S`` (480 s: the 9 minute limit less a minute for start-up, kernel loads and
+collection). Almost every check stops far below its caps, so the parts are upper bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PART_BUDGET_S = 480.0
+PER_TEST_OVERHEAD_S = 1.0
+CONFIRM_FACTOR = 3.0
+ARCHIVE_LIMIT = 16 * 2**20
+STAGES = ("check", "plan", "suite-<k>", "harness", "collect", "all")
+KERNEL_TESTS = ("tests/kernels",)  # the tier of CUDA kernel tests; see kernel_tests()
+HARNESS_RUNS = 5
+DRY_RUN_STEP_TIMEOUT_S = 1800.0
+
+
+class StepFailed(RuntimeError):
+    """One step of a stage failed; the message names the stage and the step."""
+
+
+@dataclass
+class Runner:
+    out: Path
+    dry_run: bool
+    log: Path | None = None
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def start(self, stage: str) -> None:
+        logs = self.out / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log = logs / f"{stage}.log"
+        self.log.write_text(f"# gpu-suite {stage} (dry_run={self.dry_run}) {time.strftime('%F %T')}\n")
+
+    def note(self, text: str) -> None:
+        print(text, flush=True)
+        assert self.log is not None
+        with self.log.open("a") as f:
+            f.write(text + "\n")
+
+    def step(self, stage: str, name: str, cmd: Sequence[str], *, timeout: float = 540.0) -> None:
+        """Run one command, its output into the stage's log; raise ``StepFailed`` naming it."""
+        assert self.log is not None
+        if self.dry_run:
+            # The limits are the GPU's 9 minute budget; a shared CPU (cold nvcc builds) needs more.
+            timeout = max(timeout, DRY_RUN_STEP_TIMEOUT_S)
+        self.note(f"## step {name}: {shlex.join(cmd)}")
+        start = time.monotonic()
+        with self.log.open("a") as f:
+            try:
+                rc = subprocess.run(
+                    list(cmd), cwd=ROOT, env=self.env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
+                ).returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+            except FileNotFoundError as exc:
+                f.write(f"{exc}\n")
+                rc = 127
+        self.note(f"## step {name}: rc={rc} in {time.monotonic() - start:.1f} s")
+        if rc != 0:
+            raise StepFailed(f"stage {stage}: step {name!r} failed (rc={rc}); see {self.log}")
+
+
+def python() -> str:
+    return sys.executable
+
+
+def pytest_cmd(runner: Runner, *args: str) -> list[str]:
+    cmd = [python(), "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+    if runner.dry_run:
+        cmd.append("--convperf-device=cpu")
+    return cmd
+
+
+def kernel_tests() -> list[str]:
+    """The CUDA kernel tests: the ``tests/kernels`` tier, or today's per-family files before it lands."""
+    tier = [p for p in KERNEL_TESTS if (ROOT / p).is_dir()]
+    if tier:
+        return tier
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*kernels*.py"))
+
+
+# ---- stages ----------------------------------------------------------------------------------
+
+
+def stage_check(runner: Runner) -> None:
+    env_report = (
+        "import torch, platform; print('python', platform.python_version());"
+        "print('torch', torch.__version__, 'cuda', torch.version.cuda);"
+        "print('cudnn', torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None);"
+        "print('gpu', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None);"
+        "import importlib.util as u;"
+        "print('triton', __import__('triton').__version__ if u.find_spec('triton') else None);"
+        "from kernels import _build; print('archs', _build.default_archs(), 'nvcc', _build.nvcc_path())"
+    )
+    runner.step("check", "environment", [python(), "-c", env_report])
+    for tool, args in (("nvidia-smi", []), ("nvcc", ["--version"]), ("compute-sanitizer", ["--version"])):
+        if shutil.which(tool) is None:
+            if not runner.dry_run:
+                raise StepFailed(f"stage check: step {tool!r} failed: {tool} is not on PATH")
+            runner.note(f"## step {tool}: absent (dry run)")
+            continue
+        runner.step("check", tool, [tool, *args])
+    if shutil.which("nvidia-smi"):
+        runner.step("check", "clocks", ["nvidia-smi", "-q", "-d", "CLOCK,PERFORMANCE,POWER"])
+    runner.step("check", "prebuild", [python(), "-m", "kernels._build", "--all"], timeout=540)
+    tests = kernel_tests()
+    runner.step("check", "cuda-tests-and-opcheck", pytest_cmd(runner, *tests))
+    for tool in ("memcheck", "racecheck"):
+        # Small shapes only: the kernel tests' own shapes; the sanitizer slows a kernel 10-100 x.
+        cmd = pytest_cmd(runner, *tests, "-x")
+        wrapped = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=1", "--target-processes=all"]
+        if runner.dry_run:
+            runner.note(f"## dry run: would wrap in {shlex.join(wrapped)}")
+            runner.step("check", f"sanitizer-{tool}", cmd)
+        else:
+            runner.step("check", f"sanitizer-{tool}", [*wrapped, *cmd])
+
+
+@dataclass(frozen=True)
+class Part:
+    ids: tuple[str, ...]
+    estimate_s: float
+
+
+def worst_check_s() -> float:
+    """Worst case of one check under the GPU stop rule (see the module docstring)."""
+    sys.path.insert(0, str(ROOT))
+    from pytest_convperf.timing.rounds import StopRule
+
+    rule = StopRule()
+    return rule.warmup_cap_s + rule.max_time_s * (1 + CONFIRM_FACTOR)
+
+
+def collect(runner: Runner) -> list[tuple[str, bool]]:
+    """``(node id, is a convperf check)`` for every test of ``pytest perf_tests --convperf``."""
+    code = (
+        "import json, sys, pytest\n"
+        "class P:\n"
+        "    items = []\n"
+        "    def pytest_collection_finish(self, session):\n"
+        "        self.items = [(i.nodeid, i.get_closest_marker('convperf') is not None)\n"
+        "                      for i in session.items]\n"
+        "p = P()\n"
+        "rc = pytest.main(sys.argv[1:], plugins=[p])\n"
+        "print('GPU-SUITE-ITEMS ' + json.dumps(p.items))\n"
+        "sys.exit(0 if rc in (0, 5) else rc)\n"
+    )
+    # The harness has its own stage.
+    args = ["perf_tests", "--ignore=perf_tests/test_harness.py", "--convperf", "--collect-only", "-q"]
+    args += ["-p", "no:cacheprovider"]
+    if runner.dry_run:
+        args.append("--convperf-device=cpu")
+    res = subprocess.run(
+        [python(), "-c", code, *args], cwd=ROOT, env=runner.env, capture_output=True, text=True, check=False
+    )
+    for line in res.stdout.splitlines():
+        if line.startswith("GPU-SUITE-ITEMS "):
+            return [(str(a), bool(b)) for a, b in json.loads(line.split(" ", 1)[1])]
+    raise StepFailed(f"stage plan: step 'collect' failed (rc={res.returncode}):\n{res.stdout[-2000:]}")
+
+
+def split(items: Sequence[tuple[str, bool]], budget_s: float, check_s: float) -> list[Part]:
+    """Pack tests in collection order into parts whose estimate stays within ``budget_s``."""
+    parts: list[Part] = []
+    ids: list[str] = []
+    total = 0.0
+    for nodeid, is_check in items:
+        cost = PER_TEST_OVERHEAD_S + (check_s if is_check else 0.0)
+        if ids and total + cost > budget_s:
+            parts.append(Part(tuple(ids), total))
+            ids, total = [], 0.0
+        ids.append(nodeid)
+        total += cost
+    if ids:
+        parts.append(Part(tuple(ids), total))
+    return parts
+
+
+def load_plan(runner: Runner) -> list[Part]:
+    """The plan written by ``plan`` (or ``all``) in this ``--out``, else a new one."""
+    saved = runner.out / "plan.json"
+    if saved.is_file():
+        return [Part(tuple(p["ids"]), float(p["estimate_s"])) for p in json.loads(saved.read_text())]
+    return plan(runner)
+
+
+def plan(runner: Runner) -> list[Part]:
+    budget = PART_BUDGET_S
+    check_s = worst_check_s()
+    items = collect(runner)
+    parts = split(items, budget, check_s)
+    runner.note(
+        f"plan: {len(items)} tests ({sum(c for _, c in items)} convperf checks), worst case {check_s:.0f} s "
+        f"per check + {PER_TEST_OVERHEAD_S:.0f} s per test, budget {budget:.0f} s per part"
+    )
+    for k, part in enumerate(parts, 1):
+        modules = sorted({i.split("::")[0] for i in part.ids})
+        runner.note(f"  suite-{k}: {len(part.ids)} tests, <= {part.estimate_s:.0f} s: {', '.join(modules)}")
+    (runner.out / "plan.json").write_text(
+        json.dumps([{"ids": p.ids, "estimate_s": p.estimate_s} for p in parts], indent=1)
+    )
+    return parts
+
+
+def stage_suite(runner: Runner, stage: str, k: int, parts: Sequence[Part]) -> None:
+    if not 1 <= k <= len(parts):
+        raise StepFailed(f"stage {stage}: no such part; the plan has suite-1 .. suite-{len(parts)}")
+    report = runner.out / "report" / f"suite-{k}"
+    args = ["--convperf", f"--convperf-report={report}", f"--junitxml={report / 'junit.xml'}"]
+    ids = parts[k - 1].ids
+    if runner.dry_run:
+        args.append("--hypothesis-profile=convperf-dev")
+        ids = ids[:1]
+    runner.step(stage, "pytest", pytest_cmd(runner, *args, *ids), timeout=570)
+
+
+def stage_harness(runner: Runner) -> None:
+    """``scripts/harness_table.py`` in fresh processes per flush mode, then the merged table;
+    and ``perf_tests/test_harness.py`` (the anchors: torch.utils.benchmark, pytest-benchmark)."""
+    report = runner.out / "report" / "harness"
+    runs = 1 if runner.dry_run else HARNESS_RUNS
+    device = ["--device", "cpu"] if runner.dry_run else []
+    files = []
+    for flush in ("write", "read"):
+        runner.env["CONVPERF_L2_FLUSH"] = flush
+        for run in range(1, runs + 1):
+            # A fresh process per run: the spread across processes is what the table reports.
+            out = report / f"{flush}-{run}.json"
+            cmd = [python(), "scripts/harness_table.py", "measure", "--json", str(out), *device]
+            runner.step("harness", f"flush-{flush}-run-{run}", cmd, timeout=240)
+            files.append(str(out))
+        cmd = pytest_cmd(
+            runner, "perf_tests/test_harness.py", "--convperf", f"--convperf-report={report}/{flush}"
+        )
+        runner.step("harness", f"anchors-flush-{flush}", cmd, timeout=300)
+    runner.env.pop("CONVPERF_L2_FLUSH", None)
+    runner.step(
+        "harness", "merge", [python(), "scripts/harness_table.py", "merge", "--out", str(report), *files]
+    )
+
+
+def stage_collect(runner: Runner) -> Path:
+    archive = runner.out / "gpu-suite.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        parts = {"baselines": ROOT / "baselines", "report": runner.out / "report"}
+        parts |= {"logs": runner.out / "logs", "plan.json": runner.out / "plan.json"}
+        for name, path in parts.items():
+            if path.exists():
+                tar.add(path, arcname=name, filter=_skip_traces_over_limit)
+    size = archive.stat().st_size
+    runner.note(f"collect: {archive} {size / 2**20:.2f} MiB")
+    if size > ARCHIVE_LIMIT:
+        raise StepFailed(f"stage collect: step 'archive' failed: {size} bytes > {ARCHIVE_LIMIT} (16 MiB)")
+    return archive
+
+
+def _skip_traces_over_limit(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    # Profiler traces can be tens of MiB each; the numbers matter more than every trace.
+    return None if info.isfile() and info.size > 4 * 2**20 else info
+
+
+def run_stage(runner: Runner, stage: str) -> None:
+    runner.start(stage)
+    if stage == "check":
+        stage_check(runner)
+    elif stage == "plan":
+        plan(runner)
+    elif stage.startswith("suite-"):
+        try:
+            k = int(stage.removeprefix("suite-"))
+        except ValueError as exc:
+            raise StepFailed(f"stage {stage}: not of the form suite-<k> with k a number") from exc
+        stage_suite(runner, stage, k, load_plan(runner))
+    elif stage == "harness":
+        stage_harness(runner)
+    elif stage == "collect":
+        stage_collect(runner)
+    else:
+        raise StepFailed(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/gpu-suite", description=__doc__.split("\n")[0])
+    parser.add_argument("stages", nargs="+", help=f"one or more of {', '.join(STAGES)}")
+    parser.add_argument("--dry-run", action="store_true", help="the same stages on the CPU, small budgets")
+    parser.add_argument("--out", type=Path, default=ROOT / "gpu-suite-out", help="logs, report, archive")
+    args = parser.parse_args(argv)
+    runner = Runner(out=args.out.resolve(), dry_run=args.dry_run)
+    runner.env.setdefault("MAX_JOBS", "16" if not args.dry_run else "2")
+    stages: list[str] = []
+    for stage in args.stages:
+        if stage == "all":
+            runner.start("plan")
+            n_parts = len(plan(runner))
+            stages += ["check", *(f"suite-{k}" for k in range(1, n_parts + 1)), "harness", "collect"]
+        else:
+            stages.append(stage)
+    for stage in stages:
+        start = time.monotonic()
+        try:
+            run_stage(runner, stage)
+        except StepFailed as exc:
+            print(f"gpu-suite: FAILED {exc}", file=sys.stderr)
+            if stage != "collect" and "collect" in stages:
+                _collect_anyway(runner)
+            return 1
+        print(f"gpu-suite: stage {stage} passed in {time.monotonic() - start:.0f} s", flush=True)
+    return 0
+
+
+def _collect_anyway(runner: Runner) -> None:
+    """A failed stage still leaves its logs in the archive: that is what the session needs most."""
+    try:
+        runner.start("collect")
+        stage_collect(runner)
+    except StepFailed as exc:
+        print(f"gpu-suite: FAILED {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

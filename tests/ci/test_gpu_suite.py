@@ -1,0 +1,77 @@
+"""scripts/gpu-suite's logic: the split, failures that name their step, the archive limit.
+
+The whole script runs in CI as ``scripts/gpu-suite --dry-run all`` (see .ci/run); these tests pin
+the parts that a dry run on a CPU cannot show failing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import tarfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "scripts" / "gpu_suite.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_suite"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gs = _load()
+
+
+def test_worst_case_per_check_comes_from_the_gpu_stop_rule() -> None:
+    from pytest_convperf.timing.rounds import StopRule
+
+    rule = StopRule()
+    assert gs.worst_check_s() == rule.warmup_cap_s + rule.max_time_s * (1 + gs.CONFIRM_FACTOR)
+
+
+def test_split_keeps_order_and_every_part_within_budget() -> None:
+    items = [(f"m{i // 7}.py::t{i}", i % 3 != 0) for i in range(50)]
+    parts = gs.split(items, budget_s=100.0, check_s=22.0)
+    assert [i for p in parts for i in p.ids] == [i for i, _ in items]
+    assert all(p.estimate_s <= 100.0 for p in parts)
+    assert len(parts) > 1
+    # A test over the budget alone still gets a part of its own (and the estimate says so).
+    (alone,) = gs.split([("big.py::t", True)], budget_s=10.0, check_s=22.0)
+    assert alone.ids == ("big.py::t",) and alone.estimate_s > 10.0
+
+
+def test_a_failed_step_names_the_stage_and_the_step(tmp_path: Path) -> None:
+    runner = gs.Runner(out=tmp_path, dry_run=True)
+    runner.start("check")
+    with pytest.raises(gs.StepFailed, match=r"stage check: step 'boom' failed \(rc=3\)"):
+        runner.step("check", "boom", [sys.executable, "-c", "print('the output'); raise SystemExit(3)"])
+    assert "the output" in (tmp_path / "logs" / "check.log").read_text()
+
+
+def test_main_exits_non_zero_naming_the_step_and_still_collects_logs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "plan.json").write_text(json.dumps([{"ids": ["perf_tests/x.py::t"], "estimate_s": 23.0}]))
+    assert gs.main(["--dry-run", "--out", str(tmp_path), "suite-2", "collect"]) == 1
+    assert "stage suite-2: no such part; the plan has suite-1 .. suite-1" in capsys.readouterr().err
+    with tarfile.open(tmp_path / "gpu-suite.tar.gz") as tar:
+        assert "logs/suite-2.log" in tar.getnames()
+
+
+def test_collect_refuses_an_archive_over_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = gs.Runner(out=tmp_path, dry_run=True)
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "rows.json").write_bytes(bytes(range(256)) * 64)
+    runner.start("collect")
+    assert gs.stage_collect(runner).stat().st_size > 0
+    monkeypatch.setattr(gs, "ARCHIVE_LIMIT", 10)
+    with pytest.raises(gs.StepFailed, match="step 'archive' failed"):
+        gs.stage_collect(runner)
