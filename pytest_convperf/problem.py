@@ -46,6 +46,7 @@ def canonical_dtype(value: object) -> str:
         f"(accepted aliases: {accepted}, or the matching torch dtype such as torch.float32)"
     )
 
+
 Pair = tuple[int, int]
 
 

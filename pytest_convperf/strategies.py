@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -359,7 +359,11 @@ def _channels(
     """
     if kind in ("dense", "pointwise"):
         if edges:
-            return _pick(draw, _odd(_edges(max_channels)), [1]), _pick(draw, _odd(_edges(max_channels)), [1]), 1
+            return (
+                _pick(draw, _odd(_edges(max_channels)), [1]),
+                _pick(draw, _odd(_edges(max_channels)), [1]),
+                1,
+            )
         return draw(_sizes(max_channels)), draw(_sizes(max_channels)), 1
     if kind == "depthwise":
         # groups == c_in == 1 would be a dense conv: depthwise needs >= 2 channels.
@@ -386,7 +390,16 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**31 - 1)
 
 
-PROFILES = ("convperf-dev", "convperf-ci", "convperf-nightly")
+# Profile name -> (what it is for, its settings). The help text is built from the same settings.
+_PROFILES: dict[str, tuple[str, dict[str, Any]]] = {
+    "convperf-dev": ("local work", {"max_examples": 25}),
+    "convperf-ci": (
+        "CI runs",
+        {"max_examples": 60, "derandomize": True, "database": None, "print_blob": True},
+    ),
+    "convperf-nightly": ("deep fuzzing", {"max_examples": 2000, "print_blob": True}),
+}
+PROFILES = tuple(_PROFILES)
 
 
 def register_profiles() -> None:
@@ -396,16 +409,18 @@ def register_profiles() -> None:
     profile has a deadline; ``too_slow`` is suppressed for the same reason.
     """
     slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
-    settings.register_profile("convperf-dev", max_examples=25, deadline=None, suppress_health_check=slow)
-    settings.register_profile(
-        "convperf-ci",
-        max_examples=60,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        print_blob=True,
-        suppress_health_check=slow,
-    )
-    settings.register_profile(
-        "convperf-nightly", max_examples=2000, deadline=None, print_blob=True, suppress_health_check=slow
-    )
+    for name, (_, values) in _PROFILES.items():
+        settings.register_profile(name, deadline=None, suppress_health_check=slow, **values)
+
+
+def profiles_help() -> str:
+    """One line per profile for ``pytest --help``: what its settings do and what it is for."""
+    lines = []
+    for name, (use, values) in _PROFILES.items():
+        facts = [f"{values['max_examples']} examples"]
+        facts.append("derandomized" if values.get("derandomize") else "random")
+        facts.append("no database" if "database" in values else "database on")
+        if values.get("print_blob"):
+            facts.append("print blob")
+        lines.append(f"{name:<17s}{', '.join(facts)}: {use}")
+    return "\n".join(lines)

@@ -136,7 +136,9 @@ def trigger_shares(draws: int = 2000, draw_seed: int = 12345) -> dict[str, float
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
@@ -146,7 +148,6 @@ def main(argv: list[str] | None = None) -> None:
     shares = trigger_shares()
     for name, rate in rates.items():
         print(f"{name:40s} {rate:>9.0%} {shares[name]:>9.1%}  ({args.runs} runs x {args.examples} examples)")
-
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ def test_small_budget_with_default_knobs_draws_problems_within_it(budget: int) -
         seen.append(problem)
         assert problem.n * problem.c_in * problem.h * problem.w <= budget
         assert problem.n * problem.c_out * problem.out_h * problem.out_w <= budget
-        assert problem.c_out * (problem.c_in // problem.groups) * problem.kernel[0] * problem.kernel[1] <= budget
+        assert (
+            problem.c_out * (problem.c_in // problem.groups) * problem.kernel[0] * problem.kernel[1] <= budget
+        )
 
     draw()
     assert len(seen) == 50
@@ -48,7 +50,13 @@ def test_small_budget_shrinks_channels_first_and_keeps_dilated_7x7_kernels() -> 
 
 @pytest.mark.parametrize(
     ("alias", "canonical"),
-    [("float32", "fp32"), ("torch.float16", "fp16"), ("half", "fp16"), ("bfloat16", "bf16"), ("double", "fp64")],
+    [
+        ("float32", "fp32"),
+        ("torch.float16", "fp16"),
+        ("half", "fp16"),
+        ("bfloat16", "bf16"),
+        ("double", "fp64"),
+    ],
 )
 def test_dtypes_accept_aliases(alias: str, canonical: str) -> None:
     from hypothesis import find
