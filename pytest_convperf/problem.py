@@ -42,8 +42,8 @@ def canonical_dtype(value: object) -> str:
             return DTYPE_ALIASES[key]
     accepted = ", ".join(sorted(DTYPE_ALIASES))
     raise ValueError(
-        f"dtype={value!r} is not supported; use one of {sorted(DTYPES)} "
-        f"(accepted aliases: {accepted}, or the matching torch dtype such as torch.float32)"
+        f"dtype={value!r} must be one of {sorted(DTYPES)}, one of the aliases {accepted}, "
+        "or the matching torch dtype such as torch.float32"
     )
 
 

@@ -54,7 +54,7 @@ def test_replace_and_from_id_keep_the_short_name() -> None:
 @pytest.mark.parametrize("bad", ["fp8", "int8", torch.int32, torch.complex64, 32, None])
 def test_unknown_dtype_is_a_clear_value_error(bad: object) -> None:
     with pytest.raises(
-        ValueError, match=r"is not supported; use one of \['bf16', 'fp16', 'fp32', 'fp64'\].*float32"
+        ValueError, match=r"must be one of \['bf16', 'fp16', 'fp32', 'fp64'\], one of the aliases .*float32"
     ):
         _problem(bad)
 
