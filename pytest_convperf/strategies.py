@@ -3,7 +3,10 @@
 No ``assume``/``filter``: every draw is turned into a valid problem. The order is kind and
 channels, then kernel, stride and dilation, then the *output* size, then padding, and the input
 size is derived from those (``H = (Ho-1)*s + d*(k-1) + 1 - 2p + r`` with ``0 <= r < s``), so the
-output is never empty and the element budget is respected up front.
+output is never empty and the element budget is respected up front. Before any of that, one
+switch per edge feature (odd channels, even kernel, non-square pairs, small output, odd input,
+padding) is drawn, so combinations of edge features are as common as single ones; the hit rates on
+bugs planted at such combinations are measured by ``tools/fuzz_hit_rate.py``.
 
 Tensor data is not drawn here: draw a seed (:func:`seeds`) and call ``problem.make_inputs``.
 """
