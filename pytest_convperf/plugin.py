@@ -49,7 +49,16 @@ def pytest_convperf_write_report(
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ``convperf`` option group; every option is also an ini key."""
-    group = parser.getgroup("convperf", "convperf: conv2d kernel correctness and speedup baselines")
+    from pytest_convperf.strategies import profiles_help
+
+    # argparse prints a group's description as its heading, verbatim: the profiles go there.
+    profiles = profiles_help().replace("\n", "\n    ")
+    group = parser.getgroup(
+        "convperf",
+        "convperf: conv2d kernel correctness and speedup baselines\n"
+        "  Hypothesis profiles (--hypothesis-profile=NAME, no deadline):\n"
+        f"    {profiles}\n  convperf options",
+    )
     for spec in OPTIONS:
         if spec.is_flag:
             group.addoption(spec.flag, action="store_true", default=None, dest=spec.ini, help=spec.help)

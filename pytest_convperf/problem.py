@@ -18,6 +18,34 @@ Kind = Literal["dense", "grouped", "depthwise", "pointwise"]
 DTYPES: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 LAYOUTS = ("nchw", "nhwc")
+# Names a user may write for each dtype: torch's names (``torch.float32`` prints as "torch.float32")
+# and NumPy-style aliases. All map to the short canonical name used in ids and baseline keys.
+DTYPE_ALIASES: dict[str, str] = {
+    **{short: short for short in DTYPES},
+    **{long: short for short, long in DTYPES.items()},
+    "float": "fp32",
+    "half": "fp16",
+    "double": "fp64",
+}
+
+
+def canonical_dtype(value: object) -> str:
+    """``fp32``/``fp16``/``bf16``/``fp64`` for a short name, a torch dtype or one of its names.
+
+    ``torch.float32``, ``"float32"``, ``"float"`` and ``"torch.float32"`` all give ``"fp32"``.
+    A torch dtype is recognised by its ``str`` (``"torch.float16"``), so torch is not imported.
+    """
+    text = str(value) if type(value).__module__ == "torch" else value
+    if isinstance(text, str):
+        key = text.strip().lower().removeprefix("torch.")
+        if key in DTYPE_ALIASES:
+            return DTYPE_ALIASES[key]
+    accepted = ", ".join(sorted(DTYPE_ALIASES))
+    raise ValueError(
+        f"dtype={value!r} must be one of {sorted(DTYPES)}, one of the aliases {accepted}, "
+        "or the matching torch dtype such as torch.float32"
+    )
+
 
 Pair = tuple[int, int]
 
@@ -49,7 +77,8 @@ class Conv2dProblem:
     """A conv2d problem: shapes, hyper-parameters, dtype and memory layout.
 
     ``kernel``, ``stride``, ``padding`` and ``dilation`` accept an int or an (h, w) pair and are
-    stored as pairs. ``dtype`` is one of ``fp32``, ``fp16``, ``bf16``, ``fp64``; ``layout`` is
+    stored as pairs. ``dtype`` is one of ``fp32``, ``fp16``, ``bf16``, ``fp64``, or a torch dtype or
+    name for one (``torch.float32``, ``"float32"``, ``"half"``...), stored as the short name; ``layout`` is
     ``nchw`` (contiguous) or ``nhwc`` (channels_last). Invalid combinations raise ``ValueError``
     naming the field and the rule.
     """
@@ -71,6 +100,7 @@ class Conv2dProblem:
     def __post_init__(self) -> None:
         for name in ("kernel", "stride", "padding", "dilation"):
             object.__setattr__(self, name, _pair(getattr(self, name), name))
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
         for name in ("n", "c_in", "h", "w", "c_out", "groups"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -102,8 +132,6 @@ class Conv2dProblem:
                     f"(kernel {k}, dilation {d}): the output would be empty; "
                     f"use {axis} >= {span - 2 * p} or more padding"
                 )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype={self.dtype!r} must be one of {sorted(DTYPES)}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout={self.layout!r} must be one of {list(LAYOUTS)}")
 

@@ -70,7 +70,15 @@ def test_reaches_even_and_non_square_kernels_multipliers_and_batch_one() -> None
         ({"dtypes": ("fp8",)}, "dtypes has"),
         ({"strides": (0,)}, "strides has"),
         ({"max_batch": 0}, "max_batch=0 must be >= 1"),
-        ({"max_elements": 100}, "max_elements=100 is too small"),
+        ({"max_elements": 10}, "max_elements=10 is too small.*raise max_elements or lower strides"),
+        (
+            {"max_elements": 2**8, "max_channels": 65},
+            "max_elements=256 is too small.*raise max_elements or lower max_channels",
+        ),
+        (
+            {"max_elements": 2**10, "kernel_sizes": (7,), "dilations": (3,)},
+            "raise max_elements or lower dilations, kernel_sizes",
+        ),
     ],
 )
 def test_bad_knobs_are_rejected(knobs: dict[str, object], message: str) -> None:
