@@ -10,6 +10,8 @@ merge-baselines A B [...] -o OUT [--prefer first|last]
     a conflict (exit 1) unless ``--prefer`` says which side wins.
 report DIR [--markdown]
     Prints the summary of a ``--convperf-report`` directory again (from its rows.json).
+history DIR [--persist N] [--no-plot]
+    Change points per check over DIR/history.jsonl, one line each, and DIR/history.png.
 """
 
 from __future__ import annotations
@@ -214,6 +216,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from pytest_convperf.history import run
+
+    lines, code = run(Path(args.dir), persist=args.persist, plot=not args.no_plot)
+    print("\n".join(lines), file=sys.stderr if code else sys.stdout)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m pytest_convperf``."""
     parser = argparse.ArgumentParser(
@@ -235,6 +245,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = sub.add_parser("report", help="print the summary of a --convperf-report directory")
     rep.add_argument("dir")
     rep.add_argument("--markdown", action="store_true")
+    hist = sub.add_parser("history", help="change points per check over a report directory's history.jsonl")
+    hist.add_argument("dir")
+    hist.add_argument("--persist", type=int, default=3, help="runs a step must last to count (default 3)")
+    hist.add_argument("--no-plot", action="store_true", help="do not draw history.png")
     args, rest = parser.parse_known_args(argv)
     if args.command == "calibrate":
         return cmd_calibrate(args, rest)
@@ -243,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "merge-baselines":
             return cmd_merge(args)
+        if args.command == "history":
+            return cmd_history(args)
         return cmd_report(args)
     except Exception as exc:  # UsageError from validation: print it like pytest does
         if type(exc).__name__ == "UsageError":
