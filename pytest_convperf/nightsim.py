@@ -28,7 +28,7 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,23 +129,30 @@ def _noop() -> None:
     return None
 
 
+def label(method: Method, alpha: float) -> str:
+    """Tally key: ``holm@0.01``; the per-check rule alone is ``none``."""
+    return "none" if method == "none" else f"{method}@{alpha:g}"
+
+
 def run_nights(
     nights: int,
     scenario: Scenario,
     *,
     slowdown: float = 0.0,
-    alpha: float = 0.01,
+    alphas: Sequence[float] = (0.01,),
     methods: Sequence[Method] = METHODS,
     seed: int = 2026,
     policy: Policy | None = None,
+    progress: Callable[[int, Tally], None] | None = None,
 ) -> Tally:
     """Simulate ``nights``; with ``slowdown`` > 0 one random gateable check per night regresses by it."""
     rng = np.random.default_rng(seed)
     policy = policy or default_policy(scenario.device)
     tol = math.log1p(policy.tolerance)
     tally = Tally(nights=nights)
-    for m in methods:
-        tally.false_nights[m] = tally.false_fails[m] = tally.detected[m] = 0
+    labels = [(m, a, label(m, a)) for m in methods for a in (alphas if m != "none" else alphas[:1])]
+    for _, _, name in labels:
+        tally.false_nights[name] = tally.false_fails[name] = tally.detected[name] = 0
     start = time.perf_counter()
     suite: list[_Check] = []
     for night in range(nights):
@@ -169,14 +176,17 @@ def run_nights(
             dec = decide(measure(rng, check, mu, scenario.rounds), check.entry, policy, confirm=confirm)
             verdicts[key] = (dec.verdict.value, dec.p_value)
         tally.gated += sum(v == "PASS" or v == "FAIL" or v == "IMPROVED" for v, _ in verdicts.values())
-        for m in methods:
-            night_ctl = control(verdicts, method=m, alpha=alpha, per_check_alpha=1 - policy.confirm_q)
+        for m, a, name in labels:
+            night_ctl = control(verdicts, method=m, alpha=a, per_check_alpha=1 - policy.confirm_q)
             false = [k for k in night_ctl.fails if k not in truly_slower]
-            tally.false_nights[m] += bool(false)
-            tally.false_fails[m] += len(false)
-            tally.detected[m] += f"c{bad}" in night_ctl.fails
+            tally.false_nights[name] += bool(false)
+            tally.false_fails[name] += len(false)
+            tally.detected[name] += f"c{bad}" in night_ctl.fails
             tally.family = night_ctl.m
         tally.regressed_nights += bad >= 0
+        if progress is not None:
+            tally.seconds = time.perf_counter() - start
+            progress(night + 1, tally)
     tally.seconds = time.perf_counter() - start
     return tally
 
@@ -185,24 +195,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_convperf.nightsim", description=__doc__)
     parser.add_argument("--nights", type=int, default=1000)
     parser.add_argument("--checks", type=int, default=500)
-    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument(
+        "--alpha", type=float, nargs="+", default=[0.01, 0.05, 0.25], help="night-wide levels to tally"
+    )
     parser.add_argument("--slowdown", type=float, default=0.0, help="one check per night slower by this")
     parser.add_argument("--scenario", choices=("quiet", "nominal", "harsh"), default="nominal")
+    parser.add_argument("--noise-runs", type=int, default=10, help="calibration runs behind each noise")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--every", type=int, default=50, help="print the running figures every N nights")
     args = parser.parse_args(argv)
     hi = {"quiet": (0.02, 0.0075), "nominal": (0.03, 0.015), "harsh": (0.05, 0.03)}[args.scenario]
-    sc = Scenario(name=args.scenario, checks=args.checks, cw_hi=hi[0], sb_hi=hi[1])
-    t = run_nights(args.nights, sc, slowdown=args.slowdown, alpha=args.alpha, seed=args.seed)
-    print(f"scenario {sc}")
-    print(f"{t.nights} nights x {sc.checks} checks, family {t.family}, {t.seconds:.0f} s")
-    for m in METHODS:
-        line = (
-            f"  {m:5s} nights with a false FAIL {t.false_nights[m] / t.nights:.4f} "
-            f"({t.false_nights[m]}/{t.nights}); false FAILs {t.false_fails[m]}"
-        )
-        if t.regressed_nights:
-            line += f"; {args.slowdown:.0%} regression caught on night 1: {t.detected[m] / t.regressed_nights:.3f}"
-        print(line, flush=True)
+    sc = Scenario(
+        name=args.scenario, checks=args.checks, cw_hi=hi[0], sb_hi=hi[1], noise_runs=args.noise_runs
+    )
+    print(f"scenario {sc}, alpha {args.alpha}, seed {args.seed}", flush=True)
+
+    def show(done: int, t: Tally) -> None:
+        if done % args.every and done != args.nights:
+            return
+        print(f"{done} nights x {sc.checks} checks, family {t.family}, {t.seconds:.0f} s")
+        for m in t.false_nights:
+            line = (
+                f"  {m:9s} nights with a false FAIL {t.false_nights[m] / done:.4f} "
+                f"({t.false_nights[m]}/{done}); false FAILs {t.false_fails[m]}"
+            )
+            if t.regressed_nights:
+                line += (
+                    f"; {args.slowdown:.0%} regression caught on night 1: "
+                    f"{t.detected[m] / t.regressed_nights:.3f} ({t.detected[m]}/{t.regressed_nights})"
+                )
+            print(line, flush=True)
+
+    run_nights(args.nights, sc, slowdown=args.slowdown, alphas=args.alpha, seed=args.seed, progress=show)
     return 0
 
 
