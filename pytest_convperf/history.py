@@ -24,6 +24,7 @@ reported yet; it is new tonight when tonight is its ``persist``-th night. A step
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -119,7 +120,7 @@ def series_from_records(records: Iterable[Mapping[str, Any]]) -> Series:
 
 def night_sigma(values: Sequence[float]) -> float:
     """Robust night-to-night SD: 1.4826 MAD of first differences / sqrt(2), floored."""
-    diffs = [b - a for a, b in zip(values, values[1:])]
+    diffs = [b - a for a, b in itertools.pairwise(values)]
     if len(diffs) < 2:
         return SIGMA_FLOOR
     med = statistics.median(diffs)
@@ -199,7 +200,9 @@ def all_change_points(series: Series, *, persist: int = PERSIST) -> list[ChangeP
     return out
 
 
-def plot_history(series: Series, cps: Sequence[ChangePoint], path: Path, *, max_checks: int = 24) -> str | None:
+def plot_history(
+    series: Series, cps: Sequence[ChangePoint], path: Path, *, max_checks: int = 24
+) -> str | None:
     """``history.png``: time ratio per run for each check (steps first), change points marked."""
     try:
         import matplotlib

@@ -123,7 +123,11 @@ class NightControl:
             how = f"Benjamini-Hochberg: expected share of false FAILs among FAILs <= {self.alpha:g}"
         else:
             how = "no night-wide control (--convperf-false-alarms=none)"
-        tail = f"; {len(self.cleared)} per-check FAIL(s) not significant across the night" if self.cleared else ""
+        tail = (
+            f"; {len(self.cleared)} per-check FAIL(s) not significant across the night"
+            if self.cleared
+            else ""
+        )
         return f"false alarms: {how}; {base}{tail}"
 
 

@@ -81,7 +81,9 @@ def _noise(rng: np.random.Generator, shape: tuple[int, ...], cw: float) -> np.nd
     e = cw * rng.standard_normal(shape)
     out = rng.random(shape) < 0.05
     sign = rng.choice(np.array([-1.0, 1.0]), shape, p=[0.3, 0.7])
-    return e + out * np.abs(rng.standard_normal(shape)) * 5 * cw * sign
+    outliers = out * np.abs(rng.standard_normal(shape)) * 5 * cw * sign
+    total: np.ndarray = e + outliers
+    return total
 
 
 class _Check:

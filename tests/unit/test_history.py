@@ -18,7 +18,11 @@ pytest.importorskip("ruptures")
 
 
 def _records(
-    ratios: list[float], *, key: str = "test_dw[x]", machine: str = "h100", verdicts: dict[int, str] | None = None
+    ratios: list[float],
+    *,
+    key: str = "test_dw[x]",
+    machine: str = "h100",
+    verdicts: dict[int, str] | None = None,
 ) -> list[dict[str, object]]:
     verdicts = verdicts or {}
     return [
@@ -35,7 +39,9 @@ def _records(
     ]
 
 
-def _noisy(n: int, seed: int, *, step_at: int | None = None, step: float = 0.10, sd: float = 0.01) -> list[float]:
+def _noisy(
+    n: int, seed: int, *, step_at: int | None = None, step: float = 0.10, sd: float = 0.01
+) -> list[float]:
     rng = random.Random(seed)
     return [
         0.6 * math.exp(rng.gauss(0, sd) + (math.log1p(step) if step_at is not None and i >= step_at else 0.0))
