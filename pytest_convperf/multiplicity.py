@@ -34,17 +34,18 @@ DEFAULT_ALPHA = 0.01
 FAMILY_VERDICTS = frozenset({"PASS", "FAIL", "IMPROVED", "ADVISORY"})
 
 
-def _check_p(pvalues: Sequence[float]) -> None:
+def _ranked(pvalues: Sequence[float]) -> list[int]:
+    """Indices of ``pvalues`` from the smallest p up, after checking each lies in [0, 1]."""
     for p in pvalues:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"a p-value must lie in [0, 1], got {p!r}")
+    return sorted(range(len(pvalues)), key=lambda i: pvalues[i])
 
 
 def holm_adjusted(pvalues: Sequence[float]) -> list[float]:
     """Holm-adjusted p-values: ``max_{j<=i} min(1, (m - j + 1) p_(j))`` in the input order."""
-    _check_p(pvalues)
+    order = _ranked(pvalues)
     m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
     out = [1.0] * m
     running = 0.0
     for rank, i in enumerate(order):
@@ -55,9 +56,8 @@ def holm_adjusted(pvalues: Sequence[float]) -> list[float]:
 
 def bh_adjusted(pvalues: Sequence[float]) -> list[float]:
     """Benjamini-Hochberg adjusted p-values: ``min_{j>=i} min(1, m p_(j) / j)`` in the input order."""
-    _check_p(pvalues)
+    order = _ranked(pvalues)
     m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
     out = [1.0] * m
     running = 1.0
     for rank in range(m - 1, -1, -1):
@@ -74,7 +74,7 @@ def adjusted(pvalues: Sequence[float], method: Method) -> list[float]:
     if method == "bh":
         return bh_adjusted(pvalues)
     if method == "none":
-        _check_p(pvalues)
+        _ranked(pvalues)
         return list(pvalues)
     raise ValueError(f"unknown false-alarm control {method!r}; choose one of {', '.join(METHODS)}")
 

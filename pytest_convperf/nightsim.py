@@ -177,7 +177,7 @@ def run_nights(
 
             dec = decide(measure(rng, check, mu, scenario.rounds), check.entry, policy, confirm=confirm)
             verdicts[key] = (dec.verdict.value, dec.p_value)
-        tally.gated += sum(v == "PASS" or v == "FAIL" or v == "IMPROVED" for v, _ in verdicts.values())
+        tally.gated += sum(v in ("PASS", "FAIL", "IMPROVED") for v, _ in verdicts.values())
         for m, a, name in labels:
             night_ctl = control(verdicts, method=m, alpha=a, per_check_alpha=1 - policy.confirm_q)
             false = [k for k in night_ctl.fails if k not in truly_slower]
@@ -215,7 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def show(done: int, t: Tally) -> None:
         if done % args.every and done != args.nights:
             return
-        print(f"{done} nights x {sc.checks} checks, family {t.family}, {t.seconds:.0f} s")
+        print(
+            f"{done} nights x {sc.checks} checks, family {t.family}, gated (not ADVISORY) "
+            f"{t.gated / (done * sc.checks):.2f}, {t.seconds:.0f} s"
+        )
         for m in t.false_nights:
             line = (
                 f"  {m:9s} nights with a false FAIL {t.false_nights[m] / done:.4f} "
