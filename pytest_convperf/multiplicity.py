@@ -22,9 +22,9 @@ Pure: no torch, no pytest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Method = Literal["holm", "bh", "none"]
 METHODS: tuple[Method, ...] = ("holm", "bh", "none")
@@ -87,6 +87,18 @@ def family_p_value(verdict: str, p_value: float | None) -> float | None:
     if verdict not in FAMILY_VERDICTS:
         return None
     return 1.0 if p_value is None else float(p_value)
+
+
+def checks_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, float | None]]:
+    """``{nodeid: (verdict, p_value)}`` from result rows (``row["decision"]`` is ``Decision.to_dict()``)."""
+    out: dict[str, tuple[str, float | None]] = {}
+    for row in rows:
+        p = (row.get("decision") or {}).get("p_value")
+        out[str(row.get("nodeid") or row.get("key"))] = (
+            str(row.get("verdict")),
+            None if p is None else float(p),
+        )
+    return out
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_convperf.baselines import Entry
-from pytest_convperf.multiplicity import bh_adjusted, control, family_p_value, holm_adjusted
+from pytest_convperf.multiplicity import (
+    bh_adjusted,
+    checks_from_rows,
+    control,
+    family_p_value,
+    holm_adjusted,
+)
 from pytest_convperf.results import Comparison
 from pytest_convperf.timing.fake import FakeTimer
 from pytest_convperf.timing.rounds import StopRule, measure_pair
@@ -95,3 +102,15 @@ def test_decide_carries_the_confirm_p_value() -> None:
     assert same.verdict.value == "PASS" and same.p_value is None
     unconfirmed = decide(_comparison(0.6), entry, policy)
     assert unconfirmed.stage == "screen" and unconfirmed.p_value is not None and unconfirmed.p_value < 0.05
+
+
+def test_rows_feed_the_controller() -> None:
+    rows: list[dict[str, Any]] = [
+        {"nodeid": "t.py::a", "key": "a", "verdict": "FAIL", "decision": {"p_value": 1e-7}},
+        {"nodeid": "t.py::b", "key": "b", "verdict": "PASS", "decision": {"p_value": None}},
+        {"nodeid": "t.py::c", "key": "c", "verdict": "NEW"},
+    ]
+    checks = checks_from_rows(rows)
+    assert checks == {"t.py::a": ("FAIL", 1e-7), "t.py::b": ("PASS", None), "t.py::c": ("NEW", None)}
+    night = control(checks, per_check_alpha=5e-4)
+    assert night.m == 2 and night.fails == ("t.py::a",)
