@@ -1,4 +1,4 @@
-"""``python -m pytest_convperf calibrate | merge-baselines | report | review``.
+"""``python -m pytest_convperf calibrate | merge-baselines | report | review | history``.
 
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
@@ -13,6 +13,8 @@ report DIR [--markdown]
 review BASE_REV [HEAD_REV]
     Prints a pull request's baseline changes as Markdown (old -> new ratio of every changed
     entry, env moved, reason) between two git revisions; HEAD_REV defaults to the work tree.
+history DIR [--persist N] [--no-plot]
+    Change points per check over DIR/history.jsonl, one line each, and DIR/history.png.
 """
 
 from __future__ import annotations
@@ -218,6 +220,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from pytest_convperf.history import run
+
+    lines, code = run(Path(args.dir), persist=args.persist, plot=not args.no_plot)
+    print("\n".join(lines), file=sys.stderr if code else sys.stdout)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m pytest_convperf``."""
     parser = argparse.ArgumentParser(
@@ -242,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rev = sub.add_parser("review", help="print a pull request's baseline changes as Markdown")
     rev.add_argument("base", help="the base revision (e.g. the pull request's base sha)")
     rev.add_argument("head", nargs="?", default=None, help="the head revision (default: the work tree)")
+    hist = sub.add_parser("history", help="change points per check over a report directory's history.jsonl")
+    hist.add_argument("dir")
+    hist.add_argument("--persist", type=int, default=3, help="runs a step must last to count (default 3)")
+    hist.add_argument("--no-plot", action="store_true", help="do not draw history.png")
     args, rest = parser.parse_known_args(argv)
     if args.command == "calibrate":
         return cmd_calibrate(args, rest)
@@ -255,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(review(args.base, args.head))
             return 0
+        if args.command == "history":
+            return cmd_history(args)
         return cmd_report(args)
     except Exception as exc:  # UsageError from validation: print it like pytest does
         if type(exc).__name__ == "UsageError":

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytest_convperf.env import env_diff
 from pytest_convperf.quality import quality_drift
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.stats import t_quantile
+from pytest_convperf.stats import t_cdf, t_quantile
 
 if TYPE_CHECKING:
     from pytest_convperf.baselines import Entry
@@ -101,6 +101,16 @@ class Stage:
         half = t_quantile(q + (1 - q) / 2, self.df) * self.sigma
         return (math.expm1(self.d - half), math.expm1(self.d + half))
 
+    def p_value(self, tolerance: float) -> float:
+        """One-sided p of H0 "slowdown <= tolerance": ``P(T >= (d - ln(1 + tol)) / sigma)``, T ~ t(df).
+
+        The stage rejects H0 at its own quantile exactly when this is under ``1 - q`` (``lower >
+        ln(1 + tol)``), so a night-wide controller (``multiplicity``) can replace ``1 - q``.
+        """
+        t = (self.d - math.log1p(tolerance)) / self.sigma
+        # The lower tail of -t keeps precision where 1 - cdf(t) would round to 0.
+        return t_cdf(-t, self.df)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -120,6 +130,9 @@ class Decision:
     env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     confirm: Comparison | None = None
+    # One-sided p-value of H0 "slowdown <= tolerance" from the last stage that ran for a suspect:
+    # the confirm stage (or the screen when there was no confirm); None when no suspect was tested.
+    p_value: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,6 +150,7 @@ class Decision:
             "env_diff": {k: list(v) for k, v in self.env_diff.items()},
             "notes": list(self.notes),
             "confirm": self.confirm.to_dict() if self.confirm is not None else None,
+            "p_value": self.p_value,
         }
 
 
@@ -346,6 +360,7 @@ def decide(
                 "fail",
                 f"FAIL (screen, unconfirmed): slower than the baseline: {numbers}",
                 stage="screen",
+                p_value=screen.p_value(policy.tolerance),
                 **common,
             )
         second = confirm(policy.confirm_factor * comparison.n_rounds)
@@ -366,7 +381,12 @@ def decide(
             f"(99.9 % CI {_pct(c_lo)} .. {_pct(c_hi)}); "
             f"{_us_line(entry, second)}"
         )
-        common.update(delta=math.expm1(conf.d), delta_ci=conf.delta_ci(), sigma=conf.sigma)
+        common.update(
+            delta=math.expm1(conf.d),
+            delta_ci=conf.delta_ci(),
+            sigma=conf.sigma,
+            p_value=conf.p_value(policy.tolerance),
+        )
         if conf.lower > tol:
             return Decision(
                 Verdict.FAIL,
