@@ -50,7 +50,7 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_timing.CudaTimer, Recorde
     info = DeviceInfo(kind="cuda", torch_device="cuda:0", name="stub", slug="stub", threads=1, l2_bytes=2**20)
     info.nvml = SimpleNamespace(sample=lambda: ClockSample(sm_mhz=1500.0))  # type: ignore[assignment]
     timer = cuda_timing.CudaTimer(info)
-    timer._flush = SimpleNamespace(zero_=lambda: rec.log.append("flush"))  # type: ignore[assignment]
+    timer._evict = lambda: rec.log.append("flush")
     timer._cycles_per_s = 1e9  # 1 cycle per ns
     return timer, rec
 

@@ -74,6 +74,10 @@ class Timer(Protocol):
         """Clock state right after the last round (None: clocks unknown)."""
         ...
 
+    def warmed_up(self) -> None:
+        """Called after each warm-up: re-size what depends on the clocks (the CUDA launch gate)."""
+        ...
+
     def pinned(self) -> AbstractContextManager[None]:
         """Context in which measurements run (fixed thread count on a CPU)."""
         ...

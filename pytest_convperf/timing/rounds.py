@@ -159,6 +159,7 @@ def warm_up(timer: Timer, jobs: Sequence[Job], rule: StopRule) -> WarmupResult:
         previous = medians
         if timer.now() - start >= rule.warmup_cap_s:
             break
+    timer.warmed_up()
     return WarmupResult(index, converged, tuple(medians), timer.now() - start)
 
 
