@@ -214,6 +214,11 @@ class ConvperfFixture:
     def nodeid(self) -> str:
         return str(self.request.node.nodeid)
 
+    @property
+    def module(self) -> str:
+        """The baseline file of this test: its module's stem."""
+        return Path(str(self.request.node.path)).stem
+
     def key(self, problem: Conv2dProblem, phase: str) -> str:
         """Baseline key: the test name (plus ``@<problem id>`` when the name lacks it), ``:<phase>``.
 
@@ -256,8 +261,13 @@ class ConvperfFixture:
         phase: str,
         mode: str,
         rule: StopRule | None,
+        stored_mode: str | None = None,
     ) -> tuple[Comparison, Callable[[float], Comparison]]:
-        """Measure once; also return ``confirm(factor)`` that re-times with ``factor`` x the rounds."""
+        """Measure once; also return ``confirm(factor)`` that re-times with ``factor`` x the rounds.
+
+        ``stored_mode``: the baseline entry's timing mode, which ``auto`` reuses; the confirm
+        reuses the first measurement's mode, so one decision never mixes cold and graph timings.
+        """
         _check_phase(phase)
         device = self.device
         device.ensure_usable()
@@ -272,7 +282,7 @@ class ConvperfFixture:
         timer = self.timer
         base_rule = rule or StopRule.for_timer(timer)
 
-        def run(the_rule: StopRule, extra: dict[str, Any]) -> Comparison:
+        def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
             with self._device_errors(problem), perf_settings(problem, device) as settings:
                 sets = _InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device)
                 cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
@@ -282,7 +292,13 @@ class ConvperfFixture:
                     ref = Workload("reference", ref.call)
                 with timing_slot(self.request.config):  # under xdist: alone on a shared device
                     comparison = measure_pair(
-                        timer, cand, ref, mode=mode, rule=the_rule, facts={**facts, **settings, **extra}
+                        timer,
+                        cand,
+                        ref,
+                        mode=mode,
+                        rule=the_rule,
+                        facts={**facts, **settings, **extra},
+                        stored_mode=sticky,
                     )
             self._sanity(comparison, problem)
             return comparison
@@ -290,11 +306,13 @@ class ConvperfFixture:
         with timing_slot(self.request.config):  # its copy-bandwidth floor is a measurement too
             extra = self._reference_facts(ref_fn, reference is None, problem, phase, seed)
             extra["memory"] = self._memory_facts(candidate, ref_fn, problem, phase, seed)
-        first = run(base_rule, extra)
+        first = run(base_rule, extra, stored_mode)
 
         def confirm(factor: float = 3.0) -> Comparison:
             return run(
-                base_rule.scaled(factor, first.n_rounds), {**extra, "confirm_of_rounds": first.n_rounds}
+                base_rule.scaled(factor, first.n_rounds),
+                {**extra, "confirm_of_rounds": first.n_rounds},
+                first.candidate.mode,
             )
 
         return first, confirm
@@ -436,8 +454,13 @@ class ConvperfFixture:
                 self.nodeid, self._row(key, problem, phase, report, None, None, report.message())
             )
             pytest.fail(report.message(), pytrace=False)
+        from pytest_convperf.gate import stored_mode
+
+        sticky = None
+        if mode == "auto":  # time it as its baseline entry was timed (cold or graph)
+            sticky = stored_mode(self.session, self.module, key, timer_kind=self.timer.kind)
         comparison, confirm = self._measure(
-            candidate, problem, reference=reference, phase=phase, mode=mode, rule=None
+            candidate, problem, reference=reference, phase=phase, mode=mode, rule=None, stored_mode=sticky
         )
         if self.session.cfg.trace:
             comparison.facts["traces"] = self._traces(candidate, reference, problem, phase, seed)
@@ -526,7 +549,7 @@ class ConvperfFixture:
         return {
             "key": key,
             "nodeid": self.nodeid,
-            "module": Path(str(self.request.node.path)).stem,
+            "module": self.module,
             "problem": problem.id,
             "phase": phase,
             "comparison": comparison.to_dict() if comparison is not None else None,

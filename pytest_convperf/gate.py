@@ -19,7 +19,15 @@ import pytest
 
 from pytest_convperf.baselines import Entry, Store, resolve_machine, validate_tree
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.verdict import QUALITY_KEYS, Decision, Policy, decide, default_policy, env_from_facts
+from pytest_convperf.verdict import (
+    QUALITY_KEYS,
+    Decision,
+    Policy,
+    decide,
+    default_policy,
+    env_from_facts,
+    timing_of,
+)
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
@@ -55,6 +63,16 @@ def store_for(session: ConvperfSession, *, fake: bool = False) -> Store:
             machine += FAKE_SUFFIX
         config.stash[key] = Store(cfg.baselines_dir, machine)
     return config.stash[key]
+
+
+def stored_mode(session: ConvperfSession, module: str, key: str, *, timer_kind: str) -> str | None:
+    """The timing mode of a check's stored entry (None: no entry, or none recorded).
+
+    ``check`` passes it to ``measure_pair(stored_mode=...)`` so that ``mode="auto"`` times a
+    check the way its baseline was timed, instead of re-deciding near the CUDA-graph threshold.
+    """
+    entry = store_for(session, fake=timer_kind == "fake").get(module, key)
+    return entry.mode if entry is not None else None
 
 
 def validate_baselines(cfg: ConvperfConfig) -> None:
@@ -102,6 +120,7 @@ def new_entry(
     quality: Mapping[str, float] | None = None,
 ) -> Entry:
     """The entry this measurement would store; noise stays with the machine (kept from the old entry)."""
+    timing = timing_of(comparison)
     return Entry(
         time_ratio=comparison.time_ratio,
         noise=old.noise if old is not None else policy.noise_floor,
@@ -113,6 +132,8 @@ def new_entry(
         correctness=correctness_of(errors),
         tolerance=old.tolerance if old is not None else None,
         quality=dict(quality or {}),
+        mode=timing["mode"],
+        flush=timing.get("flush"),
     )
 
 
@@ -163,7 +184,9 @@ def plan_update(
     drift = verdict is Verdict.CORRECTNESS_FAIL
     # An entry recorded before quality was gated gains its quality block on the next update.
     quality_added = bool(candidate.quality) and not old.quality
-    if abs(shift) <= band and not env_changed and not drift and not quality_added:
+    # Likewise its timing mode, so that ``auto`` reuses it from then on (sticky per key).
+    mode_added = candidate.mode is not None and old.mode is None
+    if abs(shift) <= band and not env_changed and not drift and not quality_added and not mode_added:
         return UpdatePlan(
             "keep",
             f"the new ratio {candidate.time_ratio:.4g} lies within the noise band "

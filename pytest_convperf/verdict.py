@@ -217,6 +217,26 @@ def env_diff(
     return out
 
 
+def timing_of(comparison: Comparison) -> dict[str, str]:
+    """How a comparison was timed, as an entry stores it: ``mode`` and, for ``cold``, ``flush``."""
+    out = {"mode": comparison.candidate.mode}
+    flush = comparison.facts.get("flush")
+    if comparison.candidate.mode == "cold" and isinstance(flush, str):
+        out["flush"] = flush
+    return out
+
+
+def timing_diff(entry: Entry, comparison: Comparison) -> dict[str, tuple[str | None, str | None]]:
+    """Timing mode / L2 flush that differ from the entry's: {"mode": (stored, now)}; unknown never differs."""
+    now = timing_of(comparison)
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for key, old in (("mode", entry.mode), ("flush", entry.flush)):
+        new = now.get(key)
+        if old is not None and new is not None and old != new:
+            out[key] = (old, new)
+    return out
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
@@ -367,6 +387,8 @@ def decide(
     diff = env_diff(entry.env, env)
     if backend is not None and entry.reference_backend is not None and backend != entry.reference_backend:
         diff["reference_backend"] = (entry.reference_backend, backend)
+    # Timings of two modes (cold vs CUDA graph) or flush kinds are not comparable: never judged.
+    timing = timing_diff(entry, comparison)
     screen = _stage("screen", comparison, entry, policy, policy.screen_q)
     noise, _ = _noise(entry, policy)
     common: dict[str, Any] = {
@@ -382,14 +404,19 @@ def decide(
         f"{_pct(screen.delta_ci()[1])}) vs baseline ratio {entry.time_ratio:.4g}; "
         f"{_us_line(entry, comparison)}; tolerance {_p(policy.tolerance)}, noise {_p(noise, 2)}"
     )
-    if diff:
-        moved = ", ".join(f"{k} {a} -> {b}" for k, a, b in ((k, *v) for k, v in diff.items()))
+    if diff or timing:
+        changed = [
+            f"{what} changed ({', '.join(f'{k} {a} -> {b}' for k, (a, b) in d.items())})"
+            for what, d in (("timing", timing), ("environment", diff))
+            if d
+        ]
+        common["env_diff"] = {**timing, **diff}
         return Decision(
             Verdict.STALE,
             "pass",
-            f"STALE: environment changed ({moved}); {_moved_side(entry, comparison)}: {numbers}. "
+            f"STALE: {'; '.join(changed)}; {_moved_side(entry, comparison)}: {numbers}. "
             "Re-record with --convperf-update-baselines",
-            stage="env",
+            stage="mode" if timing else "env",
             **common,
         )
 

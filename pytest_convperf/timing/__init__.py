@@ -28,6 +28,12 @@ FAKE_TIMER_ENV = "CONVPERF_FAKE_TIMER"
 # Modes of a timed job. ``cold``/``warm``/``graph`` exist on CUDA; ``cpu`` and ``fake`` are
 # the only modes of their timers.
 MODES = ("auto", "cold", "warm", "graph")
+# How a measurement was timed (``Measurement.mode``), what a baseline entry stores; ``auto``
+# resolves to one of ``AUTO_CHOICES``.
+MEASURED_MODES = ("cold", "warm", "graph", "cpu", "fake")
+AUTO_CHOICES = ("cold", "graph")
+# CUDA L2 flush kinds of a cold sample (``cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
+FLUSH_KINDS = ("read", "write")
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,10 @@ def make_timer_callable(device_info: DeviceInfo, timer: Timer | None = None) -> 
 
 
 __all__ = [
+    "AUTO_CHOICES",
     "FAKE_TIMER_ENV",
+    "FLUSH_KINDS",
+    "MEASURED_MODES",
     "MODES",
     "Job",
     "Timer",

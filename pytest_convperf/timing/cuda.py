@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_convperf.timing import Job
+from pytest_convperf.timing import FLUSH_KINDS, Job
 
 if TYPE_CHECKING:
     from pytest_convperf.device import ClockSample, DeviceInfo
@@ -43,7 +43,6 @@ _CUDA: Any = torch.cuda
 MIN_GATE_S = 20e-6
 MAX_GATE_S = 5e-3
 FLUSH_ENV = "CONVPERF_L2_FLUSH"
-FLUSH_KINDS = ("read", "write")
 # Read: the lines a flush leaves in L2 are clean (see the module docstring).
 DEFAULT_FLUSH = "read"
 
@@ -98,17 +97,21 @@ class CudaTimer:
         if self._evict is None:
             buffer = torch.zeros(2 * self.l2_bytes // 4, dtype=torch.int32, device=self.torch_device)
             self._flush = buffer
-            if self.flush == "read":
-                sink = torch.zeros((), dtype=torch.int64, device=self.torch_device)
-                self._evict = lambda: read_flush(buffer, sink)
-            else:
-                self._evict = buffer.zero_
+            sink = torch.zeros((), dtype=torch.int64, device=self.torch_device)
+
+            def evict() -> None:
+                if self.flush == "read":
+                    read_flush(buffer, sink)
+                else:
+                    buffer.zero_()
+
             start, end = self._event_pair(0)
             start.record()
-            self._evict()
+            evict()
             end.record()
             end.synchronize()
             self.flush_s = start.elapsed_time(end) * 1e-3
+            self._evict = evict
         return self._evict
 
     def _calibrate_gate(self, *, again: bool = False) -> float:

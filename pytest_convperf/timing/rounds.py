@@ -22,7 +22,7 @@ from typing import Any
 from pytest_convperf import stats
 from pytest_convperf.device import ClockSample, reason_names
 from pytest_convperf.results import Comparison, Measurement
-from pytest_convperf.timing import MODES, Job, Timer
+from pytest_convperf.timing import AUTO_CHOICES, MODES, Job, Timer
 
 MAX_REPLAY_S = 5e-3
 
@@ -311,15 +311,40 @@ def _inconclusive(rounds: _Rounds, rule: StopRule) -> str | None:
     return None
 
 
+def auto_choice(warm_medians: Sequence[float], rule: StopRule, stored_mode: str | None) -> tuple[bool, str]:
+    """Whether ``auto`` times with CUDA graphs, and why (for the facts).
+
+    A stored entry's mode wins (sticky per key): near the ~20 us threshold a fresh choice could
+    flip between runs, and cold and graph timings are never compared with each other.
+    """
+    if stored_mode in AUTO_CHOICES:
+        why = "as stored (the baseline entry's mode, or the first measurement's for a confirm)"
+        return stored_mode == "graph", f"{stored_mode}: {why}"
+    fastest = min(warm_medians)
+    graph = fastest < rule.graph_threshold_s
+    sign = "<" if graph else ">="
+    return graph, (
+        f"{'graph' if graph else 'cold'}: warm-up median {fastest * 1e6:.3g} us {sign} "
+        f"{rule.graph_threshold_s * 1e6:.3g} us"
+    )
+
+
 def _prepare(
-    timer: Timer, workloads: Sequence[Workload], mode: str, rule: StopRule, facts: dict[str, Any]
+    timer: Timer,
+    workloads: Sequence[Workload],
+    mode: str,
+    rule: StopRule,
+    facts: dict[str, Any],
+    stored_mode: str | None = None,
 ) -> tuple[list[Job], WarmupResult]:
     if mode not in MODES:
         raise ValueError(f"timing mode {mode!r} is not one of {', '.join(MODES)}")
     base = "warm" if mode == "warm" else "cold"
     jobs = [timer.job(w.name, w.call, base) for w in workloads]
     warm = warm_up(timer, jobs, rule)
-    want_graph = mode == "graph" or (mode == "auto" and min(warm.medians) < rule.graph_threshold_s)
+    want_graph = mode == "graph"
+    if mode == "auto":
+        want_graph, facts["auto_mode"] = auto_choice(warm.medians, rule, stored_mode)
     if want_graph and not timer.supports_graphs:
         if mode == "graph":
             facts["graph"] = f"graph mode needs CUDA; the {timer.kind} timer timed {jobs[0].mode} instead"
@@ -378,19 +403,22 @@ def measure_pair(
     mode: str = "auto",
     rule: StopRule | None = None,
     facts: dict[str, Any] | None = None,
+    stored_mode: str | None = None,
 ) -> Comparison:
     """Time candidate and reference in paired, alternating rounds; return the comparison.
 
     ``mode``: ``auto`` (cold, switching to CUDA graphs under ~20 us), ``cold``, ``warm`` or
-    ``graph``. ``rule`` sets rounds and caps: pass ``rule.scaled(3, first.n_rounds)`` to confirm
-    a first measurement with three times the rounds. ``facts`` are merged into the result's.
+    ``graph``. ``stored_mode`` (the baseline entry's mode, or a first measurement's for its
+    confirm) makes ``auto`` reuse that choice (``cold`` or ``graph``; the facts' ``auto_mode``
+    says which and why). ``rule`` sets rounds and caps: pass ``rule.scaled(3, first.n_rounds)``
+    to confirm a first measurement with three times the rounds. ``facts`` are merged into the result's.
     """
     rule = rule or StopRule.for_timer(timer)
     cand = _as_workload("candidate", candidate)
     ref = _as_workload("reference", reference)
     out_facts: dict[str, Any] = dict(facts or {})
     with timer.pinned():
-        jobs, warm = _prepare(timer, [cand, ref], mode, rule, out_facts)
+        jobs, warm = _prepare(timer, [cand, ref], mode, rule, out_facts, stored_mode)
         rounds = run_rounds(timer, jobs, rule)
     kept = rounds.kept
     inconclusive = _inconclusive(rounds, rule)
