@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_convperf.correctness import CorrectnessReport, check_conv, describe
-from pytest_convperf.device import is_sticky_cuda_error
+from pytest_convperf.device import is_sticky_cuda_error, roofline_facts
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.precision import ieee_fp32
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
@@ -371,7 +371,7 @@ class ConvperfFixture:
     def _sanity(self, comparison: Comparison, problem: Conv2dProblem) -> None:
         bandwidth = self.device.copy_bandwidth()
         floor = problem.min_bytes / bandwidth
-        comparison.facts["roofline_floor_us"] = floor * 1e6
+        comparison.facts.update(roofline_facts(problem.min_bytes, self.device))
         for side, m in (("candidate", comparison.candidate), ("reference", comparison.reference)):
             if m.median < 0.5 * floor:
                 raise ImplausibleTime(
