@@ -274,6 +274,7 @@ def judge(
         "baselines_file": str(store.path(module)),
         "device_kind": device.kind,
         "env": env,
+        "timing": timing_of(final),
         "verdict": decision.verdict.value,
         "message": decision.message,
         "decision": decision.to_dict(),

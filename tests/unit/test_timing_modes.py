@@ -176,3 +176,35 @@ def test_the_plugin_records_the_mode_and_a_hand_changed_mode_is_stale(
     suite.set_ratio(0.5)
     suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
     assert suite.entries()[key]["mode"] == "fake"
+
+
+def test_calibrate_folds_one_mode_and_records_it(tmp_path: Path) -> None:
+    from pytest_convperf.__main__ import _write_calibration, calibrate_records
+    from pytest_convperf.baselines import read_file
+    from pytest_convperf.report import history_records
+
+    path = tmp_path / "box" / "m.yaml"
+
+    def record(ratio: float, mode: str) -> dict[str, object]:
+        timing = {"mode": mode, "flush": "read"} if mode == "cold" else {"mode": mode}
+        row = {
+            "key": "k",
+            "module": "m",
+            "verdict": "NEW",
+            "comparison": {"time_ratio": ratio, "candidate": {"median": 5e-6}, "reference": {"median": 1e-5}},
+            "baselines_file": str(path),
+            "machine": "box",
+            "device_kind": "cuda",
+            "timing": timing,
+        }
+        return history_records([row], when="now", commit=None)[0]
+
+    # Two graph runs and one cold run (auto flipped at the threshold): only the graph runs count.
+    runs = [[record(0.5, "graph")], [record(0.9, "cold")], [record(0.52, "graph")]]
+    check = calibrate_records(runs)[str(path)]["checks"]["k"]
+    assert check["runs"] == 2 and check["other_mode_runs"] == 1
+    assert check["time_ratio"] == pytest.approx(math.sqrt(0.5 * 0.52))
+    lines = _write_calibration(str(path), "box", calibrate_records(runs)[str(path)]["checks"])
+    assert "1 run(s) of another timing mode left out" in lines[0]
+    entry = read_file(path).entries["k"]
+    assert (entry.mode, entry.flush) == ("graph", None)
