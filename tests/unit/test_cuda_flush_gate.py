@@ -16,47 +16,18 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_convperf.device import ClockSample, DeviceInfo
 from pytest_convperf.timing import Job
 from pytest_convperf.timing import cuda as cuda_timing
 from pytest_convperf.timing.fake import FakeTimer
 from pytest_convperf.timing.rounds import StopRule, measure_one
+from tests._cuda_stub import Recorder, stub_timer
 
 L2_BYTES = 1 << 16  # 64 KiB: the flush buffer is 128 KiB of int32
 LINE_INTS = 128 // 4  # int32 elements per 128-byte L2 line
 
 
-class Script:
-    """Stand-in for ``torch.cuda``: events whose elapsed times come from a queue, a logged sleep."""
-
-    def __init__(self, elapsed_ms: Iterator[float]) -> None:
-        self.elapsed_ms = elapsed_ms
-        self.log: list[str] = []
-
-    def event(self, enable_timing: bool = False) -> Any:
-        script = self
-
-        class Event:
-            def record(self) -> None:
-                script.log.append("record")
-
-            def synchronize(self) -> None:
-                script.log.append("sync")
-
-            def elapsed_time(self, other: object) -> float:
-                return next(script.elapsed_ms)
-
-        return Event()
-
-    def sleep(self, cycles: int) -> None:
-        self.log.append(f"sleep:{cycles}")
-
-
-def _timer(monkeypatch: pytest.MonkeyPatch, script: Script, **kwargs: Any) -> cuda_timing.CudaTimer:
-    monkeypatch.setattr(cuda_timing, "_CUDA", SimpleNamespace(Event=script.event, _sleep=script.sleep))
-    info = DeviceInfo(kind="cuda", torch_device="cpu", name="stub", slug="stub", threads=1, l2_bytes=L2_BYTES)
-    info.nvml = SimpleNamespace(sample=lambda: ClockSample(sm_mhz=1500.0))  # type: ignore[assignment]
-    return cuda_timing.CudaTimer(info, **kwargs)
+def _timer(monkeypatch: pytest.MonkeyPatch, script: Recorder, **kwargs: Any) -> cuda_timing.CudaTimer:
+    return stub_timer(monkeypatch, script, torch_device="cpu", l2_bytes=L2_BYTES, **kwargs)
 
 
 def _constant(ms: float) -> Iterator[float]:
@@ -88,9 +59,9 @@ def test_flush_defaults_to_read_and_follows_the_env_and_the_argument(monkeypatch
     monkeypatch.setenv(cuda_timing.FLUSH_ENV, "write")
     assert cuda_timing.flush_kind() == "write"
     assert cuda_timing.flush_kind("read") == "read"  # the argument wins over the env
-    timer = _timer(monkeypatch, Script(_constant(0.25)))
+    timer = _timer(monkeypatch, Recorder(_constant(0.25)))
     assert timer.flush == "write" and timer.facts()["flush"] == "write"
-    assert _timer(monkeypatch, Script(_constant(0.25)), flush="read").facts()["flush"] == "read"
+    assert _timer(monkeypatch, Recorder(_constant(0.25)), flush="read").facts()["flush"] == "read"
 
 
 def test_an_unknown_flush_kind_is_an_error_naming_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,7 +69,7 @@ def test_an_unknown_flush_kind_is_an_error_naming_the_source(monkeypatch: pytest
     with pytest.raises(ValueError, match=r"\$CONVPERF_L2_FLUSH='evict' is not an L2 flush kind.*'read'"):
         cuda_timing.flush_kind()
     with pytest.raises(ValueError, match=r"flush='zero' is not an L2 flush kind"):
-        _timer(monkeypatch, Script(_constant(0.25)), flush="zero")
+        _timer(monkeypatch, Recorder(_constant(0.25)), flush="zero")
 
 
 # ---- what each flush does ------------------------------------------------------------------------
@@ -107,7 +78,7 @@ def test_an_unknown_flush_kind_is_an_error_naming_the_source(monkeypatch: pytest
 def test_read_flush_reads_the_whole_2x_l2_buffer_into_one_scalar_and_writes_nothing_else(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    timer = _timer(monkeypatch, Script(_constant(0.04)), flush="read")
+    timer = _timer(monkeypatch, Recorder(_constant(0.04)), flush="read")
     evict = timer._evictor()
     buffer = timer._flush
     assert buffer is not None and buffer.numel() * buffer.element_size() == 2 * L2_BYTES
@@ -129,7 +100,7 @@ def test_read_flush_reads_the_whole_2x_l2_buffer_into_one_scalar_and_writes_noth
 
 
 def test_write_flush_zeroes_the_whole_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    timer = _timer(monkeypatch, Script(_constant(0.04)), flush="write")
+    timer = _timer(monkeypatch, Recorder(_constant(0.04)), flush="write")
     evict = timer._evictor()
     buffer = timer._flush
     assert buffer is not None
@@ -144,7 +115,7 @@ def test_write_flush_zeroes_the_whole_buffer(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_flush_is_queued_before_the_gate_of_each_cold_sample_only(
     monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    script = Script(_constant(0.25))
+    script = Recorder(_constant(0.25))
     timer = _timer(monkeypatch, script, flush=kind)
     calls: list[str] = []
     timer._evictor()  # allocate and time it first
@@ -165,7 +136,7 @@ def test_the_gate_is_resized_when_warm_up_brings_the_clocks_up(monkeypatch: pyte
     (1M cycles in 0.505 ms: 1980 MHz): the gate's cycle count must follow the second rate."""
     rounds = 13  # warm-up of constant durations: 3 rounds + 2 windows of 5
     elapsed = iter([2.9] + [0.25] * (2 * rounds) + [0.505] + [0.25] * 2)
-    script = Script(elapsed)
+    script = Recorder(elapsed)
     timer = _timer(monkeypatch, script)
     # A host clock that never moves: enqueue time 0, so the gate stays at its 20 us floor.
     monkeypatch.setattr(cuda_timing, "time", SimpleNamespace(perf_counter=lambda: 0.0))
