@@ -13,7 +13,7 @@ region. The flush buffer is allocated once per timer.
 Flush kinds (``CudaTimer(flush=...)``, else ``$CONVPERF_L2_FLUSH``, default ``read``):
 ``write`` zeroes the buffer (triton's ``do_bench``, nvbench's memset) and leaves up to one L2 of
 dirty lines, which the timed kernel's own misses then write back to HBM (about 50 MB on an H100,
-~15 us at 3.35 TB/s charged to the kernel under test); ``read`` sums the buffer into one 8-byte
+~15 us at 3.35 TB/s charged to the kernel under test); ``read`` sums the buffer into one 4-byte
 scalar, so every line of 2 x L2 is touched and the lines left in L2 are clean: evicting them costs
 the timed kernel nothing. The kind is in :meth:`CudaTimer.facts` (``flush``), so every row says
 which flush produced it.
@@ -60,12 +60,12 @@ def flush_kind(value: str | None = None) -> str:
 
 
 def read_flush(buffer: torch.Tensor, sink: torch.Tensor) -> None:
-    """Read every element of ``buffer`` into the 0-dim int64 ``sink`` (no allocation, no sync).
+    """Read every element of ``buffer`` into the 0-dim ``sink`` of its dtype (no allocation, no sync).
 
     A sum depends on every element, so no kernel can skip a line of it; the result stays on the
-    device and is never read back.
+    device and is never read back. float32 (no dtype cast: torch's fastest reduction path).
     """
-    torch.sum(buffer, 0, dtype=torch.int64, out=sink)
+    torch.sum(buffer, 0, out=sink)
 
 
 class CudaTimer:
@@ -93,11 +93,11 @@ class CudaTimer:
 
     # ---- one-time setup ---------------------------------------------------------------------
     def _evictor(self) -> Callable[[], None]:
-        """The flush of one sample (allocating its 2 x L2 int32 buffer on first use, timed once)."""
+        """The flush of one sample (allocating its 2 x L2 float32 buffer on first use, timed once)."""
         if self._evict is None:
-            buffer = torch.zeros(2 * self.l2_bytes // 4, dtype=torch.int32, device=self.torch_device)
+            buffer = torch.zeros(2 * self.l2_bytes // 4, dtype=torch.float32, device=self.torch_device)
             self._flush = buffer
-            sink = torch.zeros((), dtype=torch.int64, device=self.torch_device)
+            sink = torch.zeros((), dtype=torch.float32, device=self.torch_device)
 
             def evict() -> None:
                 if self.flush == "read":

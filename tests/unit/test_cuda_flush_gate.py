@@ -23,7 +23,7 @@ from pytest_convperf.timing.rounds import StopRule, measure_one
 from tests._cuda_stub import Recorder, stub_timer
 
 L2_BYTES = 1 << 16  # 64 KiB: the flush buffer is 128 KiB of int32
-LINE_INTS = 128 // 4  # int32 elements per 128-byte L2 line
+LINE_FLOATS = 128 // 4  # float32 elements per 128-byte L2 line
 
 
 def _timer(monkeypatch: pytest.MonkeyPatch, script: Recorder, **kwargs: Any) -> cuda_timing.CudaTimer:
@@ -84,7 +84,7 @@ def test_read_flush_reads_the_whole_2x_l2_buffer_into_one_scalar_and_writes_noth
     assert buffer is not None and buffer.numel() * buffer.element_size() == 2 * L2_BYTES
     assert timer.facts()["flush_us"] == pytest.approx(40.0)
     # One 1 in every 128-byte line: the sum counts the lines, so a skipped line would show.
-    buffer[::LINE_INTS] = 1
+    buffer[::LINE_FLOATS] = 1.0
     before = buffer.clone()
     with OpLog() as log:
         evict()
@@ -94,9 +94,9 @@ def test_read_flush_reads_the_whole_2x_l2_buffer_into_one_scalar_and_writes_noth
     sink = [t for t in tensors if t[1] == 1]
     assert len(sink) == 1  # the only output: one scalar
     assert torch.equal(buffer, before)  # a read flush leaves the buffer (and its lines) clean
-    sum_out = torch.zeros((), dtype=torch.int64)
+    sum_out = torch.zeros(())
     cuda_timing.read_flush(buffer, sum_out)
-    assert int(sum_out) == 2 * L2_BYTES // 128  # every line contributed
+    assert float(sum_out) == 2 * L2_BYTES // 128  # every line contributed (exact in float32)
 
 
 def test_write_flush_zeroes_the_whole_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
