@@ -247,9 +247,9 @@ def markdown(
         "delta",
         "candidate us",
         "reference us",
+        "MDE",
         "roofline (copy BW)",
         "roofline (spec)",
-        "MDE",
     )
     for verdict, group in groups:
         lines += [

@@ -101,7 +101,7 @@ def test_report_and_terminal_show_both_percentages_and_say_which_is_which() -> N
     assert "measured device copy bandwidth (copy BW)" in note and "(spec: H100 SXM spec 3.35 TB/s)" in note
     assert any("roofline 62% of copy BW, 50% of spec peak" in line for line in lines)
     md = markdown([row])
-    assert "| roofline (copy BW) | roofline (spec) |" in md and "| 62% | 50% |" in md
+    assert "| MDE | roofline (copy BW) | roofline (spec) | note |" in md and "| - | 62% | 50% |" in md
 
 
 def test_without_a_spec_peak_the_report_says_unknown() -> None:
