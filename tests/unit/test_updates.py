@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -50,14 +51,20 @@ def test_quality_of_keeps_only_gated_finite_numbers() -> None:
 
 
 def test_plan_update_rules(tmp_path: Path) -> None:
-    old = Entry(time_ratio=0.5, noise=0.01, us_candidate=5.0, us_reference=10.0, env=dict(ENV))
+    old = Entry(time_ratio=0.5, noise=0.01, us_candidate=5.0, us_reference=10.0, env=dict(ENV), mode="fake")
     same = new_entry(comparison(0.5), old, CPU, env=ENV, backend=None, errors=())
+    assert same.mode == "fake"  # the timing mode of ``comparison``
     slower = new_entry(comparison(0.8), old, CPU, env=ENV, backend=None, errors=())
     assert plan_update(_cfg(tmp_path, set()), _decision(Verdict.PASS), old, same, CPU) is None
     skip = plan_update(_cfg(tmp_path, {"new"}), _decision(Verdict.FAIL), old, slower, CPU)
     assert skip is not None and skip.action == "skip" and "not selected" in skip.why
     keep = plan_update(_cfg(tmp_path, {"all"}), _decision(Verdict.PASS), old, same, CPU)
     assert keep is not None and keep.action == "keep"
+    # An entry recorded before modes were stored gains its mode on the next update, same ratio or not.
+    unmoded = plan_update(
+        _cfg(tmp_path, {"all"}), _decision(Verdict.PASS), replace(old, mode=None), same, CPU
+    )
+    assert unmoded is not None and unmoded.action == "write" and unmoded.entry == same
     refused = plan_update(_cfg(tmp_path, {"failed"}), _decision(Verdict.FAIL), old, slower, CPU)
     assert refused is not None and refused.action == "refused" and "--convperf-reason" in refused.why
     written = plan_update(_cfg(tmp_path, {"failed"}, reason="ok"), _decision(Verdict.FAIL), old, slower, CPU)
