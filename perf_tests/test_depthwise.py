@@ -92,16 +92,21 @@ class DepthwiseTable:
     scaled: bool = False
     rows: list[tuple[str, ...]] = field(default_factory=list)
     worst: list[str] = field(default_factory=list)
+    spec: str = "no spec peak"
 
     def add(self, problem: Conv2dProblem, phase: str, comparison: Comparison) -> None:
         ours = comparison.candidate.median_us
         ref = comparison.reference.median_us
-        floor = comparison.facts.get("roofline_floor_us")
-        roof = f"{100 * floor / ours:.0f} %" if isinstance(floor, (int, float)) and ours > 0 else "-"
+        floors = (comparison.facts.get("roofline_floor_us"), comparison.facts.get("roofline_spec_floor_us"))
+        roof, spec = (
+            f"{100 * floor / ours:.0f} %" if isinstance(floor, (int, float)) and ours > 0 else "-"
+            for floor in floors
+        )
+        self.spec = str(comparison.facts.get("roofline_spec") or self.spec)
         backend = str(comparison.facts.get("reference_backend") or "-")
         self.rows.append(
             (seed_label(problem), problem.dtype, problem.layout, phase, f"{ours:.1f}", f"{ref:.1f}",
-             f"{comparison.speedup:.2f}x", roof, backend)
+             f"{comparison.speedup:.2f}x", roof, spec, backend)
         )  # fmt: skip
 
     def markdown(self) -> list[str]:
@@ -112,12 +117,13 @@ class DepthwiseTable:
                 "is kernels.depthwise.reference (PyTorch ops), the reference PyTorch's CPU conv."
             )
         lines += [
-            "% of roofline = bytes that must move (read input/dy/weight, write the result once) at the "
-            "measured copy bandwidth / our median time. Times are medians in microseconds.",
+            "% of roofline = time to move the bytes that must move (read input/dy/weight, write the "
+            "result once) / our median time, at the measured copy bandwidth (copy BW) and at the "
+            f"datasheet peak ({self.spec}). Times are medians in microseconds.",
             "",
-            "| shape | dtype | layout | phase | ours (us) | reference (us) | speedup | % of roofline "
-            "| backend |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| shape | dtype | layout | phase | ours (us) | reference (us) | speedup "
+            "| % of roofline (copy BW) | % of roofline (spec) | backend |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += ["| " + " | ".join(r) + " |" for r in self.rows]
         if self.worst:

@@ -69,7 +69,12 @@ def calibrate_records(
             ident = (str(rec["baselines_file"]), str(rec.get("machine")), str(rec["key"]))
             by_check.setdefault(ident, []).append(rec)
     out: dict[str, Any] = {}
-    for (file, machine, key), recs in sorted(by_check.items()):
+    for (file, machine, key), every in sorted(by_check.items()):
+        # Runs timed in another mode (auto near the CUDA-graph threshold) are not the same
+        # measurement: fold only the most common mode's runs (the first seen wins a tie).
+        modes = [(r.get("timing") or {}).get("mode") for r in every]
+        mode = max(dict.fromkeys(modes), key=modes.count)
+        recs = [r for r, m in zip(every, modes) if m == mode]
         lns = [float(r["ln_ratio"]) for r in recs]
         dev_floor = (
             floor
@@ -88,6 +93,8 @@ def calibrate_records(
             "reference_backend": mid.get("reference_backend"),
             "correctness": mid.get("correctness") or {},
             "quality": mid.get("quality") or {},
+            "timing": mid.get("timing") or {},
+            "other_mode_runs": len(every) - len(recs),
         }
     return out
 
@@ -118,11 +125,15 @@ def _write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str
                     reference_backend=c.get("reference_backend"),
                     correctness={k: v for k, v in c.get("correctness", {}).items() if v is not None},
                     quality={k: float(v) for k, v in (c.get("quality") or {}).items() if v is not None},
+                    mode=(c.get("timing") or {}).get("mode"),
+                    flush=(c.get("timing") or {}).get("flush"),
                 )
                 what = "new entry (median of the runs)"
+            left_out = c.get("other_mode_runs", 0)
             lines.append(
                 f"  {key}: between-run SD {c['sd']:.2%} over {c['runs']} runs -> noise "
                 f"{c['noise']:.2%}{' (floor)' if c['noise'] > c['sd'] else ''}; {what}"
+                + (f"; {left_out} run(s) of another timing mode left out" if left_out else "")
             )
         atomic_write(path, dump_text(machine, current))
     return lines

@@ -22,6 +22,7 @@ from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_se
 from pytest_convperf.device import is_sticky_cuda_error
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.roofline import roofline_facts
 from pytest_convperf.timing.rounds import StopRule, TimedCallError, Workload, measure_pair
 from pytest_convperf.workload import (
     PHASES,
@@ -31,8 +32,8 @@ from pytest_convperf.workload import (
     correctness_settings,
     memory_facts,
     perf_settings,
-    phase_call,
     reference_facts,
+    trace_facts,
 )
 
 if TYPE_CHECKING:
@@ -126,10 +127,12 @@ class ConvperfFixture:
         mode: str,
         rule: StopRule | None,
         inputs: ConvInputs | None = None,
+        stored_mode: str | None = None,
     ) -> tuple[Comparison, Callable[[int], Comparison]]:
         """Measure once; also return ``confirm(n_rounds)`` that re-times with ``n_rounds`` rounds.
 
-        ``inputs``: the check's inputs of the recorded seed (built here when not given)."""
+        ``inputs``: the check's inputs of the recorded seed (built here when not given). ``stored_mode``:
+        the entry's timing mode, which ``auto`` reuses (the confirm reuses the first run's: never mixed)."""
         check_phase(phase)
         device = self.device
         device.ensure_usable()
@@ -146,7 +149,7 @@ class ConvperfFixture:
         if inputs is None:
             inputs = problem.make_inputs(seed, device.torch_device)
 
-        def run(the_rule: StopRule, extra: dict[str, Any]) -> Comparison:
+        def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
             with self._device_errors(problem), perf_settings(problem, device) as settings:
                 sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, inputs)
                 cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
@@ -156,7 +159,13 @@ class ConvperfFixture:
                     ref = Workload("reference", ref.call)
                 with timing_slot(self.request.config):  # under xdist: alone on a shared device
                     comparison = measure_pair(
-                        timer, cand, ref, mode=mode, rule=the_rule, facts={**facts, **settings, **extra}
+                        timer,
+                        cand,
+                        ref,
+                        mode=mode,
+                        rule=the_rule,
+                        facts={**facts, **settings, **extra},
+                        stored_mode=sticky,
                     )
             return self._sanity(comparison, problem)
 
@@ -164,11 +173,13 @@ class ConvperfFixture:
         with timing_slot(self.request.config), self._device_errors(problem):
             extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
             extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
-        first = run(base_rule, extra)
+        first = run(base_rule, extra, stored_mode)
 
         def confirm(n_rounds: int) -> Comparison:
             return run(
-                base_rule.for_rounds(n_rounds, first.n_rounds), {**extra, "confirm_of_rounds": first.n_rounds}
+                base_rule.for_rounds(n_rounds, first.n_rounds),
+                {**extra, "confirm_of_rounds": first.n_rounds},
+                first.candidate.mode,
             )
 
         return first, confirm
@@ -185,7 +196,8 @@ class ConvperfFixture:
                     f"{bandwidth / 1e9:.1f} GB/s): the kernel did not do its work (did it launch, on the "
                     "current stream, and write its whole output?)"
                 )
-        return dataclasses.replace(comparison, facts={**comparison.facts, "roofline_floor_us": floor * 1e6})
+        roofline = roofline_facts(problem.min_bytes, self.device)  # copy-BW and spec-peak floors
+        return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})
 
     @contextmanager
     def _device_errors(self, problem: Conv2dProblem) -> Iterator[None]:
@@ -272,11 +284,24 @@ class ConvperfFixture:
                 ),
             )
             pytest.fail(report.message(), pytrace=False)
+        entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
+        sticky = entry.mode if mode == "auto" and entry is not None else None  # auto: time as stored
         comparison, confirm = self._measure(
-            candidate, problem, reference=reference, phase=phase, mode=mode, rule=None, inputs=inputs
+            candidate,
+            problem,
+            reference=reference,
+            phase=phase,
+            mode=mode,
+            rule=None,
+            inputs=inputs,
+            stored_mode=sticky,
         )
         if self.session.cfg.trace:
-            traces = self._traces(candidate, reference, problem, phase, seed, inputs)
+            from pytest_convperf.profiling import trace_factory
+
+            start = trace_factory(self.session.trace_dir(self.request), self.nodeid, self.device)
+            ref = reference or F.conv2d
+            traces = trace_facts(start, candidate, ref, problem, phase, seed, inputs, self.device)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})
         facts.update({k: v for k, v in comparison.facts.items() if k in _ROW_FACTS})
         self.gate(
@@ -368,30 +393,6 @@ class ConvperfFixture:
             "reference_errors": [e.to_dict() for e in report.reference_errors],
             "timer": getattr(self.timer, "kind", None),
         }
-
-    def _traces(
-        self,
-        candidate: Candidate,
-        reference: Candidate | None,
-        problem: Conv2dProblem,
-        phase: str,
-        seed: int,
-        inputs: ConvInputs,
-    ) -> list[str]:
-        """With --convperf-trace: a profiler trace of one call of each side, under the report dir."""
-        from pytest_convperf.profiling import trace_factory
-
-        device = self.device
-        start = trace_factory(self.session.trace_dir(self.request), self.nodeid, device)
-        paths = []
-        with perf_settings(problem, device):
-            for name, fn in (("candidate", candidate), ("reference", reference or F.conv2d)):
-                call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
-                call()
-                with start(f"{problem.id}-{phase}-{name}") as trace:
-                    call()
-                paths.append(str(trace.path))
-        return paths
 
 
 __all__ = ["PHASES", "ConvperfFixture", "ImplausibleTime"]

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_convperf.results import FLUSH_KINDS, MEASURED_MODES
+
 FIX_RERECORD = (
     "fix the value by hand, or delete the entry and re-record it with "
     "pytest --convperf --convperf-update-baselines=new"
@@ -40,6 +42,10 @@ class Entry:
     tolerance: float | None = None
     # Quality against the float conv (quantized/sparse variants): {rel_l2, sqnr_db}; empty: none.
     quality: Mapping[str, float] = field(default_factory=dict)
+    # How it was timed (``Measurement.mode``) and, for ``cold``, the CUDA L2 flush kind. Entries
+    # recorded before these existed have None: unknown, never a mismatch.
+    mode: str | None = None
+    flush: str | None = None
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -72,6 +78,10 @@ class Entry:
             out["tolerance"] = self.tolerance
         if self.quality:
             out["quality"] = {k: _sig(float(v)) for k, v in sorted(self.quality.items())}
+        if self.mode is not None:
+            out["mode"] = self.mode
+        if self.flush is not None:
+            out["flush"] = self.flush
         return out
 
     def same_values(self, other: Entry) -> bool:
@@ -180,7 +190,20 @@ def _quality_map(entry: str, value: Any) -> dict[str, float]:
     return out
 
 
+def _choice(entry: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidEntry(
+            entry,
+            f"field {name!r} must be one of {', '.join(allowed)}, got {value!r}",
+            "write one of those, or delete the field and re-record the entry with "
+            "pytest --convperf --convperf-update-baselines",
+        )
+    return value
+
+
 ENTRY_FIELDS = {
+    "mode",
+    "flush",
     "quality",
     "time_ratio",
     "noise",
@@ -230,4 +253,6 @@ def parse_entry(key: str, raw: Any) -> Entry:
         ref_runs=_int(key, "ref_runs", block["ref_runs"]) if "ref_runs" in block else 1,
         tolerance=_tolerance(key, tol) if tol is not None else None,
         quality=_quality_map(key, block["quality"]) if block.get("quality") is not None else {},
+        mode=_choice(key, "mode", block["mode"], MEASURED_MODES) if "mode" in block else None,
+        flush=_choice(key, "flush", block["flush"], FLUSH_KINDS) if "flush" in block else None,
     )

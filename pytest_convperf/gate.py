@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines import Entry, Store
-from pytest_convperf.env import env_from_facts
+from pytest_convperf.env import env_from_facts, timing_of
 from pytest_convperf.results import Comparison, ErrorStats
 from pytest_convperf.updates import UpdatePlan, new_entry, plan_update
 from pytest_convperf.verdict import Decision, Policy, decide, default_policy
@@ -40,7 +40,8 @@ def policy_for(cfg: ConvperfConfig, device_kind: str, entry: Entry | None) -> Po
 @dataclass(frozen=True)
 class Judgement:
     """The decision of one check, its planned update, and the judgement's fields of the check's row
-    (``machine``, ``baselines_file``, ``device_kind``, ``env``, ``decision``, ``baseline``, ``update``)."""
+    (``machine``, ``baselines_file``, ``device_kind``, ``env``, ``timing``, ``decision``, ``baseline``,
+    ``update``)."""
 
     decision: Decision
     update: UpdatePlan | None
@@ -96,6 +97,7 @@ def judge(
         "baselines_file": str(store.path(module)),
         "device_kind": device.kind,
         "env": env,
+        "timing": timing_of(final),
         "decision": decision.to_dict(),
         "baseline": old.to_yaml() if old is not None else None,
         "update": plan.to_dict() if plan is not None else None,

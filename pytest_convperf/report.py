@@ -50,6 +50,11 @@ class ReportRow:
     n_rounds: int | None
     update: str | None
     quality: str | None = None
+    # Candidate's % of roofline: the problem's minimum bytes at the measured copy bandwidth, and
+    # at the GPU's datasheet peak (None: unknown GPU or CPU; ``spec`` names the peak or says why).
+    roofline: float | None = None
+    roofline_spec: float | None = None
+    spec: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ReportRow:
@@ -61,6 +66,8 @@ class ReportRow:
         base = as_number((row.get("baseline") or {}).get("time_ratio"))
         dci = decision.get("delta_ci")
         update = row.get("update") or {}
+        facts = final.get("facts") or comp.get("facts") or {}
+        cand_us = _us(final.get("candidate"))
         return cls(
             key=str(row.get("key", row.get("nodeid", "?"))),
             module=str(row.get("module", "")),
@@ -78,7 +85,15 @@ class ReportRow:
             n_rounds=final.get("n_rounds"),
             update=update.get("action") if update and update.get("action") != "skip" else None,
             quality=_quality_cell(row),
+            roofline=_share(facts.get("roofline_floor_us"), cand_us),
+            roofline_spec=_share(facts.get("roofline_spec_floor_us"), cand_us),
+            spec=str(facts["roofline_spec"]) if facts.get("roofline_spec") else None,
         )
+
+
+def _share(floor_us: Any, us: float | None) -> float | None:
+    floor = as_number(floor_us)
+    return floor / us if floor is not None and us else None
 
 
 def row_quality(row: Mapping[str, Any]) -> dict[str, float]:
@@ -149,7 +164,22 @@ def cells(r: ReportRow) -> dict[str, str]:
         "reference us": _usf(r.reference_us),
         "MDE": f"{r.mde:.1%}" if r.mde is not None else "-",
         "update": r.update or "",
+        "roofline (copy BW)": f"{r.roofline:.0%}" if r.roofline is not None else "-",
+        "roofline (spec)": f"{r.roofline_spec:.0%}" if r.roofline_spec is not None else "-",
     }
+
+
+def roofline_note(rows: Sequence[ReportRow]) -> str | None:
+    """What the two roofline columns mean, naming the spec peaks used (or why there is none)."""
+    specs = sorted({r.spec for r in rows if r.spec})
+    if not any(r.roofline is not None for r in rows):
+        return None
+    return (
+        "roofline: the candidate's median against the time to move the problem's minimum bytes at the "
+        "measured device copy bandwidth (copy BW) and at the datasheet peak (spec: "
+        + ("; ".join(specs) if specs else "none")
+        + ")"
+    )
 
 
 def fake_timed(row: Mapping[str, Any]) -> bool:
@@ -162,7 +192,11 @@ def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     out: list[str] = []
     if any(fake_timed(r) for r in rows):
         out.append("timer: fake timer (replayed durations, not measurements)")
-    for verdict, group in grouped(rows):
+    groups = grouped(rows)
+    note = roofline_note([r for _, g in groups for r in g])
+    if note:
+        out.append(note)
+    for verdict, group in groups:
         out.append(f"{verdict} ({len(group)})")
         for r in group:
             c = cells(r)
@@ -170,6 +204,11 @@ def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"  {c['check']}  speedup {c['speedup']}  baseline {c['baseline']}  delta {c['delta']}  "
                 f"cand {c['candidate us']} us  ref {c['reference us']} us"
             )
+            if r.roofline is not None:
+                spec = "spec unknown"
+                if r.roofline_spec is not None:
+                    spec = f"{c['roofline (spec)']} of spec peak"
+                line += f"  roofline {c['roofline (copy BW)']} of copy BW, {spec}"
             if r.quality:
                 line += f"  quality {r.quality}"
             if r.update:
@@ -199,7 +238,20 @@ def markdown(
     if any(fake_timed(r) for r in rows):
         lines += ["Timer: **fake timer** (replayed durations, not measurements)", ""]
     lines += ["Verdicts: " + ", ".join(f"**{v}** {len(g)}" for v, g in groups), ""]
-    cols = ("check", "speedup", "baseline", "delta", "candidate us", "reference us", "MDE")
+    note = roofline_note([r for _, g in groups for r in g])
+    if note:
+        lines += [note[0].upper() + note[1:] + ".", ""]
+    cols = (
+        "check",
+        "speedup",
+        "baseline",
+        "delta",
+        "candidate us",
+        "reference us",
+        "MDE",
+        "roofline (copy BW)",
+        "roofline (spec)",
+    )
     for verdict, group in groups:
         lines += [
             f"### {verdict} ({len(group)})",

@@ -123,6 +123,7 @@ def history_records(
                 "delta": r.delta,
                 "us": {"candidate": r.candidate_us, "reference": r.reference_us},
                 "env": row.get("env"),
+                "timing": row.get("timing"),
                 "reference_backend": (row.get("facts") or {}).get("reference_backend"),
                 "correctness": _correctness(row.get("errors") or []),
                 "quality": row_quality(row),

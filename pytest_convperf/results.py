@@ -11,6 +11,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
+# L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
+MEASURED_MODES = ("cold", "warm", "graph", "cpu", "fake")
+FLUSH_KINDS = ("read", "write")
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -163,12 +168,14 @@ class CheckRow:
     baselines_file: str | None = None
     device_kind: str | None = None
     env: dict[str, str] | None = None
+    # How the judged comparison was timed (``env.timing_of``: ``mode``, ``flush`` for cold).
+    timing: dict[str, str] | None = None
     decision: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     update: dict[str, Any] | None = None
 
     # Fields a row without a judgement leaves out of its dict (as rows always have).
-    _JUDGED = ("machine", "baselines_file", "device_kind", "env", "decision", "baseline", "update")
+    _JUDGED = ("machine", "baselines_file", "device_kind", "env", "timing", "decision", "baseline", "update")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

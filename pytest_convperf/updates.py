@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines import Entry, Store, atomic_write, parse_entry, read_file
+from pytest_convperf.env import timing_of
 from pytest_convperf.quality import QUALITY_KEYS
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.verdict import Decision, Policy
@@ -72,6 +73,7 @@ def new_entry(
     quality: Mapping[str, float] | None = None,
 ) -> Entry:
     """The entry this measurement would store; noise stays with the machine (kept from the old entry)."""
+    timing = timing_of(comparison)
     return Entry(
         time_ratio=comparison.time_ratio,
         noise=old.noise if old is not None else policy.noise_floor,
@@ -83,6 +85,8 @@ def new_entry(
         correctness=correctness_of(errors),
         tolerance=old.tolerance if old is not None else None,
         quality=dict(quality or {}),
+        mode=timing["mode"],
+        flush=timing.get("flush"),
     )
 
 
@@ -133,7 +137,9 @@ def plan_update(
     drift = verdict is Verdict.CORRECTNESS_FAIL
     # An entry recorded before quality was gated gains its quality block on the next update.
     quality_added = bool(candidate.quality) and not old.quality
-    if abs(shift) <= band and not env_changed and not drift and not quality_added:
+    # Likewise its timing mode, so that ``auto`` reuses it from then on (sticky per key).
+    mode_added = candidate.mode is not None and old.mode is None
+    if abs(shift) <= band and not env_changed and not drift and not quality_added and not mode_added:
         return UpdatePlan(
             "keep",
             f"the new ratio {candidate.time_ratio:.4g} lies within the noise band "

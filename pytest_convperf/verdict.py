@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_convperf.env import env_diff
+from pytest_convperf.env import changes_since, describe_changes, moved_side, us_line
 from pytest_convperf.quality import quality_drift
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.stats import t_cdf, t_quantile
@@ -202,25 +202,6 @@ def _p(x: float, digits: int = 1) -> str:
     return f"{x * 100:.{digits}f} %"
 
 
-def _us_line(entry: Entry, comparison: Comparison) -> str:
-    cand_old, ref_old = entry.us_candidate, entry.us_reference
-    cand_new, ref_new = comparison.candidate.median_us, comparison.reference.median_us
-    return (
-        f"candidate {cand_old:.4g} -> {cand_new:.4g} us ({_pct(cand_new / cand_old - 1)}), "
-        f"reference {ref_old:.4g} -> {ref_new:.4g} us ({_pct(ref_new / ref_old - 1)})"
-    )
-
-
-def _moved_side(entry: Entry, comparison: Comparison) -> str:
-    cand = comparison.candidate.median_us / entry.us_candidate - 1
-    ref = comparison.reference.median_us / entry.us_reference - 1
-    if abs(cand) >= 2 * abs(ref):
-        return "the candidate moved"
-    if abs(ref) >= 2 * abs(cand):
-        return "the reference moved"
-    return "both sides moved"
-
-
 def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Policy) -> Decision | None:
     """Correctness drift against the stored errors. A tolerance breach never gets here: the check
     fails on its correctness report before timing, so ``errors`` out of tolerance are a caller bug."""
@@ -301,9 +282,8 @@ def decide(
             tolerance=policy.tolerance,
         )
 
-    diff = env_diff(entry.env, env)
-    if backend is not None and entry.reference_backend is not None and backend != entry.reference_backend:
-        diff["reference_backend"] = (entry.reference_backend, backend)
+    # Timings of two modes (cold vs CUDA graph) or flush kinds, or of two environments: never judged.
+    timing, diff = changes_since(entry, comparison, env=env, backend=backend)
     screen = _stage("screen", comparison, entry, policy, policy.screen_q)
     noise, _ = _noise(entry, policy)
     common: dict[str, Any] = {
@@ -317,16 +297,16 @@ def decide(
     numbers = (
         f"delta {_pct(math.expm1(screen.d))} (95 % CI {_pct(screen.delta_ci()[0])} .. "
         f"{_pct(screen.delta_ci()[1])}) vs baseline ratio {entry.time_ratio:.4g}; "
-        f"{_us_line(entry, comparison)}; tolerance {_p(policy.tolerance)}, noise {_p(noise, 2)}"
+        f"{us_line(entry, comparison)}; tolerance {_p(policy.tolerance)}, noise {_p(noise, 2)}"
     )
-    if diff:
-        moved = ", ".join(f"{k} {a} -> {b}" for k, a, b in ((k, *v) for k, v in diff.items()))
+    if diff or timing:
+        common["env_diff"] = {**timing, **diff}
         return Decision(
             Verdict.STALE,
             "pass",
-            f"STALE: environment changed ({moved}); {_moved_side(entry, comparison)}: {numbers}. "
+            f"STALE: {describe_changes(timing, diff)}; {moved_side(entry, comparison)}: {numbers}. "
             "Re-record with --convperf-update-baselines",
-            stage="env",
+            stage="mode" if timing else "env",
             **common,
         )
 
@@ -379,7 +359,7 @@ def decide(
         conf_numbers = (
             f"confirm ({second.n_rounds} rounds): delta {_pct(math.expm1(conf.d))} "
             f"(99.9 % CI {_pct(c_lo)} .. {_pct(c_hi)}); "
-            f"{_us_line(entry, second)}"
+            f"{us_line(entry, second)}"
         )
         common.update(
             delta=math.expm1(conf.d),

@@ -11,7 +11,7 @@ TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,6 +23,7 @@ from pytest_convperf.precision import ieee_fp32
 if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
     from pytest_convperf.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.profiling import Trace
 
 Candidate = Callable[..., Any]
 PHASES = ("forward", "input_grad", "weight_grad", "backward")
@@ -229,3 +230,26 @@ def memory_facts(
             if mem.nvml_used_bytes is not None:
                 facts["nvml_used_bytes"] = mem.nvml_used_bytes
     return facts
+
+
+def trace_facts(
+    start: Callable[[str], AbstractContextManager[Trace]],
+    candidate: Candidate,
+    ref_fn: Candidate,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    inputs: ConvInputs,
+    device: DeviceInfo,
+) -> list[str]:
+    """With --convperf-trace: paths of a profiler trace of one call of each side (``start``: the
+    test's ``profiling.trace_factory``), each after one untraced call."""
+    paths = []
+    with perf_settings(problem, device):
+        for name, fn in (("candidate", candidate), ("reference", ref_fn)):
+            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
+            call()
+            with start(f"{problem.id}-{phase}-{name}") as trace:
+                call()
+            paths.append(str(trace.path))
+    return paths

@@ -3,19 +3,23 @@
 ``ops`` passes the CUDA im2col (falling back to the torch-ops one on the CPU), ``reference``
 passes the torch-ops one; the GEMMs are torch's (cuBLAS / cuBLASLt int8 / cuSPARSE / cuSPARSELt
 on a GPU). Pruning masks and quantization codes are pure functions of the tensors, so the
-fp64 oracles in the tests rebuild exactly the same pruned weights and codes.
+fp64 oracles in the tests rebuild exactly the same pruned weights and codes. The sparse
+variants prune and convert (CSR, semi-structured) once per weight version
+(:func:`sparse_weight`), outside the timed call.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from kernels._weight_cache import WeightCache
 from kernels.im2col_gemm.chunking import out_size, plan_chunks
-from kernels.im2col_gemm.columns import Im2ColFn, conv_gemm
+from kernels.im2col_gemm.columns import GemmFn, Im2ColFn, conv_gemm
 from kernels.im2col_gemm.conv_args import ConvArgs
 from kernels.quant import Step, qrange, quantize_codes
 
@@ -116,21 +120,6 @@ def _as_2d_gemm(
     return torch.stack(outs, dim=1)
 
 
-def csr_gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-    """Unstructured sparse GEMM: CSR weight (zeros dropped) times the dense column buffer."""
-    compute = wmat.dtype if wmat.is_cuda else torch.float32  # CPU CSR kernels are fp32/fp64 only
-
-    def mm(_: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
-        wd = w.to(compute)
-        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
-            warnings.simplefilter("ignore", UserWarning)
-            csr = wd.detach().to_sparse_csr()
-        out: torch.Tensor = _SparseMM.apply(wd, c2.to(compute), csr)
-        return out.to(w.dtype)
-
-    return _as_2d_gemm(wmat, col, mm)
-
-
 def semi_structured_available(t: torch.Tensor) -> bool:
     """True where PyTorch's 2:4 kernels (cuSPARSELt/CUTLASS, sm_80+) can run on ``t``'s dtype."""
     if not t.is_cuda or t.dtype not in (torch.float16, torch.bfloat16):
@@ -151,28 +140,98 @@ def two_four_path(t: torch.Tensor) -> str:
     return TWO_FOUR_SPARSE if semi_structured_available(t) else TWO_FOUR_DENSE
 
 
-def two_four_gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-    """2:4 GEMM through ``to_sparse_semi_structured`` on an sm_80+ GPU with fp16/bf16 operands;
-    masked dense GEMM otherwise (fp32 on a GPU included: see :func:`two_four_path`).
+@dataclass(frozen=True)
+class SparseWeight:
+    """What a sparse variant computes with, derived once per weight (:func:`sparse_weight`).
+
+    ``mask``: weight-shaped bool mask (``unstructured``, ``2:4``; None for ``filter``);
+    ``operands``: per group, the CSR matrix (``unstructured``) or the semi-structured tensor of
+    the zero-padded weight (``2:4`` where cuSPARSELt runs; empty otherwise); ``keep``: the kept
+    filter indices ``[groups, kept]`` (``filter``).
+    """
+
+    mask: torch.Tensor | None
+    operands: tuple[torch.Tensor, ...] = ()
+    keep: torch.Tensor | None = None
+
+
+# Pruning (a sort) and the CSR conversion (it reads the non-zero count back to the host: a sync,
+# and an error under CUDA-graph capture) happen once per weight version, never in the timed call.
+_sparse: WeightCache[SparseWeight] = WeightCache(8)
+
+
+def _pad64(w: torch.Tensor) -> torch.Tensor:
+    """Zero-pad a [rows, K] weight to the 2:4 kernels' tile multiples (64)."""
+    rows, k = w.shape
+    return torch.nn.functional.pad(w, (0, -k % 64, 0, -rows % 64))
+
+
+def _build_sparse(weight: torch.Tensor, groups: int, kind: str, density: float) -> SparseWeight:
+    with torch.no_grad():
+        w = weight.detach()
+        if kind == "filter":
+            return SparseWeight(None, keep=filter_keep(w, groups, density))
+        mask = magnitude_mask(w, density) if kind == "unstructured" else two_four_mask(w)
+        wmat = (w * mask.to(w.dtype)).reshape(groups, w.shape[0] // groups, -1)
+        if kind == "unstructured":
+            compute = w.dtype if w.is_cuda else torch.float32  # CPU CSR kernels are fp32/fp64 only
+            with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+                warnings.simplefilter("ignore", UserWarning)
+                csr = tuple(wmat[g].to(compute).to_sparse_csr() for g in range(groups))
+            return SparseWeight(mask, csr)
+        if not semi_structured_available(w):
+            return SparseWeight(mask)
+        from torch.sparse import to_sparse_semi_structured
+
+        return SparseWeight(mask, tuple(to_sparse_semi_structured(_pad64(wmat[g])) for g in range(groups)))
+
+
+def sparse_weight(weight: torch.Tensor, groups: int, *, kind: str, density: float = 0.5) -> SparseWeight:
+    """The pruned forms of ``weight`` for a sparse variant, cached per weight object and version
+    (an in-place update of the weight rebuilds them); ``kind``: ``unstructured``, ``2:4``, ``filter``."""
+    if kind not in ("unstructured", "2:4", "filter"):
+        raise ValueError(f"pruning kind {kind!r} must be 'unstructured', '2:4' or 'filter'")
+    if kind != "2:4":
+        _check_density(density)
+    key = (groups, kind, density if kind != "2:4" else None)
+    return _sparse.get(weight, key, lambda: _build_sparse(weight, groups, kind, density))
+
+
+def csr_gemm(csr: tuple[torch.Tensor, ...]) -> GemmFn:
+    """Unstructured sparse GEMM: the prebuilt CSR weight of each group times the dense columns."""
+
+    def gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        def mm(gi: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
+            compute = csr[gi].dtype
+            out: torch.Tensor = _SparseMM.apply(w.to(compute), c2.to(compute), csr[gi])
+            return out.to(w.dtype)
+
+        return _as_2d_gemm(wmat, col, mm)
+
+    return gemm
+
+
+def two_four_gemm(semi: tuple[torch.Tensor, ...]) -> GemmFn:
+    """2:4 GEMM with the prebuilt semi-structured weights (sm_80+ GPU, fp16/bf16); without them
+    (fp32, a CPU) the 2:4-masked weight times a dense GEMM: see :func:`two_four_path`.
 
     Operands are zero-padded to the kernels' tile multiples (64 rows/cols) and cropped after.
     """
-    if not semi_structured_available(wmat):
-        return torch.matmul(wmat, col)
-    from torch.sparse import to_sparse_semi_structured
 
-    def mm(_: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
-        rows, k = w.shape
-        cols = c2.shape[1]
-        rp, kp, cp = -(-rows // 64) * 64, -(-k // 64) * 64, -(-cols // 64) * 64
-        wp = torch.nn.functional.pad(w.detach(), (0, kp - k, 0, rp - rows))
-        cpad = torch.nn.functional.pad(c2, (0, cp - cols, 0, kp - k))
-        out: torch.Tensor = _SparseMM.apply(
-            torch.nn.functional.pad(w, (0, kp - k, 0, rp - rows)), cpad, to_sparse_semi_structured(wp)
-        )
-        return out[:rows, :cols]
+    def gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        if not semi:
+            return torch.matmul(wmat, col)
 
-    return _as_2d_gemm(wmat, col, mm)
+        def mm(gi: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
+            rows, k = w.shape
+            cols = c2.shape[1]
+            cpad = torch.nn.functional.pad(c2, (0, -cols % 64, 0, -k % 64))
+            out: torch.Tensor = _SparseMM.apply(_pad64(w), cpad, semi[gi])
+            return out[:rows, :cols]
+
+        return _as_2d_gemm(wmat, col, mm)
+
+    return gemm
 
 
 def sparse_conv(
@@ -184,9 +243,15 @@ def sparse_conv(
     *,
     density: float,
 ) -> torch.Tensor:
-    """Unstructured: magnitude-prune to ``density``, then im2col + CSR GEMM (no bias)."""
-    w = pruned_weight(weight, a.groups, kind="unstructured", density=density)
-    return conv_gemm(x, w, a, workspace_bytes, gemm=csr_gemm, im2col_fn=im2col_fn)
+    """Unstructured: magnitude-prune to ``density``, then im2col + CSR GEMM (no bias).
+
+    The mask and CSR come from :func:`sparse_weight` (built on the first call per weight version);
+    a call only multiplies by the mask (so gradients reach the kept weights) and runs the GEMMs.
+    """
+    prep = sparse_weight(weight, a.groups, kind="unstructured", density=density)
+    assert prep.mask is not None
+    w = weight * prep.mask.to(weight.dtype)
+    return conv_gemm(x, w, a, workspace_bytes, gemm=csr_gemm(prep.operands), im2col_fn=im2col_fn)
 
 
 def structured_conv(
@@ -199,19 +264,23 @@ def structured_conv(
     pattern: str,
     density: float,
 ) -> torch.Tensor:
-    """Structured: ``2:4`` (semi-structured GEMM on a GPU) or ``filter`` (GEMM over kept filters only)."""
+    """Structured: ``2:4`` (semi-structured GEMM on a GPU) or ``filter`` (GEMM over kept filters only);
+    the mask, semi-structured weights or kept filters come from :func:`sparse_weight` (cached)."""
     if pattern == "2:4":
-        w = pruned_weight(weight, a.groups, kind="2:4")
-        return conv_gemm(x, w, a, workspace_bytes, gemm=two_four_gemm, im2col_fn=im2col_fn)
+        prep = sparse_weight(weight, a.groups, kind="2:4")
+        assert prep.mask is not None
+        w = weight * prep.mask.to(weight.dtype)
+        return conv_gemm(x, w, a, workspace_bytes, gemm=two_four_gemm(prep.operands), im2col_fn=im2col_fn)
     if pattern != "filter":
         raise ValueError(f"pattern={pattern!r} must be one of {PATTERNS}")
-    idx = filter_keep(weight, a.groups, density)  # [g, kept]
+    idx = sparse_weight(weight, a.groups, kind="filter", density=density).keep  # [g, kept]
+    assert idx is not None
 
     def gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-        kept = torch.gather(wmat, 1, idx.to(wmat.device).unsqueeze(-1).expand(-1, -1, wmat.shape[2]))
+        kept = torch.gather(wmat, 1, idx.unsqueeze(-1).expand(-1, -1, wmat.shape[2]))
         y = torch.matmul(kept, col)  # [nb, g, kept, L]: the pruned filters cost nothing
         out = y.new_zeros((col.shape[0], wmat.shape[0], wmat.shape[1], col.shape[3]))
-        index = idx.to(y.device).view(1, idx.shape[0], idx.shape[1], 1).expand_as(y)
+        index = idx.view(1, idx.shape[0], idx.shape[1], 1).expand_as(y)
         return out.scatter(2, index, y)
 
     return conv_gemm(x, weight, a, workspace_bytes, gemm=gemm, im2col_fn=im2col_fn)

@@ -10,15 +10,12 @@ settings); :func:`build_tables` builds them explicitly. Inference only: no autog
 from __future__ import annotations
 
 import functools
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
 from kernels._lazy_ops import LazyOps
+from kernels._weight_cache import WeightCache
 from kernels.im2col_gemm.chunking import out_size
 from kernels.im2col_gemm.conv_args import normalize
 from kernels.pcilt.reference import output_scale
@@ -30,9 +27,8 @@ FAMILY = "pcilt"
 CACHE_SIZE = 8
 IntPair = int | Sequence[int]
 
-_lock = threading.Lock()  # guards the caches
-_cache: OrderedDict[tuple[Any, ...], tuple[weakref.ref[torch.Tensor], PCILTTables]] = OrderedDict()
-_packed: OrderedDict[tuple[Any, ...], tuple[weakref.ref[torch.Tensor], torch.Tensor]] = OrderedDict()
+_tables: WeightCache[PCILTTables] = WeightCache(CACHE_SIZE)
+_packed: WeightCache[torch.Tensor] = WeightCache(CACHE_SIZE)
 
 
 def _register_fakes() -> None:
@@ -71,34 +67,17 @@ def build_tables(
     weight: torch.Tensor, bits: int, *, integer: bool = True, weight_step: float | None = None
 ) -> PCILTTables:
     """Tables for ``weight`` (cached: rebuilt only when the weight object or its contents change)."""
-    key = (
-        id(weight),
-        weight._version,
-        tuple(weight.shape),
-        weight.dtype,
-        str(weight.device),
-        bits,
-        integer,
-        weight_step,
+    return _tables.get(
+        weight,
+        (bits, integer, weight_step),
+        lambda: _build_tables(weight, bits, integer=integer, weight_step=weight_step),
     )
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None and hit[0]() is weight:
-            _cache.move_to_end(key)
-            return hit[1]
-    tables = _build_tables(weight, bits, integer=integer, weight_step=weight_step)
-    with _lock:
-        _cache[key] = (weakref.ref(weight), tables)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return tables
 
 
 def clear_cache() -> None:
     """Drop every cached table and packed input (e.g. to measure table building)."""
-    with _lock:
-        _cache.clear()
-        _packed.clear()
+    _tables.clear()
+    _packed.clear()
 
 
 def quantize_pack(x: torch.Tensor, act_step: float, bits: int) -> torch.Tensor:
@@ -111,18 +90,7 @@ def quantize_pack(x: torch.Tensor, act_step: float, bits: int) -> torch.Tensor:
 def packed_input(x: torch.Tensor, act_step: float, bits: int) -> torch.Tensor:
     """``quantize_pack`` of ``x``, cached per input object and version: activations that arrive
     already packed (from a previous quantized layer) are packed once, not on every call."""
-    key = (id(x), x._version, tuple(x.shape), str(x.device), act_step, bits)
-    with _lock:
-        hit = _packed.get(key)
-        if hit is not None and hit[0]() is x:
-            _packed.move_to_end(key)
-            return hit[1]
-    packed = quantize_pack(x, act_step, bits)
-    with _lock:
-        _packed[key] = (weakref.ref(x), packed)
-        while len(_packed) > CACHE_SIZE:
-            _packed.popitem(last=False)
-    return packed
+    return _packed.get(x, (act_step, bits), lambda: quantize_pack(x, act_step, bits))
 
 
 def _lut_conv(

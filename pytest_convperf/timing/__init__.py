@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_convperf.timing.protocol import MODES, Job, Timer
+from pytest_convperf.timing.protocol import AUTO_CHOICES, FLUSH_KINDS, MEASURED_MODES, MODES, Job, Timer
 
 if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
@@ -66,7 +66,10 @@ def make_timer_callable(device_info: DeviceInfo, timer: Timer | None = None) -> 
 
 
 __all__ = [
+    "AUTO_CHOICES",
     "FAKE_TIMER_ENV",
+    "FLUSH_KINDS",
+    "MEASURED_MODES",
     "MODES",
     "Job",
     "Timer",

@@ -52,6 +52,9 @@ class CpuTimer:
     def clocks(self) -> ClockSample | None:
         return None
 
+    def warmed_up(self) -> None:
+        """Nothing depends on the clock rate here."""
+
     @contextmanager
     def pinned(self) -> Iterator[None]:
         saved = torch.get_num_threads()

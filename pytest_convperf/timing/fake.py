@@ -123,6 +123,9 @@ class FakeTimer:
             return self._clocks(index)
         return self._clocks[index % len(self._clocks)] if self._clocks else None
 
+    def warmed_up(self) -> None:
+        """Nothing depends on the clock rate here."""
+
     @contextmanager
     def pinned(self) -> Iterator[None]:
         yield

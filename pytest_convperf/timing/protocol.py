@@ -11,12 +11,16 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pytest_convperf.results import FLUSH_KINDS, MEASURED_MODES
+
 if TYPE_CHECKING:
     from pytest_convperf.device import ClockSample
 
 # Modes of a timed job. ``cold``/``warm``/``graph`` exist on CUDA; ``cpu`` and ``fake`` are
 # the only modes of their timers.
 MODES = ("auto", "cold", "warm", "graph")
+# What ``auto`` resolves to (``results.MEASURED_MODES`` are all the modes a measurement can have).
+AUTO_CHOICES = ("cold", "graph")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,10 @@ class Timer(Protocol):
         """Clock state right after the last round (None: clocks unknown)."""
         ...
 
+    def warmed_up(self) -> None:
+        """Called after each warm-up: re-size what depends on the clocks (the CUDA launch gate)."""
+        ...
+
     def pinned(self) -> AbstractContextManager[None]:
         """Context in which measurements run (fixed thread count on a CPU)."""
         ...
@@ -70,3 +78,6 @@ class Timer(Protocol):
     def facts(self) -> dict[str, Any]:
         """What a report should know about this timer (flush bytes, gate, threads, ...)."""
         ...
+
+
+__all__ = ["AUTO_CHOICES", "FLUSH_KINDS", "MEASURED_MODES", "MODES", "Job", "Timer"]

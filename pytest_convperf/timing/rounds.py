@@ -23,7 +23,7 @@ from pytest_convperf import stats
 from pytest_convperf.device import ClockSample, reason_names
 from pytest_convperf.results import Comparison, Measurement
 from pytest_convperf.timing.protocol import MODES, Job, Timer
-from pytest_convperf.timing.rule import StopRule, TimedCallError, Workload
+from pytest_convperf.timing.rule import StopRule, TimedCallError, Workload, auto_choice
 
 __all__ = ["StopRule", "TimedCallError", "Workload", "measure_one", "measure_pair", "warm_up"]
 
@@ -100,6 +100,7 @@ def warm_up(timer: Timer, jobs: Sequence[Job], rule: StopRule) -> WarmupResult:
         previous = medians
         if timer.now() - start >= rule.warmup_cap_s:
             break
+    timer.warmed_up()
     return WarmupResult(index, converged, tuple(medians), timer.now() - start)
 
 
@@ -252,14 +253,21 @@ def _inconclusive(rounds: _Rounds, rule: StopRule) -> str | None:
 
 
 def _prepare(
-    timer: Timer, workloads: Sequence[Workload], mode: str, rule: StopRule, facts: dict[str, Any]
+    timer: Timer,
+    workloads: Sequence[Workload],
+    mode: str,
+    rule: StopRule,
+    facts: dict[str, Any],
+    stored_mode: str | None = None,
 ) -> tuple[list[Job], WarmupResult]:
     if mode not in MODES:
         raise ValueError(f"timing mode {mode!r} is not one of {', '.join(MODES)}")
     base = "warm" if mode == "warm" else "cold"
     jobs = [timer.job(w.name, w.call, base) for w in workloads]
     warm = warm_up(timer, jobs, rule)
-    want_graph = mode == "graph" or (mode == "auto" and min(warm.medians) < rule.graph_threshold_s)
+    want_graph = mode == "graph"
+    if mode == "auto":
+        want_graph, facts["auto_mode"] = auto_choice(warm.medians, rule, stored_mode)
     if want_graph and not timer.supports_graphs:
         if mode == "graph":
             facts["graph"] = f"graph mode needs CUDA; the {timer.kind} timer timed {jobs[0].mode} instead"
@@ -318,19 +326,21 @@ def measure_pair(
     mode: str = "auto",
     rule: StopRule | None = None,
     facts: dict[str, Any] | None = None,
+    stored_mode: str | None = None,
 ) -> Comparison:
     """Time candidate and reference in paired, alternating rounds; return the comparison.
 
     ``mode``: ``auto`` (cold, switching to CUDA graphs under ~20 us), ``cold``, ``warm`` or
-    ``graph``. ``rule`` sets rounds and caps: pass ``rule.scaled(3, first.n_rounds)`` to confirm
-    a first measurement with three times the rounds. ``facts`` are merged into the result's.
+    ``graph``. ``stored_mode`` (the baseline entry's mode, or a first measurement's for its
+    confirm) makes ``auto`` reuse that choice (:func:`~pytest_convperf.timing.rule.auto_choice`).
+    ``rule`` sets rounds and caps (a confirm: ``rule.for_rounds(n, done)``); ``facts`` are merged.
     """
     rule = rule or StopRule.for_timer(timer)
     cand = _as_workload("candidate", candidate)
     ref = _as_workload("reference", reference)
     out_facts: dict[str, Any] = dict(facts or {})
     with timer.pinned():
-        jobs, warm = _prepare(timer, [cand, ref], mode, rule, out_facts)
+        jobs, warm = _prepare(timer, [cand, ref], mode, rule, out_facts, stored_mode)
         rounds = run_rounds(timer, jobs, rule)
     kept = rounds.kept
     inconclusive = _inconclusive(rounds, rule)

@@ -1,6 +1,7 @@
 """What to time and when to stop: :class:`StopRule` (rounds, caps, warm-up and clock-drop
-parameters), :class:`Workload` (a callable and its input rotation for graph mode), and
-:class:`TimedCallError`. The rounds themselves are :mod:`pytest_convperf.timing.rounds`.
+parameters), :class:`Workload` (a callable and its input rotation for graph mode),
+:func:`auto_choice` (cold or CUDA graphs for mode ``auto``) and :class:`TimedCallError`.
+The rounds themselves are :mod:`pytest_convperf.timing.rounds`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pytest_convperf.timing.protocol import Timer
+from pytest_convperf.timing.protocol import AUTO_CHOICES, Timer
 
 
 class TimedCallError(RuntimeError):
@@ -67,6 +68,24 @@ class StopRule:
         slow workload still gets a confirmation of the same proportion.
         """
         return self.scaled(n_rounds / max(1, rounds_done), rounds_done)
+
+
+def auto_choice(warm_medians: Sequence[float], rule: StopRule, stored_mode: str | None) -> tuple[bool, str]:
+    """Whether ``auto`` times with CUDA graphs, and why (for the facts).
+
+    A stored entry's mode wins (sticky per key): near the ~20 us threshold a fresh choice could
+    flip between runs, and cold and graph timings are never compared with each other.
+    """
+    if stored_mode in AUTO_CHOICES:
+        why = "as stored (the baseline entry's mode, or the first measurement's for a confirm)"
+        return stored_mode == "graph", f"{stored_mode}: {why}"
+    fastest = min(warm_medians)
+    graph = fastest < rule.graph_threshold_s
+    sign = "<" if graph else ">="
+    return graph, (
+        f"{'graph' if graph else 'cold'}: warm-up median {fastest * 1e6:.3g} us {sign} "
+        f"{rule.graph_threshold_s * 1e6:.3g} us"
+    )
 
 
 @dataclass(frozen=True)

@@ -9,48 +9,22 @@ gate that follows the host's enqueue time both up and back down.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from pytest_convperf.device import ClockSample, DeviceInfo
+from pytest_convperf.device import ClockSample
 from pytest_convperf.timing import Job
 from pytest_convperf.timing import cuda as cuda_timing
+from tests.unit._cuda_stub import Recorder, stub_timer
 
 ELAPSED_MS = 0.25
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.log: list[str] = []
-
-    def event(self, enable_timing: bool = False) -> Any:
-        rec = self
-
-        class Event:
-            def record(self) -> None:
-                rec.log.append("record")
-
-            def synchronize(self) -> None:
-                rec.log.append("sync")
-
-            def elapsed_time(self, other: object) -> float:
-                return ELAPSED_MS
-
-        return Event()
-
-    def sleep(self, cycles: int) -> None:
-        self.log.append(f"sleep:{cycles}")
-
-
 @pytest.fixture
 def rig(monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_timing.CudaTimer, Recorder]:
-    rec = Recorder()
-    monkeypatch.setattr(cuda_timing, "_CUDA", SimpleNamespace(Event=rec.event, _sleep=rec.sleep))
-    info = DeviceInfo(kind="cuda", torch_device="cuda:0", name="stub", slug="stub", threads=1, l2_bytes=2**20)
-    info.nvml = SimpleNamespace(sample=lambda: ClockSample(sm_mhz=1500.0))  # type: ignore[assignment]
-    timer = cuda_timing.CudaTimer(info)
-    timer._flush = SimpleNamespace(zero_=lambda: rec.log.append("flush"))  # type: ignore[assignment]
+    rec = Recorder(ELAPSED_MS)
+    timer = stub_timer(monkeypatch, rec)
+    timer._evict = lambda: rec.log.append("flush")
     timer._cycles_per_s = 1e9  # 1 cycle per ns
     return timer, rec
 
