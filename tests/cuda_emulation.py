@@ -317,13 +317,17 @@ convperf_dw::Geom dw_geom(const int64_t* v) {
 # Per family: C entry points with one signature (buffers, int64 args, double args); see each family's
 # driver in tests/kernels/emulated_families.py for the argument order.
 WRAPPERS: dict[str, str] = {
-    "depthwise": "namespace {" + _DW_GEOM + r"""}  // namespace
+    "depthwise": "namespace {"
+    + _DW_GEOM
+    + r"""}  // namespace
 using convperf_dw::DType;
 extern "C" int dw_forward(void* const* b, const int64_t* i, const double*) {
-  return int(convperf_dw::launch_forward(DType(i[0]), b[0], b[1], b[2], b[3], dw_geom(i + 2), i[1] != 0, nullptr));
+  const convperf_dw::Geom g = dw_geom(i + 2);
+  return int(convperf_dw::launch_forward(DType(i[0]), b[0], b[1], b[2], b[3], g, i[1] != 0, nullptr));
 }
 extern "C" int dw_input_grad(void* const* b, const int64_t* i, const double*) {
-  return int(convperf_dw::launch_input_grad(DType(i[0]), b[0], b[1], b[2], dw_geom(i + 2), i[1] != 0, nullptr));
+  const convperf_dw::Geom g = dw_geom(i + 2);
+  return int(convperf_dw::launch_input_grad(DType(i[0]), b[0], b[1], b[2], g, i[1] != 0, nullptr));
 }
 extern "C" int dw_weight_grad(void* const* b, const int64_t* i, const double*) {
   const convperf_dw::Geom g = dw_geom(i + 3);
@@ -387,7 +391,13 @@ extern "C" int control(void* const* b, const int64_t* i, const double*) {
 SANITIZERS = ("asan", "tsan")
 _FLAGS = {
     None: ["-O1", "-shared", "-fPIC"],
-    "asan": ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+    "asan": [
+        "-O1",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+    ],
     "tsan": ["-O1", "-g", "-fsanitize=thread"],
 }
 # Sanitizer reports end the run with a recognisable exit code; UBSan prints the stack it stopped at.
@@ -428,8 +438,10 @@ def emulated_source(cu: Path = KERNEL, wrappers: str | None = None, text: str | 
     text = _EXTERN_SHARED.sub(r"\1* const \2 = reinterpret_cast<\1*>(emu::dynamic_shared());", text)
     slots = iter(range(1 << 30))
     text = _SHARED.sub(
-        lambda m: f"{m.group(1)}* const {m.group(2)} = emu::shared_array<{m.group(1)}>"
-        f"({next(slots)}, size_t({m.group(3)}));",
+        lambda m: (
+            f"{m.group(1)}* const {m.group(2)} = emu::shared_array<{m.group(1)}>"
+            f"({next(slots)}, size_t({m.group(3)}));"
+        ),
         text,
     )
     if "__shared__" in text:
@@ -472,7 +484,9 @@ def build(out_dir: Path, family: str = "depthwise", sanitizer: str | None = None
     source = emulated_source(cu, text=text)
     if sanitizer is not None:
         table = ", ".join(f'{{"{e}", &{e}}}' for e in _entries(WRAPPERS[family]))
-        source += f"\nstatic const std::pair<const char*, int (*)(void* const*, const int64_t*, const double*)> "
+        source += (
+            "\nstatic const std::pair<const char*, int (*)(void* const*, const int64_t*, const double*)> "
+        )
         source += f"kEntries[] = {{{table}}};\n" + MAIN
     flags = _FLAGS[sanitizer]
     digest = hashlib.sha256((source + " ".join(flags)).encode()).hexdigest()[:16]
@@ -481,7 +495,18 @@ def build(out_dir: Path, family: str = "depthwise", sanitizer: str | None = None
         src = out_dir / f"{out.name}.cpp"
         src.write_text(source)
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        cmd = [cxx, "-std=c++20", "-pthread", "-w", *flags, "-I", str(home / "include"), str(src), "-o", str(tmp)]
+        cmd = [
+            cxx,
+            "-std=c++20",
+            "-pthread",
+            "-w",
+            *flags,
+            "-I",
+            str(home / "include"),
+            str(src),
+            "-o",
+            str(tmp),
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise RuntimeError(f"emulator build failed:\n{res.stderr[-4000:]}\n{' '.join(cmd)}")
@@ -533,7 +558,9 @@ class Emulation:
         iv = (ctypes.c_int64 * max(1, len(ints)))(*ints)
         fv = (ctypes.c_double * max(1, len(floats)))(*floats)
         if self._lib is not None:
-            ptrs = (ctypes.c_void_p * max(1, len(buffers)))(*[None if b is None else b.data_ptr() for b in buffers])
+            ptrs = (ctypes.c_void_p * max(1, len(buffers)))(
+                *[None if b is None else b.data_ptr() for b in buffers]
+            )
             fn: Callable[..., int] = getattr(self._lib, entry)
             return int(fn(ptrs, iv, fv))
         return self._run_sanitized(entry, buffers, ints, floats)
@@ -607,7 +634,9 @@ class EmulatedDepthwise:
         x = x.contiguous(memory_format=fmt)
         y = torch.full((g[0], g[1], g[4], g[5]), float("nan"), dtype=x.dtype).contiguous(memory_format=fmt)
         bias = b.contiguous() if b is not None else None
-        err = self.emu.call("dw_forward", [x, w.contiguous(), bias, y], [DTYPE_CODES[x.dtype], int(channels_last), *g])
+        err = self.emu.call(
+            "dw_forward", [x, w.contiguous(), bias, y], [DTYPE_CODES[x.dtype], int(channels_last), *g]
+        )
         assert err == 0, f"launch_forward returned cudaError {err}"
         return y
 
@@ -618,7 +647,9 @@ class EmulatedDepthwise:
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         dy = dy.contiguous(memory_format=fmt)
         dx = torch.full((n, c, *hw), float("nan"), dtype=dy.dtype).contiguous(memory_format=fmt)
-        err = self.emu.call("dw_input_grad", [dy, w.contiguous(), dx], [DTYPE_CODES[dy.dtype], int(channels_last), *g])
+        err = self.emu.call(
+            "dw_input_grad", [dy, w.contiguous(), dx], [DTYPE_CODES[dy.dtype], int(channels_last), *g]
+        )
         assert err == 0, f"launch_input_grad returned cudaError {err}"
         return dx
 
@@ -630,7 +661,9 @@ class EmulatedDepthwise:
         x = x.contiguous(memory_format=fmt)
         dy = dy.contiguous(memory_format=fmt)
         dw = torch.full((g[1], 1, *k), float("nan"), dtype=x.dtype)
-        err = self.emu.call("dw_weight_grad", [dy, x, dw], [DTYPE_CODES[x.dtype], int(channels_last), sms, *g])
+        err = self.emu.call(
+            "dw_weight_grad", [dy, x, dw], [DTYPE_CODES[x.dtype], int(channels_last), sms, *g]
+        )
         assert err == 0, f"launch_weight_grad returned cudaError {err}"
         return dw
 

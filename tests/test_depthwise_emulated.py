@@ -8,7 +8,6 @@ checks index math and algorithms only: speed, coalescing and real-hardware races
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch

@@ -26,7 +26,7 @@ Pair = tuple[int, int]
 
 
 def assert_close_fp64(out: torch.Tensor, ref: torch.Tensor, terms: int, what: str) -> None:
-    """``out`` (any float dtype) against an fp64 ``ref``: a few roundings of ``out``'s dtype per sqrt(terms)."""
+    """``out`` (any float dtype) against an fp64 ``ref``, to a few roundings of its dtype per sqrt(terms)."""
     eps = torch.finfo(out.dtype).eps
     tol = 4 * eps * math.sqrt(max(terms, 1)) + eps
     assert not torch.isnan(out).any(), f"{what}: elements left unwritten (NaN sentinel)"
@@ -39,9 +39,11 @@ I2C_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int8:
 
 def col_strides(layout: str, n: int, k_total: int, length: int) -> tuple[int, int, int]:
     """(sn, sk, sl) of the column layouts (see im2col_gemm.cu)."""
-    return {"nkl": (k_total * length, length, 1), "knl": (length, n * length, 1), "nlk": (length * k_total, 1, k_total)}[
-        layout
-    ]
+    return {
+        "nkl": (k_total * length, length, 1),
+        "knl": (length, n * length, 1),
+        "nlk": (length * k_total, 1, k_total),
+    }[layout]
 
 
 def col_shape(layout: str, n: int, k_total: int, length: int) -> tuple[int, int, int]:
@@ -64,7 +66,9 @@ def check_im2col(emu: Emulation, x: torch.Tensor, k: Pair, s: Pair, p: Pair, d: 
     k_total = -(-kk // pad_k_to) * pad_k_to
     sentinel = -128 if x.dtype == torch.int8 else float("nan")
     col = torch.full(col_shape(layout, n, k_total, length), sentinel, dtype=x.dtype)
-    err = emu.call("im2col", [x.contiguous(), col], [I2C_DTYPES[x.dtype], *g, *col_strides(layout, n, k_total, length)])
+    err = emu.call(
+        "im2col", [x.contiguous(), col], [I2C_DTYPES[x.dtype], *g, *col_strides(layout, n, k_total, length)]
+    )
     assert err == 0, f"launch_im2col returned cudaError {err}"
     ref = columns.im2col(x, k, s, p, d, row0, rows, layout, pad_k_to)
     pad = [slice(None)] * 3
@@ -76,14 +80,17 @@ def check_im2col(emu: Emulation, x: torch.Tensor, k: Pair, s: Pair, p: Pair, d: 
     assert torch.equal(written, expect), f"im2col {layout} differs from columns.im2col"
 
 
-def check_col2im(emu: Emulation, x_shape: Sequence[int], dtype: torch.dtype, k: Pair, s: Pair, p: Pair, d: Pair,
-                 row0: int, rows: int, layout: str, h0: int, hs: int, seed: int = 0) -> None:  # fmt: skip
+def check_col2im(emu: Emulation, x_shape: Sequence[int], dtype: torch.dtype, k: Pair, s: Pair, p: Pair,
+                 d: Pair, row0: int, rows: int, layout: str, h0: int, hs: int,
+                 seed: int = 0) -> None:  # fmt: skip
     """col2im (a gather, fp32 accumulation) of input rows [h0, h0+hs) against F.fold in fp64."""
     n, c, _, w = x_shape
     g = _i2c_ints(x_shape, k, s, p, d, row0, rows)
     length = rows * g[12]
     kk = c * k[0] * k[1]
-    col = torch.randn(col_shape(layout, n, kk, length), generator=torch.Generator().manual_seed(seed)).to(dtype)
+    col = torch.randn(col_shape(layout, n, kk, length), generator=torch.Generator().manual_seed(seed)).to(
+        dtype
+    )
     dx = torch.full((n, c, hs, w), float("nan"), dtype=dtype)
     err = emu.call("col2im", [col, dx], [I2C_DTYPES[dtype], *g, h0, hs, *col_strides(layout, n, kk, length)])
     assert err == 0, f"launch_col2im returned cudaError {err}"
@@ -113,8 +120,8 @@ def lut_case(x_shape: Sequence[int], cout: int, groups: int, k: Pair, bits: int,
     return x, wt, pcilt_tables.default_act_step(x, bits)
 
 
-def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: float, s: Pair, p: Pair, d: Pair,
-                   groups: int, bits: int, *, integer: bool, naive: bool, fused: bool,
+def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: float, s: Pair, p: Pair,
+                   d: Pair, groups: int, bits: int, *, integer: bool, naive: bool, fused: bool,
                    bias: bool = False) -> int:  # fmt: skip
     """The lookup conv (naive or tiled, as the host plans it) against its oracle; returns the plan
     (the tiled kernel's channel block, 0 for naive). Integer tables: exact against ``reference.lut_conv``;
@@ -126,7 +133,25 @@ def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: 
     t = pcilt_tables.build_tables(wt, bits, integer=integer)
     geo = geometry((n, c, h, w), (kh, kw), s, p, d)
     ho, wo = geo[4], geo[5]
-    ints = [int(not integer), n, c, h, w, packed.shape[3], cout, groups, kh, kw, *s, *p, *d, ho, wo, bits, int(naive)]
+    ints = [
+        int(not integer),
+        n,
+        c,
+        h,
+        w,
+        packed.shape[3],
+        cout,
+        groups,
+        kh,
+        kw,
+        *s,
+        *p,
+        *d,
+        ho,
+        wo,
+        bits,
+        int(naive),
+    ]
     plan = emu.call("lut_plan", [], ints) if emu.sanitizer is None else -1
     out_dtype = torch.float32 if fused or not integer else torch.int32
     sentinel = float("nan") if out_dtype == torch.float32 else -(2**31)
@@ -183,7 +208,9 @@ def check_control(emu: Emulation, mode: str, x: torch.Tensor, k: Pair, s: Pair, 
     b = torch.randn(c, generator=gen).to(x.dtype)
     g = geometry(tuple(x.shape), k, s, p, d)
     y = torch.full((n, c, g[4], g[5]), float("nan"), dtype=x.dtype)
-    err = emu.call("control", [x.contiguous(), wt, b, y], [CONTROL_MODES[mode], DTYPE_CODES[x.dtype], repeat_planes, *g])
+    err = emu.call(
+        "control", [x.contiguous(), wt, b, y], [CONTROL_MODES[mode], DTYPE_CODES[x.dtype], repeat_planes, *g]
+    )
     assert err == 0, f"launch_control returned cudaError {err}"
     if mode == "noop":
         assert y.isnan().all(), "the noop control wrote its output"

@@ -63,35 +63,91 @@ ONE = (1, 1)
 # (family, case id, run on an emulation): small shapes that reach every kernel and code path.
 CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
     ("depthwise", "tile-nchw-vec4-k3", _dw(_dwp(n=2, c=3, h=9, w=8, kernel=(3, 3), padding=(1, 1)))),
-    ("depthwise", "rows-nhwc-k5-s2", _dw(_dwp(n=1, c=5, h=9, w=7, kernel=(5, 5), stride=(2, 2), padding=(2, 2),
-                                              layout="nhwc"))),  # fmt: skip
-    ("depthwise", "direct-k2x3-dil-fp16", _dw(_dwp(n=1, c=2, h=6, w=7, kernel=(2, 3), dilation=(2, 1),
-                                                   padding=(1, 1), dtype="fp16"))),  # fmt: skip
-    ("depthwise", "tile-k7-bf16", _dw(_dwp(n=1, c=2, h=10, w=10, kernel=(7, 7), padding=(3, 3), dtype="bf16"))),
+    (
+        "depthwise",
+        "rows-nhwc-k5-s2",
+        _dw(_dwp(n=1, c=5, h=9, w=7, kernel=(5, 5), stride=(2, 2), padding=(2, 2), layout="nhwc")),
+    ),
+    (
+        "depthwise",
+        "direct-k2x3-dil-fp16",
+        _dw(_dwp(n=1, c=2, h=6, w=7, kernel=(2, 3), dilation=(2, 1), padding=(1, 1), dtype="fp16")),
+    ),
+    (
+        "depthwise",
+        "tile-k7-bf16",
+        _dw(_dwp(n=1, c=2, h=10, w=10, kernel=(7, 7), padding=(3, 3), dtype="bf16")),
+    ),
     ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
-    ("im2col_gemm", "im2col-knl-int8-band", lambda e: fam.check_im2col(
-        e, torch.randint(-100, 100, (1, 2, 9, 8), dtype=torch.int8), (3, 2), (2, 3), (1, 0), (1, 2), 1, 2, "knl", 8)),
-    ("im2col_gemm", "col2im-nkl-bf16-band", lambda e: fam.check_col2im(
-        e, (1, 2, 9, 8), torch.bfloat16, (3, 2), (2, 3), (1, 0), (1, 2), 1, 2, "nkl", 1, 6)),
+    (
+        "im2col_gemm",
+        "im2col-knl-int8-band",
+        lambda e: fam.check_im2col(
+            e,
+            torch.randint(-100, 100, (1, 2, 9, 8), dtype=torch.int8),
+            (3, 2),
+            (2, 3),
+            (1, 0),
+            (1, 2),
+            1,
+            2,
+            "knl",
+            8,
+        ),
+    ),
+    (
+        "im2col_gemm",
+        "col2im-nkl-bf16-band",
+        lambda e: fam.check_col2im(
+            e, (1, 2, 9, 8), torch.bfloat16, (3, 2), (2, 3), (1, 0), (1, 2), 1, 2, "nkl", 1, 6
+        ),
+    ),
     ("pcilt", "quantize-pack", lambda e: fam.check_quantize_pack(e, X, 0.37, 4)),
-    ("pcilt", "tiled-co8-int", lambda e: fam.check_lut_conv(e, *LUT4, ONE, ONE, ONE, 1, 4, integer=True,
-                                                            naive=False, fused=False)),  # fmt: skip
-    ("pcilt", "tiled-groups-co2-fused", lambda e: fam.check_lut_conv(e, *LUT_G, ONE, ONE, ONE, 2, 2, integer=True,
-                                                                     naive=False, fused=True, bias=True)),  # fmt: skip
-    ("pcilt", "tiled-global-tables-float", lambda e: fam.check_lut_conv(e, *LUT8, ONE, (3, 3), ONE, 1, 8,
-                                                                        integer=False, naive=False, fused=False)),
-    ("pcilt", "naive-fused", lambda e: fam.check_lut_conv(e, *LUT4, (2, 1), ONE, ONE, 1, 4, integer=True, naive=True,
-                                                          fused=True, bias=True)),  # fmt: skip
-    ("edsr", "c16-vec-residual-relu", lambda e: fam.check_sep_conv(e, 1, 16, 8, 16, residual=True, relu=True)),
+    (
+        "pcilt",
+        "tiled-co8-int",
+        lambda e: fam.check_lut_conv(e, *LUT4, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False),
+    ),
+    (
+        "pcilt",
+        "tiled-groups-co2-fused",
+        lambda e: fam.check_lut_conv(
+            e, *LUT_G, ONE, ONE, ONE, 2, 2, integer=True, naive=False, fused=True, bias=True
+        ),
+    ),
+    (
+        "pcilt",
+        "tiled-global-tables-float",
+        lambda e: fam.check_lut_conv(
+            e, *LUT8, ONE, (3, 3), ONE, 1, 8, integer=False, naive=False, fused=False
+        ),
+    ),
+    (
+        "pcilt",
+        "naive-fused",
+        lambda e: fam.check_lut_conv(
+            e, *LUT4, (2, 1), ONE, ONE, 1, 4, integer=True, naive=True, fused=True, bias=True
+        ),
+    ),
+    (
+        "edsr",
+        "c16-vec-residual-relu",
+        lambda e: fam.check_sep_conv(e, 1, 16, 8, 16, residual=True, relu=True),
+    ),
     ("edsr", "c32-partial-scalar", lambda e: fam.check_sep_conv(e, 1, 32, 9, 18, residual=True, relu=False)),
     ("_controls", "correct-fp32", lambda e: fam.check_control(e, "correct", X, (3, 3), (2, 2), ONE, ONE, 2)),
-    ("_controls", "wrong-border-fp16", lambda e: fam.check_control(e, "wrong_border", X.half(), (3, 3), ONE, ONE,
-                                                                   ONE)),  # fmt: skip
+    (
+        "_controls",
+        "wrong-border-fp16",
+        lambda e: fam.check_control(e, "wrong_border", X.half(), (3, 3), ONE, ONE, ONE),
+    ),
 ]
 
 
 @pytest.mark.parametrize("sanitizer", SANITIZERS)
-@pytest.mark.parametrize(("family", "case"), [(f, c) for f, c, _ in CASES], ids=[f"{f}-{c}" for f, c, _ in CASES])
+@pytest.mark.parametrize(
+    ("family", "case"), [(f, c) for f, c, _ in CASES], ids=[f"{f}-{c}" for f, c, _ in CASES]
+)
 def test_kernels_clean_under_sanitizer(family: str, case: str, sanitizer: str) -> None:
     run = next(r for f, c, r in CASES if (f, c) == (family, case))
     run(_emu(family, sanitizer))
@@ -135,7 +191,10 @@ def test_tsan_catches_planted_missing_syncthreads() -> None:
     text = cu.read_text()
     anchor = "    __syncthreads();\n  }\n  if (oy < g.ho && ox < g.wo) {"
     text = _mutate(text, anchor, anchor.replace("__syncthreads();", ""))
-    writes = {_line_of(text, "s_in[e] = static_cast<uint8_t>(code);"), _line_of(text, "s_tab[e] = co < co_end")}
+    writes = {
+        _line_of(text, "s_in[e] = static_cast<uint8_t>(code);"),
+        _line_of(text, "s_tab[e] = co < co_end"),
+    }
     reads = {_line_of(text, "const int code = s_in["), _line_of(text, "acc[j] += s_tab[")}
     emu = emulation("pcilt", "tsan", text)
     with pytest.raises(SanitizerError) as err:
