@@ -223,20 +223,19 @@ T atomicCAS(T* p, T cmp, T v) {
   std::atomic_ref<T>(*p).compare_exchange_strong(cmp, v);
   return cmp;
 }
-template <typename T>
-T atomicMax(T* p, T v) {
+namespace emu {
+template <typename T, typename Better>
+T atomic_update(T* p, T v, Better better) {
   std::atomic_ref<T> a(*p);
   T old = a.load();
-  while (old < v && !a.compare_exchange_weak(old, v)) {}
+  while (better(v, old) && !a.compare_exchange_weak(old, v)) {}
   return old;
 }
+}  // namespace emu
 template <typename T>
-T atomicMin(T* p, T v) {
-  std::atomic_ref<T> a(*p);
-  T old = a.load();
-  while (v < old && !a.compare_exchange_weak(old, v)) {}
-  return old;
-}
+T atomicMax(T* p, T v) { return emu::atomic_update(p, v, [](T a, T b) { return b < a; }); }
+template <typename T>
+T atomicMin(T* p, T v) { return emu::atomic_update(p, v, [](T a, T b) { return a < b; }); }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline float __fmul_rn(float a, float b) { return a * b; }

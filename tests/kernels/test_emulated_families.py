@@ -10,6 +10,7 @@ module (``tests/test_depthwise_emulated.py``). Index math and algorithms only: s
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -25,24 +26,18 @@ def _open(family: str) -> Iterator[Emulation]:
         pytest.skip(str(exc))
 
 
-@pytest.fixture(scope="module")
-def im2col_emu() -> Iterator[Emulation]:
-    yield from _open("im2col_gemm")
+def _family_fixture(family: str) -> Any:
+    @pytest.fixture(scope="module")
+    def fixture() -> Iterator[Emulation]:
+        yield from _open(family)
+
+    return fixture
 
 
-@pytest.fixture(scope="module")
-def pcilt_emu() -> Iterator[Emulation]:
-    yield from _open("pcilt")
-
-
-@pytest.fixture(scope="module")
-def edsr_emu() -> Iterator[Emulation]:
-    yield from _open("edsr")
-
-
-@pytest.fixture(scope="module")
-def controls_emu() -> Iterator[Emulation]:
-    yield from _open("_controls")
+im2col_emu = _family_fixture("im2col_gemm")
+pcilt_emu = _family_fixture("pcilt")
+edsr_emu = _family_fixture("edsr")
+controls_emu = _family_fixture("_controls")
 
 
 GEOMS = [  # (x shape, kernel, stride, padding, dilation)

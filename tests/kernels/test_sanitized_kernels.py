@@ -4,15 +4,15 @@ The CPU stand-in for compute-sanitizer memcheck and racecheck (``tests/cuda_emul
 buffers and shared arrays are exactly-sized allocations, so an out-of-bounds access is an ASan report
 (misaligned vector accesses a UBSan one), and a block's threads run concurrently with only the barriers
 between them, so a shared-memory access not ordered by a ``__syncthreads`` is a TSan report. Each case is
-also checked against its oracle. The controls at the bottom plant a halo out-of-bounds read and a missing
-``__syncthreads`` by mutating a real kernel's source, and must be caught with the kernel and line named.
+also checked against its oracle. The controls at the bottom plant a halo out-of-bounds read, a misaligned
+float4 store and a missing ``__syncthreads`` by mutating a real kernel's source; each must be caught with
+the kernel and the ``.cu`` line named.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
@@ -181,7 +181,7 @@ def test_asan_catches_planted_halo_read() -> None:
         fam.check_sep_conv(emu, 1, 16, 8, 16, residual=False, relu=False)
     msg = str(err.value).splitlines()[0]
     assert "heap-buffer-overflow" in msg and "in kernel sep_conv_fwd_kernel" in msg, msg
-    assert f"edsr/{Path(cu).name}:{line}" in msg, msg
+    assert f"edsr/{cu.name}:{line}" in msg, msg
 
 
 def test_tsan_catches_planted_missing_syncthreads() -> None:
@@ -204,3 +204,19 @@ def test_tsan_catches_planted_missing_syncthreads() -> None:
     assert "data race" in msg and "in kernel lut_tiled_kernel" in msg, msg
     lines = {int(n) for n in re.findall(r"pcilt/pcilt\.cu:(\d+)", msg)}
     assert lines & writes and lines & reads, f"{msg}: expected a staging write {writes} and a read {reads}"
+
+
+def test_ubsan_catches_planted_misaligned_vector_store() -> None:
+    """edsr.cu's epilogue takes the float4 path without its W % 4 check: rows of an 18-wide image are not
+    16-byte aligned, and UBSan names the kernel and the store's line."""
+    cu = family_source("edsr")
+    text = _mutate(
+        cu.read_text(), "const bool vec = (W % 4 == 0) && (gw + PX <= W);", "const bool vec = gw + PX <= W;"
+    )
+    line = _line_of(text, "*reinterpret_cast<float4*>(yn + off) = make_float4")
+    emu = emulation("edsr", "asan", text)
+    with pytest.raises(SanitizerError) as err:
+        fam.check_sep_conv(emu, 1, 16, 8, 18, residual=False, relu=False)
+    msg = str(err.value).splitlines()[0]
+    assert "misaligned address" in msg and "in kernel sep_conv_fwd_kernel" in msg, msg
+    assert f"edsr/{cu.name}:{line}" in msg, msg
