@@ -24,10 +24,10 @@ Limits (what this cannot check or run): speed, coalescing, bank conflicts, occup
 nvcc's code generation; warps do not run in lockstep (implicit warp-synchronous code without
 ``__syncwarp``/``*_sync`` is reported as a race, which it is since Volta); shuffles and votes need the full
 mask of the warp's live lanes (a partial mask aborts); ``__syncthreads`` reached by only part of a block
-deadlocks (it is undefined on a GPU too); multi-dimensional ``__shared__`` arrays, ``__constant__``
-memory, textures, cooperative groups, clusters, streams/events, ``cudaMalloc`` inside a launcher,
-tensor-core/``asm`` code and fp16 arithmetic intrinsics beyond conversions are not provided (not emulated;
-a 2-D ``__shared__`` array is refused by the rewrite with an error); ``__shared__`` declarations must precede the kernel's first shared-memory
+deadlocks (it is undefined on a GPU too); ``__constant__`` memory, textures, cooperative groups,
+clusters, streams/events, ``cudaMalloc`` inside a launcher, tensor-core/``asm`` code and fp16 arithmetic
+intrinsics beyond conversions are not emulated, and a multi-dimensional ``__shared__`` array is refused by
+the rewrite with an error; ``__shared__`` declarations must precede the kernel's first shared-memory
 access (the per-block allocation takes a mutex, which ThreadSanitizer counts as synchronisation); a
 kernel launched with more threads per block than the host can run at once is slow (one OS thread each).
 """
