@@ -171,16 +171,40 @@ def _mutate(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def test_asan_catches_planted_halo_read() -> None:
-    """edsr.cu reads one column past the image at its halo: ASan names the kernel and the line."""
+# (old, new, the line the report must name, image width, what the report must say) in edsr.cu
+EDSR_DEFECTS = {
+    # The halo staging reads one column past the image: an out-of-bounds read of x.
+    "halo-read": (
+        "gw >= 0 && gw < W) v = __ldg",
+        "gw >= 0 && gw <= W) v = __ldg",
+        "gw <= W) v = __ldg",
+        16,
+        "heap-buffer-overflow",
+    ),
+    # The float4 epilogue without its W % 4 check: rows of an 18-wide image are not 16-byte aligned.
+    "misaligned-float4": (
+        "const bool vec = (W % 4 == 0) && (gw + PX <= W);",
+        "const bool vec = gw + PX <= W;",
+        "*reinterpret_cast<float4*>(yn + off) = make_float4",
+        18,
+        "misaligned address",
+    ),
+}
+
+
+@pytest.mark.parametrize("defect", list(EDSR_DEFECTS))
+def test_asan_ubsan_catch_planted_defect(defect: str) -> None:
+    """A planted out-of-bounds halo read (ASan) or misaligned float4 store (UBSan) in edsr.cu is caught,
+    and the message names the kernel and the line."""
+    old, new, needle, width, kind = EDSR_DEFECTS[defect]
     cu = family_source("edsr")
-    text = _mutate(cu.read_text(), "gw >= 0 && gw < W) v = __ldg", "gw >= 0 && gw <= W) v = __ldg")
-    line = _line_of(text, "gw <= W) v = __ldg")
+    text = _mutate(cu.read_text(), old, new)
+    line = _line_of(text, needle)
     emu = emulation("edsr", "asan", text)
     with pytest.raises(SanitizerError) as err:
-        fam.check_sep_conv(emu, 1, 16, 8, 16, residual=False, relu=False)
+        fam.check_sep_conv(emu, 1, 16, 8, width, residual=False, relu=False)
     msg = str(err.value).splitlines()[0]
-    assert "heap-buffer-overflow" in msg and "in kernel sep_conv_fwd_kernel" in msg, msg
+    assert kind in msg and "in kernel sep_conv_fwd_kernel" in msg, msg
     assert f"edsr/{cu.name}:{line}" in msg, msg
 
 
@@ -204,19 +228,3 @@ def test_tsan_catches_planted_missing_syncthreads() -> None:
     assert "data race" in msg and "in kernel lut_tiled_kernel" in msg, msg
     lines = {int(n) for n in re.findall(r"pcilt/pcilt\.cu:(\d+)", msg)}
     assert lines & writes and lines & reads, f"{msg}: expected a staging write {writes} and a read {reads}"
-
-
-def test_ubsan_catches_planted_misaligned_vector_store() -> None:
-    """edsr.cu's epilogue takes the float4 path without its W % 4 check: rows of an 18-wide image are not
-    16-byte aligned, and UBSan names the kernel and the store's line."""
-    cu = family_source("edsr")
-    text = _mutate(
-        cu.read_text(), "const bool vec = (W % 4 == 0) && (gw + PX <= W);", "const bool vec = gw + PX <= W;"
-    )
-    line = _line_of(text, "*reinterpret_cast<float4*>(yn + off) = make_float4")
-    emu = emulation("edsr", "asan", text)
-    with pytest.raises(SanitizerError) as err:
-        fam.check_sep_conv(emu, 1, 16, 8, 18, residual=False, relu=False)
-    msg = str(err.value).splitlines()[0]
-    assert "misaligned address" in msg and "in kernel sep_conv_fwd_kernel" in msg, msg
-    assert f"edsr/{cu.name}:{line}" in msg, msg
