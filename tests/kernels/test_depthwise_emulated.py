@@ -8,18 +8,16 @@ checks index math and algorithms only: speed, coalescing and real-hardware races
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels import _build
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from tests.kernels.cuda_emulation import EmulatedDepthwise, build
+from tests.kernels.cuda_emulation import EmulatedDepthwise, depthwise_candidate, emulation
 
 PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),
@@ -36,42 +34,11 @@ PROBLEMS = depthwise_problems(
 @pytest.fixture(scope="module")
 def emulated() -> Iterator[EmulatedDepthwise]:
     """The emulated kernels, built once per source hash into the extensions cache (~20 s cold)."""
-    out = _build.extensions_root() / "convperf_depthwise_emulation"
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        lib = build(out)
+        emu = emulation("depthwise")
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    yield EmulatedDepthwise(lib)
-
-
-def _candidate(emu: EmulatedDepthwise) -> Any:
-    class EmulatedConv(torch.autograd.Function):
-        @staticmethod
-        def forward(
-            ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: Any, p: Any, d: Any
-        ) -> Any:
-            cl = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
-            ctx.save_for_backward(x, w)
-            ctx.args = (tuple(s), tuple(p), tuple(d), cl, b is not None)
-            return emu.forward(x, w, b, tuple(s), tuple(p), tuple(d), cl)
-
-        @staticmethod
-        def backward(ctx: Any, gy: torch.Tensor) -> Any:
-            x, w = ctx.saved_tensors
-            s, p, d, cl, has_bias = ctx.args
-            dx = emu.input_grad(gy, w, (x.shape[2], x.shape[3]), s, p, d, cl)
-            dw = emu.weight_grad(gy, x, (w.shape[2], w.shape[3]), s, p, d, cl)
-            db = gy.sum(dim=(0, 2, 3), dtype=torch.float32).to(gy.dtype) if has_bias else None
-            return dx, dw, db, None, None, None
-
-    def emulated_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: Any, padding: Any,
-                        dilation: Any, groups: int) -> torch.Tensor:  # fmt: skip
-        assert groups == x.shape[1]
-        out: torch.Tensor = EmulatedConv.apply(x, w, b, stride, padding, dilation)
-        return out
-
-    return emulated_conv2d
+    yield EmulatedDepthwise(emu)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
@@ -80,7 +47,7 @@ def _candidate(emu: EmulatedDepthwise) -> Any:
 def test_emulated_kernels_match_oracle(
     emulated: EmulatedDepthwise, problem: Conv2dProblem, seed: int
 ) -> None:
-    assert_conv_close(_candidate(emulated), problem, seed=seed, backward=True, device="cpu")
+    assert_conv_close(depthwise_candidate(emulated), problem, seed=seed, backward=True, device="cpu")
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -93,7 +60,7 @@ def test_emulated_seed_like_shapes(
     problem = Conv2dProblem(
         n=n, c_in=c, h=hw, w=hw, c_out=c, kernel=(k, k), padding=pad, groups=c, layout=layout
     )
-    assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")
+    assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")
 
 
 def test_emulator_sees_unwritten_outputs(emulated: EmulatedDepthwise) -> None:
@@ -124,4 +91,4 @@ def test_emulated_vector_staging(emulated: EmulatedDepthwise, k: int, s: int, w4
     w = max(w, 4 * -(-(k - 2 * pad) // 4))
     problem = Conv2dProblem(n=2, c_in=3, h=h, w=w, c_out=3, kernel=(k, k), stride=(s, s), padding=(pad, pad),
                             groups=3, dtype=dtype)  # fmt: skip
-    assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")
+    assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")
