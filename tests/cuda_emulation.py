@@ -82,6 +82,7 @@ void launch(dim3 grid, dim3 block, size_t smem, F&& body) {
 #define blockDim (emu::bdim)
 #define gridDim (emu::gdim)
 inline void __syncthreads() { emu::sync(); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 inline float __shfl_down_sync(unsigned, float v, int off) {
   const unsigned t = threadIdx.x;
   emu::shuffle_buf[t] = v;
@@ -109,11 +110,14 @@ convperf_dw::Geom geom(const int64_t* v) {
 }  // namespace
 using convperf_dw::DType;
 extern "C" int emu_forward(int dt, const void* x, const void* w, const void* b, void* y, const int64_t* g,
-                           int cl) {
-  return int(convperf_dw::launch_forward(DType(dt), x, w, b, y, geom(g), cl != 0, nullptr));
+                           int cl, int variant) {
+  return int(convperf_dw::launch_forward(DType(dt), x, w, b, y, geom(g), cl != 0, nullptr,
+                                         convperf_dw::Variant(variant)));
 }
-extern "C" int emu_input_grad(int dt, const void* dy, const void* w, void* dx, const int64_t* g, int cl) {
-  return int(convperf_dw::launch_input_grad(DType(dt), dy, w, dx, geom(g), cl != 0, nullptr));
+extern "C" int emu_input_grad(int dt, const void* dy, const void* w, void* dx, const int64_t* g, int cl,
+                              int variant) {
+  return int(convperf_dw::launch_input_grad(DType(dt), dy, w, dx, geom(g), cl != 0, nullptr,
+                                            convperf_dw::Variant(variant)));
 }
 extern "C" int emu_weight_grad(int dt, const void* dy, const void* x, void* dw, const int64_t* g, int cl,
                                int sms) {
@@ -187,11 +191,17 @@ def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr() if t is not None else None)
 
 
-class EmulatedDepthwise:
-    """The three host entry points of depthwise.cu, run on CPU tensors through the emulator."""
+# The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad.
+VARIANTS = {"v1": 1, "v2": 2}
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+
+class EmulatedDepthwise:
+    """The three host entry points of depthwise.cu, run on CPU tensors through the emulator, with the
+    NCHW tiled kernels of ``variant`` (``"v1"`` or ``"v2"``, see ``VARIANTS``)."""
+
+    def __init__(self, lib: ctypes.CDLL, variant: str = "v2") -> None:
         self.lib = lib
+        self.variant = VARIANTS[variant]
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: tuple[int, int],
                 p: tuple[int, int], d: tuple[int, int], channels_last: bool) -> torch.Tensor:  # fmt: skip
@@ -201,7 +211,7 @@ class EmulatedDepthwise:
         y = torch.full((g[0], g[1], g[4], g[5]), float("nan"), dtype=x.dtype).contiguous(memory_format=fmt)
         err = self.lib.emu_forward(DTYPE_CODES[x.dtype], _ptr(x), _ptr(w.contiguous()),
                                    _ptr(b.contiguous() if b is not None else None), _ptr(y), _geom_arg(g),
-                                   int(channels_last))  # fmt: skip
+                                   int(channels_last), self.variant)  # fmt: skip
         assert err == 0, f"launch_forward returned cudaError {err}"
         return y
 
@@ -213,7 +223,7 @@ class EmulatedDepthwise:
         dy = dy.contiguous(memory_format=fmt)
         dx = torch.full((n, c, *hw), float("nan"), dtype=dy.dtype).contiguous(memory_format=fmt)
         err = self.lib.emu_input_grad(DTYPE_CODES[dy.dtype], _ptr(dy), _ptr(w.contiguous()), _ptr(dx),
-                                      _geom_arg(g), int(channels_last))  # fmt: skip
+                                      _geom_arg(g), int(channels_last), self.variant)  # fmt: skip
         assert err == 0, f"launch_input_grad returned cudaError {err}"
         return dx
 

@@ -7,6 +7,7 @@ checks index math and algorithms only: speed, coalescing and real-hardware races
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,7 @@ from kernels import _build
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from tests.cuda_emulation import EmulatedDepthwise, build
+from tests.cuda_emulation import VARIANTS, EmulatedDepthwise, build
 
 PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),
@@ -34,15 +35,20 @@ PROBLEMS = depthwise_problems(
 
 
 @pytest.fixture(scope="module")
-def emulated() -> Iterator[EmulatedDepthwise]:
+def emulated_lib() -> ctypes.CDLL:
     """The emulated kernels, built once per source hash into the extensions cache (~20 s cold)."""
     out = _build.extensions_root() / "convperf_depthwise_emulation"
     out.mkdir(parents=True, exist_ok=True)
     try:
-        lib = build(out)
+        return build(out)
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    yield EmulatedDepthwise(lib)
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def emulated(request: pytest.FixtureRequest, emulated_lib: ctypes.CDLL) -> Iterator[EmulatedDepthwise]:
+    """Every test runs on each NCHW tiled variant (v1, the A/B baseline, and v2)."""
+    yield EmulatedDepthwise(emulated_lib, request.param)
 
 
 def _candidate(emu: EmulatedDepthwise) -> Any:
