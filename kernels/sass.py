@@ -15,6 +15,7 @@ per-shape figures built on them (``kernels.depthwise.model``) are predictions, n
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import os
 import re
@@ -326,6 +327,11 @@ def report(kernels: Sequence[KernelSass], arch: str) -> str:
     return "\n".join(lines)
 
 
+# Families whose per-seed-shape figures (instructions per useful output, lanes wasted, predicted time)
+# come from a cost model module with ``table_for(kernels) -> str``.
+SHAPE_MODELS = {"depthwise": "kernels.depthwise.model"}
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernels.sass", description=__doc__.split("\n")[0])
     parser.add_argument("families", nargs="*", help="families (default: every one with a gate)")
@@ -342,6 +348,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         shown = [k for k in kernels if re.search(args.filter, k.pretty)]
         print(f"== {family} (sm_{args.arch}, {len(kernels)} kernels, static SASS: not a GPU measurement)")
         print(report(shown, args.arch))
+        if family in SHAPE_MODELS and args.arch == "90":
+            print(importlib.import_module(SHAPE_MODELS[family]).table_for(kernels))
         if args.gate and family in GATES:
             problems = check(kernels, GATES.get(family, ()))
             for p in problems:

@@ -119,6 +119,19 @@ extern "C" int emu_input_grad(int dt, const void* dy, const void* w, void* dx, c
   return int(convperf_dw::launch_input_grad(DType(dt), dy, w, dx, geom(g), cl != 0, nullptr,
                                             convperf_dw::Variant(variant)));
 }
+// The v2 tile plan of a forward (aligned input): tw, trows, pl, tiles_w, tiles_h, in_rows, in_cols, mode.
+extern "C" int emu_plan_v2(const int64_t* g, int* out) {
+  const convperf_dw::Geom gg = geom(g);
+  convperf_dw::TileArgs t{};
+  t.planes = gg.n * gg.c; t.c = int(gg.c); t.h = gg.h; t.w = gg.w; t.ho = gg.ho; t.wo = gg.wo;
+  t.ph = gg.ph; t.pw = gg.pw;
+  convperf_dw::Tile2Args a = convperf_dw::tile2_args(t);
+  if (!convperf_dw::plan_tile_v2(a, gg.kh, gg.sh)) return 1;
+  const int mode = convperf_dw::choose_stage_mode(a, gg.sh, true);
+  const int v[8] = {a.tw, a.trows, a.pl, a.tiles_w, a.tiles_h, a.in_rows, a.in_cols, mode};
+  std::memcpy(out, v, sizeof(v));
+  return 0;
+}
 extern "C" int emu_weight_grad(int dt, const void* dy, const void* x, void* dw, const int64_t* g, int cl,
                                int sms) {
   const convperf_dw::Geom gg = geom(g);

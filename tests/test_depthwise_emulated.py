@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import _build
-from perf_tests.shapes import depthwise_problems
+from kernels.depthwise import model
+from perf_tests.shapes import DEPTHWISE_SEED_SHAPES, depthwise_problems
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from tests.cuda_emulation import VARIANTS, EmulatedDepthwise, build
+from tests.cuda_emulation import VARIANTS, EmulatedDepthwise, build, geometry
 
 PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),
@@ -131,3 +132,18 @@ def test_emulated_vector_staging(emulated: EmulatedDepthwise, k: int, s: int, w4
     problem = Conv2dProblem(n=2, c_in=3, h=h, w=w, c_out=3, kernel=(k, k), stride=(s, s), padding=(pad, pad),
                             groups=3, dtype=dtype)  # fmt: skip
     assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")
+
+
+@pytest.mark.parametrize("shape", [*DEPTHWISE_SEED_SHAPES, (2, 3, 9, 3), (1, 5, 30, 7), (4, 8, 64, 5)])
+@pytest.mark.parametrize("s", [1, 2])
+def test_cost_model_mirrors_the_v2_planner(emulated_lib: ctypes.CDLL, shape: tuple[int, int, int, int], s: int) -> None:
+    """``kernels.depthwise.model.plan_v2`` (the cost model's copy) picks what ``depthwise.cu`` picks."""
+    n, c, hw, k = shape
+    g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
+    out = (ctypes.c_int * 8)()
+    assert emulated_lib.emu_plan_v2((ctypes.c_int64 * len(g))(*g), out) == 0
+    plan = model.plan_v2(model.Shape(n, c, hw, k, s))
+    tiles = plan.tiles
+    mode = {"scalar": 0, "rows4": 1, "planes4": 2}[plan.mode]
+    assert (plan.tw, plan.trows, plan.pl, plan.in_rows, plan.in_cols, mode) == tuple(out[i] for i in (0, 1, 2, 5, 6, 7))
+    assert tiles == out[3] * out[4]

@@ -432,26 +432,31 @@ bool plan_tile_v2(Tile2Args& a, int k, int s) {
   return best >= 0;
 }
 
+// Staging mode of a planned v2 tile (may lower pl so every block's span starts 16-byte aligned).
+int choose_stage_mode(Tile2Args& a, int s, bool aligned) {
+  const int hw = a.h * a.w;
+  if (aligned && a.tiles_w == 1 && a.tiles_h == 1) {
+    int pl = a.pl;
+    while (pl > 1 && pl * hw % 4 != 0) --pl;
+    if (pl * hw % 4 == 0) {
+      a.pl = pl;
+      return kStagePlanes4;
+    }
+  }
+  if (aligned && a.w % 4 == 0) {
+    // A chunk's offset in the row is fixed when the tile step is a multiple of 4, else take the worst.
+    const int off = (a.tw * s) % 4 == 0 ? ((-a.pw) & 3) : 3;
+    a.nch = (a.in_cols + off + 3) / 4;
+    return kStageRows4;
+  }
+  return kStageScalar;
+}
+
 template <typename T, int K, int S>
 cudaError_t run_tile_v2(const T* x, const T* w, const T* bias, T* y, Tile2Args a, cudaStream_t stream) {
   if (!plan_tile_v2(a, K, S)) return cudaErrorInvalidConfiguration;
-  const bool aligned = reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T)) == 0;
+  const int mode = choose_stage_mode(a, S, reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T)) == 0);
   const int hw = a.h * a.w;
-  int mode = kStageScalar;
-  if (aligned && a.tiles_w == 1 && a.tiles_h == 1) {
-    int pl = a.pl;
-    while (pl > 1 && pl * hw % 4 != 0) --pl;  // the span of every block starts 16-byte aligned
-    if (pl * hw % 4 == 0) {
-      a.pl = pl;
-      mode = kStagePlanes4;
-    }
-  }
-  if (mode == kStageScalar && aligned && a.w % 4 == 0) mode = kStageRows4;
-  if (mode == kStageRows4) {
-    // A chunk's offset in the row is fixed when the tile step is a multiple of 4, else take the worst.
-    const int off = (a.tw * S) % 4 == 0 ? ((-a.pw) & 3) : 3;
-    a.nch = (a.in_cols + off + 3) / 4;
-  }
   const int64_t blocks = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   a.by_tiles_w = make_fastdiv(a.tiles_w);

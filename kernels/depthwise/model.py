@@ -344,9 +344,13 @@ def table(rows: Sequence[dict[str, Prediction]]) -> str:
     return "\n".join(lines)
 
 
+def table_for(kernels: Sequence[KernelSass]) -> str:
+    """The seed-shape table from the SASS of ``depthwise.cu`` (``python -m kernels.sass`` prints it)."""
+    return table(predict_all(kernels))
+
+
 def main() -> int:
-    kernels = analyze(_build.KERNELS_ROOT / "depthwise" / "depthwise.cu")
-    print(table(predict_all(kernels)))
+    print(table_for(analyze(_build.KERNELS_ROOT / "depthwise" / "depthwise.cu")))
     return 0
 
 
