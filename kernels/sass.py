@@ -233,7 +233,9 @@ def cuobjdump_path() -> Path:
 def _run(cmd: list[str]) -> str:
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        raise _build.KernelBuildError(f"{cmd[0]} failed:\n{(res.stderr or res.stdout)[-3000:]}\n{' '.join(cmd)}")
+        raise _build.KernelBuildError(
+            f"{cmd[0]} failed:\n{(res.stderr or res.stdout)[-3000:]}\n{' '.join(cmd)}"
+        )
     return res.stdout
 
 
@@ -308,7 +310,9 @@ def check(kernels: Sequence[KernelSass], gates: Sequence[Gate]) -> list[str]:
                 if not any(lp.mix.vector_loads for lp in staged):
                     problems.append(f"{k.pretty}: no 64/128-bit global load in its staging loop")
     if not gated:
-        problems.append(f"no kernel matched the gate patterns {[g.pattern for g in gates]}: the gate checked nothing")
+        problems.append(
+            f"no kernel matched the gate patterns {[g.pattern for g in gates]}: the gate checked nothing"
+        )
     return problems
 
 

@@ -136,7 +136,9 @@ def test_emulated_vector_staging(emulated: EmulatedDepthwise, k: int, s: int, w4
 
 @pytest.mark.parametrize("shape", [*DEPTHWISE_SEED_SHAPES, (2, 3, 9, 3), (1, 5, 30, 7), (4, 8, 64, 5)])
 @pytest.mark.parametrize("s", [1, 2])
-def test_cost_model_mirrors_the_v2_planner(emulated_lib: ctypes.CDLL, shape: tuple[int, int, int, int], s: int) -> None:
+def test_cost_model_mirrors_the_v2_planner(
+    emulated_lib: ctypes.CDLL, shape: tuple[int, int, int, int], s: int
+) -> None:
     """``kernels.depthwise.model.plan_v2`` (the cost model's copy) picks what ``depthwise.cu`` picks."""
     n, c, hw, k = shape
     g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
@@ -145,5 +147,7 @@ def test_cost_model_mirrors_the_v2_planner(emulated_lib: ctypes.CDLL, shape: tup
     plan = model.plan_v2(model.Shape(n, c, hw, k, s))
     tiles = plan.tiles
     mode = {"scalar": 0, "rows4": 1, "planes4": 2}[plan.mode]
-    assert (plan.tw, plan.trows, plan.pl, plan.in_rows, plan.in_cols, mode) == tuple(out[i] for i in (0, 1, 2, 5, 6, 7))
+    assert (plan.tw, plan.trows, plan.pl, plan.in_rows, plan.in_cols, mode) == tuple(
+        out[i] for i in (0, 1, 2, 5, 6, 7)
+    )
     assert tiles == out[3] * out[4]

@@ -79,7 +79,9 @@ class Shape:
 
     @property
     def bytes(self) -> int:
-        return (self.planes * (self.hw * self.hw + self.ho * self.ho) + self.c * self.k * self.k) * self.dtype_bytes
+        return (
+            self.planes * (self.hw * self.hw + self.ho * self.ho) + self.c * self.k * self.k
+        ) * self.dtype_bytes
 
     @property
     def label(self) -> str:
@@ -245,9 +247,7 @@ def predict_tiled(sh: Shape, plan: Plan, counts: KernelCounts, hw: Hardware = H1
     # MIO: stores into shared memory while staging (one wavefront per warp store, 4 per vector chunk's
     # scattered elements), plus the compute section's shared and weight loads.
     per_vec = 4 if plan.mode != "scalar" else 1
-    mio_block = (
-        plan.fill_items / 32 + plan.load_items * per_vec / 32 * 2 + warps_active * counts.post_mio
-    )
+    mio_block = plan.fill_items / 32 + plan.load_items * per_vec / 32 * 2 + warps_active * counts.post_mio
     warp_instr = blocks * per_block
     t, bound = _time(sh, warp_instr, blocks * mio_block, blocks, hw)
     useful = sh.outputs
@@ -340,7 +340,9 @@ def table(rows: Sequence[dict[str, Prediction]]) -> str:
         )
     g1 = geomean([r["native"].seconds / r["v1"].seconds for r in rows])
     g2 = geomean([r["native"].seconds / r["v2"].seconds for r in rows])
-    lines.append(f"\nPredicted geomean speedup over native: v1 {g1:.2f}x, v2 {g2:.2f}x (not a GPU measurement).")
+    lines.append(
+        f"\nPredicted geomean speedup over native: v1 {g1:.2f}x, v2 {g2:.2f}x (not a GPU measurement)."
+    )
     return "\n".join(lines)
 
 

@@ -89,7 +89,8 @@ def test_gate_passes_a_clean_kernel() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ops", "ptx_divs"), [(["I2F.U32.RP", "MUFU.RCP", "EXIT"], 0), (["EXIT"], 3), (["CALL.REL.NOINC", "EXIT"], 0)]
+    ("ops", "ptx_divs"),
+    [(["I2F.U32.RP", "MUFU.RCP", "EXIT"], 0), (["EXIT"], 3), (["CALL.REL.NOINC", "EXIT"], 0)],
 )
 def test_gate_fails_on_any_division(ops: list[str], ptx_divs: int) -> None:
     (problem,) = sass.check([_kernel("stream<float, 0>", ops, ptx_divs)], GATE)
