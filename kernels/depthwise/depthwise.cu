@@ -310,8 +310,11 @@ __global__ void __launch_bounds__(kThreads)
     // then the next three elements step along the row.
     auto put = [&](int i, int p, int row, int col, float v) {
       const int sr = row + a.ph, sc = col + a.pw;
-      // Inputs past the last output's window (stride 2, small padding) are not staged.
-      if (i < span && sr < a.in_rows && sc < a.in_cols) smem[p * a.plane_sz + sr * a.in_cols + sc] = v;
+      // Inputs outside every output's window are not staged: past the last one (stride 2, small
+      // padding) or before the first (the input grad's negative padding, a crop).
+      if (i < span && sr >= 0 && sr < a.in_rows && sc >= 0 && sc < a.in_cols) {
+        smem[p * a.plane_sz + sr * a.in_cols + sc] = v;
+      }
     };
 #pragma unroll 1
     for (int e0 = threadIdx.x * 4; e0 < full; e0 += kThreads * 4) {
