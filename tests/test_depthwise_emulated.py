@@ -151,3 +151,10 @@ def test_cost_model_mirrors_the_v2_planner(
         out[i] for i in (0, 1, 2, 5, 6, 7)
     )
     assert tiles == out[3] * out[4]
+
+
+@pytest.mark.parametrize(("hw", "k", "pad"), [(7, 3, 3), (14, 5, 4), (12, 3, 2)])
+def test_emulated_input_grad_with_a_crop(emulated: EmulatedDepthwise, hw: int, k: int, pad: int) -> None:
+    """Padding > k - 1: the stride-1 input grad runs the tiled kernel with negative padding (a crop)."""
+    problem = Conv2dProblem(n=2, c_in=5, h=hw, w=hw, c_out=5, kernel=(k, k), padding=(pad, pad), groups=5)
+    assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")
