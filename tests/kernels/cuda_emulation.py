@@ -186,6 +186,7 @@ void launch(dim3 grid, dim3 block_dim, size_t smem, F&& body) {
 #define gridDim (emu::gdim)
 #define warpSize 32
 inline void __syncthreads() { emu::sync(); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   emu::check_mask(mask, emu::warp());
   emu::warp().bar.arrive_and_wait();
@@ -321,12 +322,28 @@ WRAPPERS: dict[str, str] = {
     + r"""}  // namespace
 using convperf_dw::DType;
 extern "C" int dw_forward(void* const* b, const int64_t* i, const double*) {
-  const convperf_dw::Geom g = dw_geom(i + 2);
-  return int(convperf_dw::launch_forward(DType(i[0]), b[0], b[1], b[2], b[3], g, i[1] != 0, nullptr));
+  const convperf_dw::Geom g = dw_geom(i + 3);
+  return int(convperf_dw::launch_forward(DType(i[0]), b[0], b[1], b[2], b[3], g, i[1] != 0, nullptr,
+                                         convperf_dw::Variant(i[2])));
 }
 extern "C" int dw_input_grad(void* const* b, const int64_t* i, const double*) {
-  const convperf_dw::Geom g = dw_geom(i + 2);
-  return int(convperf_dw::launch_input_grad(DType(i[0]), b[0], b[1], b[2], g, i[1] != 0, nullptr));
+  const convperf_dw::Geom g = dw_geom(i + 3);
+  return int(convperf_dw::launch_input_grad(DType(i[0]), b[0], b[1], b[2], g, i[1] != 0, nullptr,
+                                            convperf_dw::Variant(i[2])));
+}
+// The v2 tile plan of a forward (aligned input) into b[0] (8 int32): tw, trows, pl, tiles_w, tiles_h,
+// in_rows, in_cols, stage mode; 1 when no tile fits.
+extern "C" int dw_plan_v2(void* const* b, const int64_t* i, const double*) {
+  const convperf_dw::Geom g = dw_geom(i);
+  convperf_dw::TileArgs t{};
+  t.planes = g.n * g.c; t.c = int(g.c); t.h = g.h; t.w = g.w; t.ho = g.ho; t.wo = g.wo;
+  t.ph = g.ph; t.pw = g.pw;
+  convperf_dw::Tile2Args a = convperf_dw::tile2_args(t);
+  if (!convperf_dw::plan_tile_v2(a, g.kh, g.sh)) return 1;
+  const int mode = convperf_dw::choose_stage_mode(a, g.sh, true);
+  const int v[8] = {a.tw, a.trows, a.pl, a.tiles_w, a.tiles_h, a.in_rows, a.in_cols, mode};
+  std::memcpy(b[0], v, sizeof(v));
+  return 0;
 }
 extern "C" int dw_weight_grad(void* const* b, const int64_t* i, const double*) {
   const convperf_dw::Geom g = dw_geom(i + 3);
@@ -622,11 +639,17 @@ def geometry(x_shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int], p
     return [n, c, h, w, ho, wo, k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]]
 
 
-class EmulatedDepthwise:
-    """The three host entry points of depthwise.cu, run on CPU tensors through the emulator."""
+# The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad.
+VARIANTS = {"v1": 1, "v2": 2}
 
-    def __init__(self, emu: Emulation) -> None:
+
+class EmulatedDepthwise:
+    """The three host entry points of depthwise.cu, run on CPU tensors through the emulator, with the
+    NCHW tiled kernels of ``variant`` (``"v1"`` or ``"v2"``, see ``VARIANTS``)."""
+
+    def __init__(self, emu: Emulation, variant: str = "v2") -> None:
         self.emu = emu
+        self.variant = VARIANTS[variant]
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: tuple[int, int],
                 p: tuple[int, int], d: tuple[int, int], channels_last: bool) -> torch.Tensor:  # fmt: skip
@@ -636,7 +659,9 @@ class EmulatedDepthwise:
         y = torch.full((g[0], g[1], g[4], g[5]), float("nan"), dtype=x.dtype).contiguous(memory_format=fmt)
         bias = b.contiguous() if b is not None else None
         err = self.emu.call(
-            "dw_forward", [x, w.contiguous(), bias, y], [DTYPE_CODES[x.dtype], int(channels_last), *g]
+            "dw_forward",
+            [x, w.contiguous(), bias, y],
+            [DTYPE_CODES[x.dtype], int(channels_last), self.variant, *g],
         )
         assert err == 0, f"launch_forward returned cudaError {err}"
         return y
@@ -649,7 +674,9 @@ class EmulatedDepthwise:
         dy = dy.contiguous(memory_format=fmt)
         dx = torch.full((n, c, *hw), float("nan"), dtype=dy.dtype).contiguous(memory_format=fmt)
         err = self.emu.call(
-            "dw_input_grad", [dy, w.contiguous(), dx], [DTYPE_CODES[dy.dtype], int(channels_last), *g]
+            "dw_input_grad",
+            [dy, w.contiguous(), dx],
+            [DTYPE_CODES[dy.dtype], int(channels_last), self.variant, *g],
         )
         assert err == 0, f"launch_input_grad returned cudaError {err}"
         return dx
@@ -667,6 +694,11 @@ class EmulatedDepthwise:
         )
         assert err == 0, f"launch_weight_grad returned cudaError {err}"
         return dw
+
+    def plan_v2(self, g: Sequence[int]) -> list[int] | None:
+        """``depthwise.cu``'s v2 tile plan of a forward on geometry ``g`` (see ``dw_plan_v2``), or None."""
+        out = torch.zeros(8, dtype=torch.int32)
+        return None if self.emu.call("dw_plan_v2", [out], list(g)) != 0 else out.tolist()
 
 
 def depthwise_candidate(emu: EmulatedDepthwise) -> Any:

@@ -14,10 +14,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernels.depthwise import model
+from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from tests.kernels.cuda_emulation import EmulatedDepthwise, depthwise_candidate, emulation
+from tests.kernels.cuda_emulation import (
+    VARIANTS,
+    EmulatedDepthwise,
+    Emulation,
+    depthwise_candidate,
+    emulation,
+    geometry,
+)
 
 PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),
@@ -32,13 +41,18 @@ PROBLEMS = depthwise_problems(
 
 
 @pytest.fixture(scope="module")
-def emulated() -> Iterator[EmulatedDepthwise]:
+def emulated_lib() -> Emulation:
     """The emulated kernels, built once per source hash into the extensions cache (~20 s cold)."""
     try:
-        emu = emulation("depthwise")
+        return emulation("depthwise")
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    yield EmulatedDepthwise(emu)
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def emulated(request: pytest.FixtureRequest, emulated_lib: Emulation) -> Iterator[EmulatedDepthwise]:
+    """Every test runs on each NCHW tiled variant (v1, the A/B baseline, and v2)."""
+    yield EmulatedDepthwise(emulated_lib, request.param)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
@@ -91,4 +105,30 @@ def test_emulated_vector_staging(emulated: EmulatedDepthwise, k: int, s: int, w4
     w = max(w, 4 * -(-(k - 2 * pad) // 4))
     problem = Conv2dProblem(n=2, c_in=3, h=h, w=w, c_out=3, kernel=(k, k), stride=(s, s), padding=(pad, pad),
                             groups=3, dtype=dtype)  # fmt: skip
+    assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")
+
+
+@pytest.mark.parametrize("shape", [*DEPTHWISE_SEED_SHAPES, (2, 3, 9, 3), (1, 5, 30, 7), (4, 8, 64, 5)])
+@pytest.mark.parametrize("s", [1, 2])
+def test_cost_model_mirrors_the_v2_planner(
+    emulated_lib: Emulation, shape: tuple[int, int, int, int], s: int
+) -> None:
+    """``kernels.depthwise.model.plan_v2`` (the cost model's copy) picks what ``depthwise.cu`` picks."""
+    n, c, hw, k = shape
+    g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
+    out = EmulatedDepthwise(emulated_lib).plan_v2(g)
+    assert out is not None, f"depthwise.cu found no v2 tile for {shape}, stride {s}"
+    plan = model.plan_v2(model.Shape(n, c, hw, k, s))
+    tiles = plan.tiles
+    mode = {"scalar": 0, "rows4": 1, "planes4": 2}[plan.mode]
+    assert (plan.tw, plan.trows, plan.pl, plan.in_rows, plan.in_cols, mode) == tuple(
+        out[i] for i in (0, 1, 2, 5, 6, 7)
+    )
+    assert tiles == out[3] * out[4]
+
+
+@pytest.mark.parametrize(("hw", "k", "pad"), [(7, 3, 3), (14, 5, 4), (12, 3, 2)])
+def test_emulated_input_grad_with_a_crop(emulated: EmulatedDepthwise, hw: int, k: int, pad: int) -> None:
+    """Padding > k - 1: the stride-1 input grad runs the tiled kernel with negative padding (a crop)."""
+    problem = Conv2dProblem(n=2, c_in=5, h=hw, w=hw, c_out=5, kernel=(k, k), padding=(pad, pad), groups=5)
     assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.kernels.cuda_emulation import Emulation, emulation, geometry
 from tests.kernels import emulated_families as fam
+from tests.kernels.cuda_emulation import Emulation, emulation, geometry
 
 
 def _open(family: str) -> Iterator[Emulation]:

@@ -19,8 +19,10 @@ import torch
 
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
+from tests.kernels import emulated_families as fam
 from tests.kernels.cuda_emulation import (
     SANITIZERS,
+    VARIANTS,
     EmulatedDepthwise,
     Emulation,
     SanitizerError,
@@ -28,7 +30,6 @@ from tests.kernels.cuda_emulation import (
     emulation,
     family_source,
 )
-from tests.kernels import emulated_families as fam
 
 _CACHE: dict[tuple[str, str], Emulation] = {}
 
@@ -42,11 +43,17 @@ def _emu(family: str, sanitizer: str) -> Emulation:
     return _CACHE[family, sanitizer]
 
 
-def _dw(problem: Conv2dProblem) -> Callable[[Emulation], None]:
+def _dw(problem: Conv2dProblem, variant: str = "v2") -> Callable[[Emulation], None]:
     def run(emu: Emulation) -> None:
-        assert_conv_close(depthwise_candidate(EmulatedDepthwise(emu)), problem, backward=True, device="cpu")
+        candidate = depthwise_candidate(EmulatedDepthwise(emu, variant))
+        assert_conv_close(candidate, problem, backward=True, device="cpu")
 
     return run
+
+
+def _dw_variants(case: str, problem: Conv2dProblem) -> list[tuple[str, str, Callable[[Emulation], None]]]:
+    """An NCHW case that reaches the tiled forward / input grad, once per kernel variant (issue 19)."""
+    return [("depthwise", f"{case}-{v}", _dw(problem, v)) for v in sorted(VARIANTS)]
 
 
 def _dwp(**kw: object) -> Conv2dProblem:
@@ -62,7 +69,12 @@ ONE = (1, 1)
 
 # (family, case id, run on an emulation): small shapes that reach every kernel and code path.
 CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
-    ("depthwise", "tile-nchw-vec4-k3", _dw(_dwp(n=2, c=3, h=9, w=8, kernel=(3, 3), padding=(1, 1)))),
+    *_dw_variants("tile-nchw-vec4-k3", _dwp(n=2, c=3, h=9, w=8, kernel=(3, 3), padding=(1, 1))),
+    *_dw_variants("tile-nchw-planes-c12", _dwp(n=1, c=12, h=5, w=5, kernel=(3, 3), padding=(1, 1))),
+    *_dw_variants(
+        "tile-nchw-s2-vec4", _dwp(n=1, c=2, h=9, w=12, kernel=(3, 3), stride=(2, 2), padding=(1, 1))
+    ),
+    *_dw_variants("tile-nchw-crop", _dwp(n=1, c=2, h=7, w=7, kernel=(3, 3), padding=(3, 3))),
     (
         "depthwise",
         "rows-nhwc-k5-s2",
@@ -73,11 +85,7 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "direct-k2x3-dil-fp16",
         _dw(_dwp(n=1, c=2, h=6, w=7, kernel=(2, 3), dilation=(2, 1), padding=(1, 1), dtype="fp16")),
     ),
-    (
-        "depthwise",
-        "tile-k7-bf16",
-        _dw(_dwp(n=1, c=1, h=8, w=8, kernel=(7, 7), padding=(3, 3), dtype="bf16")),
-    ),
+    *_dw_variants("tile-k7-bf16", _dwp(n=1, c=1, h=8, w=8, kernel=(7, 7), padding=(3, 3), dtype="bf16")),
     ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
     (
         "im2col_gemm",
