@@ -20,6 +20,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "convperf/convert.cuh"
+
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -31,23 +33,8 @@ constexpr int kThreads = 256;
 constexpr int kRowsPerThread = 4;
 constexpr int kMaxSmemBytes = 48 * 1024;
 
-template <typename T>
-__device__ __forceinline__ float to_f(T v);
-template <>
-__device__ __forceinline__ float to_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using convperf::from_f;
+using convperf::to_f;
 
 // ---- forward, NCHW tiled -----------------------------------------------------------------------
 struct TileArgs {
@@ -916,23 +903,17 @@ cudaError_t weight_grad_t(const void* dy, const void* x, void* dw, float* ws, in
 cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
                            const Geom& g, bool channels_last, cudaStream_t stream, Variant variant) {
   if (g.n * g.c * g.ho * g.wo == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::F32: return forward_t<float>(x, w, bias, y, g, channels_last, variant, stream);
-    case DType::F16: return forward_t<__half>(x, w, bias, y, g, channels_last, variant, stream);
-    case DType::BF16: return forward_t<__nv_bfloat16>(x, w, bias, y, g, channels_last, variant, stream);
-  }
-  return cudaErrorInvalidValue;
+  return convperf::dispatch_float(dtype, [&](auto t) {
+    return forward_t<typename decltype(t)::type>(x, w, bias, y, g, channels_last, variant, stream);
+  });
 }
 
 cudaError_t launch_input_grad(DType dtype, const void* dy, const void* w, void* dx, const Geom& g,
                               bool channels_last, cudaStream_t stream, Variant variant) {
   if (g.n * g.c * g.h * g.w == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::F32: return input_grad_t<float>(dy, w, dx, g, channels_last, variant, stream);
-    case DType::F16: return input_grad_t<__half>(dy, w, dx, g, channels_last, variant, stream);
-    case DType::BF16: return input_grad_t<__nv_bfloat16>(dy, w, dx, g, channels_last, variant, stream);
-  }
-  return cudaErrorInvalidValue;
+  return convperf::dispatch_float(dtype, [&](auto t) {
+    return input_grad_t<typename decltype(t)::type>(dy, w, dx, g, channels_last, variant, stream);
+  });
 }
 
 int weight_grad_splits(const Geom& g, bool channels_last, int num_sms) {
@@ -952,13 +933,9 @@ int weight_grad_splits(const Geom& g, bool channels_last, int num_sms) {
 
 cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, float* workspace,
                                int splits, const Geom& g, bool channels_last, cudaStream_t stream) {
-  switch (dtype) {
-    case DType::F32: return weight_grad_t<float>(dy, x, dw, workspace, splits, g, channels_last, stream);
-    case DType::F16: return weight_grad_t<__half>(dy, x, dw, workspace, splits, g, channels_last, stream);
-    case DType::BF16:
-      return weight_grad_t<__nv_bfloat16>(dy, x, dw, workspace, splits, g, channels_last, stream);
-  }
-  return cudaErrorInvalidValue;
+  return convperf::dispatch_float(dtype, [&](auto t) {
+    return weight_grad_t<typename decltype(t)::type>(dy, x, dw, workspace, splits, g, channels_last, stream);
+  });
 }
 
 }  // namespace convperf_dw

@@ -9,9 +9,11 @@
 
 #include <cuda_runtime.h>
 
+#include "convperf/dtype.h"
+
 namespace convperf_dw {
 
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+using DType = convperf::DType;  // fp32, fp16, bf16 (I8 is not taken)
 
 // Which NCHW tiled kernel the forward and the stride-1 input grad run: V1 (the first tiled kernel, kept
 // so one process can A/B it) or V2 (division-free, plane-sized tiles). NHWC, direct and weight-grad

@@ -446,13 +446,28 @@ def kernel_names(text: str) -> list[str]:
     return _KERNEL_NAME.findall(text)
 
 
+def _header(cu: Path, name: str) -> Path:
+    """Where nvcc finds ``#include "name"`` of ``cu``: beside it, else in the shared include folder."""
+    local = cu.parent / name
+    return local if local.exists() else _build.SHARED_INCLUDE / name
+
+
+def _headers_text(cu: Path) -> str:
+    """Every header a family's source can include (its own and the shared ones): part of the build hash,
+    so a header edit rebuilds the emulation."""
+    files = sorted(cu.parent.glob("*.cuh")) + sorted(
+        p for p in _build.SHARED_INCLUDE.rglob("*") if p.is_file()
+    )
+    return "".join(f.read_text() for f in files)
+
+
 def emulated_source(cu: Path = KERNEL, wrappers: str | None = None, text: str | None = None) -> str:
     """``cu`` (or its mutated ``text``) rewritten for the host compiler, with the shim and C wrappers.
 
     Line numbers are kept (``#line``), so the compiler and the sanitizers point into the ``.cu``.
     """
     text = cu.read_text() if text is None else text
-    text = re.sub(r'#include "([^"]+)"', lambda m: f'#include "{cu.parent / m.group(1)}"', text)
+    text = re.sub(r'#include "([^"]+)"', lambda m: f'#include "{_header(cu, m.group(1))}"', text)
     text = _EXTERN_SHARED.sub(r"\1* const \2 = reinterpret_cast<\1*>(emu::dynamic_shared());", text)
     slots = iter(range(1 << 30))
     text = _SHARED.sub(
@@ -507,7 +522,7 @@ def build(out_dir: Path, family: str = "depthwise", sanitizer: str | None = None
         )
         source += f"kEntries[] = {{{table}}};\n" + MAIN
     flags = _FLAGS[sanitizer]
-    digest = hashlib.sha256((source + " ".join(flags)).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((source + _headers_text(cu) + " ".join(flags)).encode()).hexdigest()[:16]
     out = out_dir / f"{family.strip('_')}_{sanitizer or 'plain'}_{digest}{'.so' if sanitizer is None else ''}"
     if not out.exists():
         src = out_dir / f"{out.name}.cpp"
@@ -521,6 +536,8 @@ def build(out_dir: Path, family: str = "depthwise", sanitizer: str | None = None
             *flags,
             "-I",
             str(home / "include"),
+            "-I",
+            str(_build.SHARED_INCLUDE),
             str(src),
             "-o",
             str(tmp),
