@@ -1,7 +1,8 @@
 """The one JIT loader for every kernel family: ``load("depthwise")`` builds and loads once.
 
 A family is a folder ``kernels/<family>/`` holding ``*.cu`` files (plain CUDA), a ``binding.cpp``
-(``TORCH_LIBRARY(convperf_<family>, m)``) and optional ``*.cuh``/``*.h`` headers. ``load`` builds
+(``TORCH_LIBRARY(convperf_<family>, m)``, see :func:`namespace`) and optional ``*.cuh``/``*.h`` headers;
+its ``ops.py`` reaches the ops through one :class:`LazyOps`. ``load`` builds
 it with ``torch.utils.cpp_extension`` (ninja) into ``$TORCH_EXTENSIONS_DIR/<name>`` where ``<name>``
 carries a hash of the sources, headers, flags, arch list and toolchain; a library already built for
 that hash is loaded without running the compiler (so a machine without nvcc can reuse a cache).
@@ -29,9 +30,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 KERNELS_ROOT = Path(__file__).resolve().parent
 SHARED_INCLUDE = KERNELS_ROOT / "include"
@@ -74,11 +76,8 @@ class BuildSpec:
         # Hash at creation: the spec describes the files as they were when it was made.
         object.__setattr__(self, "content_hash", self._digest())
 
-    def digest(self) -> str:
-        """Hash of file contents, flags, archs and toolchain (not of paths or mtimes)."""
-        return self.content_hash
-
     def _digest(self) -> str:
+        """Hash of file contents, flags, archs and toolchain (not of paths or mtimes)."""
         h = hashlib.sha256()
         for path in (*self.sources, *self.headers):
             h.update(path.name.encode())
@@ -93,7 +92,7 @@ class BuildSpec:
     @property
     def name(self) -> str:
         """Extension name ``convperf_<family>_<hash16>``; a new hash gets a fresh build folder."""
-        return f"convperf_{self.family}_{self.digest()[:16]}"
+        return f"convperf_{self.family}_{self.content_hash[:16]}"
 
     @property
     def build_dir(self) -> Path:
@@ -316,6 +315,40 @@ def load(family: str, *, root: Path = KERNELS_ROOT) -> Path:
         _load_library(library)
         _loaded[key] = library
         return library
+
+
+def namespace(family: str) -> str:
+    """``torch.ops`` (and ``TORCH_LIBRARY``) namespace of a family: ``convperf_<family>``.
+
+    A leading underscore marks a family that is not a candidate (``_controls``, the planted defects);
+    it is not part of the namespace, so the controls' ops are ``torch.ops.convperf_controls``.
+    """
+    return f"convperf_{family.lstrip('_')}"
+
+
+class LazyOps:
+    """The one lazy loader of a family's ops: ``LazyOps(family, register)()`` builds/loads ``family``
+    through :func:`load` on the first call (once per process, thread-safe), then runs ``register``
+    (the ops' fake and autograd rules, which need the ops to exist) once, and returns
+    ``torch.ops.<namespace(family)>``. Importing a module that holds one builds nothing."""
+
+    def __init__(self, family: str, register: Callable[[], None] | None = None) -> None:
+        self.family = family
+        self._register = register
+        self._lock = threading.Lock()
+        self._ready = False
+
+    def __call__(self) -> Any:
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    load(self.family)
+                    if self._register is not None:
+                        self._register()
+                    self._ready = True
+        import torch
+
+        return getattr(torch.ops, namespace(self.family))
 
 
 def ensure_built(spec: BuildSpec) -> tuple[Path, bool]:

@@ -1,6 +1,6 @@
 """Problem shapes of the suite: the depthwise seed's 8 shapes and CPU scaling (others may append).
 
-Seed 001 (samson-wang/dwconv, pytorch/pytorch#18631): NCHW, stride 1, "same" padding, groups = C.
+The seed shapes themselves are in ``kernels/depthwise/seed.py``.
 On a CPU the batch is scaled down so a CPU run stays fast; the problem id carries the real batch
 (``n1-...``) and reports say the shapes were scaled.
 """
@@ -12,20 +12,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+# The seed's shapes live with the kernels tuned for them; the suite builds its problems from them.
+from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES as DEPTHWISE_SEED_SHAPES
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.strategies import conv2d_problems
 
-# (N, C, H = W, k) in the seed's order.
-DEPTHWISE_SEED_SHAPES: tuple[tuple[int, int, int, int], ...] = (
-    (16, 32, 112, 3),
-    (16, 144, 56, 3),
-    (16, 240, 28, 5),
-    (16, 480, 14, 3),
-    (16, 480, 14, 5),
-    (16, 672, 14, 5),
-    (16, 1152, 7, 5),
-    (16, 1152, 7, 3),
-)
 CPU_BATCH = 1
 # What the depthwise kernels take: every dtype and layout they support.
 DEPTHWISE_DTYPES = ("fp32", "fp16", "bf16")

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from kernels.edsr import swap
-from kernels.edsr.models import EDSR, Block, ResBlock, SeparableConv2d, count_parameters
 from perf_tests import models as mb
+from perf_tests import swap
+from perf_tests.edsr_models import EDSR, Block, ResBlock, SeparableConv2d, count_parameters
 from perf_tests.paired import GOAL_RATIO_HEADER, gated_model_pair, gated_pair, pair_rule, ratio_line
 from perf_tests.variant_tables import goal_status
 from pytest_convperf.correctness import error_stats

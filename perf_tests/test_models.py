@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from kernels.edsr import swap
 from perf_tests import models as mb
+from perf_tests import swap
 from perf_tests.paired import RATIO_HEADER, gated_model_pair, ratio_line
 from pytest_convperf.correctness import error_stats
 from pytest_convperf.device import DeviceInfo

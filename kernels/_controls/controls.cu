@@ -4,22 +4,15 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "convperf/convert.cuh"
+
 namespace convperf_controls {
 namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using convperf::from_f;
+using convperf::to_f;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -75,12 +68,9 @@ cudaError_t run(Mode mode, const void* x, const void* w, const void* bias, void*
 cudaError_t launch_control(Mode mode, DType dtype, const void* x, const void* w, const void* bias, void* y,
                            const Geom& g, int64_t repeat_planes, cudaStream_t stream) {
   if (mode == Mode::NoOp || g.n * g.c * g.ho * g.wo == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::F32: return run<float>(mode, x, w, bias, y, g, repeat_planes, stream);
-    case DType::F16: return run<__half>(mode, x, w, bias, y, g, repeat_planes, stream);
-    case DType::BF16: return run<__nv_bfloat16>(mode, x, w, bias, y, g, repeat_planes, stream);
-  }
-  return cudaErrorInvalidValue;
+  return convperf::dispatch_float(dtype, [&](auto t) {
+    return run<typename decltype(t)::type>(mode, x, w, bias, y, g, repeat_planes, stream);
+  });
 }
 
 }  // namespace convperf_controls

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "convperf/dtype.h"
+
 namespace convperf_controls {
 
 enum class Mode : int {
@@ -15,7 +17,7 @@ enum class Mode : int {
   WrongOddStride2 = 3,  // stride_w == 2 and odd W: the last output column is left at zero
 };
 
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+using DType = convperf::DType;  // fp32, fp16, bf16 (I8 is not taken)
 
 struct Geom {
   int64_t n, c;

@@ -15,6 +15,9 @@ from kernels import _build
 from kernels._controls.candidate import Candidate, conv2d_candidate
 from kernels.depthwise.reference import DepthwiseArgs
 
+# Forward only: no fake or autograd rules to register.
+_ops = _build.LazyOps("_controls")
+
 
 def _candidate(mode: str, slow_fraction: float = 0.0) -> Candidate:
     def run(a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> torch.Tensor:
@@ -22,8 +25,7 @@ def _candidate(mode: str, slow_fraction: float = 0.0) -> Candidate:
             raise ValueError(
                 f"CUDA controls need CUDA tensors (got {a.input.device}); use kernels._controls.cpu"
             )
-        _build.load("_controls")
-        out: torch.Tensor = torch.ops.convperf_controls.forward(
+        out: torch.Tensor = _ops().forward(
             a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation), mode, slow_fraction
         )
         return out

@@ -5,6 +5,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "depthwise.cuh"
@@ -96,6 +98,16 @@ Geom make_geom(int64_t n, int64_t c, int64_t h, int64_t w, const at::Tensor& wei
   return g;
 }
 
+// The NCHW tiled kernel to run, read on every call so one process can A/B them by setting
+// CONVPERF_DEPTHWISE_VARIANT=v1|v2 between calls (default v2).
+convperf_dw::Variant variant_from_env() {
+  const char* v = std::getenv("CONVPERF_DEPTHWISE_VARIANT");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "v2") == 0) return convperf_dw::Variant::V2;
+  TORCH_CHECK(std::strcmp(v, "v1") == 0, "convperf_depthwise: CONVPERF_DEPTHWISE_VARIANT=", v,
+              " is not a variant; set it to v1 (first tiled kernel) or v2 (default), or unset it");
+  return convperf_dw::Variant::V1;
+}
+
 void check_launch(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, "convperf_depthwise: ", what, " launch failed: ", cudaGetErrorString(err));
 }
@@ -123,7 +135,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight, const
   at::Tensor y = at::empty({g.n, g.c, g.ho, g.wo}, input.options().memory_format(layout(cl)));
   check_launch(convperf_dw::launch_forward(dtype_of(input), x.data_ptr(), w.data_ptr(),
                                            b.defined() ? b.data_ptr() : nullptr, y.data_ptr(), g, cl,
-                                           at::cuda::getCurrentCUDAStream()),
+                                           at::cuda::getCurrentCUDAStream(), variant_from_env()),
                "forward");
   return y;
 }
@@ -146,7 +158,7 @@ at::Tensor input_grad_cuda(const at::Tensor& grad_output, const at::Tensor& weig
   const at::Tensor wt = weight.contiguous();
   at::Tensor dx = at::empty({g.n, g.c, g.h, g.w}, grad_output.options().memory_format(layout(cl)));
   check_launch(convperf_dw::launch_input_grad(dtype_of(dy), dy.data_ptr(), wt.data_ptr(), dx.data_ptr(), g, cl,
-                                              at::cuda::getCurrentCUDAStream()),
+                                              at::cuda::getCurrentCUDAStream(), variant_from_env()),
                "input_grad");
   return dx;
 }

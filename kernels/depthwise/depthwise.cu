@@ -20,6 +20,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "convperf/convert.cuh"
+
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -31,23 +33,8 @@ constexpr int kThreads = 256;
 constexpr int kRowsPerThread = 4;
 constexpr int kMaxSmemBytes = 48 * 1024;
 
-template <typename T>
-__device__ __forceinline__ float to_f(T v);
-template <>
-__device__ __forceinline__ float to_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using convperf::from_f;
+using convperf::to_f;
 
 // ---- forward, NCHW tiled -----------------------------------------------------------------------
 struct TileArgs {
@@ -84,12 +71,48 @@ __device__ __forceinline__ void load4<__nv_bfloat16>(const __nv_bfloat16* p, flo
   load4_16bit(p, v);
 }
 
+// Compute phase of the tiled forward kernels (every variant): RPT vertically adjacent outputs starting
+// at (oh, ow) of `plane`, from the staged tile `s` already offset to the thread's top-left input. Each
+// staged input row is read once into registers and fed to every output row that uses it.
+template <typename T, int K, int S, int RPT>
+__device__ __forceinline__ void tile_outputs(const float* s, int in_cols, const T* __restrict__ wt,
+                                             const T* __restrict__ bias, T* __restrict__ y, int c, bool flip,
+                                             int64_t plane, int ho, int wo, int oh, int ow) {
+  constexpr int IN_ROWS_T = (RPT - 1) * S + K;  // input rows one thread touches
+  float wr[K * K];
+#pragma unroll
+  for (int i = 0; i < K * K; ++i) wr[i] = to_f(wt[static_cast<int64_t>(c) * K * K + (flip ? K * K - 1 - i : i)]);
+  const float b = bias != nullptr ? to_f(bias[c]) : 0.f;
+  float acc[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) acc[r] = b;
+#pragma unroll
+  for (int ir = 0; ir < IN_ROWS_T; ++ir) {
+    float v[K];
+#pragma unroll
+    for (int kw = 0; kw < K; ++kw) v[kw] = s[ir * in_cols + kw];
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int kh = ir - r * S;  // compile-time after unrolling
+      if (kh >= 0 && kh < K) {
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) acc[r] = fmaf(wr[kh * K + kw], v[kw], acc[r]);
+      }
+    }
+  }
+  if (ow >= wo) return;
+  const int64_t out_base = plane * static_cast<int64_t>(ho) * wo;
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    if (oh + r < ho) y[out_base + static_cast<int64_t>(oh + r) * wo + ow] = from_f<T>(acc[r]);
+  }
+}
+
 template <typename T, int K, int S>
 __global__ void __launch_bounds__(kThreads)
     fwd_tile_nchw(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
                   T* __restrict__ y, TileArgs a) {
   constexpr int RPT = kRowsPerThread;
-  constexpr int IN_ROWS_T = (RPT - 1) * S + K;  // input rows one thread touches
   extern __shared__ float smem[];
   const int th = a.trows * RPT;
   const int in_rows = (th - 1) * S + K;
@@ -156,39 +179,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t plane = plane0 + p;
   if (p >= a.pl || plane >= a.planes) return;
   const int c = static_cast<int>(plane % a.c);
-
-  float wr[K * K];
-#pragma unroll
-  for (int i = 0; i < K * K; ++i) wr[i] = to_f(wt[static_cast<int64_t>(c) * K * K + (a.flip ? K * K - 1 - i : i)]);
-  const float b = bias != nullptr ? to_f(bias[c]) : 0.f;
-  float acc[RPT];
-#pragma unroll
-  for (int r = 0; r < RPT; ++r) acc[r] = b;
-
-  const float* s = smem + p * plane_sz + (ty * RPT * S) * in_cols + tx * S;
-#pragma unroll
-  for (int ir = 0; ir < IN_ROWS_T; ++ir) {
-    float v[K];
-#pragma unroll
-    for (int kw = 0; kw < K; ++kw) v[kw] = s[ir * in_cols + kw];
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      const int kh = ir - r * S;  // compile-time after unrolling
-      if (kh >= 0 && kh < K) {
-#pragma unroll
-        for (int kw = 0; kw < K; ++kw) acc[r] = fmaf(wr[kh * K + kw], v[kw], acc[r]);
-      }
-    }
-  }
-
-  const int ow = ow0 + tx;
-  if (ow >= a.wo) return;
-  const int64_t out_base = plane * static_cast<int64_t>(a.ho) * a.wo;
-#pragma unroll
-  for (int r = 0; r < RPT; ++r) {
-    const int oh = oh0 + ty * RPT + r;
-    if (oh < a.ho) y[out_base + static_cast<int64_t>(oh) * a.wo + ow] = from_f<T>(acc[r]);
-  }
+  tile_outputs<T, K, S, RPT>(smem + p * plane_sz + (ty * RPT * S) * in_cols + tx * S, in_cols, wt, bias, y, c,
+                             a.flip, plane, a.ho, a.wo, oh0 + ty * RPT, ow0 + tx);
 }
 
 // Tile geometry for an output of ho x wo; returns shared-memory bytes (0 when it cannot fit).
@@ -224,6 +216,265 @@ cudaError_t run_tile(const T* x, const T* w, const T* bias, T* y, TileArgs a, cu
   return cudaGetLastError();
 }
 
+// ---- forward, NCHW tiled, v2: no runtime integer division, tiles cut to the plane ----------------
+// What v2 changes against v1 (the A/B baseline, still selectable: Variant::V1), each step predicted in
+// docs/tuning-log.md from the static SASS report (python -m kernels.sass depthwise):
+// * every runtime division is a multiply-high, an add and a shift by a magic number made on the host
+//   (FastDiv, as PyTorch's IntDivider), so the block/thread decompositions, the staging loops and the
+//   channel lookup hold no div/rem instruction;
+// * the tile width is picked for the plane (7 x 2^k widths give tw = 7, 14, 28 or an even split of
+//   56/112) instead of 8/16/32, which left about 23 % of the lanes idle on the seed shapes;
+// * a block that covers whole planes copies their contiguous span 16 bytes at a time (any W) and
+//   scatters it into the zeroed halo'd tiles; other tiles stage by rows (W % 4 == 0) or scalars;
+// * the staging mode is a template parameter, so each instance holds exactly one staging loop.
+struct FastDiv {
+  uint32_t d, mul, shift;
+};
+
+// Magic number for dividing any 0 <= n < 2^31 by d >= 1: q = (umulhi(n, mul) + n) >> shift.
+FastDiv make_fastdiv(uint32_t d) {
+  uint32_t shift = 0;
+  while (shift < 31 && (1u << shift) < d) ++shift;
+  const uint64_t mul = ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1;
+  return FastDiv{d, static_cast<uint32_t>(mul), shift};
+}
+
+__device__ __forceinline__ int fdiv(int n, const FastDiv& f) {
+  const uint32_t u = static_cast<uint32_t>(n);
+  return static_cast<int>((__umulhi(u, f.mul) + u) >> f.shift);
+}
+
+// How a v2 block stages its input tile.
+enum StageMode : int { kStageScalar = 0, kStageRows4 = 1, kStagePlanes4 = 2 };
+
+struct Tile2Args {
+  int planes;  // N*C, < 2^31 (else the launcher falls back to v1)
+  int c, h, w, ho, wo, ph, pw;
+  int tw, trows, pl, tiles_h, tiles_w;
+  int in_rows, in_cols, plane_sz;
+  int nch;  // kStageRows4: 4-wide chunks per staged row
+  FastDiv by_tiles_w, by_tiles_h, by_c, by_tw, by_trows;
+  FastDiv by_outer, by_inner;  // staging: plane_sz|row_items|h*w, then in_cols|nch|w
+  bool flip;
+};
+
+// v2 threads compute 8 vertically adjacent outputs (v1: 4): the weights, addresses and setup of a
+// thread are shared by twice the outputs.
+constexpr int kRowsPerThreadV2 = 8;
+
+template <typename T, int K, int S, int M>
+__global__ void __launch_bounds__(kThreads)
+    fwd_tile_nchw_v2(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                     T* __restrict__ y, Tile2Args a) {
+  constexpr int RPT = kRowsPerThreadV2;
+  extern __shared__ float smem[];
+  const int th = a.trows * RPT;
+  int bid = static_cast<int>(blockIdx.x);
+  int q = fdiv(bid, a.by_tiles_w);
+  const int tw_i = bid - q * a.tiles_w;
+  bid = q;
+  q = fdiv(bid, a.by_tiles_h);
+  const int th_i = bid - q * a.tiles_h;
+  const int plane0 = q * a.pl;
+  const int oh0 = th_i * th, ow0 = tw_i * a.tw;
+  const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
+  const int hw = a.h * a.w;
+  const T* xb = x + static_cast<int64_t>(plane0) * hw;
+
+  if (M == kStagePlanes4) {
+    // Whole, contiguous planes (tiles_w == tiles_h == 1, pl * hw % 4 == 0, x aligned): zero the
+    // halo'd tiles, then copy the span 4 elements (16 bytes in fp32) at a time and scatter.
+    const int total = a.pl * a.plane_sz;
+    float4* smem4 = reinterpret_cast<float4*>(smem);  // dynamic shared memory is 16-byte aligned
+#pragma unroll 1
+    for (int i = threadIdx.x; i < total / 4; i += kThreads) smem4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (static_cast<int>(threadIdx.x) < total % 4) smem[total - 1 - threadIdx.x] = 0.f;
+    __syncthreads();
+    const int64_t left = static_cast<int64_t>(a.planes - plane0) * hw;
+    const int span = static_cast<int64_t>(a.pl) * hw < left ? a.pl * hw : static_cast<int>(left);
+    const int full = span & ~3;
+    // Element i of the span goes to (plane p, row, col) + the padding; one FastDiv pair per chunk,
+    // then the next three elements step along the row.
+    auto put = [&](int i, int p, int row, int col, float v) {
+      const int sr = row + a.ph, sc = col + a.pw;
+      // Inputs outside every output's window are not staged: past the last one (stride 2, small
+      // padding) or before the first (the input grad's negative padding, a crop).
+      if (i < span && sr >= 0 && sr < a.in_rows && sc >= 0 && sc < a.in_cols) {
+        smem[p * a.plane_sz + sr * a.in_cols + sc] = v;
+      }
+    };
+#pragma unroll 1
+    for (int e0 = threadIdx.x * 4; e0 < full; e0 += kThreads * 4) {
+      float v[4];
+      load4(xb + e0, v);
+      int p = fdiv(e0, a.by_outer);
+      const int r = e0 - p * hw;
+      int row = fdiv(r, a.by_inner);
+      int col = r - row * a.w;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        put(e0 + e, p, row, col, v[e]);
+        if (++col == a.w) {
+          col = 0;
+          if (++row == a.h) {
+            row = 0;
+            ++p;
+          }
+        }
+      }
+    }
+    if (static_cast<int>(threadIdx.x) < span - full) {  // the last 1-3 elements of an odd span
+      const int i = full + static_cast<int>(threadIdx.x);
+      const int p = fdiv(i, a.by_outer);
+      const int r = i - p * hw;
+      const int row = fdiv(r, a.by_inner);
+      put(i, p, row, r - row * a.w, to_f(xb[i]));
+    }
+  } else if (M == kStageRows4) {
+    // W % 4 == 0: aligned 4-wide chunks covering [iw0, iw0 + in_cols) of each staged row.
+    const int c0 = iw0 & ~3;
+    const int row_items = a.in_rows * a.nch;
+    const int total = a.pl * row_items;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < total; i += kThreads) {
+      const int p = fdiv(i, a.by_outer);
+      const int r = i - p * row_items;
+      const int row = fdiv(r, a.by_inner);
+      const int col0 = c0 + (r - row * a.nch) * 4;
+      const int ih = ih0 + row;
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+      if (plane0 + p < a.planes && ih >= 0 && ih < a.h && col0 >= 0 && col0 < a.w) {
+        load4(xb + static_cast<int64_t>(p) * hw + ih * a.w + col0, v);
+      }
+      float* dst = smem + p * a.plane_sz + row * a.in_cols;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int sc = col0 + e - iw0;
+        if (sc >= 0 && sc < a.in_cols) dst[sc] = v[e];
+      }
+    }
+  } else {
+    const int total = a.pl * a.plane_sz;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < total; i += kThreads) {
+      const int p = fdiv(i, a.by_outer);
+      const int r = i - p * a.plane_sz;
+      const int row = fdiv(r, a.by_inner);
+      const int col = r - row * a.in_cols;
+      const int ih = ih0 + row, iw = iw0 + col;
+      float v = 0.f;
+      if (plane0 + p < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
+        v = to_f(xb[static_cast<int64_t>(p) * hw + ih * a.w + iw]);
+      }
+      smem[i] = v;
+    }
+  }
+  __syncthreads();
+
+  const int t = static_cast<int>(threadIdx.x);
+  const int rest = fdiv(t, a.by_tw);
+  const int tx = t - rest * a.tw;
+  const int p = fdiv(rest, a.by_trows);
+  const int ty = rest - p * a.trows;
+  const int plane = plane0 + p;
+  if (p >= a.pl || plane >= a.planes) return;
+  const int c = plane - fdiv(plane, a.by_c) * a.c;
+  tile_outputs<T, K, S, RPT>(smem + p * a.plane_sz + (ty * RPT * S) * a.in_cols + tx * S, a.in_cols, wt, bias,
+                             y, c, a.flip, plane, a.ho, a.wo, oh0 + ty * RPT, ow0 + tx);
+}
+
+// v2 tile geometry: the (tw, trows) with the least modelled issue cost, where cost counts the lanes a
+// tile wastes on the plane's edge and the halo it stages. Tile widths: the whole output row when it
+// is at most 64 wide, else an even split of it; trows a power of two. Returns false when nothing fits.
+bool plan_tile_v2(Tile2Args& a, int k, int s) {
+  const int rpt = kRowsPerThreadV2;
+  const int irt = (rpt - 1) * s + k;  // input rows one thread reads
+  double best = -1.0;
+  for (int parts = 1; parts <= 16; ++parts) {
+    const int tw = (a.wo + parts - 1) / parts;
+    if (tw > 64 || (parts > 1 && (a.wo + tw - 1) / tw != parts)) continue;
+    for (int trows = 1; tw * trows <= kThreads; trows *= 2) {
+      const int th = trows * rpt;
+      if (trows > 1 && (trows / 2) * rpt >= a.ho) break;  // taller tiles only add idle rows
+      const int in_rows = (th - 1) * s + k;
+      const int in_cols = (tw - 1) * s + k;
+      int pl = kThreads / (tw * trows);
+      while (pl > 1 && pl > a.planes) --pl;
+      while (pl > 1 && pl * in_rows * in_cols * 4 > kMaxSmemBytes) --pl;
+      if (pl * in_rows * in_cols * 4 > kMaxSmemBytes) continue;
+      const int tiles_w = (a.wo + tw - 1) / tw, tiles_h = (a.ho + th - 1) / th;
+      const double blocks = static_cast<double>((a.planes + pl - 1) / pl) * tiles_w * tiles_h;
+      const int warps = (pl * tw * trows + 31) / 32;
+      const double cost = blocks * (warps * 32.0 * (rpt * k * k + irt * k) + pl * in_rows * in_cols * 8.0);
+      if (best < 0 || cost < best) {
+        best = cost;
+        a.tw = tw;
+        a.trows = trows;
+        a.pl = pl;
+        a.tiles_w = tiles_w;
+        a.tiles_h = tiles_h;
+        a.in_rows = in_rows;
+        a.in_cols = in_cols;
+      }
+    }
+  }
+  a.plane_sz = a.in_rows * a.in_cols;
+  return best >= 0;
+}
+
+// Staging mode of a planned v2 tile (may lower pl so every block's span starts 16-byte aligned).
+int choose_stage_mode(Tile2Args& a, int s, bool aligned) {
+  const int hw = a.h * a.w;
+  if (aligned && a.tiles_w == 1 && a.tiles_h == 1) {
+    int pl = a.pl;
+    while (pl > 1 && pl * hw % 4 != 0) --pl;
+    if (pl * hw % 4 == 0) {
+      a.pl = pl;
+      return kStagePlanes4;
+    }
+  }
+  if (aligned && a.w % 4 == 0) {
+    // A chunk's offset in the row is fixed when the tile step is a multiple of 4, else take the worst.
+    const int off = (a.tw * s) % 4 == 0 ? ((-a.pw) & 3) : 3;
+    a.nch = (a.in_cols + off + 3) / 4;
+    return kStageRows4;
+  }
+  return kStageScalar;
+}
+
+template <typename T, int K, int S>
+cudaError_t run_tile_v2(const T* x, const T* w, const T* bias, T* y, Tile2Args a, cudaStream_t stream) {
+  if (!plan_tile_v2(a, K, S)) return cudaErrorInvalidConfiguration;
+  const int mode = choose_stage_mode(a, S, reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T)) == 0);
+  const int hw = a.h * a.w;
+  const int64_t blocks = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  a.by_tiles_w = make_fastdiv(a.tiles_w);
+  a.by_tiles_h = make_fastdiv(a.tiles_h);
+  a.by_c = make_fastdiv(a.c);
+  a.by_tw = make_fastdiv(a.tw);
+  a.by_trows = make_fastdiv(a.trows);
+  const int bytes = a.pl * a.plane_sz * static_cast<int>(sizeof(float));
+  const auto grid = static_cast<unsigned>(blocks);
+  switch (mode) {
+    case kStagePlanes4:
+      a.by_outer = make_fastdiv(hw);
+      a.by_inner = make_fastdiv(a.w);
+      fwd_tile_nchw_v2<T, K, S, kStagePlanes4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+      break;
+    case kStageRows4:
+      a.by_outer = make_fastdiv(a.in_rows * a.nch);
+      a.by_inner = make_fastdiv(a.nch);
+      fwd_tile_nchw_v2<T, K, S, kStageRows4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+      break;
+    default:
+      a.by_outer = make_fastdiv(a.plane_sz);
+      a.by_inner = make_fastdiv(a.in_cols);
+      fwd_tile_nchw_v2<T, K, S, kStageScalar><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+  }
+  return cudaGetLastError();
+}
+
 // The (k, s) pairs the tiled forward paths (NCHW tile and NHWC rows) are instantiated for: calls
 // launch(integral_constant<K>, integral_constant<S>) for the pair, cudaErrorInvalidValue for any other.
 template <typename Launch>
@@ -242,11 +493,30 @@ cudaError_t dispatch_ks(int k, int s, Launch&& launch) {
   }
 }
 
+// v2 indexes planes in 32 bits (FastDiv takes n < 2^31, plus a block's planes); v1 covers the rest.
+bool v2_supported(const TileArgs& a) { return a.planes + kThreads < 0x7fffffffLL; }
+
+Tile2Args tile2_args(const TileArgs& a) {
+  Tile2Args b{};
+  b.planes = static_cast<int>(a.planes);
+  b.c = a.c;
+  b.h = a.h;
+  b.w = a.w;
+  b.ho = a.ho;
+  b.wo = a.wo;
+  b.ph = a.ph;
+  b.pw = a.pw;
+  b.flip = a.flip;
+  return b;
+}
+
 template <typename T>
 cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
-                          cudaStream_t st) {
+                          Variant variant, cudaStream_t st) {
   return dispatch_ks(k, s, [&](auto K, auto S) {
-    return run_tile<T, decltype(K)::value, decltype(S)::value>(x, w, bias, y, a, st);
+    constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
+    if (variant == Variant::V2 && v2_supported(a)) return run_tile_v2<T, kk, ss>(x, w, bias, y, tile2_args(a), st);
+    return run_tile<T, kk, ss>(x, w, bias, y, a, st);
   });
 }
 
@@ -559,7 +829,7 @@ cudaError_t dispatch_wgrad(const T* dy, const T* x, T* dw, float* ws, int splits
 // ---- typed entry points ----------------------------------------------------------------------
 template <typename T>
 cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, const Geom& g, bool cl,
-                      cudaStream_t st) {
+                      Variant variant, cudaStream_t st) {
   const T* xp = static_cast<const T*>(x);
   const T* wp = static_cast<const T*>(w);
   const T* bp = static_cast<const T*>(bias);
@@ -576,7 +846,7 @@ cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, c
     a.pw = g.pw;
     a.flip = false;
     return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, st)
-              : dispatch_tile<T>(g.kh, g.sh, xp, wp, bp, yp, a, st);
+              : dispatch_tile<T>(g.kh, g.sh, xp, wp, bp, yp, a, variant, st);
   }
   const dim3 grid = grid_for(g.n, g.c * g.ho * g.wo);
   if (cl) {
@@ -588,7 +858,8 @@ cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, c
 }
 
 template <typename T>
-cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g, bool cl, cudaStream_t st) {
+cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g, bool cl, Variant variant,
+                         cudaStream_t st) {
   const T* dyp = static_cast<const T*>(dy);
   const T* wp = static_cast<const T*>(w);
   T* dxp = static_cast<T*>(dx);
@@ -605,7 +876,7 @@ cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g,
     a.pw = g.kw - 1 - g.pw;
     a.flip = true;
     return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st)
-              : dispatch_tile<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st);
+              : dispatch_tile<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, variant, st);
   }
   const dim3 grid = grid_for(g.n, g.c * g.h * g.w);
   if (cl) {
@@ -630,25 +901,19 @@ cudaError_t weight_grad_t(const void* dy, const void* x, void* dw, float* ws, in
 
 // ---- public host API -----------------------------------------------------------------------------
 cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
-                           const Geom& g, bool channels_last, cudaStream_t stream) {
+                           const Geom& g, bool channels_last, cudaStream_t stream, Variant variant) {
   if (g.n * g.c * g.ho * g.wo == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::F32: return forward_t<float>(x, w, bias, y, g, channels_last, stream);
-    case DType::F16: return forward_t<__half>(x, w, bias, y, g, channels_last, stream);
-    case DType::BF16: return forward_t<__nv_bfloat16>(x, w, bias, y, g, channels_last, stream);
-  }
-  return cudaErrorInvalidValue;
+  return convperf::dispatch_float(dtype, [&](auto t) {
+    return forward_t<typename decltype(t)::type>(x, w, bias, y, g, channels_last, variant, stream);
+  });
 }
 
 cudaError_t launch_input_grad(DType dtype, const void* dy, const void* w, void* dx, const Geom& g,
-                              bool channels_last, cudaStream_t stream) {
+                              bool channels_last, cudaStream_t stream, Variant variant) {
   if (g.n * g.c * g.h * g.w == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::F32: return input_grad_t<float>(dy, w, dx, g, channels_last, stream);
-    case DType::F16: return input_grad_t<__half>(dy, w, dx, g, channels_last, stream);
-    case DType::BF16: return input_grad_t<__nv_bfloat16>(dy, w, dx, g, channels_last, stream);
-  }
-  return cudaErrorInvalidValue;
+  return convperf::dispatch_float(dtype, [&](auto t) {
+    return input_grad_t<typename decltype(t)::type>(dy, w, dx, g, channels_last, variant, stream);
+  });
 }
 
 int weight_grad_splits(const Geom& g, bool channels_last, int num_sms) {
@@ -668,13 +933,9 @@ int weight_grad_splits(const Geom& g, bool channels_last, int num_sms) {
 
 cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, float* workspace,
                                int splits, const Geom& g, bool channels_last, cudaStream_t stream) {
-  switch (dtype) {
-    case DType::F32: return weight_grad_t<float>(dy, x, dw, workspace, splits, g, channels_last, stream);
-    case DType::F16: return weight_grad_t<__half>(dy, x, dw, workspace, splits, g, channels_last, stream);
-    case DType::BF16:
-      return weight_grad_t<__nv_bfloat16>(dy, x, dw, workspace, splits, g, channels_last, stream);
-  }
-  return cudaErrorInvalidValue;
+  return convperf::dispatch_float(dtype, [&](auto t) {
+    return weight_grad_t<typename decltype(t)::type>(dy, x, dw, workspace, splits, g, channels_last, stream);
+  });
 }
 
 }  // namespace convperf_dw

@@ -9,9 +9,16 @@
 
 #include <cuda_runtime.h>
 
+#include "convperf/dtype.h"
+
 namespace convperf_dw {
 
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+using DType = convperf::DType;  // fp32, fp16, bf16 (I8 is not taken)
+
+// Which NCHW tiled kernel the forward and the stride-1 input grad run: V1 (the first tiled kernel, kept
+// so one process can A/B it) or V2 (division-free, plane-sized tiles). NHWC, direct and weight-grad
+// kernels are the same in both.
+enum class Variant : int { V1 = 1, V2 = 2 };
 
 struct Geom {
   int64_t n;   // batch
@@ -26,11 +33,12 @@ struct Geom {
 
 // y = depthwise_conv(x, w) + bias (bias may be null). fp32 accumulation for every dtype.
 cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
-                           const Geom& g, bool channels_last, cudaStream_t stream);
+                           const Geom& g, bool channels_last, cudaStream_t stream,
+                           Variant variant = Variant::V2);
 
 // dx = d(loss)/d(x) from dy and w.
 cudaError_t launch_input_grad(DType dtype, const void* dy, const void* w, void* dx, const Geom& g,
-                              bool channels_last, cudaStream_t stream);
+                              bool channels_last, cudaStream_t stream, Variant variant = Variant::V2);
 
 // Number of position splits of the weight-grad reduction (workspace = splits * C * KH * KW floats).
 int weight_grad_splits(const Geom& g, bool channels_last, int num_sms);

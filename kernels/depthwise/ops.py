@@ -1,7 +1,7 @@
 """Depthwise conv2d on CUDA: ``forward`` with ``F.conv2d``'s signature, differentiable.
 
 The ops ``torch.ops.convperf_depthwise.{forward,input_grad,weight_grad}`` come from ``binding.cpp``;
-the library is built and loaded by ``kernels._build.load("depthwise")`` on the first call (or on
+the library is built and loaded by ``kernels._build.LazyOps`` on the first call (or on
 :func:`ensure_loaded`), which also registers their fake (meta) implementations and the autograd
 formula of ``forward`` (input, weight and bias gradients; the gradient ops are not differentiable
 again). Call ``ensure_loaded()`` before ``torch.compile`` traces a function that uses ``forward``.
@@ -9,7 +9,6 @@ again). Call ``ensure_loaded()`` before ``torch.compile`` traces a function that
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,22 +17,8 @@ import torch
 from kernels import _build
 from kernels.depthwise.reference import IntPair, Padding, depthwise_args, output_hw
 
-NAMESPACE = "convperf_depthwise"
-_lock = threading.Lock()
-_ready = False
-
-
-def ensure_loaded() -> None:
-    """Build/load the CUDA library once and register fake and autograd implementations."""
-    global _ready
-    if _ready:
-        return
-    with _lock:
-        if _ready:
-            return
-        _build.load("depthwise")
-        _register()
-        _ready = True
+FAMILY = "depthwise"
+NAMESPACE = _build.namespace(FAMILY)
 
 
 def _wants_channels_last(t: torch.Tensor) -> bool:
@@ -98,7 +83,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     input, weight = ctx.saved_tensors
     stride, padding, dilation = ctx.geometry
-    ops = getattr(torch.ops, NAMESPACE)
+    ops = _ops()
     grad_input = grad_weight = grad_bias = None
     if ctx.needs_input_grad[0]:
         hw = [int(input.shape[2]), int(input.shape[3])]
@@ -109,6 +94,15 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     if ctx.has_bias and ctx.needs_input_grad[2]:
         grad_bias = grad.sum(dim=(0, 2, 3), dtype=torch.float32).to(grad.dtype)
     return grad_input, grad_weight, grad_bias, None, None, None
+
+
+# Build/load the library once and register the fake and autograd rules of its ops.
+_ops = _build.LazyOps(FAMILY, _register)
+
+
+def ensure_loaded() -> None:
+    """Build/load the CUDA library once and register fake and autograd implementations."""
+    _ops()
 
 
 def forward(
@@ -133,8 +127,7 @@ def forward(
             f"kernels.depthwise.ops.forward runs on CUDA tensors, but input is on {a.input.device}; "
             "use kernels.depthwise.reference.forward on the CPU"
         )
-    ensure_loaded()
-    out: torch.Tensor = getattr(torch.ops, NAMESPACE).forward(
+    out: torch.Tensor = _ops().forward(
         a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation)
     )
     return out.squeeze(0) if a.unbatched else out

@@ -1,4 +1,6 @@
-"""EDSR models (standard and depthwise-separable blocks), the fused dw+pw block kernel, and a
-helper that swaps our depthwise kernel into any model. Importing this builds nothing."""
+"""The fused depthwise-separable EDSR block kernel (``ops``) and its PyTorch twin (``reference``).
+
+The EDSR models and the depthwise swap that use it live beside the suite: ``perf_tests/edsr_models.py``,
+``perf_tests/swap.py``. Importing this builds nothing."""
 
 from __future__ import annotations

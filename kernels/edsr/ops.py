@@ -1,7 +1,7 @@
 """``convperf_edsr::sep_conv``: the fused depthwise-separable EDSR conv as a torch custom op.
 
 The op is defined in ``binding.cpp`` (CUDA, fp32, forward only). This module builds it through
-``kernels._build.load("edsr")`` on first call and then adds a fake (meta) implementation and an
+``kernels._build.LazyOps`` on first call and then adds a fake (meta) implementation and an
 autograd formula. The backward does not use a fused kernel: it recomputes the depthwise and
 pointwise outputs with ``F.conv2d`` and applies ``aten.convolution_backward`` (the gradient of the
 reference composition), so only the forward is ours.
@@ -9,7 +9,6 @@ reference composition), so only the forward is ours.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
@@ -17,9 +16,8 @@ import torch.nn.functional as F
 
 from kernels import _build
 
-OP_NAME = "convperf_edsr::sep_conv"
-_lock = threading.Lock()
-_registered = False
+FAMILY = "edsr"
+OP_NAME = f"{_build.namespace(FAMILY)}::sep_conv"
 
 
 def _fake(
@@ -64,18 +62,18 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     return gx, gwd, gbd, gwp, gbp, grad_res, None, None
 
 
+def _register() -> None:
+    torch.library.register_fake(OP_NAME)(_fake)
+    torch.library.register_autograd(OP_NAME, _backward, setup_context=_setup_context)
+
+
+# Build/load the library once (per source hash) and register the fake and autograd rules of its op.
+_ops = _build.LazyOps(FAMILY, _register)
+
+
 def load() -> None:
     """Build (once per source hash) and load the extension, then register fake and autograd."""
-    global _registered
-    if _registered:
-        return
-    with _lock:
-        if _registered:
-            return
-        _build.load("edsr")
-        torch.library.register_fake(OP_NAME)(_fake)
-        torch.library.register_autograd(OP_NAME, _backward, setup_context=_setup_context)
-        _registered = True
+    _ops()
 
 
 def sep_conv(
@@ -97,8 +95,7 @@ def sep_conv(
             f"kernels.edsr.ops.sep_conv runs on CUDA tensors; x is on {x.device}. "
             "Use kernels.edsr.reference.sep_conv on a CPU."
         )
-    load()
-    out: torch.Tensor = torch.ops.convperf_edsr.sep_conv(
+    out: torch.Tensor = _ops().sep_conv(
         x, dw_weight, dw_bias, pw_weight, pw_bias, residual, float(res_scale), bool(relu)
     )
     return out

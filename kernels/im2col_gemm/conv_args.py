@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 
@@ -112,3 +112,54 @@ def geometry(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> tuple[int, i
     wo = out_size(x.shape[3], a.kernel[1], a.stride[1], a.padding[1], a.dilation[1])
     k = (x.shape[1] // a.groups) * a.kernel[0] * a.kernel[1]
     return ho, wo, k, weight.shape[0] // a.groups
+
+
+IntPair = int | Sequence[int]
+# ``body(x, weight, bias, args, **options)``: the conv on a batched input and normalized arguments.
+ConvBody = Callable[..., torch.Tensor]
+
+
+def with_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``out`` plus the per-channel ``bias`` (the bias step of the variants whose GEMM has none)."""
+    return out if bias is None else out + bias.view(1, -1, 1, 1)
+
+
+def conv2d_entry(
+    body: ConvBody, *, check: Callable[[torch.Tensor], None] | None = None, takes_bias: bool = True
+) -> Callable[..., torch.Tensor]:
+    """The one ``F.conv2d``-style entry point of the family's functions, around ``body``.
+
+    The entry takes ``(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+    **options)`` (without ``bias`` when ``takes_bias`` is False), validates and normalizes them
+    (:func:`normalize`: an unbatched input gets a batch of one, removed again from the result),
+    runs ``check`` on the batched input, then ``body(x, weight, bias, args, **options)`` (``body``'s
+    keyword-only parameters are the options, with their defaults). Name and docstring are ``body``'s.
+    """
+
+    def run(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: IntPair,
+            padding: IntPair | str, dilation: IntPair, groups: int,
+            options: dict[str, Any]) -> torch.Tensor:  # fmt: skip
+        x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
+        if check is not None:
+            check(x)
+        out = body(x, weight, bias, a, **options) if takes_bias else body(x, weight, a, **options)
+        return out.squeeze(0) if unbatched else out
+
+    if takes_bias:
+
+        def entry(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  stride: IntPair = 1, padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1,
+                  **options: Any) -> torch.Tensor:  # fmt: skip
+            return run(input, weight, bias, stride, padding, dilation, groups, options)
+
+    else:
+
+        def entry(input: torch.Tensor, weight: torch.Tensor, stride: IntPair = 1,  # type: ignore[misc]
+                  padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1,
+                  **options: Any) -> torch.Tensor:  # fmt: skip
+            return run(input, weight, None, stride, padding, dilation, groups, options)
+
+    entry.__name__ = entry.__qualname__ = body.__name__.lstrip("_")
+    entry.__doc__ = body.__doc__
+    entry.__module__ = body.__module__
+    return entry

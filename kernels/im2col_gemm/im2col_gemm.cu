@@ -12,34 +12,13 @@
 
 #include <cstdint>
 
+#include "convperf/convert.cuh"
+
 namespace {
 
-enum DType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3 };
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v) {
-  return static_cast<float>(v);
-}
-template <>
-__device__ __forceinline__ float to_float<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename T>
-__device__ __forceinline__ T from_float(float v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using convperf::DType;
+using convperf::from_f;
+using convperf::to_f;
 
 struct Geometry {
   int n, c, h, w;        // chunk of the input: n samples, c channels
@@ -73,7 +52,7 @@ __global__ void __launch_bounds__(256) im2col_kernel(const T* __restrict__ x, T*
       const bool row_ok = iy >= 0 && iy < g.h;
       for (int kx = 0; kx < g.kw; ++kx) {
         const int ix = ix0 + kx * g.dw;
-        T v = from_float<T>(0.0f);
+        T v = from_f<T>(0.0f);
         if (row_ok && ix >= 0 && ix < g.w) v = xp[static_cast<Index>(iy) * g.w + ix];
         *cp = v;
         cp += sk;
@@ -110,10 +89,10 @@ __global__ void __launch_bounds__(256) col2im_kernel(const T* __restrict__ col, 
         if (tx < 0 || tx % g.sw) continue;
         const int ox = tx / g.sw;
         if (ox >= g.wo) continue;
-        acc += to_float(cp[static_cast<Index>(ky * g.kw + kx) * sk + (static_cast<Index>(oy) * g.wo + ox) * sl]);
+        acc += to_f(cp[static_cast<Index>(ky * g.kw + kx) * sk + (static_cast<Index>(oy) * g.wo + ox) * sl]);
       }
     }
-    dx[idx] = from_float<T>(acc);
+    dx[idx] = from_f<T>(acc);
   }
 }
 
@@ -175,13 +154,9 @@ cudaError_t launch_im2col(int dtype, const void* x, void* col, int n, int c, int
                           int sw, int ph, int pw, int dh, int dw, int wo, int row0, int rows, int64_t sn,
                           int64_t sk, int64_t sl, cudaStream_t stream) {
   const Geometry g = make_geometry(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, wo, row0, rows);
-  switch (dtype) {
-    case kF32: return im2col_typed<float>(x, col, g, sn, sk, sl, stream);
-    case kF16: return im2col_typed<__half>(x, col, g, sn, sk, sl, stream);
-    case kBF16: return im2col_typed<__nv_bfloat16>(x, col, g, sn, sk, sl, stream);
-    case kI8: return im2col_typed<int8_t>(x, col, g, sn, sk, sl, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return convperf::dispatch_float_or_i8(DType(dtype), [&](auto t) {
+    return im2col_typed<typename decltype(t)::type>(x, col, g, sn, sk, sl, stream);
+  });
 }
 
 // dx: contiguous [n, c, hs, w] holding input rows [h0, h0 + hs); every element is written.
@@ -189,10 +164,7 @@ cudaError_t launch_col2im(int dtype, const void* col, void* dx, int n, int c, in
                           int sw, int ph, int pw, int dh, int dw, int wo, int row0, int rows, int h0, int hs,
                           int64_t sn, int64_t sk, int64_t sl, cudaStream_t stream) {
   const Geometry g = make_geometry(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, wo, row0, rows);
-  switch (dtype) {
-    case kF32: return col2im_typed<float>(col, dx, g, h0, hs, sn, sk, sl, stream);
-    case kF16: return col2im_typed<__half>(col, dx, g, h0, hs, sn, sk, sl, stream);
-    case kBF16: return col2im_typed<__nv_bfloat16>(col, dx, g, h0, hs, sn, sk, sl, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return convperf::dispatch_float(DType(dtype), [&](auto t) {
+    return col2im_typed<typename decltype(t)::type>(col, dx, g, h0, hs, sn, sk, sl, stream);
+  });
 }

@@ -18,14 +18,13 @@ from typing import Any
 
 import torch
 
-from kernels._lazy_ops import LazyOps
+from kernels import _build
 from kernels.im2col_gemm import columns, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
-from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, geometry, normalize
+from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry, with_bias
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
 
 FAMILY = "im2col_gemm"
-IntPair = int | Sequence[int]
 
 
 def _register_cpp_rules() -> None:
@@ -83,7 +82,7 @@ def _register_cpp_rules() -> None:
 
 
 # Build/load the extension once and register fake and autograd rules for its ops.
-_cuda_ops = LazyOps(FAMILY, _register_cpp_rules)
+_cuda_ops = _build.LazyOps(FAMILY, _register_cpp_rules)
 
 
 def im2col_grad(
@@ -314,14 +313,11 @@ def _check_device(x: torch.Tensor) -> None:
         raise ValueError(f"dtype {x.dtype} is not supported on CUDA; use float32, float16 or bfloat16")
 
 
-def forward(
-    input: torch.Tensor,
+def _forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
@@ -330,12 +326,13 @@ def forward(
     The column buffer is built for chunks of the batch (bands of output rows when one sample is
     larger) so it never exceeds ``workspace_bytes`` (default 256 MiB), in forward and backward.
     """
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
-    _check_device(x)
     out: torch.Tensor = _conv2d(
         x, weight, bias, list(a.stride), list(a.padding), list(a.dilation), a.groups, workspace_bytes
     )
-    return out.squeeze(0) if unbatched else out
+    return out
+
+
+forward = conv2d_entry(_forward, check=_check_device)
 
 
 # ---- variants --------------------------------------------------------------------------------
@@ -400,14 +397,11 @@ def _step_tensor(step: Step | None, t: torch.Tensor, bits: int) -> torch.Tensor:
     return step_tensor(step if step is not None else lsq_init_step(t, bits))
 
 
-def lsq_forward(
-    input: torch.Tensor,
+def _lsq_forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     act_step: Step | None = None,
     weight_step: Step | None = None,
@@ -419,20 +413,15 @@ def lsq_forward(
     Output ``acc * s_x * s_w + bias`` in the input's dtype; steps default to LSQ's data init; the
     backward applies LSQ's straight-through and step gradients. Reference: ``reference.lsq_forward``.
     """
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
-    _check_device(x)
     sx, sw = _step_tensor(act_step, x, bits), _step_tensor(weight_step, weight, bits)
     out: torch.Tensor = _LSQInt.apply(x, weight, bias, sx, sw, a, bits, workspace_bytes)
-    return out.squeeze(0) if unbatched else out
+    return out
 
 
-def lsq_accumulate(
-    input: torch.Tensor,
+def _lsq_accumulate(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    a: ConvArgs,
     *,
     act_step: Step,
     weight_step: Step,
@@ -440,42 +429,29 @@ def lsq_accumulate(
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """int32 accumulators of the quantized conv: CUDA int8 im2col + ``torch._int_mm``."""
-    x, a, unbatched = normalize(input, weight, None, stride, padding, dilation, groups)
-    acc = variants.lsq_accumulate(
+    return variants.lsq_accumulate(
         x, weight, a, workspace_bytes, im2col, act_step=act_step, weight_step=weight_step, bits=bits
     )
-    return acc.squeeze(0) if unbatched else acc
 
 
-def sparse_forward(
-    input: torch.Tensor,
+def _sparse_forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     density: float = 0.5,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """Unstructured sparse conv: magnitude pruning to ``density``, CUDA im2col + CSR GEMM (cuSPARSE)."""
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
-    _check_device(x)
-    out = variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density)
-    if bias is not None:
-        out = out + bias.view(1, -1, 1, 1)
-    return out.squeeze(0) if unbatched else out
+    return with_bias(variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density), bias)
 
 
-def structured_forward(
-    input: torch.Tensor,
+def _structured_forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     pattern: str = "2:4",
     density: float = 0.5,
@@ -483,9 +459,12 @@ def structured_forward(
 ) -> torch.Tensor:
     """Structured sparse conv: ``2:4`` via ``to_sparse_semi_structured`` (fp16/bf16, sm_80+; masked
     dense GEMM elsewhere) or ``filter`` pruning (GEMM over the kept filters only)."""
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
-    _check_device(x)
     out = variants.structured_conv(x, weight, a, workspace_bytes, im2col, pattern=pattern, density=density)
-    if bias is not None:
-        out = out + bias.view(1, -1, 1, 1)
-    return out.squeeze(0) if unbatched else out
+    return with_bias(out, bias)
+
+
+# The public variants: ``F.conv2d``'s signature plus each body's keyword options (``conv2d_entry``).
+lsq_forward = conv2d_entry(_lsq_forward, check=_check_device)
+lsq_accumulate = conv2d_entry(_lsq_accumulate, takes_bias=False)
+sparse_forward = conv2d_entry(_sparse_forward, check=_check_device)
+structured_forward = conv2d_entry(_structured_forward, check=_check_device)

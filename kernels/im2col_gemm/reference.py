@@ -11,46 +11,32 @@ Same algorithms as :mod:`kernels.im2col_gemm.ops` (chunked column buffer, GEMM p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 from kernels.im2col_gemm import variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES
 from kernels.im2col_gemm.columns import col2im, conv_gemm, im2col
-from kernels.im2col_gemm.conv_args import normalize
+from kernels.im2col_gemm.conv_args import ConvArgs, conv2d_entry, with_bias
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step
 
-IntPair = int | Sequence[int]
 
-
-def forward(
-    input: torch.Tensor,
+def _forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """conv2d as chunked ``F.unfold`` + ``matmul`` (signature of ``F.conv2d``; differentiable)."""
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
-    out = conv_gemm(x, weight, a, workspace_bytes)
-    if bias is not None:
-        out = out + bias.view(1, -1, 1, 1)
-    return out.squeeze(0) if unbatched else out
+    return with_bias(conv_gemm(x, weight, a, workspace_bytes), bias)
 
 
-def lsq_forward(
-    input: torch.Tensor,
+def _lsq_forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     act_step: Step | None = None,
     weight_step: Step | None = None,
@@ -62,23 +48,16 @@ def lsq_forward(
     Steps default to LSQ's initialization from the data; pass tensors to learn them (LSQ gradients).
     The output has the input's dtype.
     """
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
     sx = act_step if act_step is not None else lsq_init_step(x, bits)
     sw = weight_step if weight_step is not None else lsq_init_step(weight, bits)
     out = conv_gemm(lsq_fake_quant(x, sx, bits), lsq_fake_quant(weight, sw, bits), a, workspace_bytes)
-    if bias is not None:
-        out = out + bias.float().view(1, -1, 1, 1)
-    out = out.to(input.dtype)
-    return out.squeeze(0) if unbatched else out
+    return with_bias(out, None if bias is None else bias.float()).to(x.dtype)
 
 
-def lsq_accumulate(
-    input: torch.Tensor,
+def _lsq_accumulate(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    a: ConvArgs,
     *,
     act_step: Step,
     weight_step: Step,
@@ -86,52 +65,45 @@ def lsq_accumulate(
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """int32 accumulators of the quantized conv (``torch._int_mm`` on the torch-ops columns)."""
-    x, a, unbatched = normalize(input, weight, None, stride, padding, dilation, groups)
-    acc = variants.lsq_accumulate(
+    return variants.lsq_accumulate(
         x, weight, a, workspace_bytes, im2col, act_step=act_step, weight_step=weight_step, bits=bits
     )
-    return acc.squeeze(0) if unbatched else acc
 
 
-def sparse_forward(
-    input: torch.Tensor,
+def _sparse_forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     density: float = 0.5,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """Unstructured sparse conv: keep the ``density`` largest-magnitude weights, CSR GEMM."""
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
-    out = variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density)
-    if bias is not None:
-        out = out + bias.view(1, -1, 1, 1)
-    return out.squeeze(0) if unbatched else out
+    return with_bias(variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density), bias)
 
 
-def structured_forward(
-    input: torch.Tensor,
+def _structured_forward(
+    x: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: IntPair | str = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
     *,
     pattern: str = "2:4",
     density: float = 0.5,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """Structured sparse conv: ``pattern="2:4"`` or ``"filter"`` (keep ``density`` of the filters)."""
-    x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
     out = variants.structured_conv(x, weight, a, workspace_bytes, im2col, pattern=pattern, density=density)
-    if bias is not None:
-        out = out + bias.view(1, -1, 1, 1)
-    return out.squeeze(0) if unbatched else out
+    return with_bias(out, bias)
+
+
+# The public functions: ``F.conv2d``'s signature plus each body's keyword options (``conv2d_entry``).
+forward = conv2d_entry(_forward)
+lsq_forward = conv2d_entry(_lsq_forward)
+lsq_accumulate = conv2d_entry(_lsq_accumulate, takes_bias=False)
+sparse_forward = conv2d_entry(_sparse_forward)
+structured_forward = conv2d_entry(_structured_forward)
 
 
 __all__ = [

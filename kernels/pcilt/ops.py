@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kernels._lazy_ops import LazyOps
+from kernels import _build
 from kernels._weight_cache import WeightCache
 from kernels.im2col_gemm.chunking import out_size
 from kernels.im2col_gemm.conv_args import normalize
@@ -60,7 +60,7 @@ def _register_fakes() -> None:
     torch.library.register_fake("convperf_pcilt::lut_conv")(lut_conv_fake)
 
 
-_cuda_ops = LazyOps(FAMILY, _register_fakes)
+_cuda_ops = _build.LazyOps(FAMILY, _register_fakes)
 
 
 def build_tables(

@@ -201,7 +201,7 @@ def test_concurrent_workers_build_once_and_never_see_a_partial_library(tmp_path:
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
     log = tmp_path / "builds.log"
     cmd = [sys.executable, "-c", _RACER, str(tmp_path), str(log)]
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # the repository root: `kernels` is the package there
     procs = [subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert [p.returncode for p in procs] == [0, 0]

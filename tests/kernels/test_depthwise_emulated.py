@@ -8,18 +8,25 @@ checks index math and algorithms only: speed, coalescing and real-hardware races
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels import _build
+from kernels.depthwise import model
+from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
-from tests.kernels.cuda_emulation import EmulatedDepthwise, build
+from tests.kernels.cuda_emulation import (
+    VARIANTS,
+    EmulatedDepthwise,
+    Emulation,
+    depthwise_candidate,
+    emulation,
+    geometry,
+)
 
 PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),
@@ -34,44 +41,18 @@ PROBLEMS = depthwise_problems(
 
 
 @pytest.fixture(scope="module")
-def emulated() -> Iterator[EmulatedDepthwise]:
+def emulated_lib() -> Emulation:
     """The emulated kernels, built once per source hash into the extensions cache (~20 s cold)."""
-    out = _build.extensions_root() / "convperf_depthwise_emulation"
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        lib = build(out)
+        return emulation("depthwise")
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    yield EmulatedDepthwise(lib)
 
 
-def _candidate(emu: EmulatedDepthwise) -> Any:
-    class EmulatedConv(torch.autograd.Function):
-        @staticmethod
-        def forward(
-            ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: Any, p: Any, d: Any
-        ) -> Any:
-            cl = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
-            ctx.save_for_backward(x, w)
-            ctx.args = (tuple(s), tuple(p), tuple(d), cl, b is not None)
-            return emu.forward(x, w, b, tuple(s), tuple(p), tuple(d), cl)
-
-        @staticmethod
-        def backward(ctx: Any, gy: torch.Tensor) -> Any:
-            x, w = ctx.saved_tensors
-            s, p, d, cl, has_bias = ctx.args
-            dx = emu.input_grad(gy, w, (x.shape[2], x.shape[3]), s, p, d, cl)
-            dw = emu.weight_grad(gy, x, (w.shape[2], w.shape[3]), s, p, d, cl)
-            db = gy.sum(dim=(0, 2, 3), dtype=torch.float32).to(gy.dtype) if has_bias else None
-            return dx, dw, db, None, None, None
-
-    def emulated_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: Any, padding: Any,
-                        dilation: Any, groups: int) -> torch.Tensor:  # fmt: skip
-        assert groups == x.shape[1]
-        out: torch.Tensor = EmulatedConv.apply(x, w, b, stride, padding, dilation)
-        return out
-
-    return emulated_conv2d
+@pytest.fixture(params=sorted(VARIANTS))
+def emulated(request: pytest.FixtureRequest, emulated_lib: Emulation) -> Iterator[EmulatedDepthwise]:
+    """Every test runs on each NCHW tiled variant (v1, the A/B baseline, and v2)."""
+    yield EmulatedDepthwise(emulated_lib, request.param)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
@@ -80,7 +61,7 @@ def _candidate(emu: EmulatedDepthwise) -> Any:
 def test_emulated_kernels_match_oracle(
     emulated: EmulatedDepthwise, problem: Conv2dProblem, seed: int
 ) -> None:
-    assert_conv_close(_candidate(emulated), problem, seed=seed, backward=True, device="cpu")
+    assert_conv_close(depthwise_candidate(emulated), problem, seed=seed, backward=True, device="cpu")
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -93,7 +74,7 @@ def test_emulated_seed_like_shapes(
     problem = Conv2dProblem(
         n=n, c_in=c, h=hw, w=hw, c_out=c, kernel=(k, k), padding=pad, groups=c, layout=layout
     )
-    assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")
+    assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")
 
 
 def test_emulator_sees_unwritten_outputs(emulated: EmulatedDepthwise) -> None:
@@ -124,4 +105,30 @@ def test_emulated_vector_staging(emulated: EmulatedDepthwise, k: int, s: int, w4
     w = max(w, 4 * -(-(k - 2 * pad) // 4))
     problem = Conv2dProblem(n=2, c_in=3, h=h, w=w, c_out=3, kernel=(k, k), stride=(s, s), padding=(pad, pad),
                             groups=3, dtype=dtype)  # fmt: skip
-    assert_conv_close(_candidate(emulated), problem, backward=True, device="cpu")
+    assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")
+
+
+@pytest.mark.parametrize("shape", [*DEPTHWISE_SEED_SHAPES, (2, 3, 9, 3), (1, 5, 30, 7), (4, 8, 64, 5)])
+@pytest.mark.parametrize("s", [1, 2])
+def test_cost_model_mirrors_the_v2_planner(
+    emulated_lib: Emulation, shape: tuple[int, int, int, int], s: int
+) -> None:
+    """``kernels.depthwise.model.plan_v2`` (the cost model's copy) picks what ``depthwise.cu`` picks."""
+    n, c, hw, k = shape
+    g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
+    out = EmulatedDepthwise(emulated_lib).plan_v2(g)
+    assert out is not None, f"depthwise.cu found no v2 tile for {shape}, stride {s}"
+    plan = model.plan_v2(model.Shape(n, c, hw, k, s))
+    tiles = plan.tiles
+    mode = {"scalar": 0, "rows4": 1, "planes4": 2}[plan.mode]
+    assert (plan.tw, plan.trows, plan.pl, plan.in_rows, plan.in_cols, mode) == tuple(
+        out[i] for i in (0, 1, 2, 5, 6, 7)
+    )
+    assert tiles == out[3] * out[4]
+
+
+@pytest.mark.parametrize(("hw", "k", "pad"), [(7, 3, 3), (14, 5, 4), (12, 3, 2)])
+def test_emulated_input_grad_with_a_crop(emulated: EmulatedDepthwise, hw: int, k: int, pad: int) -> None:
+    """Padding > k - 1: the stride-1 input grad runs the tiled kernel with negative padding (a crop)."""
+    problem = Conv2dProblem(n=2, c_in=5, h=hw, w=hw, c_out=5, kernel=(k, k), padding=(pad, pad), groups=5)
+    assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")

@@ -15,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.edsr import models, ops, reference, swap
-from kernels.edsr.models import EDSR, count_parameters
+from kernels.edsr import ops, reference
+from perf_tests import edsr_models as models
+from perf_tests import swap
+from perf_tests.edsr_models import EDSR, count_parameters
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")

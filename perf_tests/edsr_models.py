@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.edsr import swap
+from perf_tests import swap
 
 Block = Literal["standard", "separable"]
 Depthwise = Literal["torch", "ours", "fused"]

@@ -1,0 +1,368 @@
+"""Static SASS report per kernel instance, and the CI gate on the streaming kernels (no GPU needed).
+
+``python -m kernels.sass [FAMILY ...] [--arch 90] [--gate]`` compiles each family's ``.cu`` files to
+a cubin (nvcc) and to PTX, disassembles the cubin with ``cuobjdump`` (CUDA's, or the one triton's
+wheel ships) and prints per kernel: registers, occupancy on the arch, and for the whole kernel and
+each loop (a backward branch) the instruction mix: global loads by width, integer-division
+sequences, FFMAs and shared-memory traffic. ``--gate`` fails (exit 1) when a kernel under a
+``Gate`` holds an integer div/rem (PTX ``div``/``rem`` on integers, or the SASS ``I2F.*.RP`` that
+opens every inlined integer division) or lacks the vector global loads its layout allows.
+
+This is static analysis: counts are instructions in the binary, not issued instructions; the
+per-shape figures built on them (``kernels.depthwise.model``) are predictions, not measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernels import _build
+
+SM90_REGS = 65536
+SM90_MAX_THREADS = 2048
+SM90_MAX_BLOCKS = 32
+REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One SASS instruction: address, guard predicate (``""`` when none), opcode with modifiers."""
+
+    addr: int
+    pred: str
+    op: str
+    operands: str
+
+    @property
+    def base(self) -> str:
+        return self.op.split(".")[0]
+
+
+@dataclass
+class Mix:
+    """Instruction mix of a stretch of SASS."""
+
+    total: int = 0
+    ffma: int = 0
+    int_div: int = 0  # inlined integer divisions (I2F.*.RP opens each one)
+    calls: int = 0
+    ldg: dict[int, int] = field(default_factory=dict)  # global loads by width in bits
+    stg: int = 0
+    lds: int = 0
+    sts: int = 0
+    bar: int = 0
+
+    def add(self, ins: Instr) -> None:
+        self.total += 1
+        base, mods = ins.base, ins.op.split(".")[1:]
+        if base == "FFMA":
+            self.ffma += 1
+        elif base == "I2F" and "RP" in mods:
+            self.int_div += 1
+        elif base == "CALL":
+            self.calls += 1
+        elif base == "LDG":
+            width = next((int(m) for m in mods if m in ("64", "128")), 0)
+            if not width:
+                width = 16 if any(m in ("U16", "S16") for m in mods) else 8 if "U8" in mods else 32
+            self.ldg[width] = self.ldg.get(width, 0) + 1
+        elif base == "STG":
+            self.stg += 1
+        elif base == "LDS":
+            self.lds += 1
+        elif base == "STS":
+            self.sts += 1
+        elif base == "BAR":
+            self.bar += 1
+
+    @property
+    def loads(self) -> int:
+        return sum(self.ldg.values())
+
+    @property
+    def vector_loads(self) -> int:
+        return sum(n for w, n in self.ldg.items() if w >= 64)
+
+    def brief(self) -> str:
+        ldg = " ".join(f"{w}b:{n}" for w, n in sorted(self.ldg.items())) or "-"
+        return (
+            f"{self.total:5d} ins  ldg[{ldg}]  ffma {self.ffma}  lds/sts {self.lds}/{self.sts}  "
+            f"idiv {self.int_div}  call {self.calls}"
+        )
+
+
+@dataclass
+class Loop:
+    """A loop: the instructions from a backward branch's target up to the branch."""
+
+    start: int
+    end: int
+    mix: Mix
+
+
+@dataclass
+class KernelSass:
+    """Static facts of one kernel instance."""
+
+    name: str  # mangled
+    instrs: list[Instr]
+    registers: int = 0
+    shared_static: int = 0
+    ptx_int_divs: int = 0
+    pretty: str = ""
+
+    @property
+    def mix(self) -> Mix:
+        m = Mix()
+        for ins in self.instrs:
+            m.add(ins)
+        return m
+
+    def loops(self) -> list[Loop]:
+        """Every backward branch gives one loop (nested ones overlap); the branch-to-self that pads the
+        end of a function is not a loop."""
+        out = []
+        for ins in self.instrs:
+            if ins.base == "BRA" and (m := re.match(r"(?:`\()?(0x[0-9a-f]+)", ins.operands)):
+                target = int(m.group(1), 16)
+                if target < ins.addr:
+                    mix = Mix()
+                    for j in self.instrs:
+                        if target <= j.addr <= ins.addr:
+                            mix.add(j)
+                    out.append(Loop(target, ins.addr, mix))
+        return out
+
+    def split_at_last_barrier(self) -> tuple[Mix, Mix]:
+        """Mixes of the code outside loops before and after the last ``BAR`` (staging | compute)."""
+        in_loop = [(lp.start, lp.end) for lp in self.loops()]
+        bars = [i.addr for i in self.instrs if i.base == "BAR"]
+        cut = bars[-1] if bars else -1
+        pre, post = Mix(), Mix()
+        for ins in self.instrs:
+            if any(a <= ins.addr <= b for a, b in in_loop):
+                continue
+            (pre if ins.addr <= cut else post).add(ins)
+        return pre, post
+
+    def blocks_per_sm(self, threads: int = 256, smem_bytes: int = 0) -> int:
+        """Resident blocks per SM on sm_90 from registers, threads and shared memory."""
+        warps = -(-threads // 32)
+        per_warp = -(-max(self.registers, 1) * 32 // REG_ALLOC_UNIT) * REG_ALLOC_UNIT
+        by_regs = (SM90_REGS // per_warp) // warps
+        by_threads = SM90_MAX_THREADS // (warps * 32)
+        by_smem = (228 * 1024) // (smem_bytes + 1024) if smem_bytes else SM90_MAX_BLOCKS
+        return max(0, min(by_regs, by_threads, by_smem, SM90_MAX_BLOCKS))
+
+
+_FUNC_RE = re.compile(r"^\s*Function : (\S+)")
+_INSTR_RE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)\s*([^;]*);")
+_RES_RE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+)\s+STACK:\d+\s+SHARED:(\d+)")
+
+
+def parse_sass(text: str) -> dict[str, list[Instr]]:
+    """``cuobjdump -sass`` output -> instructions per (mangled) function name: the kernel body up to the
+    branch-to-self that ends it (what follows is padding and out-of-line subroutines such as the
+    slow path of a 64-bit division, reached by ``CALL``), without ``NOP`` padding."""
+    out: dict[str, list[Instr]] = {}
+    current: list[Instr] | None = None
+    for line in text.splitlines():
+        if m := _FUNC_RE.match(line):
+            current = out.setdefault(m.group(1), [])
+        elif current is not None and (m := _INSTR_RE.search(line)):
+            ins = Instr(int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4).strip())
+            if ins.base == "BRA" and ins.operands.startswith(hex(ins.addr)):
+                current = None  # the end-of-kernel trap
+            elif ins.base != "NOP":
+                current.append(ins)
+    return out
+
+
+def parse_resource_usage(text: str) -> dict[str, tuple[int, int]]:
+    """``cuobjdump -res-usage`` output -> (registers, static shared bytes) per function."""
+    return {m.group(1).rstrip(":"): (int(m.group(2)), int(m.group(3))) for m in _RES_RE.finditer(text)}
+
+
+_PTX_ENTRY_RE = re.compile(r"\.entry\s+(\w+)\(")
+_PTX_IDIV_RE = re.compile(r"^\s*(?:@!?%p\d+\s+)?(div|rem)\.(?:s|u)(?:16|32|64)\b", re.M)
+
+
+def ptx_int_divs(ptx: str) -> dict[str, int]:
+    """Integer ``div``/``rem`` instructions per ``.entry`` in PTX text."""
+    out: dict[str, int] = {}
+    entries = list(_PTX_ENTRY_RE.finditer(ptx))
+    for i, m in enumerate(entries):
+        body = ptx[m.end() : entries[i + 1].start() if i + 1 < len(entries) else len(ptx)]
+        out[m.group(1)] = len(_PTX_IDIV_RE.findall(body))
+    return out
+
+
+def cuobjdump_path() -> Path:
+    """``$CUOBJDUMP``, CUDA's ``cuobjdump``, one on PATH, or the one in triton's wheel."""
+    candidates: list[Path] = []
+    if env := os.environ.get("CUOBJDUMP"):
+        candidates.append(Path(env))
+    home = _build.cuda_home()
+    if home is not None:
+        candidates.append(home / "bin" / "cuobjdump")
+    if which := shutil.which("cuobjdump"):
+        candidates.append(Path(which))
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin is not None:
+        candidates.append(Path(spec.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise FileNotFoundError(
+        "cuobjdump not found: install the CUDA toolkit, `pip install triton` (its wheel ships one), "
+        "or set CUOBJDUMP to its path"
+    )
+
+
+def _run(cmd: list[str]) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise _build.KernelBuildError(
+            f"{cmd[0]} failed:\n{(res.stderr or res.stdout)[-3000:]}\n{' '.join(cmd)}"
+        )
+    return res.stdout
+
+
+def analyze(cu_file: Path, arch: str = "90") -> list[KernelSass]:
+    """Compile ``cu_file`` for ``sm_<arch>`` and return every kernel's static facts."""
+    nvcc = _build.nvcc_path()
+    if nvcc is None:
+        raise _build.KernelBuildError("nvcc not found: set CUDA_HOME to build the SASS report")
+    flags = [*_build.CUDA_FLAGS, "-std=c++17", f"-arch=sm_{arch}", "-I", str(cu_file.parent)]
+    if _build.SHARED_INCLUDE.is_dir():
+        flags += ["-I", str(_build.SHARED_INCLUDE)]
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin, ptx = Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"
+        _run([str(nvcc), "-cubin", *flags, str(cu_file), "-o", str(cubin)])
+        _run([str(nvcc), "-ptx", *flags, str(cu_file), "-o", str(ptx)])
+        tool = str(cuobjdump_path())
+        sass = parse_sass(_run([tool, "-sass", str(cubin)]))
+        res = parse_resource_usage(_run([tool, "-res-usage", str(cubin)]))
+        divs = ptx_int_divs(ptx.read_text())
+    names = _build._demangle(sorted(sass))
+    out = []
+    for name, instrs in sorted(sass.items()):
+        regs, shared = res.get(name, (0, 0))
+        out.append(KernelSass(name, instrs, regs, shared, divs.get(name, 0), names.get(name, name)))
+    return out
+
+
+# ---- the gate -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Rules for the kernels whose demangled name matches ``pattern``."""
+
+    pattern: str
+    no_int_div: bool = True
+    # template-argument regex (on the demangled name) of instances whose layout allows vector loads
+    vector_when: str = ""
+    why: str = ""
+
+
+GATES: dict[str, tuple[Gate, ...]] = {
+    # fwd_tile_nchw (v1) is the A/B baseline and exempt; v2 is the streaming forward and dgrad kernel.
+    "depthwise": (
+        Gate(
+            pattern=r"fwd_tile_nchw_v2<",
+            vector_when=r", [12]>",  # StageMode kStageRows4 / kStagePlanes4
+            why="NCHW tiled forward / input grad (v2)",
+        ),
+    ),
+}
+
+
+def check(kernels: Sequence[KernelSass], gates: Sequence[Gate]) -> list[str]:
+    """Violations of ``gates`` (empty when the gate passes, which needs at least one kernel gated)."""
+    problems = []
+    gated = 0
+    for k in kernels:
+        for g in gates:
+            if not re.search(g.pattern, k.pretty):
+                continue
+            gated += 1
+            mix = k.mix
+            if g.no_int_div and (k.ptx_int_divs or mix.int_div or mix.calls):
+                problems.append(
+                    f"{k.pretty}: {k.ptx_int_divs} integer div/rem in PTX, {mix.int_div} division sequences "
+                    f"and {mix.calls} out-of-line calls (a 64-bit division's slow path) in SASS; divide by "
+                    "host-computed magic numbers (FastDiv) or compile-time constants"
+                )
+            if g.vector_when and re.search(g.vector_when, k.pretty):
+                staged = [lp for lp in k.loops() if lp.mix.loads]
+                if not any(lp.mix.vector_loads for lp in staged):
+                    problems.append(f"{k.pretty}: no 64/128-bit global load in its staging loop")
+    if not gated:
+        problems.append(
+            f"no kernel matched the gate patterns {[g.pattern for g in gates]}: the gate checked nothing"
+        )
+    return problems
+
+
+def report(kernels: Sequence[KernelSass], arch: str) -> str:
+    lines = []
+    for k in kernels:
+        occ = k.blocks_per_sm() * 256 / SM90_MAX_THREADS if arch == "90" else float("nan")
+        lines.append(f"{k.pretty[:150]}")
+        lines.append(
+            f"    regs {k.registers:3d}  occupancy(256-thread blocks, no smem) {occ:4.0%}  "
+            f"ptx int div/rem {k.ptx_int_divs}"
+        )
+        lines.append(f"    all   {k.mix.brief()}")
+        for i, lp in enumerate(k.loops()):
+            lines.append(f"    loop{i} {lp.mix.brief()}  [{lp.start:#x}..{lp.end:#x}]")
+    return "\n".join(lines)
+
+
+# Families whose per-seed-shape figures (instructions per useful output, lanes wasted, predicted time)
+# come from a cost model module with ``table_for(kernels) -> str``.
+SHAPE_MODELS = {"depthwise": "kernels.depthwise.model"}
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels.sass", description=__doc__.split("\n")[0])
+    parser.add_argument("families", nargs="*", help="families (default: every one with a gate)")
+    parser.add_argument("--arch", default="90", help="SM version, e.g. 90")
+    parser.add_argument("--gate", action="store_true", help="exit 1 when a gated kernel breaks a rule")
+    parser.add_argument("--filter", default="", help="only kernels whose demangled name matches")
+    args = parser.parse_args(argv)
+    failed = False
+    for family in args.families or sorted(GATES):
+        folder = _build.KERNELS_ROOT / family
+        kernels: list[KernelSass] = []
+        for cu in sorted(folder.glob("*.cu")):
+            kernels += analyze(cu, args.arch)
+        shown = [k for k in kernels if re.search(args.filter, k.pretty)]
+        print(f"== {family} (sm_{args.arch}, {len(kernels)} kernels, static SASS: not a GPU measurement)")
+        print(report(shown, args.arch))
+        if family in SHAPE_MODELS and args.arch == "90":
+            print(importlib.import_module(SHAPE_MODELS[family]).table_for(kernels))
+        if args.gate and family in GATES:
+            problems = check(kernels, GATES.get(family, ()))
+            for p in problems:
+                print(f"FAILED {family}: {p}", file=sys.stderr)
+            failed |= bool(problems)
+            if not problems:
+                print(f"sass gate {family}: ok")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

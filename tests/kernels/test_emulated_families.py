@@ -1,0 +1,138 @@
+"""Every kernel family's real ``.cu`` run on the CPU (``tests/kernels/cuda_emulation.py``) against its oracle.
+
+im2col (three column layouts, row bands, K padding, int8) and col2im; PCILT's fused quantize+pack and its
+lookup conv (naive, and the tiled kernel with every channel block and with tables outside shared memory,
+integer and float tables, fused epilogue); the fused EDSR block (vector and scalar epilogues, partial
+tiles, residual, ReLU); the negative controls (each defect against its CPU twin). Depthwise has its own
+module (``tests/kernels/test_depthwise_emulated.py``). Index math and algorithms only: speed is a GPU matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from tests.kernels import emulated_families as fam
+from tests.kernels.cuda_emulation import Emulation, emulation, geometry
+
+
+def _open(family: str) -> Iterator[Emulation]:
+    try:
+        yield emulation(family)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def _family_fixture(family: str) -> Any:
+    @pytest.fixture(scope="module")
+    def fixture() -> Iterator[Emulation]:
+        yield from _open(family)
+
+    return fixture
+
+
+im2col_emu = _family_fixture("im2col_gemm")
+pcilt_emu = _family_fixture("pcilt")
+edsr_emu = _family_fixture("edsr")
+controls_emu = _family_fixture("_controls")
+
+
+GEOMS = [  # (x shape, kernel, stride, padding, dilation)
+    ((2, 3, 7, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 2, 9, 8), (3, 2), (2, 3), (1, 0), (1, 2)),
+    ((2, 1, 6, 5), (1, 1), (1, 1), (0, 0), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("layout", ["nkl", "knl", "nlk"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("geom", GEOMS)
+def test_im2col(im2col_emu: Emulation, layout: str, dtype: torch.dtype, geom: tuple) -> None:  # type: ignore[type-arg]
+    shape, k, s, p, d = geom
+    x = torch.randint(-100, 100, shape).to(dtype) if dtype == torch.int8 else torch.randn(shape).to(dtype)
+    ho = geometry(shape, k, s, p, d)[4]
+    fam.check_im2col(im2col_emu, x, k, s, p, d, 0, ho, layout)
+    if ho > 2:  # a band of rows, K padded as the int8 GEMM wants
+        fam.check_im2col(im2col_emu, x, k, s, p, d, 1, ho - 2, layout, pad_k_to=8)
+
+
+@pytest.mark.parametrize("layout", ["nkl", "knl", "nlk"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("geom", GEOMS)
+def test_col2im(im2col_emu: Emulation, layout: str, dtype: torch.dtype, geom: tuple) -> None:  # type: ignore[type-arg]
+    shape, k, s, p, d = geom
+    ho = geometry(shape, k, s, p, d)[4]
+    fam.check_col2im(im2col_emu, shape, dtype, k, s, p, d, 0, ho, layout, 0, shape[2])
+    if ho > 2:  # a band of output rows, scattered into a band of input rows
+        fam.check_col2im(im2col_emu, shape, dtype, k, s, p, d, 1, ho - 2, layout, 1, shape[2] - 2)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("w", [1, 5, 16, 33])
+def test_quantize_pack(pcilt_emu: Emulation, bits: int, w: int) -> None:
+    x = torch.randn(2, 3, 3, w) * 3
+    fam.check_quantize_pack(pcilt_emu, x, 0.37, bits)
+    fam.check_quantize_pack(pcilt_emu, x, fam.pcilt_tables.default_act_step(x, bits), bits)
+
+
+LUT_CASES = [  # (x shape, cout, groups, kernel, stride, padding, dilation, bits, expected plan)
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, 8),
+    ((1, 4, 18, 17), 4, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2, 2),
+    ((1, 2, 8, 9), 4, 1, (3, 2), (2, 1), (1, 0), (1, 2), 4, 4),
+    ((1, 3, 6, 7), 3, 3, (3, 3), (1, 1), (1, 1), (1, 1), 8, 1),
+    ((1, 1, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 1),  # 8-bit 7x7 tables: outside shared memory
+]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("case", LUT_CASES)
+def test_lut_conv_tiled_and_naive(pcilt_emu: Emulation, case: tuple, integer: bool) -> None:  # type: ignore[type-arg]
+    shape, cout, groups, k, s, p, d, bits, expected = case
+    x, wt, step = fam.lut_case(shape, cout, groups, k, bits)
+    common = dict(integer=integer, fused=False)
+    plan = fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, naive=False, **common)  # type: ignore[arg-type]
+    assert plan == expected, f"the host planned co_block={plan}, the case is meant to cover {expected}"
+    assert fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, naive=True, **common) == 0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("naive", [True, False])
+@pytest.mark.parametrize("integer", [True, False])
+def test_lut_conv_fused_epilogue(pcilt_emu: Emulation, naive: bool, integer: bool) -> None:
+    x, wt, step = fam.lut_case((2, 4, 7, 6), 8, 2, (3, 3), 4)
+    for bias in (False, True):
+        fam.check_lut_conv(pcilt_emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=integer, naive=naive,
+                           fused=True, bias=bias)  # fmt: skip
+
+
+@pytest.mark.parametrize("c", [16, 32, 64])
+def test_edsr_block(edsr_emu: Emulation, c: int) -> None:
+    fam.check_sep_conv(edsr_emu, 1, c, 8, 16, residual=True, relu=True)  # whole tile, float4 epilogue
+
+
+@pytest.mark.parametrize(("h", "w"), [(11, 20), (9, 18), (5, 3)])
+@pytest.mark.parametrize(("residual", "relu"), [(False, False), (True, False), (False, True)])
+def test_edsr_block_partial_tiles(edsr_emu: Emulation, h: int, w: int, residual: bool, relu: bool) -> None:
+    fam.check_sep_conv(edsr_emu, 2, 16, h, w, residual=residual, relu=relu)
+
+
+CONTROL_GEOMS = [
+    ((2, 3, 7, 9), (3, 3), (2, 2), (1, 1), (1, 1)),
+    ((1, 2, 6, 6), (5, 5), (1, 1), (2, 2), (1, 1)),
+    ((1, 2, 9, 7), (3, 3), (1, 2), (2, 1), (2, 1)),
+]
+
+
+@pytest.mark.parametrize("mode", list(fam.CONTROL_MODES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("geom", CONTROL_GEOMS)
+def test_controls(controls_emu: Emulation, mode: str, dtype: torch.dtype, geom: tuple) -> None:  # type: ignore[type-arg]
+    shape, k, s, p, d = geom
+    fam.check_control(controls_emu, mode, torch.randn(shape).to(dtype), k, s, p, d)
+
+
+def test_control_repeated_planes_same_result(controls_emu: Emulation) -> None:
+    """The slowed control redoes planes and must still be correct."""
+    fam.check_control(controls_emu, "correct", torch.randn(2, 3, 8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 4)

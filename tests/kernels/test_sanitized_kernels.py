@@ -1,0 +1,238 @@
+"""Every kernel family's ``.cu`` under AddressSanitizer + UBSan and under ThreadSanitizer, on the CPU.
+
+The CPU stand-in for compute-sanitizer memcheck and racecheck (``tests/kernels/cuda_emulation.py``): device
+buffers and shared arrays are exactly-sized allocations, so an out-of-bounds access is an ASan report
+(misaligned vector accesses a UBSan one), and a block's threads run concurrently with only the barriers
+between them, so a shared-memory access not ordered by a ``__syncthreads`` is a TSan report. Each case is
+also checked against its oracle. The controls at the bottom plant a halo out-of-bounds read, a misaligned
+float4 store and a missing ``__syncthreads`` by mutating a real kernel's source; each must be caught with
+the kernel and the ``.cu`` line named.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from pytest_convperf.correctness import assert_conv_close
+from pytest_convperf.problem import Conv2dProblem
+from tests.kernels import emulated_families as fam
+from tests.kernels.cuda_emulation import (
+    SANITIZERS,
+    VARIANTS,
+    EmulatedDepthwise,
+    Emulation,
+    SanitizerError,
+    depthwise_candidate,
+    emulation,
+    family_source,
+)
+
+_CACHE: dict[tuple[str, str], Emulation] = {}
+
+
+def _emu(family: str, sanitizer: str) -> Emulation:
+    if (family, sanitizer) not in _CACHE:
+        try:
+            _CACHE[family, sanitizer] = emulation(family, sanitizer)
+        except FileNotFoundError as exc:
+            pytest.skip(str(exc))
+    return _CACHE[family, sanitizer]
+
+
+def _dw(problem: Conv2dProblem, variant: str = "v2") -> Callable[[Emulation], None]:
+    def run(emu: Emulation) -> None:
+        candidate = depthwise_candidate(EmulatedDepthwise(emu, variant))
+        assert_conv_close(candidate, problem, backward=True, device="cpu")
+
+    return run
+
+
+def _dw_variants(case: str, problem: Conv2dProblem) -> list[tuple[str, str, Callable[[Emulation], None]]]:
+    """An NCHW case that reaches the tiled forward / input grad, once per kernel variant (issue 19)."""
+    return [("depthwise", f"{case}-{v}", _dw(problem, v)) for v in sorted(VARIANTS)]
+
+
+def _dwp(**kw: object) -> Conv2dProblem:
+    c = int(kw.pop("c"))  # type: ignore[call-overload]
+    return Conv2dProblem(c_in=c, c_out=c, groups=c, **kw)  # type: ignore[arg-type]
+
+
+X = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
+LUT4 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
+LUT8 = fam.lut_case((1, 1, 9, 9), 2, 1, (7, 7), 8)
+LUT_G = fam.lut_case((1, 4, 18, 17), 4, 2, (3, 3), 2)
+ONE = (1, 1)
+
+# (family, case id, run on an emulation): small shapes that reach every kernel and code path.
+CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
+    *_dw_variants("tile-nchw-vec4-k3", _dwp(n=2, c=3, h=9, w=8, kernel=(3, 3), padding=(1, 1))),
+    *_dw_variants("tile-nchw-planes-c12", _dwp(n=1, c=12, h=5, w=5, kernel=(3, 3), padding=(1, 1))),
+    *_dw_variants(
+        "tile-nchw-s2-vec4", _dwp(n=1, c=2, h=9, w=12, kernel=(3, 3), stride=(2, 2), padding=(1, 1))
+    ),
+    *_dw_variants("tile-nchw-crop", _dwp(n=1, c=2, h=7, w=7, kernel=(3, 3), padding=(3, 3))),
+    (
+        "depthwise",
+        "rows-nhwc-k5-s2",
+        _dw(_dwp(n=1, c=5, h=9, w=7, kernel=(5, 5), stride=(2, 2), padding=(2, 2), layout="nhwc")),
+    ),
+    (
+        "depthwise",
+        "direct-k2x3-dil-fp16",
+        _dw(_dwp(n=1, c=2, h=6, w=7, kernel=(2, 3), dilation=(2, 1), padding=(1, 1), dtype="fp16")),
+    ),
+    *_dw_variants("tile-k7-bf16", _dwp(n=1, c=1, h=8, w=8, kernel=(7, 7), padding=(3, 3), dtype="bf16")),
+    ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
+    (
+        "im2col_gemm",
+        "im2col-knl-int8-band",
+        lambda e: fam.check_im2col(
+            e,
+            torch.randint(-100, 100, (1, 2, 9, 8), dtype=torch.int8),
+            (3, 2),
+            (2, 3),
+            (1, 0),
+            (1, 2),
+            1,
+            2,
+            "knl",
+            8,
+        ),
+    ),
+    (
+        "im2col_gemm",
+        "col2im-nkl-bf16-band",
+        lambda e: fam.check_col2im(
+            e, (1, 2, 9, 8), torch.bfloat16, (3, 2), (2, 3), (1, 0), (1, 2), 1, 2, "nkl", 1, 6
+        ),
+    ),
+    ("pcilt", "quantize-pack", lambda e: fam.check_quantize_pack(e, X, 0.37, 4)),
+    (
+        "pcilt",
+        "tiled-co8-int",
+        lambda e: fam.check_lut_conv(e, *LUT4, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False),
+    ),
+    (
+        "pcilt",
+        "tiled-groups-co2-fused",
+        lambda e: fam.check_lut_conv(
+            e, *LUT_G, ONE, ONE, ONE, 2, 2, integer=True, naive=False, fused=True, bias=True
+        ),
+    ),
+    (
+        "pcilt",
+        "tiled-global-tables-float",
+        lambda e: fam.check_lut_conv(
+            e, *LUT8, ONE, (3, 3), ONE, 1, 8, integer=False, naive=False, fused=False
+        ),
+    ),
+    (
+        "pcilt",
+        "naive-fused",
+        lambda e: fam.check_lut_conv(
+            e, *LUT4, (2, 1), ONE, ONE, 1, 4, integer=True, naive=True, fused=True, bias=True
+        ),
+    ),
+    (
+        "edsr",
+        "c16-vec-residual-relu",
+        lambda e: fam.check_sep_conv(e, 1, 16, 8, 16, residual=True, relu=True),
+    ),
+    ("edsr", "c32-partial-scalar", lambda e: fam.check_sep_conv(e, 1, 32, 9, 18, residual=True, relu=False)),
+    ("_controls", "correct-fp32", lambda e: fam.check_control(e, "correct", X, (3, 3), (2, 2), ONE, ONE, 2)),
+    (
+        "_controls",
+        "wrong-border-fp16",
+        lambda e: fam.check_control(e, "wrong_border", X.half(), (3, 3), ONE, ONE, ONE),
+    ),
+]
+
+
+@pytest.mark.parametrize("sanitizer", SANITIZERS)
+@pytest.mark.parametrize(
+    ("family", "case"), [(f, c) for f, c, _ in CASES], ids=[f"{f}-{c}" for f, c, _ in CASES]
+)
+def test_kernels_clean_under_sanitizer(family: str, case: str, sanitizer: str) -> None:
+    run = next(r for f, c, r in CASES if (f, c) == (family, case))
+    run(_emu(family, sanitizer))
+
+
+def test_every_kernel_is_covered() -> None:
+    """Each family with a .cu has sanitized cases (a new family cannot slip past the sanitizers)."""
+    from kernels import _build
+
+    assert {f for f, _, _ in CASES} == set(_build.families())
+
+
+def _line_of(text: str, needle: str) -> int:
+    hits = [i + 1 for i, line in enumerate(text.splitlines()) if needle in line]
+    assert len(hits) == 1, f"expected one line containing {needle!r} in the kernel, found {hits}"
+    return hits[0]
+
+
+def _mutate(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"the planted defect's anchor {old!r} is not unique in the kernel any more"
+    return text.replace(old, new)
+
+
+# (old, new, the line the report must name, image width, what the report must say) in edsr.cu
+EDSR_DEFECTS = {
+    # The halo staging reads one column past the image: an out-of-bounds read of x.
+    "halo-read": (
+        "gw >= 0 && gw < W) v = __ldg",
+        "gw >= 0 && gw <= W) v = __ldg",
+        "gw <= W) v = __ldg",
+        16,
+        "heap-buffer-overflow",
+    ),
+    # The float4 epilogue without its W % 4 check: rows of an 18-wide image are not 16-byte aligned.
+    "misaligned-float4": (
+        "const bool vec = (W % 4 == 0) && (gw + PX <= W);",
+        "const bool vec = gw + PX <= W;",
+        "*reinterpret_cast<float4*>(yn + off) = make_float4",
+        18,
+        "misaligned address",
+    ),
+}
+
+
+@pytest.mark.parametrize("defect", list(EDSR_DEFECTS))
+def test_asan_ubsan_catch_planted_defect(defect: str) -> None:
+    """A planted out-of-bounds halo read (ASan) or misaligned float4 store (UBSan) in edsr.cu is caught,
+    and the message names the kernel and the line."""
+    old, new, needle, width, kind = EDSR_DEFECTS[defect]
+    cu = family_source("edsr")
+    text = _mutate(cu.read_text(), old, new)
+    line = _line_of(text, needle)
+    emu = emulation("edsr", "asan", text)
+    with pytest.raises(SanitizerError) as err:
+        fam.check_sep_conv(emu, 1, 16, 8, width, residual=False, relu=False)
+    msg = str(err.value).splitlines()[0]
+    assert kind in msg and "in kernel sep_conv_fwd_kernel" in msg, msg
+    assert f"edsr/{cu.name}:{line}" in msg, msg
+
+
+def test_tsan_catches_planted_missing_syncthreads() -> None:
+    """pcilt.cu's tiled kernel restages its shared input tile for the next channel without waiting for
+    the block to finish reading it: TSan names the kernel and the racing lines."""
+    cu = family_source("pcilt")
+    text = cu.read_text()
+    anchor = "    __syncthreads();\n  }\n  if (oy < g.ho && ox < g.wo) {"
+    text = _mutate(text, anchor, anchor.replace("__syncthreads();", ""))
+    writes = {
+        _line_of(text, "s_in[e] = static_cast<uint8_t>(code);"),
+        _line_of(text, "s_tab[e] = co < co_end"),
+    }
+    reads = {_line_of(text, "const int code = s_in["), _line_of(text, "acc[j] += s_tab[")}
+    emu = emulation("pcilt", "tsan", text)
+    with pytest.raises(SanitizerError) as err:
+        x, wt, step = LUT4
+        fam.check_lut_conv(emu, x, wt, step, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False)
+    msg = str(err.value).splitlines()[0]
+    assert "data race" in msg and "in kernel lut_tiled_kernel" in msg, msg
+    lines = {int(n) for n in re.findall(r"pcilt/pcilt\.cu:(\d+)", msg)}
+    assert lines & writes and lines & reads, f"{msg}: expected a staging write {writes} and a read {reads}"
