@@ -29,9 +29,9 @@ from typing import Any, Literal
 Method = Literal["holm", "bh", "none"]
 METHODS: tuple[Method, ...] = ("holm", "bh", "none")
 DEFAULT_METHOD: Method = "holm"
-# Holm at 0.05 met both of issue 18's goals in the night simulation (docs/statistics.md: no false
-# FAIL in 250+ nights, a 10 % regression caught on night 1 in 92 %) when the noise comes from 30
-# calibration runs; at 0.01 the catch rate was 88 %. The guarantee itself is P(any false FAIL) <= 0.05.
+# Holm at 0.05 met both of issue 18's goals in the night simulation (docs/statistics.md: a false
+# FAIL on 1 of 400 nights, a 10 % regression caught on night 1 in 91 %) when the noise comes from 30
+# calibration runs; at 0.01 the catch rate was 85 %. The guarantee itself is P(any false FAIL) <= 0.05.
 DEFAULT_ALPHA = 0.05
 FAMILY_VERDICTS = frozenset({"PASS", "FAIL", "IMPROVED", "ADVISORY"})
 
