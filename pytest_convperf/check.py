@@ -57,6 +57,8 @@ class ConvperfFixture:
         self.session = session
         self.request = request
         self._timer: Timer | None = None
+        # The candidate's last timed call of the latest first measurement: (its inputs, its output).
+        self._last_output: tuple[ConvInputs, object] | None = None
 
     # ---- collaborators --------------------------------------------------------------------------
     @property
@@ -167,13 +169,16 @@ class ConvperfFixture:
                         facts={**facts, **settings, **extra},
                         stored_mode=sticky,
                     )
+                last.append(sets.last_output())
             return self._sanity(comparison, problem)
 
         # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
         with timing_slot(self.request.config), self._device_errors(problem):
             extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
             extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
+        last: list[tuple[ConvInputs, object] | None] = []
         first = run(base_rule, extra, stored_mode)
+        self._last_output = last[0]
 
         def confirm(n_rounds: int) -> Comparison:
             return run(
@@ -296,6 +301,8 @@ class ConvperfFixture:
             inputs=inputs,
             stored_mode=sticky,
         )
+        if phase == "forward":
+            self._integrity(candidate, problem, key, inputs, seed, oracle, facts)
         if self.session.cfg.trace:
             from pytest_convperf.profiling import trace_factory
 
@@ -315,6 +322,48 @@ class ConvperfFixture:
             extra_metrics=extra_metrics,
         )
         return comparison
+
+    def _integrity(
+        self,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        key: str,
+        inputs: ConvInputs,
+        seed: int,
+        oracle: Candidate | None,
+        facts: dict[str, Any],
+    ) -> None:
+        """After timing: correctness again on the last timed output and on fresh values (``integrity``)."""
+        from pytest_convperf.integrity import after_timing
+
+        with self._device_errors(problem), correctness_settings():
+            message, errors = after_timing(
+                candidate,
+                problem,
+                inputs=inputs,
+                last=self._last_output,
+                seed=seed,
+                device=self.device.torch_device,
+                oracle=oracle,
+            )
+        if message is None:
+            return
+        self.session.record(
+            self.nodeid,
+            CheckRow(
+                key=key,
+                nodeid=self.nodeid,
+                module=self.module,
+                problem=problem.id,
+                phase="forward",
+                comparison=None,  # timings of a candidate that did not compute are not results
+                errors=tuple(errors),
+                verdict=Verdict.CORRECTNESS_FAIL.value,
+                message=message,
+                facts={**facts, "integrity": message.split(":")[0]},
+            ),
+        )
+        pytest.fail(message, pytrace=False)
 
     # ---- the judgement ----------------------------------------------------------------------------
     def gate(

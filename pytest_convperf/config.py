@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Literal
 
 import pytest
 
+from pytest_convperf.multiplicity import DEFAULT_ALPHA, DEFAULT_METHOD, METHODS, Method
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -69,6 +71,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "lowest between-run noise (SD of ln ratio) assumed for any entry (default 0.004 GPU, 0.04 CPU)",
     ),
     OptionSpec("convperf-strict", "fail checks that have no baseline (NEW) instead of passing", is_flag=True),
+    OptionSpec(
+        "convperf-false-alarms",
+        "how the night's speed FAILs are decided together: holm (chance of any false FAIL), bh "
+        "(Benjamini-Hochberg: share of false FAILs) or none (each check alone); default holm",
+        "holm",
+    ),
+    OptionSpec(
+        "convperf-false-alarm-level",
+        "the night-wide level of --convperf-false-alarms, a fraction (default 0.05)",
+        "0.05",
+    ),
     OptionSpec(
         "convperf-gpus", "with pytest-xdist: auto, a count N, or a list 0,1,... of GPUs, one per worker"
     ),
@@ -152,6 +165,18 @@ def parse_gpus(value: str | None) -> tuple[int, ...] | Literal["auto"] | None:
     return ids
 
 
+def parse_false_alarms(value: str | None) -> Method:
+    """``holm`` / ``bh`` / ``none`` (default ``multiplicity.DEFAULT_METHOD``)."""
+    if value is None or value == "":
+        return DEFAULT_METHOD
+    if value not in METHODS:
+        raise pytest.UsageError(
+            f"--convperf-false-alarms={value!r} is not allowed; use one of: {', '.join(METHODS)} "
+            "(holm: family-wise rate, bh: false-discovery rate, none: each check alone)"
+        )
+    return value  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class ConvperfConfig:
     """The plugin's settings for one session, built once by :meth:`from_pytest_config`."""
@@ -169,6 +194,9 @@ class ConvperfConfig:
     noise_floor: float | None = None
     strict: bool = False
     gpus: tuple[int, ...] | Literal["auto"] | None = None
+    # Night-wide false-alarm control of speed FAILs (multiplicity.control), decided at session end.
+    false_alarms: Method = DEFAULT_METHOD
+    false_alarm_level: float = DEFAULT_ALPHA
     rootdir: Path = Path(".")
 
     @property
@@ -222,6 +250,11 @@ class ConvperfConfig:
             noise_floor=_parse_tolerance(raw(spec["convperf-noise-floor"]), "convperf-noise-floor"),
             strict=flag(spec["convperf-strict"]),
             gpus=parse_gpus(raw(spec["convperf-gpus"])),
+            false_alarms=parse_false_alarms(raw(spec["convperf-false-alarms"])),
+            false_alarm_level=_parse_tolerance(
+                raw(spec["convperf-false-alarm-level"]), "convperf-false-alarm-level"
+            )
+            or DEFAULT_ALPHA,
             rootdir=rootdir,
         )
         if not enabled:

@@ -40,11 +40,14 @@ def pytest_convperf_write_report(
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],
     when: str,
+    night: Mapping[str, Any],
 ) -> list[str]:
-    """The built-in reports (report.md, results.json, rows.json, history.jsonl, speedup.png)."""
+    """The built-in reports (report.md, results.json, rows.json, history.jsonl, night.json, speedup.png)."""
     from pytest_convperf.report_files import write_reports
 
-    return write_reports(report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when)
+    return write_reports(
+        report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when, night=night
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

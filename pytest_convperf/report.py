@@ -16,6 +16,7 @@ from pytest_convperf.results import Verdict
 VERDICT_ORDER: tuple[str, ...] = (
     Verdict.CORRECTNESS_FAIL.value,
     Verdict.FAIL.value,
+    "SUSPECT",  # a per-check FAIL the night's false-alarm control did not keep (night.py)
     Verdict.INCONCLUSIVE.value,
     Verdict.STALE.value,
     Verdict.ADVISORY.value,
