@@ -19,7 +19,9 @@ import pytest
 import torch.nn.functional as F
 
 from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
+from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.device import is_sticky_cuda_error
+from pytest_convperf.integrity import Finding, after_timing
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.roofline import roofline_facts
@@ -169,16 +171,14 @@ class ConvperfFixture:
                         facts={**facts, **settings, **extra},
                         stored_mode=sticky,
                     )
-                last.append(sets.last_output())
+                self._last_output = sets.last_output()  # for integrity.after_timing
             return self._sanity(comparison, problem)
 
         # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
         with timing_slot(self.request.config), self._device_errors(problem):
             extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
             extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
-        last: list[tuple[ConvInputs, object] | None] = []
         first = run(base_rule, extra, stored_mode)
-        self._last_output = last[0]
 
         def confirm(n_rounds: int) -> Comparison:
             return run(
@@ -242,9 +242,11 @@ class ConvperfFixture:
         mode: str = "auto",
         oracle: Candidate | None = None,
         extra_metrics: dict[str, float] | None = None,
+        deterministic: bool = False,
     ) -> Comparison:
         """Correctness, then paired timing, then the baseline decision; records a result row.
 
+        ``deterministic``: two runs of the phase must agree bit for bit (``determinism``).
         A correctness failure fails the test (row verdict CORRECTNESS_FAIL); too many rounds
         dropped for clocks skips it (INCONCLUSIVE). Returns the comparison. ``oracle`` replaces
         the fp64 ``F.conv2d`` oracle (quantized/sparse variants: their fake-quant/pruned conv);
@@ -270,25 +272,17 @@ class ConvperfFixture:
                 inputs=inputs,
             )
         facts = self._correctness_facts(report)
+        if deterministic:
+            facts["deterministic"] = True
         if not report.ok or not report.reference_ok:
             # A correctness failure is recorded without a judgement: there is no timing to judge.
             verdict = Verdict.CORRECTNESS_FAIL.value if not report.ok else None
-            self.session.record(
-                self.nodeid,
-                CheckRow(
-                    key=key,
-                    nodeid=self.nodeid,
-                    module=self.module,
-                    problem=problem.id,
-                    phase=phase,
-                    comparison=None,
-                    errors=tuple(report.candidate_errors),
-                    verdict=verdict,
-                    message=report.message(),
-                    facts=facts,
-                ),
-            )
-            pytest.fail(report.message(), pytrace=False)
+            errors = tuple(report.candidate_errors)
+            self._record_failure(key, problem, phase, facts, Finding("", report.message(), errors, verdict))
+        if deterministic:
+            with self._device_errors(problem), perf_settings(problem, device):
+                found = nondeterminism(candidate, problem, phase, inputs, seed, device.torch_device)
+            self._record_failure(key, problem, phase, facts, found)
         entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
         sticky = entry.mode if mode == "auto" and entry is not None else None  # auto: time as stored
         comparison, confirm = self._measure(
@@ -301,8 +295,10 @@ class ConvperfFixture:
             inputs=inputs,
             stored_mode=sticky,
         )
-        if phase == "forward":
-            self._integrity(candidate, problem, key, inputs, seed, oracle, facts)
+        if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
+            with self._device_errors(problem), correctness_settings():
+                found = after_timing(candidate, problem, inputs, self._last_output, seed, device, oracle)
+            self._record_failure(key, problem, phase, facts, found)
         if self.session.cfg.trace:
             from pytest_convperf.profiling import trace_factory
 
@@ -323,47 +319,16 @@ class ConvperfFixture:
         )
         return comparison
 
-    def _integrity(
-        self,
-        candidate: Candidate,
-        problem: Conv2dProblem,
-        key: str,
-        inputs: ConvInputs,
-        seed: int,
-        oracle: Candidate | None,
-        facts: dict[str, Any],
+    def _record_failure(
+        self, key: str, problem: Conv2dProblem, phase: str, facts: dict[str, Any], found: Finding | None
     ) -> None:
-        """After timing: correctness again on the last timed output and on fresh values (``integrity``)."""
-        from pytest_convperf.integrity import after_timing
-
-        with self._device_errors(problem), correctness_settings():
-            message, errors = after_timing(
-                candidate,
-                problem,
-                inputs=inputs,
-                last=self._last_output,
-                seed=seed,
-                device=self.device.torch_device,
-                oracle=oracle,
-            )
-        if message is None:
+        """A check that failed with nothing to judge: its row without timings, then the test fails."""
+        if found is None:
             return
-        self.session.record(
-            self.nodeid,
-            CheckRow(
-                key=key,
-                nodeid=self.nodeid,
-                module=self.module,
-                problem=problem.id,
-                phase="forward",
-                comparison=None,  # timings of a candidate that did not compute are not results
-                errors=tuple(errors),
-                verdict=Verdict.CORRECTNESS_FAIL.value,
-                message=message,
-                facts={**facts, "integrity": message.split(":")[0]},
-            ),
-        )
-        pytest.fail(message, pytrace=False)
+        facts = {**facts, "integrity": found.tag} if found.tag else facts
+        args = (problem.id, phase, None, found.errors, found.verdict, found.message, facts)
+        self.session.record(self.nodeid, CheckRow(key, self.nodeid, self.module, *args))
+        pytest.fail(found.message, pytrace=False)
 
     # ---- the judgement ----------------------------------------------------------------------------
     def gate(

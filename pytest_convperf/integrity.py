@@ -21,20 +21,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 
 from pytest_convperf.correctness import Candidate, output_errors
+from pytest_convperf.device import DeviceInfo
 from pytest_convperf.precision import ieee_fp32
 from pytest_convperf.problem import Conv2dProblem, ConvInputs
-from pytest_convperf.results import ErrorStats
+from pytest_convperf.results import ErrorStats, Verdict
 
 # The fresh values' seed: far from the check's own seed and from graph mode's seed + i sets.
 FRESH_SEED_OFFSET = 0x5EED5
 
 
-class CheatDetected(AssertionError):
-    """A candidate computed correctly when checked but not when timed (cached, stale or aliased)."""
+@dataclass(frozen=True)
+class Finding:
+    """What a candidate did wrong around timing: ``tag`` (the message's first words), why, errors."""
+
+    tag: str
+    message: str
+    errors: tuple[ErrorStats, ...] = ()
+    verdict: str | None = Verdict.CORRECTNESS_FAIL.value
+
+    @classmethod
+    def of(cls, message: str, errors: Sequence[ErrorStats] = ()) -> Finding:
+        return cls(message.split(":")[0], message, tuple(errors))
 
 
 def _worst(errors: Sequence[ErrorStats]) -> str:
@@ -46,14 +58,14 @@ def _worst(errors: Sequence[ErrorStats]) -> str:
 def after_timing(
     candidate: Candidate,
     problem: Conv2dProblem,
-    *,
     inputs: ConvInputs,
     last: tuple[ConvInputs, object] | None,
     seed: int,
-    device: str,
+    device_info: DeviceInfo,
     oracle: Candidate | None = None,
-) -> tuple[str | None, list[ErrorStats]]:
-    """``(message, errors)``: message None when the candidate computed honestly, else what it did."""
+) -> Finding | None:
+    """None when the candidate computed honestly, else what it did."""
+    device = device_info.torch_device
     snap: torch.Tensor | None = None
     last_out: torch.Tensor | None = None
     if last is not None and isinstance(last[1], torch.Tensor):
@@ -63,7 +75,7 @@ def after_timing(
         snap = last_out.detach().clone()
         errors = output_errors(snap, problem, last_inputs, seed=seed, device=device, oracle=oracle)
         if not all(e.ok for e in errors):
-            return (
+            return Finding.of(
                 f"STALE OUTPUT: the output of the last timed call on {problem.id} is wrong "
                 f"({_worst(errors)}): the candidate returned an earlier call's result or a tensor not "
                 "yet written when it returned. Return the finished result of each call (work on the "
@@ -82,7 +94,7 @@ def after_timing(
             out = candidate(inputs.input, inputs.weight, inputs.bias, *problem.conv_args())
         errors = output_errors(out, problem, inputs, seed=seed, device=device, oracle=oracle)
         if not all(e.ok for e in errors):
-            return (
+            return Finding.of(
                 f"CACHED RESULT: after timing, new values written into the same input tensors (same data "
                 f"pointers and shapes; seed {seed + FRESH_SEED_OFFSET}) gave a wrong output on {problem.id} "
                 f"({_worst(errors)}): the candidate returns results cached on its inputs' pointers or "
@@ -90,15 +102,14 @@ def after_timing(
                 errors,
             )
         if last_out is not None and snap is not None and not torch.equal(last_out, snap):
-            return (
+            return Finding.of(
                 f"ALIASED OUTPUT: the tensor returned by the last timed call on {problem.id} changed when "
                 "the candidate was called again: it returns a buffer that later calls overwrite. Return "
-                "a new tensor from each call.",
-                [],
+                "a new tensor from each call."
             )
     finally:
         with torch.no_grad():
             for dst, old in zip(inputs, saved):
                 if dst is not None and old is not None:
                     dst.copy_(old)
-    return None, []
+    return None

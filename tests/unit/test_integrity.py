@@ -11,11 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from pytest_convperf.correctness import stable_seed
+from pytest_convperf.device import resolve_device
 from pytest_convperf.integrity import after_timing
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.workload import InputSets
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, padding=(1, 1))
+CPU = resolve_device("cpu")
 
 
 def _judge(candidate: Callable[..., Any], timed_calls: int = 5) -> str | None:
@@ -29,10 +31,10 @@ def _judge(candidate: Callable[..., Any], timed_calls: int = 5) -> str | None:
         sets.calls[0][0]()
         sets.calls[0][1]()
     before = [t.clone() for t in inputs if t is not None]
-    message, _ = after_timing(candidate, P, inputs=inputs, last=sets.last_output(), seed=seed, device="cpu")
+    found = after_timing(candidate, P, inputs, sets.last_output(), seed, CPU)
     # The check's own inputs are restored: the confirm run times them again.
     assert all(torch.equal(a, b) for a, b in zip(before, [t for t in inputs if t is not None]))
-    return message
+    return found.message if found is not None else None
 
 
 def test_honest_candidate_passes() -> None:
@@ -93,7 +95,7 @@ def test_without_a_timed_output_only_the_fresh_values_are_checked() -> None:
     # The fake timer with call_jobs=False never calls the candidate: nothing to check but fresh values.
     seed = stable_seed(P)
     inputs = P.make_inputs(seed, "cpu")
-    assert after_timing(F.conv2d, P, inputs=inputs, last=None, seed=seed, device="cpu") == (None, [])
+    assert after_timing(F.conv2d, P, inputs, None, seed, CPU) is None
 
 
 @pytest.mark.parametrize("calls", [0, 1])
