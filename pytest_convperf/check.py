@@ -23,6 +23,7 @@ from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.device import is_sticky_cuda_error
 from pytest_convperf.integrity import Finding, after_timing
 from pytest_convperf.parallel import timing_slot
+from pytest_convperf.profiling import candidate_kernels
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.roofline import roofline_facts
 from pytest_convperf.timing.rounds import StopRule, TimedCallError, Workload, measure_pair
@@ -34,6 +35,7 @@ from pytest_convperf.workload import (
     correctness_settings,
     memory_facts,
     perf_settings,
+    phase_call,
     reference_facts,
     trace_facts,
 )
@@ -299,6 +301,11 @@ class ConvperfFixture:
             with self._device_errors(problem), correctness_settings():
                 found = after_timing(candidate, problem, inputs, self._last_output, seed, device, oracle)
             self._record_failure(key, problem, phase, facts, found)
+        if self.session.cfg.updating or (entry is not None and entry.kernels):  # which kernel changed
+            call = phase_call(candidate, inputs, problem, phase, seed, device.torch_device)
+            with self._device_errors(problem), perf_settings(problem, device):
+                kernels = candidate_kernels(call, device)
+            comparison = dataclasses.replace(comparison, facts={**comparison.facts, "kernels": kernels})
         if self.session.cfg.trace:
             from pytest_convperf.profiling import trace_factory
 

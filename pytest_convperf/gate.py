@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_convperf import kerneldiff
 from pytest_convperf.baselines import Entry, Store
 from pytest_convperf.env import env_from_facts, timing_of
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
@@ -105,12 +106,18 @@ def judge(
         comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
     )
     final = decision.confirm if decision.confirm is not None else comparison
+    kernels = comparison.facts.get("kernels")  # the candidate's table tonight (check(), when asked)
+    moved = kerneldiff.describe(old.kernels if old is not None else None, kernels)
+    if moved and decision.verdict is Verdict.FAIL:  # say which kernel changed (issue 18)
+        decision = dataclasses.replace(decision, message=f"{decision.message}\n{moved}")
     plan: UpdatePlan | None
     if comparison.inconclusive:
         # Decided for correctness/quality drift only: the timing must never be recorded.
         plan = UpdatePlan("skip", "inconclusive measurements are never recorded") if cfg.update else None
     else:
-        candidate = new_entry(final, old, policy, env=env, backend=backend, errors=errors, quality=quality)
+        candidate = new_entry(
+            final, old, policy, env=env, backend=backend, errors=errors, quality=quality, kernels=kernels
+        )
         plan = plan_update(cfg, decision, old, candidate, policy)
     fields: dict[str, Any] = {
         "machine": store.machine,
