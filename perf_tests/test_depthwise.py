@@ -193,7 +193,10 @@ SEARCH_PROBLEMS = depthwise_problems(
 
 @pytest.mark.convperf
 def test_worst_speedup_search(
-    convperf: object, convperf_device: DeviceInfo, dw_table: DepthwiseTable
+    convperf: object,
+    convperf_device: DeviceInfo,
+    dw_table: DepthwiseTable,
+    convperf_speedup_floor: Callable[[str, float, str], None],
 ) -> None:
     """Steer Hypothesis towards the slowest forward speedup; report the shape and check it is correct."""
     candidate = depthwise_candidate(convperf_device.kind)
@@ -223,3 +226,4 @@ def test_worst_speedup_search(
     ]
     print(dw_table.worst[0])
     assert_conv_close(candidate, worst, device=convperf_device.torch_device)
+    convperf_speedup_floor("depthwise", speedup, worst.id)  # ini convperf_speedup_floor; default off

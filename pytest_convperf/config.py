@@ -7,6 +7,7 @@ Parsers raise ``pytest.UsageError`` naming the option, the bad value and what is
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -83,6 +84,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "0.05",
     ),
     OptionSpec(
+        "convperf-speedup-floor",
+        "ini: lines 'family = speedup' (e.g. depthwise = 0.8): a worst-speedup search fails below its "
+        "family's floor (default: no floor)",
+    ),
+    OptionSpec(
         "convperf-gpus", "with pytest-xdist: auto, a count N, or a list 0,1,... of GPUs, one per worker"
     ),
 )
@@ -143,6 +149,31 @@ def parse_aliases(text: str | None) -> dict[str, str]:
     return aliases
 
 
+# Options that are ini keys only (lines of ``a = b``), never command-line flags.
+INI_ONLY = frozenset({"convperf-machine-aliases", "convperf-speedup-floor"})
+
+
+def parse_floors(text: str | None) -> dict[str, float]:
+    """``family = speedup`` lines (ini ``convperf_speedup_floor``) -> ``{family: floor}``."""
+    floors: dict[str, float] = {}
+    for raw in (text or "").replace(",", "\n").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        family, sep, value = line.partition("=")
+        try:
+            floor = float(value)
+        except ValueError:
+            floor = math.nan
+        if not sep or not family.strip() or not floor > 0:
+            raise pytest.UsageError(
+                f"convperf_speedup_floor: bad line {raw!r}; write one 'family = speedup' per line, "
+                "the speedup a positive number (0.8: the candidate may be at most 1.25x slower)"
+            )
+        floors[family.strip()] = floor
+    return floors
+
+
 def parse_gpus(value: str | None) -> tuple[int, ...] | Literal["auto"] | None:
     """``auto``, ``N`` (the first N GPUs) or ``0,2,3``; ``None`` when unset."""
     if value is None or value == "":
@@ -197,6 +228,8 @@ class ConvperfConfig:
     # Night-wide false-alarm control of speed FAILs (multiplicity.control), decided at session end.
     false_alarms: Method = DEFAULT_METHOD
     false_alarm_level: float = DEFAULT_ALPHA
+    # Lowest speedup a family's worst-speedup search accepts (``convperf_speedup_floor``); absent: off.
+    speedup_floors: Mapping[str, float] = field(default_factory=dict)
     rootdir: Path = Path(".")
 
     @property
@@ -250,6 +283,7 @@ class ConvperfConfig:
             noise_floor=_parse_tolerance(raw(spec["convperf-noise-floor"]), "convperf-noise-floor"),
             strict=flag(spec["convperf-strict"]),
             gpus=parse_gpus(raw(spec["convperf-gpus"])),
+            speedup_floors=parse_floors(raw(spec["convperf-speedup-floor"])),
             false_alarms=parse_false_alarms(raw(spec["convperf-false-alarms"])),
             false_alarm_level=_parse_tolerance(
                 raw(spec["convperf-false-alarm-level"]), "convperf-false-alarm-level"
