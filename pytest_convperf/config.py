@@ -130,23 +130,29 @@ def _parse_tolerance(value: str | None, name: str = "convperf-tolerance") -> flo
     return tol
 
 
-def parse_aliases(text: str | None) -> dict[str, str]:
-    """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``); both sides are slugified."""
-    from pytest_convperf.baselines import slugify
+def ini_pairs(text: str | None, key: str, form: str) -> list[tuple[str, str]]:
+    """``left = right`` lines of an ini key (commas also split; ``#`` comments), stripped.
 
-    aliases: dict[str, str] = {}
+    Raises ``UsageError`` naming ``key``, the bad line and the ``form`` a line must have."""
+    pairs = []
     for raw in (text or "").replace(",", "\n").splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        slug, sep, target = line.partition("=")
-        if not sep or not slug.strip() or not target.strip():
-            raise pytest.UsageError(
-                f"convperf_machine_aliases: bad line {raw!r}; write one 'detected-slug = class-slug' per line"
-            )
-        # Lookups use slugs (resolve_machine), so keys and targets are slugified the same way.
-        aliases[slugify(slug)] = slugify(target)
-    return aliases
+        left, sep, right = line.partition("=")
+        if not sep or not left.strip() or not right.strip():
+            raise pytest.UsageError(f"{key}: bad line {raw!r}; write one '{form}' per line")
+        pairs.append((left.strip(), right.strip()))
+    return pairs
+
+
+def parse_aliases(text: str | None) -> dict[str, str]:
+    """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``); both sides are slugified."""
+    from pytest_convperf.baselines import slugify
+
+    # Lookups use slugs (resolve_machine), so keys and targets are slugified the same way.
+    pairs = ini_pairs(text, "convperf_machine_aliases", "detected-slug = class-slug")
+    return {slugify(slug): slugify(target) for slug, target in pairs}
 
 
 # Options that are ini keys only (lines of ``a = b``), never command-line flags.
@@ -155,22 +161,19 @@ INI_ONLY = frozenset({"convperf-machine-aliases", "convperf-speedup-floor"})
 
 def parse_floors(text: str | None) -> dict[str, float]:
     """``family = speedup`` lines (ini ``convperf_speedup_floor``) -> ``{family: floor}``."""
+    form = "family = speedup"
     floors: dict[str, float] = {}
-    for raw in (text or "").replace(",", "\n").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        family, sep, value = line.partition("=")
+    for family, value in ini_pairs(text, "convperf_speedup_floor", form):
         try:
             floor = float(value)
         except ValueError:
             floor = math.nan
-        if not sep or not family.strip() or not floor > 0:
+        if not floor > 0:
             raise pytest.UsageError(
-                f"convperf_speedup_floor: bad line {raw!r}; write one 'family = speedup' per line, "
+                f"convperf_speedup_floor: bad line '{family} = {value}'; write one '{form}' per line, "
                 "the speedup a positive number (0.8: the candidate may be at most 1.25x slower)"
             )
-        floors[family.strip()] = floor
+        floors[family] = floor
     return floors
 
 
