@@ -1,9 +1,11 @@
 """Say which tests a nightly run failed: Markdown for the job summary, ``::error`` lines for the log.
 
-Reads the JUnit XML (every failed or errored test, whatever failed it) and the report's
+Reads the JUnit XML (every failed or errored test, whatever failed it), the report's
 ``rows.json`` (the convperf verdict of every check, FAIL and CORRECTNESS_FAIL listed with their
-messages). Exits 0 on its own: the job's status is pytest's exit code, passed as ``--exit-code``
-only to be shown.
+messages; a speed FAIL the night's false-alarm control kept is FAIL there, one it cleared is
+SUSPECT) and ``night.json`` (the false alarms the night should expect, change points new tonight).
+Exits 0 on its own: the job's status is pytest's exit code, passed as ``--exit-code`` only to be
+shown.
 
     python .ci/nightly_verdicts.py --report report --junit report/junit.xml \
         --summary "$GITHUB_STEP_SUMMARY" --exit-code "$PYTEST_EXIT"
@@ -56,14 +58,43 @@ def failing_checks(report: Path) -> list[dict[str, Any]]:
     return [row for row in rows if isinstance(row, dict) and row.get("verdict") in FAILING_VERDICTS]
 
 
+def night_facts(report: Path) -> dict[str, Any]:
+    """The report's ``night.json`` (false-alarm control, change points new tonight); {} when absent."""
+    path = report / "night.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def night_section(night: dict[str, Any]) -> list[str]:
+    """How many false alarms the night should expect, the SUSPECTs it cleared, its new change points."""
+    if not night:
+        return []
+    lines = ["### Night", ""]
+    if night.get("summary"):
+        lines += [str(night["summary"]), ""]
+    cleared = night.get("cleared") or []
+    if cleared:
+        lines += [f"SUSPECT (slower by its own rule, not significant across the night): {len(cleared)}", ""]
+        lines += [f"- `{_cell(c)}`" for c in cleared] + [""]
+    cps = night.get("change_points_new") or []
+    lines += [f"Change points new tonight: {len(cps)}", ""]
+    lines += [f"- {_cell(c)}" for c in cps]
+    return lines + ([""] if cps else [])
+
+
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown(
-    failures: list[tuple[str, str, str]], checks: list[dict[str, Any]], exit_code: str | None
+    failures: list[tuple[str, str, str]],
+    checks: list[dict[str, Any]],
+    exit_code: str | None,
+    night: dict[str, Any] | None = None,
 ) -> str:
-    """The job-summary section: pytest's status, the failed tests, the failing convperf checks."""
+    """The job-summary section: pytest's status, the failed tests, the failing convperf checks, the night."""
     lines = ["## Nightly verdicts", ""]
     if exit_code is not None:
         meaning = EXIT_MEANINGS.get(exit_code, "unexpected exit code")
@@ -85,6 +116,7 @@ def markdown(
         lines.append("")
     if not failures and not checks:
         lines += ["No test failed.", ""]
+    lines += night_section(night or {})
     return "\n".join(lines)
 
 
@@ -115,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     failures = junit_failures(args.junit or args.report / "junit.xml")
     checks = failing_checks(args.report)
-    text = markdown(failures, checks, args.exit_code)
+    text = markdown(failures, checks, args.exit_code, night_facts(args.report))
     if args.summary is not None:
         with args.summary.open("a", encoding="utf-8") as fh:
             fh.write(text + "\n")

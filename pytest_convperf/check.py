@@ -19,8 +19,11 @@ import pytest
 import torch.nn.functional as F
 
 from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
+from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.device import is_sticky_cuda_error
+from pytest_convperf.integrity import Finding, after_timing
 from pytest_convperf.parallel import timing_slot
+from pytest_convperf.profiling import candidate_kernels
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.roofline import roofline_facts
 from pytest_convperf.timing.rounds import StopRule, TimedCallError, Workload, measure_pair
@@ -32,6 +35,7 @@ from pytest_convperf.workload import (
     correctness_settings,
     memory_facts,
     perf_settings,
+    phase_call,
     reference_facts,
     trace_facts,
 )
@@ -57,6 +61,8 @@ class ConvperfFixture:
         self.session = session
         self.request = request
         self._timer: Timer | None = None
+        # The candidate's last timed call of the latest first measurement: (its inputs, its output).
+        self._last_output: tuple[ConvInputs, object] | None = None
 
     # ---- collaborators --------------------------------------------------------------------------
     @property
@@ -167,6 +173,7 @@ class ConvperfFixture:
                         facts={**facts, **settings, **extra},
                         stored_mode=sticky,
                     )
+                self._last_output = sets.last_output()  # for integrity.after_timing
             return self._sanity(comparison, problem)
 
         # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
@@ -237,9 +244,11 @@ class ConvperfFixture:
         mode: str = "auto",
         oracle: Candidate | None = None,
         extra_metrics: dict[str, float] | None = None,
+        deterministic: bool = False,
     ) -> Comparison:
         """Correctness, then paired timing, then the baseline decision; records a result row.
 
+        ``deterministic``: two runs of the phase must agree bit for bit (``determinism``).
         A correctness failure fails the test (row verdict CORRECTNESS_FAIL); too many rounds
         dropped for clocks skips it (INCONCLUSIVE). Returns the comparison. ``oracle`` replaces
         the fp64 ``F.conv2d`` oracle (quantized/sparse variants: their fake-quant/pruned conv);
@@ -265,25 +274,17 @@ class ConvperfFixture:
                 inputs=inputs,
             )
         facts = self._correctness_facts(report)
+        if deterministic:
+            facts["deterministic"] = True
         if not report.ok or not report.reference_ok:
             # A correctness failure is recorded without a judgement: there is no timing to judge.
             verdict = Verdict.CORRECTNESS_FAIL.value if not report.ok else None
-            self.session.record(
-                self.nodeid,
-                CheckRow(
-                    key=key,
-                    nodeid=self.nodeid,
-                    module=self.module,
-                    problem=problem.id,
-                    phase=phase,
-                    comparison=None,
-                    errors=tuple(report.candidate_errors),
-                    verdict=verdict,
-                    message=report.message(),
-                    facts=facts,
-                ),
-            )
-            pytest.fail(report.message(), pytrace=False)
+            errors = tuple(report.candidate_errors)
+            self._record_failure(key, problem, phase, facts, Finding("", report.message(), errors, verdict))
+        if deterministic:
+            with self._device_errors(problem), perf_settings(problem, device):
+                found = nondeterminism(candidate, problem, phase, inputs, seed, device.torch_device)
+            self._record_failure(key, problem, phase, facts, found)
         entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
         sticky = entry.mode if mode == "auto" and entry is not None else None  # auto: time as stored
         comparison, confirm = self._measure(
@@ -296,6 +297,15 @@ class ConvperfFixture:
             inputs=inputs,
             stored_mode=sticky,
         )
+        if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
+            with self._device_errors(problem), correctness_settings():
+                found = after_timing(candidate, problem, inputs, self._last_output, seed, device, oracle)
+            self._record_failure(key, problem, phase, facts, found)
+        if self.session.cfg.updating or (entry is not None and entry.kernels):  # which kernel changed
+            call = phase_call(candidate, inputs, problem, phase, seed, device.torch_device)
+            with self._device_errors(problem), perf_settings(problem, device):
+                kernels = candidate_kernels(call, device)
+            comparison = dataclasses.replace(comparison, facts={**comparison.facts, "kernels": kernels})
         if self.session.cfg.trace:
             from pytest_convperf.profiling import trace_factory
 
@@ -315,6 +325,17 @@ class ConvperfFixture:
             extra_metrics=extra_metrics,
         )
         return comparison
+
+    def _record_failure(
+        self, key: str, problem: Conv2dProblem, phase: str, facts: dict[str, Any], found: Finding | None
+    ) -> None:
+        """A check that failed with nothing to judge: its row without timings, then the test fails."""
+        if found is None:
+            return
+        facts = {**facts, "integrity": found.tag} if found.tag else facts
+        args = (problem.id, phase, None, found.errors, found.verdict, found.message, facts)
+        self.session.record(self.nodeid, CheckRow(key, self.nodeid, self.module, *args))
+        pytest.fail(found.message, pytrace=False)
 
     # ---- the judgement ----------------------------------------------------------------------------
     def gate(

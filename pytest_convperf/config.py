@@ -7,11 +7,14 @@ Parsers raise ``pytest.UsageError`` naming the option, the bad value and what is
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import pytest
+
+from pytest_convperf.multiplicity import DEFAULT_ALPHA, DEFAULT_METHOD, METHODS, Method
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -70,6 +73,22 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec("convperf-strict", "fail checks that have no baseline (NEW) instead of passing", is_flag=True),
     OptionSpec(
+        "convperf-false-alarms",
+        "how the night's speed FAILs are decided together: holm (chance of any false FAIL), bh "
+        "(Benjamini-Hochberg: share of false FAILs) or none (each check alone); default holm",
+        "holm",
+    ),
+    OptionSpec(
+        "convperf-false-alarm-level",
+        "the night-wide level of --convperf-false-alarms, a fraction (default 0.05)",
+        "0.05",
+    ),
+    OptionSpec(
+        "convperf-speedup-floor",
+        "ini: lines 'family = speedup' (e.g. depthwise = 0.8): a worst-speedup search fails below its "
+        "family's floor (default: no floor)",
+    ),
+    OptionSpec(
         "convperf-gpus", "with pytest-xdist: auto, a count N, or a list 0,1,... of GPUs, one per worker"
     ),
 )
@@ -111,23 +130,51 @@ def _parse_tolerance(value: str | None, name: str = "convperf-tolerance") -> flo
     return tol
 
 
-def parse_aliases(text: str | None) -> dict[str, str]:
-    """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``); both sides are slugified."""
-    from pytest_convperf.baselines import slugify
+def ini_pairs(text: str | None, key: str, form: str) -> list[tuple[str, str]]:
+    """``left = right`` lines of an ini key (commas also split; ``#`` comments), stripped.
 
-    aliases: dict[str, str] = {}
+    Raises ``UsageError`` naming ``key``, the bad line and the ``form`` a line must have."""
+    pairs = []
     for raw in (text or "").replace(",", "\n").splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        slug, sep, target = line.partition("=")
-        if not sep or not slug.strip() or not target.strip():
+        left, sep, right = line.partition("=")
+        if not sep or not left.strip() or not right.strip():
+            raise pytest.UsageError(f"{key}: bad line {raw!r}; write one '{form}' per line")
+        pairs.append((left.strip(), right.strip()))
+    return pairs
+
+
+def parse_aliases(text: str | None) -> dict[str, str]:
+    """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``); both sides are slugified."""
+    from pytest_convperf.baselines import slugify
+
+    # Lookups use slugs (resolve_machine), so keys and targets are slugified the same way.
+    pairs = ini_pairs(text, "convperf_machine_aliases", "detected-slug = class-slug")
+    return {slugify(slug): slugify(target) for slug, target in pairs}
+
+
+# Options that are ini keys only (lines of ``a = b``), never command-line flags.
+INI_ONLY = frozenset({"convperf-machine-aliases", "convperf-speedup-floor"})
+
+
+def parse_floors(text: str | None) -> dict[str, float]:
+    """``family = speedup`` lines (ini ``convperf_speedup_floor``) -> ``{family: floor}``."""
+    form = "family = speedup"
+    floors: dict[str, float] = {}
+    for family, value in ini_pairs(text, "convperf_speedup_floor", form):
+        try:
+            floor = float(value)
+        except ValueError:
+            floor = math.nan
+        if not floor > 0:
             raise pytest.UsageError(
-                f"convperf_machine_aliases: bad line {raw!r}; write one 'detected-slug = class-slug' per line"
+                f"convperf_speedup_floor: bad line '{family} = {value}'; write one '{form}' per line, "
+                "the speedup a positive number (0.8: the candidate may be at most 1.25x slower)"
             )
-        # Lookups use slugs (resolve_machine), so keys and targets are slugified the same way.
-        aliases[slugify(slug)] = slugify(target)
-    return aliases
+        floors[family] = floor
+    return floors
 
 
 def parse_gpus(value: str | None) -> tuple[int, ...] | Literal["auto"] | None:
@@ -152,6 +199,18 @@ def parse_gpus(value: str | None) -> tuple[int, ...] | Literal["auto"] | None:
     return ids
 
 
+def parse_false_alarms(value: str | None) -> Method:
+    """``holm`` / ``bh`` / ``none`` (default ``multiplicity.DEFAULT_METHOD``)."""
+    if value is None or value == "":
+        return DEFAULT_METHOD
+    if value not in METHODS:
+        raise pytest.UsageError(
+            f"--convperf-false-alarms={value!r} is not allowed; use one of: {', '.join(METHODS)} "
+            "(holm: family-wise rate, bh: false-discovery rate, none: each check alone)"
+        )
+    return value  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class ConvperfConfig:
     """The plugin's settings for one session, built once by :meth:`from_pytest_config`."""
@@ -169,6 +228,11 @@ class ConvperfConfig:
     noise_floor: float | None = None
     strict: bool = False
     gpus: tuple[int, ...] | Literal["auto"] | None = None
+    # Night-wide false-alarm control of speed FAILs (multiplicity.control), decided at session end.
+    false_alarms: Method = DEFAULT_METHOD
+    false_alarm_level: float = DEFAULT_ALPHA
+    # Lowest speedup a family's worst-speedup search accepts (``convperf_speedup_floor``); absent: off.
+    speedup_floors: Mapping[str, float] = field(default_factory=dict)
     rootdir: Path = Path(".")
 
     @property
@@ -222,6 +286,12 @@ class ConvperfConfig:
             noise_floor=_parse_tolerance(raw(spec["convperf-noise-floor"]), "convperf-noise-floor"),
             strict=flag(spec["convperf-strict"]),
             gpus=parse_gpus(raw(spec["convperf-gpus"])),
+            speedup_floors=parse_floors(raw(spec["convperf-speedup-floor"])),
+            false_alarms=parse_false_alarms(raw(spec["convperf-false-alarms"])),
+            false_alarm_level=_parse_tolerance(
+                raw(spec["convperf-false-alarm-level"]), "convperf-false-alarm-level"
+            )
+            or DEFAULT_ALPHA,
             rootdir=rootdir,
         )
         if not enabled:

@@ -200,6 +200,21 @@ def _compare(results: dict[str, torch.Tensor], case: _Case) -> list[ErrorStats]:
     return stats
 
 
+def output_errors(
+    output: torch.Tensor,
+    problem: Conv2dProblem,
+    inputs: ConvInputs,
+    *,
+    seed: int,
+    device: str | torch.device,
+    oracle: Candidate | None = None,
+) -> list[ErrorStats]:
+    """Errors of a forward ``output`` the candidate already returned for ``inputs`` (the oracle's
+    tolerance table); for outputs made outside :func:`check_conv` (``integrity``)."""
+    case = _build_case(problem, seed, device, False, oracle, inputs)
+    return _compare({"output": output.detach()}, case)
+
+
 def describe(fn: Callable[..., Any]) -> str:
     """``module:qualname`` of a callable (best effort; partials show their function)."""
     target = getattr(fn, "func", fn)

@@ -46,6 +46,8 @@ class Entry:
     # recorded before these existed have None: unknown, never a mismatch.
     mode: str | None = None
     flush: str | None = None
+    # The candidate's kernel table when recorded (``kerneldiff``: [{name, calls, share}]); () unknown.
+    kernels: tuple[Mapping[str, Any], ...] = ()
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -82,6 +84,8 @@ class Entry:
             out["mode"] = self.mode
         if self.flush is not None:
             out["flush"] = self.flush
+        if self.kernels:
+            out["kernels"] = [dict(row) for row in self.kernels]
         return out
 
     def same_values(self, other: Entry) -> bool:
@@ -202,6 +206,7 @@ def _choice(entry: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 ENTRY_FIELDS = {
+    "kernels",
     "mode",
     "flush",
     "quality",
@@ -255,4 +260,16 @@ def parse_entry(key: str, raw: Any) -> Entry:
         quality=_quality_map(key, block["quality"]) if block.get("quality") is not None else {},
         mode=_choice(key, "mode", block["mode"], MEASURED_MODES) if "mode" in block else None,
         flush=_choice(key, "flush", block["flush"], FLUSH_KINDS) if "flush" in block else None,
+        kernels=_kernels(key, block["kernels"]) if "kernels" in block else (),
     )
+
+
+def _kernels(key: str, value: Any) -> tuple[Mapping[str, Any], ...]:
+    from pytest_convperf.kerneldiff import parse_table
+
+    table = parse_table(value)
+    if table is None:
+        raise InvalidEntry(
+            key, "field 'kernels' must be a list of {name, calls, share}", "remove the field or re-record it"
+        )
+    return tuple(table)

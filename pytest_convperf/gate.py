@@ -11,21 +11,33 @@ updates once at session end (:mod:`pytest_convperf.updates`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_convperf import kerneldiff
 from pytest_convperf.baselines import Entry, Store
 from pytest_convperf.env import env_from_facts, timing_of
-from pytest_convperf.results import Comparison, ErrorStats
+from pytest_convperf.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.updates import UpdatePlan, new_entry, plan_update
 from pytest_convperf.verdict import Decision, Policy, decide, default_policy
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
     from pytest_convperf.device import DeviceInfo
+
+
+DEFERRED_NOTE = (
+    "decided across the night at session end (--convperf-false-alarms): if kept, the session "
+    "fails naming this check; if not, it is reported as SUSPECT"
+)
+
+
+class SpeedSuspect(UserWarning):
+    """A check's own rule said FAIL; the session's false-alarm control decides it at session end."""
 
 
 def policy_for(cfg: ConvperfConfig, device_kind: str, entry: Entry | None) -> Policy:
@@ -46,14 +58,23 @@ class Judgement:
     decision: Decision
     update: UpdatePlan | None
     row_fields: dict[str, Any] = field(default_factory=dict)
+    # Speed FAILs are decided across the night at session end (``night.py``), not here.
+    deferred: bool = False
 
     def enforce(self) -> None:
-        """Fail or skip the running test as the decision (and update plan) says."""
+        """Fail or skip the running test as the decision (and update plan) says.
+
+        A speed FAIL under night-wide control does not fail the test: it warns, and the controller
+        decides it with every other check of the session (the session fails if it is kept).
+        """
         plan, decision = self.update, self.decision
         if plan is not None and plan.action == "refused":
             pytest.fail(f"{decision.message}\nconvperf update refused: {plan.why}", pytrace=False)
         if plan is not None and plan.action == "write":
             return  # the update acknowledges the change; the summary lists it
+        if self.deferred and decision.verdict is Verdict.FAIL:
+            warnings.warn(SpeedSuspect(f"{decision.message}\n{DEFERRED_NOTE}"), stacklevel=2)
+            return
         if decision.outcome == "fail":
             pytest.fail(decision.message, pytrace=False)
         if decision.outcome == "skip":
@@ -85,12 +106,18 @@ def judge(
         comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
     )
     final = decision.confirm if decision.confirm is not None else comparison
+    kernels = comparison.facts.get("kernels")  # the candidate's table tonight (check(), when asked)
+    moved = kerneldiff.describe(old.kernels if old is not None else None, kernels)
+    if moved and decision.verdict is Verdict.FAIL:  # say which kernel changed (issue 18)
+        decision = dataclasses.replace(decision, message=f"{decision.message}\n{moved}")
     plan: UpdatePlan | None
     if comparison.inconclusive:
         # Decided for correctness/quality drift only: the timing must never be recorded.
         plan = UpdatePlan("skip", "inconclusive measurements are never recorded") if cfg.update else None
     else:
-        candidate = new_entry(final, old, policy, env=env, backend=backend, errors=errors, quality=quality)
+        candidate = new_entry(
+            final, old, policy, env=env, backend=backend, errors=errors, quality=quality, kernels=kernels
+        )
         plan = plan_update(cfg, decision, old, candidate, policy)
     fields: dict[str, Any] = {
         "machine": store.machine,
@@ -102,4 +129,4 @@ def judge(
         "baseline": old.to_yaml() if old is not None else None,
         "update": plan.to_dict() if plan is not None else None,
     }
-    return Judgement(decision, plan, fields)
+    return Judgement(decision, plan, fields, deferred=cfg.false_alarms != "none")

@@ -16,11 +16,15 @@ def pytest_convperf_write_report(
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],
     when: str,
+    night: Mapping[str, Any],
 ) -> list[str] | None:
     """Write the session's report files into ``report_dir`` (``--convperf-report``); return notes.
 
     Called once, on the controller, at session end, with every check's row (the JSON-able form of
     ``results.CheckRow``). Every implementation runs; the built-in one (``plugin.py``) writes
     report.md, results.json, rows.json, history.jsonl and speedup.png. An implementation may take
-    any subset of the arguments (``rows`` and ``report_dir`` are enough for most).
+    any subset of the arguments (``rows`` and ``report_dir`` are enough for most). ``night`` is the
+    session's false-alarm control (``multiplicity.NightControl.to_dict()``: method, level, family
+    size, kept and cleared FAILs, adjusted p-values, ``summary``); the rows already carry its
+    decision (a cleared FAIL's verdict is ``SUSPECT``).
     """

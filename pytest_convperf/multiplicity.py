@@ -91,12 +91,17 @@ def family_p_value(verdict: str, p_value: float | None) -> float | None:
     return 1.0 if p_value is None else float(p_value)
 
 
+def check_id(row: Mapping[str, Any]) -> str:
+    """A check's name in the night's family: its test and its baseline key (one test may make several)."""
+    return f"{row.get('nodeid') or '?'} [{row.get('key') or '?'}]"
+
+
 def checks_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, float | None]]:
-    """``{nodeid: (verdict, p_value)}`` from result rows (``row["decision"]`` is ``Decision.to_dict()``)."""
+    """``{check_id: (verdict, p_value)}`` from result rows (``row["decision"]`` is ``Decision.to_dict()``)."""
     out: dict[str, tuple[str, float | None]] = {}
     for row in rows:
         p = (row.get("decision") or {}).get("p_value")
-        out[str(row.get("nodeid") or row.get("key"))] = (
+        out[check_id(row)] = (
             str(row.get("verdict")),
             None if p is None else float(p),
         )
@@ -124,6 +129,20 @@ class NightControl:
     @property
     def expected_uncontrolled(self) -> float:
         return self.m * self.per_check_alpha
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``night.json``, the report hook's ``night``)."""
+        return {
+            "method": self.method,
+            "alpha": self.alpha,
+            "m": self.m,
+            "per_check_alpha": self.per_check_alpha,
+            "expected_uncontrolled": self.expected_uncontrolled,
+            "fails": list(self.fails),
+            "cleared": list(self.cleared),
+            "adjusted": dict(self.adjusted),
+            "summary": self.summary(),
+        }
 
     def summary(self) -> str:
         """One line for the terminal and the report: method, family size, false-alarm expectation."""

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.config import CONFIG_KEY, OPTIONS, ConvperfConfig
+from pytest_convperf.config import CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig
 from pytest_convperf.session import SESSION_KEY, ConvperfSession
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Mapping, Sequence
+    from collections.abc import Callable, Generator, Mapping, Sequence
     from pathlib import Path
 
     from pytest_convperf.check import ConvperfFixture
@@ -40,11 +40,14 @@ def pytest_convperf_write_report(
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],
     when: str,
+    night: Mapping[str, Any],
 ) -> list[str]:
-    """The built-in reports (report.md, results.json, rows.json, history.jsonl, speedup.png)."""
+    """The built-in reports (report.md, results.json, rows.json, history.jsonl, night.json, speedup.png)."""
     from pytest_convperf.report_files import write_reports
 
-    return write_reports(report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when)
+    return write_reports(
+        report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when, night=night
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,7 +69,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(
                 spec.flag, nargs="?", const=spec.flag_value, default=None, dest=spec.ini, help=spec.help
             )
-        elif spec.name != "convperf-machine-aliases":
+        elif spec.name not in INI_ONLY:
             group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
         parser.addini(spec.ini, spec.help, type="string", default="")
 
@@ -132,6 +135,25 @@ def convperf_report(request: pytest.FixtureRequest) -> ReportSections:
     The directory is ``--convperf-report``'s, else a temporary one named in the terminal summary.
     """
     return _session(request).sections
+
+
+@pytest.fixture(scope="session")
+def convperf_speedup_floor(request: pytest.FixtureRequest) -> Callable[[str, float, str], None]:
+    """Fail when a family's worst speedup breaks its floor: ``convperf_speedup_floor("depthwise", s, shape)``.
+
+    Floors come from the ini key ``convperf_speedup_floor`` (lines ``family = speedup``); a family
+    without one (the default) never fails here.
+    """
+    from pytest_convperf.cliffs import floor_message
+
+    floors = request.config.stash[CONFIG_KEY].speedup_floors
+
+    def check(family: str, speedup: float, shape: str) -> None:
+        message = floor_message(family, speedup, shape, floors)
+        if message is not None:
+            pytest.fail(message, pytrace=False)
+
+    return check
 
 
 @pytest.fixture(scope="session")

@@ -137,3 +137,11 @@ def profile_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3
         if device.is_cuda:
             torch.cuda.synchronize()
     return kernel_rows(prof, device.is_cuda)
+
+
+def candidate_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3) -> list[dict[str, Any]]:
+    """The kernel table a baseline entry stores (``kerneldiff.kernel_table``) of ``calls`` calls of ``fn``."""
+    from pytest_convperf.kerneldiff import kernel_table
+
+    fn()  # warm: a first call's autotuning or lazy compilation is not the kernel table
+    return kernel_table(profile_kernels(fn, device, calls=calls), calls)

@@ -16,6 +16,7 @@ from pytest_convperf.results import Verdict
 VERDICT_ORDER: tuple[str, ...] = (
     Verdict.CORRECTNESS_FAIL.value,
     Verdict.FAIL.value,
+    "SUSPECT",  # a per-check FAIL the night's false-alarm control did not keep (night.py)
     Verdict.INCONCLUSIVE.value,
     Verdict.STALE.value,
     Verdict.ADVISORY.value,
@@ -55,6 +56,7 @@ class ReportRow:
     roofline: float | None = None
     roofline_spec: float | None = None
     spec: str | None = None
+    deterministic: bool = False  # declared with check(deterministic=True): two runs agreed bitwise
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ReportRow:
@@ -88,6 +90,7 @@ class ReportRow:
             roofline=_share(facts.get("roofline_floor_us"), cand_us),
             roofline_spec=_share(facts.get("roofline_spec_floor_us"), cand_us),
             spec=str(facts["roofline_spec"]) if facts.get("roofline_spec") else None,
+            deterministic=bool((row.get("facts") or {}).get("deterministic")),
         )
 
 
@@ -156,7 +159,8 @@ def _usf(value: float | None) -> str:
 def cells(r: ReportRow) -> dict[str, str]:
     """The display columns of one row."""
     return {
-        "check": f"{r.module}::{r.key}" if r.module else r.key,
+        "check": (f"{r.module}::{r.key}" if r.module else r.key)
+        + (" (deterministic)" if r.deterministic else ""),
         "speedup": f"{_x(r.speedup)} {_ci(r.speedup_ci)}".strip(),
         "baseline": _x(r.baseline_speedup),
         "delta": f"{_pct(r.delta)} {_ci(r.delta_ci, pct=True)}".strip(),

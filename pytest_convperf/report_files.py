@@ -179,11 +179,24 @@ def write_reports(
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],
     when: str,
+    night: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Write report.md, results.json, rows.json, history.jsonl (appended) and speedup.png; returns notes."""
+    """Write history.jsonl (appended), report.md, results.json, rows.json, night.json and speedup.png.
+
+    Returns notes, one per change point new tonight among them (history first: tonight's run is in it).
+    """
+    from pytest_convperf.night import NIGHT_FILE, new_change_point_lines, night_markdown
+
     report_dir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
-    md = markdown(rows, machine_info=machine_info)
+    commit = commit_info.get("id")
+    with open(report_dir / "history.jsonl", "a", encoding="utf-8") as fh:
+        for rec in history_records(rows, when=when, commit=str(commit) if commit else None):
+            fh.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
+    change_points, cp_note = new_change_point_lines(report_dir)
+    notes += [f"change point new tonight: {line}" for line in change_points]
+    notes += [cp_note] if cp_note else []
+    md = markdown(rows, machine_info=machine_info) + "\n" + night_markdown(night, change_points)
     atomic_write(report_dir / "report.md", md + "\n")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
@@ -192,10 +205,8 @@ def write_reports(
     payload = benchmark_json(rows, machine_info=machine_info, commit_info=commit_info, when=when)
     atomic_write(report_dir / "results.json", json.dumps(payload, indent=2, default=str) + "\n")
     atomic_write(report_dir / "rows.json", json.dumps(list(rows), indent=1, default=str) + "\n")
-    commit = commit_info.get("id")
-    with open(report_dir / "history.jsonl", "a", encoding="utf-8") as fh:
-        for rec in history_records(rows, when=when, commit=str(commit) if commit else None):
-            fh.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
+    night_json = {**(night or {}), "change_points_new": change_points}
+    atomic_write(report_dir / NIGHT_FILE, json.dumps(night_json, indent=1, default=str) + "\n")
     note = plot_speedups(rows, report_dir / "speedup.png")
     if note:
         notes.append(note)

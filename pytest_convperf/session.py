@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section,
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
     from pytest_convperf.device import DeviceInfo
+    from pytest_convperf.multiplicity import NightControl
 
 ROWS_PROPERTY = "convperf_rows"  # the rows of one test, on its report
 FAKE_SUFFIX = "-fake"
@@ -54,6 +56,10 @@ class ConvperfSession:
         self._stores: dict[bool, Store] = {}
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
+        # At session end (controller): the rows as the night decided them, and the controller's answer.
+        self.night_rows: list[dict[str, Any]] | None = None
+        self.night: NightControl | None = None
+        self.night_failed: list[str] = []
         self._finished = False
 
     # ---- lazily built, heavy objects ---------------------------------------------------------
@@ -150,10 +156,19 @@ class ConvperfSession:
         self.section_paths = write_sections(self.report_dir(), self.all_sections)
         if not self.cfg.enabled:
             return
+        from pytest_convperf.night import judge_night
         from pytest_convperf.updates import apply_updates, commit_info
 
-        rows = [row.to_dict() for row in self.rows]  # the form rows.json and report plugins read
         cfg = self.cfg
+        # The form rows.json and report plugins read, with the night's decision on speed FAILs.
+        rows, self.night = judge_night(
+            [row.to_dict() for row in self.rows], method=cfg.false_alarms, alpha=cfg.false_alarm_level
+        )
+        self.night_rows = rows
+        if cfg.false_alarms != "none":
+            self.night_failed = _deferred_fails(rows, self.night)
+            if self.night_failed and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
         self.update_md = apply_updates(cfg, rows, out_dir)
         if cfg.report_dir is not None and rows:
@@ -164,6 +179,7 @@ class ConvperfSession:
                 machine_info=self.machine_info(rows),
                 commit_info=commit_info(cfg.rootdir),
                 when=when,
+                night=self.night.to_dict(),
             ):
                 self.notes += notes or []
 
@@ -190,9 +206,10 @@ class ConvperfSession:
             terminalreporter.write_line(f"convperf report section: {path}")
         if not self.cfg.enabled:
             return
-        rows = [row.to_dict() for row in self.rows]
+        rows = self.night_rows if self.night_rows is not None else [row.to_dict() for row in self.rows]
         if not rows and not self.update_md:
             return
+        from pytest_convperf.night import night_lines
         from pytest_convperf.report import grouped, terminal_lines
 
         tr = terminalreporter
@@ -200,12 +217,45 @@ class ConvperfSession:
         tr.write_sep("=", f"convperf: {counts}" if counts else "convperf")
         for line in terminal_lines(rows):
             tr.write_line(line)
+        if self.night is not None and self.night.m:
+            for line in night_lines(self.night, rows):
+                tr.write_line(line)
+        if self.night_failed:
+            # Counted in pytest's last line ("3 passed, 1 convperf speed FAIL"); exit status set above.
+            tr.stats.setdefault("convperf speed FAIL", []).extend(NightFail(i) for i in self.night_failed)
+            tr.write_line(
+                f"convperf: the session FAILS: {len(self.night_failed)} speed FAIL(s) kept across the "
+                "night (their tests passed when they ran; the decision needed every check):"
+            )
+            for ident in self.night_failed:
+                tr.write_line(f"FAILED {ident}")
         if self.update_md is not None:
             tr.write_line(f"baseline update written for review: {self.update_md}")
         if self.cfg.report_dir is not None and rows:
             tr.write_line(f"convperf report: {self.cfg.report_dir}")
         for note in self.notes:
             tr.write_line(f"note: {note}")
+
+
+@dataclass(frozen=True)
+class NightFail:
+    """A kept speed FAIL in pytest's terminal stats (counted in its last line; plugins read ``__dict__``)."""
+
+    nodeid: str
+    when: str = "call"
+    outcome: str = "failed"
+
+
+def _deferred_fails(rows: Sequence[dict[str, Any]], night: NightControl) -> list[str]:
+    """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
+    from pytest_convperf.multiplicity import check_id
+
+    kept = set(night.fails)
+    return [
+        check_id(r)
+        for r in rows
+        if check_id(r) in kept and (r.get("update") or {}).get("action") not in ("write", "refused")
+    ]
 
 
 SESSION_KEY = pytest.StashKey[ConvperfSession]()

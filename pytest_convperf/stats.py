@@ -165,6 +165,7 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+@lru_cache(maxsize=4096)  # pure, and called with a few (p, df) pairs per check
 def t_quantile(p: float, df: float) -> float:
     """Quantile of Student's t (e.g. ``t_quantile(0.95, 20)`` = 1.7247).
 

@@ -71,6 +71,7 @@ def new_entry(
     backend: str | None,
     errors: Sequence[ErrorStats],
     quality: Mapping[str, float] | None = None,
+    kernels: Sequence[Mapping[str, Any]] | None = None,
 ) -> Entry:
     """The entry this measurement would store; noise stays with the machine (kept from the old entry)."""
     timing = timing_of(comparison)
@@ -87,6 +88,7 @@ def new_entry(
         quality=dict(quality or {}),
         mode=timing["mode"],
         flush=timing.get("flush"),
+        kernels=tuple(kernels or ()),
     )
 
 

@@ -37,17 +37,33 @@ def check_phase(phase: str) -> None:
 
 
 def phase_call(
-    fn: Candidate, inputs: ConvInputs, problem: Conv2dProblem, phase: str, seed: int, device: str
+    fn: Candidate,
+    inputs: ConvInputs,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    device: str,
+    keep: list[object] | None = None,
 ) -> Callable[[], object]:
     """A zero-argument call timing ``phase`` of ``fn`` on ``inputs``.
 
     ``forward`` calls ``fn`` itself. The grad phases run the forward once here, with the inputs
     that the phase differentiates marked ``requires_grad``, and the returned call is
     ``torch.autograd.grad(out, wrt, grad_out, retain_graph=True)``: only backward kernels are timed.
+    ``keep`` (forward): each call stores its output in ``keep[0]``, so the last timed call's
+    output can be checked after timing (``integrity``); one store, on both sides alike.
     """
     args = problem.conv_args()
     if phase == "forward":
         x, w, b = inputs
+        if keep is not None:
+            held = keep
+
+            def forward_kept() -> object:
+                held[0] = out = fn(x, w, b, *args)
+                return out
+
+            return forward_kept
 
         def forward() -> object:
             return fn(x, w, b, *args)
@@ -145,7 +161,16 @@ class InputSets:
         self.problem, self.phase, self.seed, self.device = problem, phase, seed, device
         self.inputs: list[ConvInputs] = []
         self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
+        # The last output of each side's calls, per input set (forward: ``phase_call(keep=)``).
+        self.kept: list[tuple[list[object], list[object]]] = []
         self._grow(1, first)
+
+    def last_output(self) -> tuple[ConvInputs, object] | None:
+        """The input set and output of the candidate's most recent call, when one is known.
+
+        With several sets (graph mode rotates) only a single called set is unambiguous."""
+        called = [(self.inputs[i], kept[0][0]) for i, kept in enumerate(self.kept) if kept[0][0] is not None]
+        return called[0] if len(called) == 1 else None
 
     def _grow(self, k: int, first: ConvInputs | None = None) -> None:
         while len(self.calls) < k:
@@ -154,10 +179,12 @@ class InputSets:
                 first if first is not None and not self.calls else self.problem.make_inputs(seed, self.device)
             )
             self.inputs.append(inputs)
+            kept: tuple[list[object], list[object]] = ([None], [None])
+            self.kept.append(kept)
             self.calls.append(
                 (
-                    phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device),
-                    phase_call(self.fns[1], inputs, self.problem, self.phase, seed, self.device),
+                    phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device, kept[0]),
+                    phase_call(self.fns[1], inputs, self.problem, self.phase, seed, self.device, kept[1]),
                 )
             )
 

@@ -271,6 +271,24 @@ def test_nightly_verdicts_without_failures(tmp_path: Path, capsys: pytest.Captur
     assert "all tests passed" in out and "No test failed." in out and "::error" not in out
 
 
+def test_nightly_verdicts_lists_the_night(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    verdicts = script(ROOT / ".ci" / "nightly_verdicts.py")
+    night = {
+        "summary": "false alarms: Holm: P(any false FAIL tonight) <= 0.05; 40 checks judged together",
+        "cleared": ["perf_tests/test_dw.py::test_a [test_a]"],
+        "change_points_new": ["test_b [h100]: step +4.0 % (95 % CI +3.1 .. +4.9 %) at commit abc"],
+    }
+    (tmp_path / "night.json").write_text(json.dumps(night))
+    rows = [{"nodeid": "perf_tests/test_dw.py::test_a", "verdict": "SUSPECT", "message": "not kept"}]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    assert verdicts.main(["--report", str(tmp_path), "--exit-code", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "P(any false FAIL tonight) <= 0.05" in out
+    assert "SUSPECT (slower by its own rule, not significant across the night): 1" in out
+    assert "Change points new tonight: 1" in out and "step +4.0 %" in out
+    assert "failing convperf check" not in out and "::error" not in out  # a SUSPECT fails nothing
+
+
 # ---- python -m pytest_convperf review --------------------------------------------------------------
 def _baseline(ratio: float, reason: str | None = None, cudnn: int = 92400) -> str:
     entry: dict[str, Any] = {

@@ -48,6 +48,13 @@ def test_b(convperf, problem):
 """
 
 
+def assert_speed_fails(result: pytest.RunResult, n: int, **outcomes: int) -> None:
+    """``n`` speed FAILs kept across the night: their tests passed when they ran, the session fails."""
+    result.assert_outcomes(**{"passed": n, **outcomes})
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"*the session FAILS: {n} speed FAIL(s) kept across the night*"])
+
+
 class Suite:
     """An inner project (pytester) with the suite, a fake timer file and baseline helpers."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration._lifecycle import Suite
+from tests.integration._lifecycle import Suite, assert_speed_fails
 
 
 def test_baselines_dir_machine_alias_and_tolerance(
@@ -22,7 +22,7 @@ def test_baselines_dir_machine_alias_and_tolerance(
 
     # 20 % slower: a FAIL at the CPU default (5 %), inside --convperf-tolerance=0.3.
     suite.set_ratio(0.6)
-    suite.run("--convperf-baselines=store", "-k", "test_a").assert_outcomes(failed=1)
+    assert_speed_fails(suite.run("--convperf-baselines=store", "-k", "test_a"), 1)
     result = suite.run("--convperf-baselines=store", "-k", "test_a", "--convperf-tolerance=0.3")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*tolerance 30.0 %*"])
@@ -49,7 +49,7 @@ def test_cpu_noise_floor_default_and_option(
     suite = Suite(pytester, monkeypatch, plugin_args)
     suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
     suite.set_ratio(0.6)  # +20 %: FAIL on a quiet machine (floor 2 %)...
-    suite.run("-k", "test_a").assert_outcomes(failed=1)
+    assert_speed_fails(suite.run("-k", "test_a"), 1)
     suite.noise_floor = None  # ...but under the default CPU floor it is within the noise: ADVISORY
     result = suite.run("-k", "test_a")
     result.assert_outcomes(passed=1)

@@ -111,6 +111,10 @@ def test_rows_feed_the_controller() -> None:
         {"nodeid": "t.py::c", "key": "c", "verdict": "NEW"},
     ]
     checks = checks_from_rows(rows)
-    assert checks == {"t.py::a": ("FAIL", 1e-7), "t.py::b": ("PASS", None), "t.py::c": ("NEW", None)}
+    assert checks == {
+        "t.py::a [a]": ("FAIL", 1e-7),
+        "t.py::b [b]": ("PASS", None),
+        "t.py::c [c]": ("NEW", None),
+    }
     night = control(checks, per_check_alpha=5e-4)
-    assert night.m == 2 and night.fails == ("t.py::a",)
+    assert night.m == 2 and night.fails == ("t.py::a [a]",)

@@ -1,0 +1,102 @@
+"""The night's verdict at session end: speed FAILs decided together, change points new tonight.
+
+A check's own rule (``verdict.decide``) says FAIL when its confirm stage rejects "slowdown <=
+tolerance" at its own level. Under night-wide control (``--convperf-false-alarms=holm|bh``) that
+per-check FAIL is only a *suspect*: the test does not fail at once (``gate.Judgement.enforce``
+warns instead), and here the controller decides over every check of the session
+(``multiplicity.control``). A FAIL it keeps stays FAIL and fails the session (exit status 1, the
+checks named in the terminal summary); one it does not keep becomes ``SUSPECT`` in every report,
+with its adjusted p-value. Why deferred and not failed at once: docs/statistics.md
+("How a night-wide FAIL reaches pytest"). Pure functions on row dicts; no torch, no pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_convperf.multiplicity import Method, NightControl, check_id, checks_from_rows, control
+from pytest_convperf.verdict import CONFIRM_Q
+
+SUSPECT = "SUSPECT"
+NIGHT_FILE = "night.json"
+_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
+
+
+def judge_night(
+    rows: Sequence[Mapping[str, Any]], *, method: Method, alpha: float
+) -> tuple[list[dict[str, Any]], NightControl]:
+    """The rows as the night decided them, and the controller's answer.
+
+    Every family row gains ``night`` (``adjusted_p``, ``kept``); a per-check FAIL the night does
+    not keep gets verdict ``SUSPECT`` and a message saying why. Other rows are unchanged copies.
+    """
+    night = control(checks_from_rows(rows), method=method, alpha=alpha, per_check_alpha=1 - CONFIRM_Q)
+    cleared = set(night.cleared)
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        new = dict(row)
+        ident = check_id(row)
+        if ident in night.adjusted:
+            new["night"] = {
+                "method": method,
+                "alpha": alpha,
+                "adjusted_p": night.adjusted[ident],
+                "kept": ident in night.fails,
+            }
+        if ident in cleared:
+            new["verdict"] = SUSPECT
+            new["message"] = (
+                f"SUSPECT: slower by its own rule but not significant across the night "
+                f"({_NAMES.get(method, method)}-adjusted p {night.adjusted[ident]:.3g} > {alpha:g} over "
+                f"{night.m} checks); not a failure. {row.get('message') or ''}"
+            ).strip()
+        out.append(new)
+    return out, night
+
+
+def night_lines(night: NightControl, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Terminal and report lines: the expectation, then the FAILs the night kept and those it cleared."""
+    lines = [night.summary()]
+    by_id = {check_id(r): r for r in rows}
+    if night.method != "none":
+        for ident in night.fails:
+            p = night.adjusted[ident]
+            lines.append(f"speed FAIL kept across the night (adjusted p {p:.3g}): {ident}")
+        for ident in night.cleared:
+            p = night.adjusted[ident]
+            lines.append(f"SUSPECT, not significant across the night (adjusted p {p:.3g}): {ident}")
+    elif night.fails:
+        lines += [f"speed FAIL (own rule only): {i}" for i in night.fails if i in by_id]
+    return lines
+
+
+def new_change_point_lines(report_dir: Path) -> tuple[list[str], str | None]:
+    """Change points that became certain tonight (``history.jsonl`` already appended); a note on failure."""
+    from pytest_convperf.history import all_change_points, read_history
+
+    try:
+        cps = all_change_points(read_history(report_dir))
+    except (FileNotFoundError, ValueError, ImportError) as exc:
+        return [], f"change points not computed: {exc}"
+    return [c.line() for c in cps if c.new], None
+
+
+def night_markdown(night: Mapping[str, Any] | None, change_points: Sequence[str]) -> str:
+    """The report's "Night" section: expectation, kept FAILs, SUSPECTs and change points new tonight."""
+    lines = ["### Night", ""]
+    if night:
+        lines += [str(night.get("summary", "")), ""]
+        for ident in night.get("fails") or []:
+            lines.append(f"- speed FAIL kept: `{ident}` (adjusted p {night['adjusted'][ident]:.3g})")
+        for ident in night.get("cleared") or []:
+            lines.append(
+                f"- SUSPECT (not significant across the night): `{ident}` "
+                f"(adjusted p {night['adjusted'][ident]:.3g})"
+            )
+        if night.get("fails") or night.get("cleared"):
+            lines.append("")
+    lines += [f"Change points new tonight: {len(change_points)}", ""]
+    lines += [f"- {line}" for line in change_points]
+    return "\n".join(lines).rstrip() + "\n"
