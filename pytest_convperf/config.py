@@ -121,7 +121,7 @@ def parse_aliases(text: str | None) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         slug, sep, target = line.partition("=")
-        if not sep or not slug.strip() or not target.strip():
+        if not sep or not slugify(slug) or not slugify(target):
             raise pytest.UsageError(
                 f"convperf_machine_aliases: bad line {raw!r}; write one 'detected-slug = class-slug' per line"
             )
@@ -205,6 +205,12 @@ class ConvperfConfig:
             p = Path(value)
             return p if p.is_absolute() else rootdir / p
 
+        machine = raw(spec["convperf-machine"])
+        aliases = parse_aliases(raw(spec["convperf-machine-aliases"]))
+        if machine is not None:
+            from pytest_convperf.baselines import resolve_machine
+
+            resolve_machine("", machine, aliases)  # refuses an empty slug now, before any test runs
         baselines = path(raw(spec["convperf-baselines"]) or "baselines")
         assert baselines is not None
         enabled = flag(spec["convperf"])
@@ -214,8 +220,8 @@ class ConvperfConfig:
             baselines_dir=baselines,
             update=parse_update(raw(spec["convperf-update-baselines"])),
             reason=raw(spec["convperf-reason"]),
-            machine=raw(spec["convperf-machine"]),
-            machine_aliases=parse_aliases(raw(spec["convperf-machine-aliases"])),
+            machine=machine,
+            machine_aliases=aliases,
             report_dir=path(raw(spec["convperf-report"])),
             trace=flag(spec["convperf-trace"]),
             tolerance=_parse_tolerance(raw(spec["convperf-tolerance"])),

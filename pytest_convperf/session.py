@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines import Store, resolve_machine, validate_tree
+from pytest_convperf.baselines import Store, resolve_machine, validate_files
+from pytest_convperf.files import check_output_paths
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
@@ -75,14 +76,17 @@ class ConvperfSession:
     def store(self, *, fake: bool = False) -> Store:
         """The baseline store of this machine class (built on first use).
 
-        ``fake``: the check was timed by the fake timer. Unless ``--convperf-machine`` names the
-        folder explicitly (the opt-in the plugin's own tests use), fake numbers are read from and
-        written to ``<machine>-fake``, so they can never land in a real machine's baselines.
+        ``fake``: the check was timed by the fake timer. Fake numbers are read from and written to
+        ``<machine>-fake`` whenever the folder would be the detected machine's (or its alias
+        class's), also when ``--convperf-machine`` names it, so they never land in a real
+        machine's baselines; only another explicit name (the plugin's own tests use ``testbox``)
+        keeps them in that folder.
         """
         if fake not in self._stores:
             cfg = self.cfg
-            machine = resolve_machine(self.device_info().slug, cfg.machine, cfg.machine_aliases)
-            if fake and cfg.machine is None and not machine.endswith(FAKE_SUFFIX):
+            detected = self.device_info().slug
+            machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
+            if fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
                 machine += FAKE_SUFFIX
             self._stores[fake] = Store(cfg.baselines_dir, machine)
         return self._stores[fake]
@@ -137,9 +141,34 @@ class ConvperfSession:
     # ---- session end (baselines and reports; written by the controller only) ------------------
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Stop the run (``UsageError``) before any test when a baseline file is malformed."""
-        if self.cfg.enabled:
-            validate_tree(self.cfg.baselines_dir)
+        """Stop the run (``UsageError``) before any test when an output folder cannot be written."""
+        if self.cfg.enabled and is_controller(self.config):
+            check_output_paths(self.cfg)
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Stop the run (``UsageError``) before any test when a baseline file it reads is malformed.
+
+        Only the files of the collected test modules in this machine's folders (real and fake) are
+        read, in the process that runs the tests (an xdist worker; the controller collects nothing).
+        """
+        if not self.cfg.enabled:
+            return
+        modules = {
+            Path(str(item.path)).stem
+            for item in session.items
+            if item.get_closest_marker("convperf") is not None
+            or "convperf" in getattr(item, "fixturenames", ())
+        }
+        if not modules:
+            return
+        try:
+            stores = [self.store(), self.store(fake=True)]
+        except pytest.UsageError:
+            raise
+        except Exception:  # no usable device: the checks themselves report it
+            return
+        validate_files(store.path(module) for store in stores for module in modules)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
