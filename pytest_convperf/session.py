@@ -56,6 +56,7 @@ class ConvperfSession:
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
         self._finished = False
+        self._validated = False  # the xdist controller validates once, for the first worker
 
     # ---- lazily built, heavy objects ---------------------------------------------------------
     def device_info(self) -> DeviceInfo:
@@ -150,9 +151,10 @@ class ConvperfSession:
         """Stop the run (``UsageError``) before any test when a baseline file it reads is malformed.
 
         Only the files of the collected test modules in this machine's folders (real and fake) are
-        read, in the process that runs the tests (an xdist worker; the controller collects nothing).
+        read. Under xdist the controller does it (:meth:`pytest_xdist_node_collection_finished`): a
+        worker that stops at collection takes its message down with it.
         """
-        if not self.cfg.enabled:
+        if not self.cfg.enabled or not is_controller(self.config):
             return
         modules = {
             Path(str(item.path)).stem
@@ -169,6 +171,21 @@ class ConvperfSession:
         except Exception:  # no usable device: the checks themselves report it
             return
         validate_files(store.path(module) for store in stores for module in modules)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        """The xdist controller's check of the files the run reads, once, from the first worker's ids.
+
+        The controller never resolves the device (it would hold a CUDA context beside the workers),
+        so it validates the collected modules' files of every machine folder: a few files, never
+        a whole tree.
+        """
+        if not self.cfg.enabled or self._validated:
+            return
+        self._validated = True
+        root = self.cfg.baselines_dir
+        modules = {Path(nodeid.split("::")[0]).stem for nodeid in ids}
+        validate_files(path for module in sorted(modules) for path in root.glob(f"*/{module}.yaml"))
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -39,3 +39,44 @@ def test_empty_machine_slug_is_refused(
     assert "--convperf-machine" in result.stderr.str()
     assert not list(pytester.path.rglob("*.yaml"))  # nothing written, in no folder
     assert not (pytester.path / "baselines" / MACHINE).exists()
+
+
+def test_only_the_runs_files_are_validated(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    """Item 11: a broken file of another module is never read; the run's own broken file stops it."""
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    unrelated = pytester.path / "baselines" / MACHINE / "test_unrelated.yaml"
+    unrelated.parent.mkdir(parents=True)
+    unrelated.write_text("benchmarks: [ not valid\n")
+    suite.run().assert_outcomes(passed=2)
+    suite.file.write_text("benchmarks: [ not valid\n")
+    result = suite.run("-k", "test_a")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert str(suite.file) in result.stderr.str() and str(unrelated) not in result.stderr.str()
+
+
+def test_broken_file_under_xdist_is_a_clear_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    """The xdist controller validates the run's files: a worker stopping at collection lost the message."""
+    pytest.importorskip("xdist")
+    from tests.integration._lifecycle import subprocess_env
+
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    subprocess_env(monkeypatch)
+    suite.file.parent.mkdir(parents=True)
+    suite.file.write_text("benchmarks: [ not valid\n")
+    result = pytester.runpytest_subprocess(
+        *plugin_args,
+        "--convperf",
+        f"--convperf-machine={MACHINE}",
+        "--convperf-device=cpu",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "ERROR: convperf baseline file" in err and str(suite.file) in err and "INTERNALERROR" not in err
