@@ -76,8 +76,9 @@ def _remove_stale_temps(path: Path, folder: Path) -> None:
 
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically under its lock (see the module docstring)."""
-    with lock_for(path):
-        folder = _lock_dir(path)
+    lock = lock_for(path)
+    with lock:
+        folder = Path(lock.lock_file).parent
         _remove_stale_temps(path, folder)
         fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=folder)
         try:

@@ -80,3 +80,18 @@ def test_broken_file_under_xdist_is_a_clear_usage_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "ERROR: convperf baseline file" in err and str(suite.file) in err and "INTERNALERROR" not in err
+
+
+def test_non_utf8_baseline_file_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    """Item 10: it was an INTERNALERROR; now the corrupt-file error, and the file is left as it was."""
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    suite.run("--convperf-update-baselines").assert_outcomes(passed=2)
+    suite.file.write_bytes(suite.file.read_bytes() + b"# caf\xe9\n")
+    before = suite.file.read_bytes()
+    result = suite.run("--convperf-update-baselines=all", "--convperf-reason=x")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "not UTF-8" in err and str(suite.file) in err and "INTERNALERROR" not in err
+    assert suite.file.read_bytes() == before
