@@ -14,9 +14,14 @@ Only safe constructors are used: no tag runs code.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    _SafeLoader = yaml.SafeLoader
+else:  # libyaml's parser when PyYAML has it: about 6x faster (measured: 0.45 MiB in 1.3 s, not 7.7 s)
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 __all__ = ["Dumper", "DuplicateKeyError", "Loader", "dump", "load"]
 
@@ -58,8 +63,8 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
         )
 
 
-class Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses duplicate keys and reads ``1e6`` as a number."""
+class Loader(_SafeLoader):
+    """``yaml.CSafeLoader`` (else ``SafeLoader``): refuses duplicate keys, reads ``1e6`` as a number."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         # Before SafeConstructor flattens ``<<`` merges: keys a merge brings in may be overridden.
