@@ -41,6 +41,8 @@ def load(rev: str | None, path: str) -> tuple[dict[str, Any] | None, str | None]
         text = git("show", f"{rev}:{path}") if rev else Path(path).read_text(encoding="utf-8")
     except (subprocess.CalledProcessError, FileNotFoundError):
         return None, None  # the file does not exist on that side
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text (byte at offset {exc.start})"
     try:
         data = baseline_yaml.load(text)
     except yaml.YAMLError as exc:

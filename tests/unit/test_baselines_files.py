@@ -287,3 +287,26 @@ def test_the_review_record_is_written_before_the_baselines(
         updates.apply_updates(cfg, [row], tmp_path)
     md = (tmp_path / "convperf-update.md").read_text()
     assert "test_a" in md and "No space left on device" in md
+
+
+def test_review_reads_baseline_files_like_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``review`` shares the loader: a duplicate key or non-UTF-8 bytes are named, not a traceback."""
+    from pytest_convperf import review
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    path = write(tmp_path / "baselines", dump_text(MACHINE, {KEY: make_entry()}))
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "base")
+    monkeypatch.chdir(tmp_path)
+    path.write_text(path.read_text().replace("noise: 0.007", "noise: 0.007\n    noise: 0.5"))
+    assert "duplicate key 'noise' (line 6 and line 7)" in review.review("HEAD", None)
+    path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
+    assert "Could not read it: not UTF-8" in review.review("HEAD", None)
