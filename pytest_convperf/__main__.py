@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.baselines import Entry, atomic_write, dump_text, lock_for, merge_files, read_file
+from pytest_convperf.baselines import Entry, dump_text, merge_files, read_file
+from pytest_convperf.files import atomic_write, lock_for
 from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
 # pytest exit codes after which the runs are still usable (0 passed, 1 some tests failed,

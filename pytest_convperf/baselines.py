@@ -2,48 +2,51 @@
 
 Format (DESIGN §7): ``schema: convperf/1``, ``machine: <slug>`` equal to the folder name, and
 ``benchmarks: {<test id>: entry}`` with sorted keys and no file-wide timestamp, so disjoint
-updates merge cleanly in git. Files are read with ``yaml.safe_load`` only; anything malformed
-raises ``pytest.UsageError`` naming the file, the entry and the fix, and the file is never
-rewritten. Writes take a file lock, re-read the file, merge by key (never dropping an entry),
-write a temporary file and ``os.replace`` it, so concurrent processes on one machine lose nothing.
+updates merge cleanly in git. Files are read with :mod:`pytest_convperf.baseline_yaml` (a safe
+loader that refuses duplicate keys and reads ``1e6`` as a number), up to :data:`MAX_FILE_BYTES`;
+anything malformed (not UTF-8, too large, invalid) raises ``pytest.UsageError`` naming the file,
+the entry and the fix, and the file is never rewritten. Writes take the file's lock
+(:func:`pytest_convperf.files.lock_for`), re-read the file, merge by key (never dropping an
+entry) and replace it atomically, so concurrent processes lose nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from filelock import FileLock
 
+from pytest_convperf import baseline_yaml
 from pytest_convperf.entry import Entry, InvalidEntry, parse_entry
+from pytest_convperf.files import atomic_write, lock_for
 
 __all__ = [
+    "MAX_FILE_BYTES",
     "SCHEMA",
     "BaselineFile",
     "Entry",
     "Store",
-    "atomic_write",
+    "baselines_dir_note",
     "dump_text",
-    "lock_for",
     "merge_files",
     "parse_entry",
     "parse_text",
     "read_file",
     "resolve_machine",
     "slugify",
-    "validate_tree",
+    "validate_files",
 ]
 
 SCHEMA = "convperf/1"
 HEADER = "# pytest-convperf baselines; edit with: pytest --convperf --convperf-update-baselines\n"
-LOCK_TIMEOUT_S = 120.0
+# A baseline file holds one test module's entries (~300 bytes each): 4 MiB is some 13 000 entries,
+# parsed in about 10 s on a loaded 2-core box. Anything larger is not a baseline file, and parsing
+# it took one run 12 minutes and 4 GB.
+MAX_FILE_BYTES = 4 * 2**20
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 
@@ -53,9 +56,36 @@ def slugify(text: str) -> str:
 
 
 def resolve_machine(detected: str, override: str | None, aliases: Mapping[str, str]) -> str:
-    """The baseline folder: ``--convperf-machine`` if given, else the detected slug; then the alias map."""
-    slug = slugify(override) if override else detected
-    return slugify(aliases.get(slug, slug))
+    """The baseline folder: ``--convperf-machine`` if given, else the detected slug; then the alias map.
+
+    An empty slug is refused: ``--convperf-machine=`` must not fall back to the detected machine
+    (fake numbers would reach its folder), nor ``...`` write into the baselines root.
+    """
+    if override is not None and not slugify(override):
+        raise pytest.UsageError(
+            f"--convperf-machine={override!r} has no letters or digits, so it names no baseline folder; "
+            "give a machine slug such as 'ci-h100', or leave the option out to use the detected machine"
+        )
+    slug = slugify(override) if override is not None else detected
+    machine = slugify(aliases.get(slug, slug))
+    if not machine:
+        raise pytest.UsageError(
+            f"convperf_machine_aliases maps {slug!r} to an empty name; give the alias a machine slug"
+        )
+    return machine
+
+
+def baselines_dir_note(root: Path, *, updating: bool) -> str | None:
+    """One line for the session header when the baselines folder does not exist, else None.
+
+    Without it every check passes as NEW in silence (a mistyped ``--convperf-baselines``).
+    """
+    if root.is_dir():
+        return None
+    if root.exists():
+        return f"convperf: baselines folder {root} is not a folder"
+    then = "it will be created by this update" if updating else "nothing to compare with"
+    return f"convperf: baselines folder {root} does not exist: every check is NEW ({then})"
 
 
 @dataclass(frozen=True)
@@ -78,7 +108,18 @@ def parse_text(text: str, path: Path, expected_machine: str | None = None) -> Ba
     """Parse and validate a file's text; ``expected_machine`` defaults to the folder name."""
     machine_dir = expected_machine if expected_machine is not None else path.parent.name
     try:
-        data = yaml.safe_load(text)
+        data = baseline_yaml.load(text)
+    except baseline_yaml.DuplicateKeyError as exc:
+        raise _usage(
+            path,
+            InvalidEntry(
+                None,
+                f"duplicate key {exc.key!r} at line {exc.first_line} and line {exc.second_line} "
+                "(YAML keeps only the last, so one of them would be lost)",
+                "keep one of the two (an unfinished git merge?) or delete both and re-record with "
+                "pytest --convperf --convperf-update-baselines",
+            ),
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -140,46 +181,42 @@ def dump_text(machine: str, entries: Mapping[str, Entry]) -> str:
         "machine": machine,
         "benchmarks": {k: entries[k].to_yaml() for k in sorted(entries)},
     }
-    return HEADER + yaml.safe_dump(
-        body, sort_keys=True, default_flow_style=None, width=1000, allow_unicode=True
-    )
+    return HEADER + baseline_yaml.dump(body)
+
+
+def read_text(path: Path) -> str:
+    """A baseline file's text: ``UsageError`` above :data:`MAX_FILE_BYTES` (known from its size, before
+    reading) or when it is not UTF-8."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise _usage(
+            path,
+            InvalidEntry(
+                None,
+                f"is {size / 2**20:.1f} MiB, over the {MAX_FILE_BYTES // 2**20} MiB limit of a baseline file "
+                "(one test module's entries)",
+                "move a file that is not a baseline out of the baselines folder, or split the test module",
+            ),
+        )
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _usage(
+            path,
+            InvalidEntry(
+                None,
+                f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                "restore the file from git, or re-save it as UTF-8",
+            ),
+        ) from None
 
 
 def read_file(path: Path, expected_machine: str | None = None) -> BaselineFile:
     """Load one file (``UsageError`` when invalid); a missing file has no entries."""
     if not path.exists():
         return BaselineFile(path, expected_machine or path.parent.name, {})
-    return parse_text(path.read_text(encoding="utf-8"), path, expected_machine)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write a sibling temporary file, fsync it, then ``os.replace`` (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def lock_for(path: Path) -> FileLock:
-    """The lock guarding one baseline file.
-
-    It lives in a per-user temporary folder, keyed by the file's absolute path, so no lock file
-    ever shows up in the baselines tree (or in git); writers on one machine share it.
-    """
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:20]
-    folder = Path(tempfile.gettempdir()) / f"convperf-locks-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    folder.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(folder / f"{digest}.lock"), timeout=LOCK_TIMEOUT_S)
+    return parse_text(read_text(path), path, expected_machine)
 
 
 def merge_into(path: Path, machine: str, updates: Mapping[str, Entry]) -> bool:
@@ -198,14 +235,16 @@ def merge_into(path: Path, machine: str, updates: Mapping[str, Entry]) -> bool:
         return True
 
 
-def validate_tree(root: Path) -> list[Path]:
-    """Validate every ``<root>/<machine>/*.yaml``; raises ``UsageError`` at the first bad file."""
-    if not root.is_dir():
-        return []
-    files = sorted(p for p in root.glob("*/*.yaml") if p.is_file())
-    for path in files:
+def validate_files(paths: Iterable[Path]) -> list[Path]:
+    """Validate the given files (the ones a run reads or writes); returns those that exist.
+
+    Raises ``UsageError`` at the first bad file. Files not named are never read: validating a whole
+    tree cost one run 12 minutes and 4 GB for an unrelated 50 MB file.
+    """
+    existing = sorted({p for p in paths if p.is_file()})
+    for path in existing:
         read_file(path)
-    return files
+    return existing
 
 
 class Store:
@@ -245,9 +284,9 @@ def merge_files(
     merged: dict[str, Entry] = {}
     conflicts: list[str] = []
     for path in paths:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
         try:
-            data = yaml.safe_load(text) if text.strip() else None
+            data = baseline_yaml.load(text) if text.strip() else None
         except yaml.YAMLError:
             data = None  # parse_text below reports it with the file name and the fix
         declared = data.get("machine") if isinstance(data, dict) else None

@@ -151,8 +151,16 @@ def parse_aliases(text: str | None) -> dict[str, str]:
     from pytest_convperf.baselines import slugify
 
     # Lookups use slugs (resolve_machine), so keys and targets are slugified the same way.
-    pairs = ini_pairs(text, "convperf_machine_aliases", "detected-slug = class-slug")
-    return {slugify(slug): slugify(target) for slug, target in pairs}
+    form = "detected-slug = class-slug"
+    aliases: dict[str, str] = {}
+    for slug, target in ini_pairs(text, "convperf_machine_aliases", form):
+        # A side that slugifies to nothing would name the baselines root itself as a machine folder.
+        if not slugify(slug) or not slugify(target):
+            raise pytest.UsageError(
+                f"convperf_machine_aliases: bad line '{slug} = {target}'; write one '{form}' per line"
+            )
+        aliases[slugify(slug)] = slugify(target)
+    return aliases
 
 
 # Options that are ini keys only (lines of ``a = b``), never command-line flags.
@@ -269,6 +277,12 @@ class ConvperfConfig:
             p = Path(value)
             return p if p.is_absolute() else rootdir / p
 
+        machine = raw(spec["convperf-machine"])
+        aliases = parse_aliases(raw(spec["convperf-machine-aliases"]))
+        if machine is not None:
+            from pytest_convperf.baselines import resolve_machine
+
+            resolve_machine("", machine, aliases)  # refuses an empty slug now, before any test runs
         baselines = path(raw(spec["convperf-baselines"]) or "baselines")
         assert baselines is not None
         enabled = flag(spec["convperf"])
@@ -278,8 +292,8 @@ class ConvperfConfig:
             baselines_dir=baselines,
             update=parse_update(raw(spec["convperf-update-baselines"])),
             reason=raw(spec["convperf-reason"]),
-            machine=raw(spec["convperf-machine"]),
-            machine_aliases=parse_aliases(raw(spec["convperf-machine-aliases"])),
+            machine=machine,
+            machine_aliases=aliases,
             report_dir=path(raw(spec["convperf-report"])),
             trace=flag(spec["convperf-trace"]),
             tolerance=_parse_tolerance(raw(spec["convperf-tolerance"])),

@@ -227,10 +227,14 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     from pytest_convperf.timing import FAKE_TIMER_ENV
 
     fake = f" timer=fake timer (${FAKE_TIMER_ENV})" if os.environ.get(FAKE_TIMER_ENV) else ""
-    return [
+    lines = [
         f"convperf: device={cfg.device} baselines={cfg.baselines_dir} update={sorted(cfg.update) or 'no'}"
         + fake
     ]
+    from pytest_convperf.baselines import baselines_dir_note
+
+    missing = baselines_dir_note(cfg.baselines_dir, updating=cfg.updating)
+    return [*lines, missing] if missing else lines
 
 
 @pytest.hookimpl(wrapper=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.baselines import atomic_write
+from pytest_convperf.files import atomic_write
 from pytest_convperf.report import SCHEMA, ReportRow, as_number, markdown, row_quality
 
 

@@ -6,7 +6,8 @@ compares every ``baselines/**/*.yaml`` between two git revisions (``HEAD_REV`` d
 work tree) and prints one table per changed file: check, old and new time ratio (speedup),
 the change, what moved in the environment, and the recorded reason. The same facts as the
 ``convperf-update.md`` that ``--convperf-update-baselines`` writes, rebuilt from the YAML itself,
-so a hand-edited baseline gets the same review. Files are read with ``yaml.safe_load`` only.
+so a hand-edited baseline gets the same review. Files are read with the store's safe loader
+(:mod:`pytest_convperf.baseline_yaml`: duplicate keys refused, ``1e6`` a number).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from pytest_convperf import baseline_yaml
 
 ROOT = "baselines"
 
@@ -38,8 +41,10 @@ def load(rev: str | None, path: str) -> tuple[dict[str, Any] | None, str | None]
         text = git("show", f"{rev}:{path}") if rev else Path(path).read_text(encoding="utf-8")
     except (subprocess.CalledProcessError, FileNotFoundError):
         return None, None  # the file does not exist on that side
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text (byte at offset {exc.start})"
     try:
-        data = yaml.safe_load(text)
+        data = baseline_yaml.load(text)
     except yaml.YAMLError as exc:
         return None, f"not valid YAML: {exc}"
     if not isinstance(data, Mapping) or not isinstance(data.get("benchmarks", {}), Mapping):

@@ -55,7 +55,7 @@ class ReportSections:
 
 def write_sections(report_dir: Path, sections: list[Section]) -> list[Path]:
     """Write each file once: its title, then its sections in arrival order. Returns the paths written."""
-    from pytest_convperf.baselines import atomic_write
+    from pytest_convperf.files import atomic_write
 
     files: dict[str, list[Section]] = {}
     for s in sections:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines import Store, resolve_machine, validate_tree
+from pytest_convperf.baselines import Store, resolve_machine, validate_files
+from pytest_convperf.files import check_output_paths
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
@@ -61,6 +62,7 @@ class ConvperfSession:
         self.night: NightControl | None = None
         self.night_failed: list[str] = []
         self._finished = False
+        self._validated = False  # the xdist controller validates once, for the first worker
 
     # ---- lazily built, heavy objects ---------------------------------------------------------
     def device_info(self) -> DeviceInfo:
@@ -81,14 +83,17 @@ class ConvperfSession:
     def store(self, *, fake: bool = False) -> Store:
         """The baseline store of this machine class (built on first use).
 
-        ``fake``: the check was timed by the fake timer. Unless ``--convperf-machine`` names the
-        folder explicitly (the opt-in the plugin's own tests use), fake numbers are read from and
-        written to ``<machine>-fake``, so they can never land in a real machine's baselines.
+        ``fake``: the check was timed by the fake timer. Fake numbers are read from and written to
+        ``<machine>-fake`` whenever the folder would be the detected machine's (or its alias
+        class's), also when ``--convperf-machine`` names it, so they never land in a real
+        machine's baselines; only another explicit name (the plugin's own tests use ``testbox``)
+        keeps them in that folder.
         """
         if fake not in self._stores:
             cfg = self.cfg
-            machine = resolve_machine(self.device_info().slug, cfg.machine, cfg.machine_aliases)
-            if fake and cfg.machine is None and not machine.endswith(FAKE_SUFFIX):
+            detected = self.device_info().slug
+            machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
+            if fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
                 machine += FAKE_SUFFIX
             self._stores[fake] = Store(cfg.baselines_dir, machine)
         return self._stores[fake]
@@ -143,9 +148,50 @@ class ConvperfSession:
     # ---- session end (baselines and reports; written by the controller only) ------------------
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Stop the run (``UsageError``) before any test when a baseline file is malformed."""
-        if self.cfg.enabled:
-            validate_tree(self.cfg.baselines_dir)
+        """Stop the run (``UsageError``) before any test when an output folder cannot be written."""
+        if self.cfg.enabled and is_controller(self.config):
+            check_output_paths(self.cfg)
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Stop the run (``UsageError``) before any test when a baseline file it reads is malformed.
+
+        Only the files of the collected test modules in this machine's folders (real and fake) are
+        read. Under xdist the controller does it (:meth:`pytest_xdist_node_collection_finished`): a
+        worker that stops at collection takes its message down with it.
+        """
+        if not self.cfg.enabled or not is_controller(self.config):
+            return
+        modules = {
+            Path(str(item.path)).stem
+            for item in session.items
+            if item.get_closest_marker("convperf") is not None
+            or "convperf" in getattr(item, "fixturenames", ())
+        }
+        if not modules:
+            return
+        try:
+            stores = [self.store(), self.store(fake=True)]
+        except pytest.UsageError:
+            raise
+        except Exception:  # no usable device: the checks themselves report it
+            return
+        validate_files(store.path(module) for store in stores for module in modules)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        """The xdist controller's check of the files the run reads, once, from the first worker's ids.
+
+        The controller never resolves the device (it would hold a CUDA context beside the workers),
+        so it validates the collected modules' files of every machine folder: a few files, never
+        a whole tree.
+        """
+        if not self.cfg.enabled or self._validated:
+            return
+        self._validated = True
+        root = self.cfg.baselines_dir
+        modules = {Path(nodeid.split("::")[0]).stem for nodeid in ids}
+        validate_files(path for module in sorted(modules) for path in root.glob(f"*/{module}.yaml"))
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines import Entry, Store, atomic_write, parse_entry, read_file
+from pytest_convperf.baselines import Entry, Store, parse_entry, read_file
 from pytest_convperf.env import timing_of
+from pytest_convperf.files import atomic_write
 from pytest_convperf.quality import QUALITY_KEYS
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.verdict import Decision, Policy
@@ -221,7 +222,11 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: Mappin
 
 
 def apply_updates(cfg: ConvperfConfig, rows: Sequence[Mapping[str, Any]], out_dir: Path) -> Path | None:
-    """Write every planned update (grouped per file), then ``convperf-update.md``; None when no update ran."""
+    """Write ``convperf-update.md``, then every planned update (grouped per file); None when no update ran.
+
+    The review record is written before the baselines (and says so if a baseline write then
+    fails), so a baseline change never lands without it.
+    """
     if not cfg.updating:
         return None
     commit = git(cfg.rootdir, "rev-parse", "--short", "HEAD")
@@ -258,10 +263,21 @@ def apply_updates(cfg: ConvperfConfig, rows: Sequence[Mapping[str, Any]], out_di
     # Validate every target file before writing any: one bad file stops the update as a whole.
     for machine, module in per_file:
         read_file(Store(cfg.baselines_dir, machine).path(module), machine)
-    for (machine, module), entries in sorted(per_file.items()):
-        Store(cfg.baselines_dir, machine).write(module, {k: e for k, (e, _) in entries.items()})
+    # The review record first: a baseline written without it would reach git unexplained.
     path = out_dir / "convperf-update.md"
-    atomic_write(path, render_update_md(cfg, per_file, kept, refused, commit))
+    record = render_update_md(cfg, per_file, kept, refused, commit)
+    atomic_write(path, record)
+    for (machine, module), entries in sorted(per_file.items()):
+        store = Store(cfg.baselines_dir, machine)
+        try:
+            store.write(module, {k: e for k, (e, _) in entries.items()})
+        except Exception as exc:
+            atomic_write(
+                path,
+                record + f"\n## Write failed\n\nWriting {store.path(module)} failed: {exc}. The files listed "
+                "before it were written; it and the files after it were not.\n",
+            )
+            raise
     return path
 
 

@@ -17,6 +17,10 @@ CASES: dict[str, tuple[Callable[[str], str], str]] = {
         lambda t: t.replace("time_ratio: 0.5", "time_ratio: '0.5x'"),
         "'time_ratio' must be a number",
     ),
+    "duplicate_key": (
+        lambda t: t.replace("    time_ratio: 0.5\n", "    time_ratio: 0.5\n    time_ratio: 0.9\n"),
+        "duplicate key 'time_ratio' at line",
+    ),
     "machine_mismatch": (
         lambda t: t.replace("machine: testbox", "machine: otherbox"),
         "machine 'otherbox' does not match its folder 'testbox'",

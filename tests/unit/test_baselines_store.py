@@ -19,7 +19,7 @@ from pytest_convperf.baselines import (
     read_file,
     resolve_machine,
     slugify,
-    validate_tree,
+    validate_files,
 )
 
 MACHINE = "nvidia-h100-80gb-hbm3"
@@ -103,7 +103,7 @@ def test_corrupt_files_name_file_entry_and_fix_and_stay_untouched(tmp_path: Path
     path = write(tmp_path, text)
     before = path.read_bytes()
     with pytest.raises(pytest.UsageError) as info:
-        validate_tree(tmp_path)
+        validate_files([path])
     msg = str(info.value)
     assert str(path) in msg and "Fix:" in msg and "left unchanged" in msg
     for part in parts:
@@ -112,7 +112,7 @@ def test_corrupt_files_name_file_entry_and_fix_and_stay_untouched(tmp_path: Path
     with pytest.raises(pytest.UsageError):
         merge_into(path, MACHINE, {"test_other": make_entry()})
     assert path.read_bytes() == before
-    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert not list(path.parent.rglob("*.tmp"))
 
 
 def test_merge_keeps_other_entries_and_skips_identical_writes(tmp_path: Path) -> None:
@@ -165,6 +165,9 @@ def test_merge_files_unions_and_reports_conflicts(tmp_path: Path) -> None:
     assert merged2["y"].time_ratio == 0.65
 
 
-def test_writes_leave_no_lock_or_temp_files_in_the_tree(tmp_path: Path) -> None:
+def test_writes_leave_no_temp_files_and_only_the_ignored_lock_folder(tmp_path: Path) -> None:
+    from pytest_convperf.files import LOCK_DIR
+
     Store(tmp_path, MACHINE).write("test_mod", {"a": make_entry()})
-    assert sorted(p.name for p in (tmp_path / MACHINE).iterdir()) == ["test_mod.yaml"]
+    assert sorted(p.name for p in (tmp_path / MACHINE).iterdir()) == [LOCK_DIR, "test_mod.yaml"]
+    assert not list((tmp_path / MACHINE).rglob("*.tmp"))
