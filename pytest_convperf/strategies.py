@@ -412,8 +412,12 @@ def register_profiles() -> None:
     profile has a deadline; ``too_slow`` is suppressed for the same reason.
     """
     slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    # Hypothesis loads its own "ci" profile (derandomized, no database) when it sees $CI, and a
+    # profile without a parent inherits the loaded one: start from "default" so that each profile
+    # means what its help line says on every machine.
+    parent = settings.get_profile("default")
     for name, (_, values) in _PROFILES.items():
-        settings.register_profile(name, deadline=None, suppress_health_check=slow, **values)
+        settings.register_profile(name, parent=parent, deadline=None, suppress_health_check=slow, **values)
 
 
 def profiles_help() -> str:
