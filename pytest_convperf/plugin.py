@@ -69,6 +69,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         elif spec.name != "convperf-machine-aliases":
             group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
         parser.addini(spec.ini, spec.help, type="string", default="")
+    from pytest_convperf import ab_plugin
+
+    ab_plugin.add_option(group)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -90,6 +93,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_convperf import parallel
 
     parallel.configure(config)
+    from pytest_convperf import ab_plugin
+
+    ab_plugin.configure(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

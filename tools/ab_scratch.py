@@ -1,0 +1,158 @@
+"""Scratch git repositories for the A/B and bisect: tests use them, and ``main`` measures with them.
+
+``make_repo(path, slow_from=k, n_commits=n, kind=...)`` writes a tiny suite (one convperf check of
+``kernels/depthwise/reference.py``'s ``forward`` on a small depthwise problem) and commits it n
+times; commits ``k``.. (1-based) carry a slowdown:
+
+* ``kind="depthwise"``: the real depthwise reference (copied from this repository) and, from commit
+  k, a few extra tap products per output row (about 20 % more time at the shape below);
+* ``kind="sleep"``: a candidate that sleeps ``FAST_S`` (``SLOW_S`` from commit k) and then calls
+  ``F.conv2d``: a change the CPU timer sees at any load, for the CI tests.
+
+CLI (the measurements in README "A/B against a revision")::
+
+    python tools/ab_scratch.py ab|self|bisect|baseline --runs N --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+PROBLEM = "Conv2dProblem(n=1, c_in=16, h=24, w=24, c_out=16, kernel=(3, 3), padding=(1, 1), groups=16)"
+FAST_S, SLOW_S = 0.002, 0.003
+# Extra tap products per output row: ~20 % more time for the 3x3 problem above (measured).
+EXTRA = "            _ = xp[:, :, rows, cols] * taps[:, 0, i, 0].view(1, channels, 1, 1)\n"
+ANCHOR = "            out = term if out is None else out + term\n"
+
+TEST = f'''
+import pytest
+from kernels.depthwise import reference
+from pytest_convperf.problem import Conv2dProblem
+
+
+@pytest.mark.convperf
+def test_dw(convperf):
+    convperf.check(reference.forward, {PROBLEM})
+'''
+
+SLEEP_REF = '''
+import time
+import torch.nn.functional as F
+
+DELAY = {delay}
+
+
+def forward(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    time.sleep(DELAY)
+    return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+'''
+
+PYPROJECT = """[tool.pytest.ini_options]
+pythonpath = ["."]
+"""
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def reference_source(kind: str, slow: bool) -> str:
+    if kind == "sleep":
+        return SLEEP_REF.format(delay=SLOW_S if slow else FAST_S)
+    text = (HERE / "kernels" / "depthwise" / "reference.py").read_text()
+    assert ANCHOR in text
+    return text.replace(ANCHOR, ANCHOR + EXTRA.replace("            ", "        ", 1)) if slow else text
+
+
+def make_repo(path: Path, *, slow_from: int | None = 2, n_commits: int = 2, kind: str = "depthwise") -> list[str]:
+    """Create the repository; return its commit hashes, oldest first."""
+    path.mkdir(parents=True, exist_ok=True)
+    _git(path, "init", "-q", "-b", "main")
+    (path / "kernels" / "depthwise").mkdir(parents=True, exist_ok=True)
+    (path / "kernels" / "__init__.py").write_text("")
+    (path / "kernels" / "depthwise" / "__init__.py").write_text("")
+    (path / "pyproject.toml").write_text(PYPROJECT)
+    (path / "test_dw.py").write_text(TEST)
+    shas = []
+    for k in range(1, n_commits + 1):
+        slow = slow_from is not None and k >= slow_from
+        (path / "kernels" / "depthwise" / "reference.py").write_text(reference_source(kind, slow))
+        (path / "notes.txt").write_text(f"commit {k}\n")
+        _git(path, "add", "-A")
+        _git(path, "commit", "-q", "-m", f"commit {k}" + (" (slow)" if slow else ""))
+        shas.append(_git(path, "rev-parse", "HEAD").strip())
+    return shas
+
+
+def run_pytest(repo: Path, *args: str, report: Path) -> tuple[float, list[dict[str, object]]]:
+    """One ``pytest --convperf`` session in ``repo``; returns (wall seconds, rows)."""
+    start = time.perf_counter()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--convperf",
+           f"--convperf-report={report}", "--convperf-machine=scratch", *args]  # fmt: skip
+    subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    rows = json.loads((report / "rows.json").read_text()) if (report / "rows.json").is_file() else []
+    return wall, rows
+
+
+def _main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("ab", "self", "bisect", "baseline"))
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    out: Path = args.out
+    results = []
+    if args.what == "bisect":
+        repo = out / "repo"
+        shas = make_repo(repo, slow_from=5, n_commits=8)
+        for i in range(args.runs):
+            start = time.perf_counter()
+            res = subprocess.run(
+                [sys.executable, "-m", "pytest_convperf", "bisect", shas[0], shas[-1], "--", "test_dw.py"],
+                cwd=repo, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            wall = time.perf_counter() - start
+            tail = res.stdout.strip().splitlines()[-3:]
+            results.append({"run": i, "wall_s": wall, "rc": res.returncode, "tail": tail,
+                            "named_5": shas[4][:10] in res.stdout.strip().splitlines()[-1] if tail else False})  # fmt: skip
+            print(json.dumps(results[-1]), flush=True)
+    else:
+        repo = out / "repo"
+        make_repo(repo, slow_from=2 if args.what != "self" else None, n_commits=2)
+        for i in range(args.runs):
+            report = out / f"r{i}"
+            extra = ["--convperf-against=HEAD~1"] if args.what in ("ab", "self") else []
+            if args.what == "baseline":
+                extra = [f"--convperf-baselines={out / 'baselines'}"]
+                if i == 0:
+                    extra.append("--convperf-update-baselines=all")
+            wall, rows = run_pytest(repo, *extra, report=report)
+            row = rows[0] if rows else {}
+            ab = (row.get("facts") or {}).get("ab") if isinstance(row, dict) else None
+            comp = row.get("comparison") or {} if isinstance(row, dict) else {}
+            rec = {"run": i, "wall_s": round(wall, 1), "verdict": row.get("verdict") if row else None,
+                   "ab": ab["result"] if ab else None, "time_ratio": comp.get("time_ratio")}  # fmt: skip
+            results.append(rec)
+            print(json.dumps(rec), flush=True)
+        ratios = [r["ab"]["ratio"] for r in results if r["ab"]] or [r["time_ratio"] for r in results if r["time_ratio"]]
+        if len(ratios) >= 2:
+            import math
+
+            lr = [math.log(x) for x in ratios]
+            print(json.dumps({"n": len(ratios), "median": statistics.median(ratios), "sd_ln": statistics.stdev(lr)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
