@@ -7,7 +7,10 @@ times; commits ``k``.. (1-based) carry a slowdown:
 * ``kind="depthwise"``: the real depthwise reference (copied from this repository) and, from commit
   k, a few extra tap products per output row (about 20 % more time at the shape below);
 * ``kind="sleep"``: a candidate that sleeps ``FAST_S`` (``SLOW_S`` from commit k) and then calls
-  ``F.conv2d``: a change the CPU timer sees at any load, for the CI tests.
+  ``F.conv2d``: a change the CPU timer sees at any load;
+* ``kind="fake"``: the sleep candidate without the sleep; it logs its revision's cost (``FAST_S``
+  or ``SLOW_S``) in ``costlog.COSTS`` and a conftest's fake timer replays it (with a 1 % wobble):
+  the A/B and bisect logic end to end in seconds, for CI.
 
 CLI (the measurements in README "A/B against a revision")::
 
@@ -45,14 +48,34 @@ def test_dw(convperf):
 
 SLEEP_REF = '''
 import time
+
+import costlog
 import torch.nn.functional as F
 
 DELAY = {delay}
 
 
 def forward(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    time.sleep(DELAY)
+    {action}
     return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+'''
+
+COSTLOG = "COSTS = []\n"
+FAKE_CONFTEST = '''
+import pytest
+import costlog
+from pytest_convperf.timing.fake import FakeTimer
+
+
+def _duration(name, index):
+    # The candidate's own revision logged its cost; the reference (F.conv2d) logs nothing.
+    base = costlog.COSTS.pop() if costlog.COSTS else 0.002
+    return base * (1 + 0.01 * ((index * 7919) % 13 - 6) / 6)
+
+
+@pytest.fixture
+def convperf_timer():
+    return FakeTimer(_duration)
 '''
 
 PYPROJECT = """[tool.pytest.ini_options]
@@ -67,8 +90,9 @@ def _git(root: Path, *args: str) -> str:
 
 
 def reference_source(kind: str, slow: bool) -> str:
-    if kind == "sleep":
-        return SLEEP_REF.format(delay=SLOW_S if slow else FAST_S)
+    if kind in ("sleep", "fake"):
+        action = "time.sleep(DELAY)" if kind == "sleep" else "costlog.COSTS.append(DELAY)"
+        return SLEEP_REF.format(delay=SLOW_S if slow else FAST_S, action=action)
     text = (HERE / "kernels" / "depthwise" / "reference.py").read_text()
     assert ANCHOR in text
     return text.replace(ANCHOR, ANCHOR + EXTRA.replace("            ", "        ", 1)) if slow else text
@@ -83,6 +107,9 @@ def make_repo(path: Path, *, slow_from: int | None = 2, n_commits: int = 2, kind
     (path / "kernels" / "depthwise" / "__init__.py").write_text("")
     (path / "pyproject.toml").write_text(PYPROJECT)
     (path / "test_dw.py").write_text(TEST)
+    (path / "costlog.py").write_text(COSTLOG)
+    if kind == "fake":
+        (path / "conftest.py").write_text(FAKE_CONFTEST)
     shas = []
     for k in range(1, n_commits + 1):
         slow = slow_from is not None and k >= slow_from
@@ -107,12 +134,32 @@ def run_pytest(repo: Path, *args: str, report: Path) -> tuple[float, list[dict[s
 
 def _main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("ab", "self", "bisect", "baseline"))
+    ap.add_argument("what", choices=("ab", "self", "bisect", "baseline", "twoproc"))
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     out: Path = args.out
     results = []
+    if args.what == "twoproc":
+        # Interleaving two processes: A's and REF's (identical) trees, each timed against F.conv2d in its
+        # own pytest session, alternately; the A/B ratio is the quotient of the two sessions' ratios.
+        import math
+
+        repo = out / "repo"
+        make_repo(repo, slow_from=None, n_commits=2)
+        ref = out / "ref"
+        _git(repo, "worktree", "add", "--detach", str(ref), "HEAD~1")
+        ratios = []
+        for i in range(args.runs):
+            wa, ra = run_pytest(repo, report=out / f"a{i}")
+            wb, rb = run_pytest(ref, report=out / f"b{i}")
+            q = ra[0]["comparison"]["time_ratio"] / rb[0]["comparison"]["time_ratio"]
+            ratios.append(q)
+            print(json.dumps({"run": i, "wall_s": round(wa + wb, 1), "ratio": q}), flush=True)
+        lr = [math.log(x) for x in ratios]
+        print(json.dumps({"n": len(ratios), "median": statistics.median(ratios), "sd_ln": statistics.stdev(lr)}))
+        _git(repo, "worktree", "remove", "--force", str(ref))
+        return 0
     if args.what == "bisect":
         repo = out / "repo"
         shas = make_repo(repo, slow_from=5, n_commits=8)
