@@ -1,6 +1,8 @@
 """Depthwise conv2d on CUDA: ``forward`` with ``F.conv2d``'s signature, differentiable.
 
-The ops ``torch.ops.convperf_depthwise.{forward,input_grad,weight_grad}`` come from ``binding.cpp``;
+The ops ``torch.ops.<ns>.{forward,input_grad,weight_grad}`` come from ``binding.cpp`` (``<ns>`` is
+``kernels._build.namespace("depthwise")``: ``convperf_depthwise``, or a distinct name for a revision's
+copy in an A/B);
 the library is built and loaded by ``kernels._build.load("depthwise")`` on the first call (or on
 :func:`ensure_loaded`), which also registers their fake (meta) implementations and the autograd
 formula of ``forward`` (input, weight and bias gradients; the gradient ops are not differentiable
@@ -18,6 +20,7 @@ import torch
 from kernels import _build
 from kernels.depthwise.reference import IntPair, Padding, depthwise_args, output_hw
 
+# Set from the loader on first load (a revision's renamed copy gets its own namespace).
 NAMESPACE = "convperf_depthwise"
 _lock = threading.Lock()
 _ready = False
@@ -25,13 +28,14 @@ _ready = False
 
 def ensure_loaded() -> None:
     """Build/load the CUDA library once and register fake and autograd implementations."""
-    global _ready
+    global _ready, NAMESPACE
     if _ready:
         return
     with _lock:
         if _ready:
             return
         _build.load("depthwise")
+        NAMESPACE = _build.namespace("depthwise")
         _register()
         _ready = True
 
