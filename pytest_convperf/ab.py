@@ -37,7 +37,9 @@ CPU_AB_NOISE_FLOOR = 0.02
 GPU_AB_NOISE_FLOOR = GPU_NOISE_FLOOR
 
 
-def ab_policy(device_type: str, *, tolerance: float | None = None, noise_floor: float | None = None) -> Policy:
+def ab_policy(
+    device_type: str, *, tolerance: float | None = None, noise_floor: float | None = None
+) -> Policy:
     """The gate's policy for ``device_type`` with the A/B noise floor (or ``noise_floor``)."""
     base = default_policy(device_type, tolerance=tolerance)
     default = GPU_AB_NOISE_FLOOR if device_type == "cuda" else CPU_AB_NOISE_FLOOR
@@ -122,10 +124,13 @@ def decide_ab(first: Comparison, confirm: Callable[[int], Comparison], policy: P
                 SAME, screen, policy, f"no change beyond {tol} (a {mde:.1%} change would be seen)", mde
             )
         return _result(
-            INCONCLUSIVE, screen, policy,
+            INCONCLUSIVE,
+            screen,
+            policy,
             f"no change seen, but too noisy to call it the same: only a {mde:.1%} change would be seen "
-            f"(needs <= {policy.max_mde:.0%}); run on a quieter machine or with more rounds", mde,
-        )  # fmt: skip
+            f"(needs <= {policy.max_mde:.0%}); run on a quieter machine or with more rounds",
+            mde,
+        )
     again = confirm(policy.confirm_factor * first.n_rounds)
     stage = _stage("confirm", again, policy, policy.confirm_q)
     if again.inconclusive:
@@ -133,15 +138,19 @@ def decide_ab(first: Comparison, confirm: Callable[[int], Comparison], policy: P
     if _direction(stage, bound) == suspect:
         word = "slower" if suspect == SLOWER else "faster"
         return _result(
-            suspect, stage, policy,
+            suspect,
+            stage,
+            policy,
             f"A is {word} than REF beyond {tol}: t_A/t_REF {math.exp(stage.d):.3f} "
             f"(screen and a {stage.n_rounds}-round confirm agree)",
-        )  # fmt: skip
+        )
     return _result(
-        INCONCLUSIVE, stage, policy,
+        INCONCLUSIVE,
+        stage,
+        policy,
         f"the screen saw A {suspect.lower()} (t_A/t_REF {math.exp(screen.d):.3f}) but the "
         f"{stage.n_rounds}-round confirm did not repeat it at {policy.confirm_q:.2%}",
-    )  # fmt: skip
+    )
 
 
 def t_interval(ratio_ln: float, se: float, df: float, q: float = 0.975) -> tuple[float, float]:

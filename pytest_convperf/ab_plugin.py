@@ -117,8 +117,12 @@ class ABSession:
             "a_speedup_ci": list(a_speedup[1]),
             "ref_speedup": ref_vs_reference.speedup,
             "ref_speedup_ci": list(ref_vs_reference.speedup_ci),
-            "ref_measurement": {"samples": list(ref_meas.samples), "median": ref_meas.median,
-                                "mode": ref_meas.mode, "l2": ref_meas.l2},  # fmt: skip
+            "ref_measurement": {
+                "samples": list(ref_meas.samples),
+                "median": ref_meas.median,
+                "mode": ref_meas.mode,
+                "l2": ref_meas.l2,
+            },
         }
 
     # ---- hooks ------------------------------------------------------------------------------------

@@ -26,8 +26,15 @@ def ab_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if not ab:
             continue
         result = ABResult.from_dict(ab["result"])
-        out.append({"key": row.get("key"), "module": row.get("module"), "nodeid": row.get("nodeid"), "ab": ab,
-                    "result": result})  # fmt: skip
+        out.append(
+            {
+                "key": row.get("key"),
+                "module": row.get("module"),
+                "nodeid": row.get("nodeid"),
+                "ab": ab,
+                "result": result,
+            }
+        )
     out.sort(key=lambda r: -abs(r["result"].ratio - 1.0))
     return out
 
@@ -63,7 +70,10 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             f"{res.change:+.1%} | {_speedup(ab.get('a_speedup'), ab.get('a_speedup_ci'))} | "
             f"{_speedup(ab.get('ref_speedup'), ab.get('ref_speedup_ci'))} | {res.n_rounds} |"
         )
-    counts = {v: sum(1 for r in data if r["result"].verdict == v) for v in ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")}
+    counts = {
+        v: sum(1 for r in data if r["result"].verdict == v)
+        for v in ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")
+    }
     lines += ["", ", ".join(f"{v} {n}" for v, n in counts.items() if n)]
     return "\n".join(lines) + "\n"
 
@@ -98,8 +108,14 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> str | None:
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(data) + 1.5))
     for y, r in enumerate(data):
         res: ABResult = r["result"]
-        ax.errorbar([res.ratio], [y], xerr=[[res.ratio - res.ci[0]], [res.ci[1] - res.ratio]], fmt="o",
-                    color=colors.get(res.verdict, "k"), capsize=3)  # fmt: skip
+        ax.errorbar(
+            [res.ratio],
+            [y],
+            xerr=[[res.ratio - res.ci[0]], [res.ci[1] - res.ratio]],
+            fmt="o",
+            color=colors.get(res.verdict, "k"),
+            capsize=3,
+        )
     tol = data[0]["result"].tolerance
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
     for edge in (1 / (1 + tol), 1 + tol):
@@ -130,8 +146,12 @@ def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[Mapping[str, Any]
         ref_side = ab.get("ref_measurement")
         if template is None or not ref_side:
             continue
-        fake_row = {"key": r["key"], "module": r["module"], "nodeid": r["nodeid"],
-                    "comparison": {"candidate": ref_side, "n_rounds": ab["result"]["n_rounds"]}}  # fmt: skip
+        fake_row = {
+            "key": r["key"],
+            "module": r["module"],
+            "nodeid": r["nodeid"],
+            "comparison": {"candidate": ref_side, "n_rounds": ab["result"]["n_rounds"]},
+        }
         ref_bench = benchmark_json([fake_row], machine_info={}, commit_info={}, when="")["benchmarks"][0]
         ref_bench.update(
             name=f"{r['key']}[candidate@ref]",
@@ -151,6 +171,8 @@ def write(report_dir: Path, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     results_path = report_dir / "results.json"
     if results_path.is_file():
         results = json.loads(results_path.read_text(encoding="utf-8"))
-        atomic_write(results_path, json.dumps(add_ref_benchmarks(results, rows), indent=2, default=str) + "\n")
+        atomic_write(
+            results_path, json.dumps(add_ref_benchmarks(results, rows), indent=2, default=str) + "\n"
+        )
     note = plot(rows, report_dir / "ab.png")
     return [note] if note else []

@@ -67,12 +67,15 @@ def walk(commits: Sequence[Revision], compare: Compare, log: Callable[[str], Non
         vs_lo = compare(commits[mid], commits[lo])
         vs_hi = compare(commits[mid], commits[hi])
         side = (
-            "bad" if vs_lo.verdict == direction and vs_hi.verdict == SAME
-            else "good" if vs_lo.verdict == SAME and vs_hi.verdict == reverse
+            "bad"
+            if vs_lo.verdict == direction and vs_hi.verdict == SAME
+            else "good"
+            if vs_lo.verdict == SAME and vs_hi.verdict == reverse
             else None
-        )  # fmt: skip
+        )
         say(
-            f"{commits[mid].label}: vs {commits[lo].label} {_fmt(vs_lo)}; vs {commits[hi].label} {_fmt(vs_hi)}"
+            f"{commits[mid].label}: vs {commits[lo].label} {_fmt(vs_lo)}; "
+            f"vs {commits[hi].label} {_fmt(vs_hi)}"
             f" -> {side or 'ambiguous'}"
         )
         if side is None:
@@ -114,13 +117,25 @@ def pytest_compare(repo: Path, checkouts: Checkouts, pytest_args: Sequence[str],
         tree = checkouts.path(a)
         counter[0] += 1
         report = work / f"run{counter[0]}"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--convperf",
-               f"--convperf-against={ref.sha}", f"--convperf-report={report}", *pytest_args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--convperf",
+            f"--convperf-against={ref.sha}",
+            f"--convperf-report={report}",
+            *pytest_args,
+        ]
         res = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, check=False)
         rows_file = report / "rows.json"
         if not rows_file.is_file():
             tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-15:])
-            raise RevisionError(f"pytest at {a.label} against {ref.label} wrote no results (exit {res.returncode}):\n{tail}")
+            raise RevisionError(
+                f"pytest at {a.label} against {ref.label} wrote no results (exit {res.returncode}):\n{tail}"
+            )
         name, result = _pick(json.loads(rows_file.read_text(encoding="utf-8")), key[0] if key else None)
         key[:] = [name]
         return result
@@ -140,8 +155,11 @@ def main(good: str, bad: str, pytest_args: Sequence[str], cwd: Path | None = Non
         with tempfile.TemporaryDirectory(prefix="convperf-bisect-") as work:
             co = Checkouts(repo)
             try:
-                result = walk(commits, pytest_compare(repo, co, pytest_args, Path(work)),
-                              log=lambda line: print(line, flush=True))  # fmt: skip
+                result = walk(
+                    commits,
+                    pytest_compare(repo, co, pytest_args, Path(work)),
+                    log=lambda line: print(line, flush=True),
+                )
             finally:
                 co.close()
     except RevisionError as exc:

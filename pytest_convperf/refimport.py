@@ -54,7 +54,8 @@ def candidate_path(candidate: Callable[..., Any], repo: Path) -> tuple[str, str,
         rel = Path(file).resolve().relative_to(repo.resolve())
     except ValueError:
         raise CandidateLookupError(
-            f"candidate {module_name}.{qualname} lives in {file}, outside the repository {repo}: an installed "
+            f"candidate {module_name}.{qualname} lives in {file}, outside the repository {repo}: "
+            "an installed "
             "package is the same at every revision, so there is nothing to compare"
         ) from None
     return module_name, qualname, rel.as_posix()
@@ -92,7 +93,9 @@ def import_from_tree(tree: Path, module_name: str, sha: str) -> types.ModuleType
     return module
 
 
-def ref_candidate(candidate: Callable[..., Any], repo: Path, tree: Path, sha: str, label: str) -> Callable[..., Any]:
+def ref_candidate(
+    candidate: Callable[..., Any], repo: Path, tree: Path, sha: str, label: str
+) -> Callable[..., Any]:
     """REF's twin of ``candidate``: same module path and qualified name, imported from ``tree``."""
     module_name, qualname, rel = candidate_path(candidate, repo)
     if not (tree / rel).is_file():
@@ -104,7 +107,8 @@ def ref_candidate(candidate: Callable[..., Any], repo: Path, tree: Path, sha: st
         module = import_from_tree(tree, module_name, sha)
     except Exception as exc:
         raise CandidateLookupError(
-            f"importing {module_name} from revision {label} ({tree / rel}) failed: {type(exc).__name__}: {exc}"
+            f"importing {module_name} from revision {label} ({tree / rel}) failed: "
+            f"{type(exc).__name__}: {exc}"
         ) from exc
     obj: Any = module
     for part in qualname.split("."):

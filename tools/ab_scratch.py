@@ -35,7 +35,7 @@ FAST_S, SLOW_S = 0.002, 0.003
 EXTRA = "            _ = xp[:, :, rows, cols] * taps[:, 0, i, 0].view(1, channels, 1, 1)\n"
 ANCHOR = "            out = term if out is None else out + term\n"
 
-TEST = f'''
+TEST = f"""
 import pytest
 from kernels.depthwise import reference
 from pytest_convperf.problem import Conv2dProblem
@@ -44,9 +44,9 @@ from pytest_convperf.problem import Conv2dProblem
 @pytest.mark.convperf
 def test_dw(convperf):
     convperf.check(reference.forward, {PROBLEM})
-'''
+"""
 
-SLEEP_REF = '''
+SLEEP_REF = """
 import time
 
 import costlog
@@ -58,10 +58,10 @@ DELAY = {delay}
 def forward(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     {action}
     return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
-'''
+"""
 
 COSTLOG = "COSTS = []\n"
-FAKE_CONFTEST = '''
+FAKE_CONFTEST = """
 import pytest
 import costlog
 from pytest_convperf.timing.fake import FakeTimer
@@ -76,7 +76,7 @@ def _duration(name, index):
 @pytest.fixture
 def convperf_timer():
     return FakeTimer(_duration)
-'''
+"""
 
 PYPROJECT = """[tool.pytest.ini_options]
 pythonpath = ["."]
@@ -84,9 +84,16 @@ pythonpath = ["."]
 
 
 def _git(root: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
-    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def reference_source(kind: str, slow: bool) -> str:
@@ -98,7 +105,9 @@ def reference_source(kind: str, slow: bool) -> str:
     return text.replace(ANCHOR, ANCHOR + EXTRA.replace("            ", "        ", 1)) if slow else text
 
 
-def make_repo(path: Path, *, slow_from: int | None = 2, n_commits: int = 2, kind: str = "depthwise") -> list[str]:
+def make_repo(
+    path: Path, *, slow_from: int | None = 2, n_commits: int = 2, kind: str = "depthwise"
+) -> list[str]:
     """Create the repository; return its commit hashes, oldest first."""
     path.mkdir(parents=True, exist_ok=True)
     _git(path, "init", "-q", "-b", "main")
@@ -124,8 +133,18 @@ def make_repo(path: Path, *, slow_from: int | None = 2, n_commits: int = 2, kind
 def run_pytest(repo: Path, *args: str, report: Path) -> tuple[float, list[dict[str, object]]]:
     """One ``pytest --convperf`` session in ``repo``; returns (wall seconds, rows)."""
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--convperf",
-           f"--convperf-report={report}", "--convperf-machine=scratch", *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--convperf",
+        f"--convperf-report={report}",
+        "--convperf-machine=scratch",
+        *args,
+    ]
     subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     rows = json.loads((report / "rows.json").read_text()) if (report / "rows.json").is_file() else []
@@ -157,7 +176,9 @@ def _main() -> int:
             ratios.append(q)
             print(json.dumps({"run": i, "wall_s": round(wa + wb, 1), "ratio": q}), flush=True)
         lr = [math.log(x) for x in ratios]
-        print(json.dumps({"n": len(ratios), "median": statistics.median(ratios), "sd_ln": statistics.stdev(lr)}))
+        print(
+            json.dumps({"n": len(ratios), "median": statistics.median(ratios), "sd_ln": statistics.stdev(lr)})
+        )
         _git(repo, "worktree", "remove", "--force", str(ref))
         return 0
     if args.what == "bisect":
@@ -167,12 +188,22 @@ def _main() -> int:
             start = time.perf_counter()
             res = subprocess.run(
                 [sys.executable, "-m", "pytest_convperf", "bisect", shas[0], shas[-1], "--", "test_dw.py"],
-                cwd=repo, capture_output=True, text=True, check=False,
-            )  # fmt: skip
+                cwd=repo,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             wall = time.perf_counter() - start
             tail = res.stdout.strip().splitlines()[-3:]
-            results.append({"run": i, "wall_s": wall, "rc": res.returncode, "tail": tail,
-                            "named_5": shas[4][:10] in res.stdout.strip().splitlines()[-1] if tail else False})  # fmt: skip
+            results.append(
+                {
+                    "run": i,
+                    "wall_s": wall,
+                    "rc": res.returncode,
+                    "tail": tail,
+                    "named_5": shas[4][:10] in res.stdout.strip().splitlines()[-1] if tail else False,
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
     else:
         repo = out / "repo"
@@ -188,16 +219,27 @@ def _main() -> int:
             row = rows[0] if rows else {}
             ab = (row.get("facts") or {}).get("ab") if isinstance(row, dict) else None
             comp = row.get("comparison") or {} if isinstance(row, dict) else {}
-            rec = {"run": i, "wall_s": round(wall, 1), "verdict": row.get("verdict") if row else None,
-                   "ab": ab["result"] if ab else None, "time_ratio": comp.get("time_ratio")}  # fmt: skip
+            rec = {
+                "run": i,
+                "wall_s": round(wall, 1),
+                "verdict": row.get("verdict") if row else None,
+                "ab": ab["result"] if ab else None,
+                "time_ratio": comp.get("time_ratio"),
+            }
             results.append(rec)
             print(json.dumps(rec), flush=True)
-        ratios = [r["ab"]["ratio"] for r in results if r["ab"]] or [r["time_ratio"] for r in results if r["time_ratio"]]
+        ratios = [r["ab"]["ratio"] for r in results if r["ab"]] or [
+            r["time_ratio"] for r in results if r["time_ratio"]
+        ]
         if len(ratios) >= 2:
             import math
 
             lr = [math.log(x) for x in ratios]
-            print(json.dumps({"n": len(ratios), "median": statistics.median(ratios), "sd_ln": statistics.stdev(lr)}))
+            print(
+                json.dumps(
+                    {"n": len(ratios), "median": statistics.median(ratios), "sd_ln": statistics.stdev(lr)}
+                )
+            )
     return 0
 
 

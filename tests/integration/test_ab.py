@@ -19,8 +19,18 @@ from tools.ab_scratch import make_repo
 
 def run(repo: Path, *args: str, report: Path | None = None) -> subprocess.CompletedProcess[str]:
     extra = [f"--convperf-report={report}"] if report is not None else []
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--convperf",
-           "--convperf-machine=scratch", *extra, *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--convperf",
+        "--convperf-machine=scratch",
+        *extra,
+        *args,
+    ]
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
 
 
@@ -45,7 +55,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def slower(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path, str]:
+def slower(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess[str], Path, str]:
     """One A/B of the slow commit against its parent: (pytest's result, report dir, git status before)."""
     report = tmp_path_factory.mktemp("report")
     before = git(repo, "status", "--porcelain")
@@ -77,7 +89,10 @@ def test_results_json_stays_readable_by_pytest_benchmark_compare(
     slower: tuple[subprocess.CompletedProcess[str], Path, str],
 ) -> None:
     report = slower[1] / "results.json"
-    code = f"import sys; from pytest_benchmark.cli import main; sys.argv = ['pytest-benchmark', 'compare', {str(report)!r}]; main()"
+    code = (
+        "import sys; from pytest_benchmark.cli import main; "
+        f"sys.argv = ['pytest-benchmark', 'compare', {str(report)!r}]; main()"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert "candidate@ref" in res.stdout
@@ -121,17 +136,23 @@ def test_a_revision_without_the_kernel_or_the_test_fails_the_check_by_name(tmp_p
     git(repo, "checkout", "-q", "--orphan", "bare")
     git(repo, "rm", "-rq", "--cached", ".")
     git(repo, "add", "empty.txt")
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "bare"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "bare"], cwd=repo, check=True
+    )
     git(repo, "checkout", "-q", "-f", "main")
     res = run(repo, "--convperf-against=bare")
     assert res.returncode == 1 and "revision bare" in res.stdout and "has no test_dw.py" in res.stdout
     (repo / "test_dw.py").rename(repo / "test_dw2.py")  # the test exists at REF, the kernel does not
     git(repo, "add", "-A")
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mv"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mv"], cwd=repo, check=True
+    )
     git(repo, "checkout", "-q", "bare")
     (repo / "test_dw2.py").write_text("")
     git(repo, "add", "-A")
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t"], cwd=repo, check=True
+    )
     git(repo, "checkout", "-q", "-f", "main")
     res = run(repo, "--convperf-against=bare")
     assert res.returncode == 1 and "has no kernels/depthwise/reference.py" in res.stdout, res.stdout
@@ -143,16 +164,20 @@ def test_a_ref_whose_kernel_does_not_build_is_named_with_the_compiler_lines(tmp_
     ref_py = repo / "kernels" / "depthwise" / "reference.py"
     good = ref_py.read_text()
     ref_py.write_text(
-        good.replace("    costlog.COSTS.append(DELAY)",
-                     "    raise RuntimeError('building kernel family failed.\\nFirst compiler errors:\\n"
-                     "depthwise.cu(12): error: identifier \"bad\" is undefined')")  # fmt: skip
+        good.replace(
+            "    costlog.COSTS.append(DELAY)",
+            "    raise RuntimeError('building kernel family failed.\\nFirst compiler errors:\\n"
+            'depthwise.cu(12): error: identifier "bad" is undefined\')',
+        )
     )
     git(repo, "commit", "-qam", "broken build")
     ref_py.write_text(good)
     git(repo, "commit", "-qam", "fixed")
     res = run(repo, "--convperf-against=HEAD~1")
     assert res.returncode == 1
-    assert "REF's candidate failed" in res.stdout and 'depthwise.cu(12): error: identifier "bad"' in res.stdout
+    assert (
+        "REF's candidate failed" in res.stdout and 'depthwise.cu(12): error: identifier "bad"' in res.stdout
+    )
     assert git(repo, "worktree", "list").count("\n") == 1
 
 
@@ -160,10 +185,22 @@ def test_bisect_names_the_first_slow_commit_on_a_scratch_repository(tmp_path: Pa
     repo = tmp_path / "repo"
     shas = make_repo(repo, slow_from=3, n_commits=4, kind="fake")
     res = subprocess.run(
-        [sys.executable, "-m", "pytest_convperf", "bisect", shas[0], shas[-1], "--", "test_dw.py",
-         "--convperf-machine=scratch"],
-        cwd=repo, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest_convperf",
+            "bisect",
+            shas[0],
+            shas[-1],
+            "--",
+            "test_dw.py",
+            "--convperf-machine=scratch",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith(f"first bad commit: {shas[2][:10]}") and "commit 3 (slow)" in last
@@ -174,6 +211,11 @@ def test_bisect_names_the_first_slow_commit_on_a_scratch_repository(tmp_path: Pa
 def test_bisect_errors_are_clear(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     make_repo(repo, slow_from=None, n_commits=2, kind="fake")
-    res = subprocess.run([sys.executable, "-m", "pytest_convperf", "bisect", "HEAD", "HEAD~1", "--", "test_dw.py"],
-                         cwd=repo, capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest_convperf", "bisect", "HEAD", "HEAD~1", "--", "test_dw.py"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 1 and "not an ancestor" in res.stderr

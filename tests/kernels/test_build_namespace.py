@@ -20,8 +20,9 @@ SHA = "ab" * 20
 @pytest.fixture
 def ref_build(tmp_path: Path) -> ModuleType:
     """``kernels._build`` of a copy of the tree, imported as an A/B imports a revision's modules."""
-    shutil.copytree(_build.KERNELS_ROOT, tmp_path / "tree" / "kernels",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        _build.KERNELS_ROOT, tmp_path / "tree" / "kernels", ignore=shutil.ignore_patterns("__pycache__")
+    )
     module = import_from_tree(tmp_path / "tree", "kernels._build", SHA)
     yield module
     for name in [m for m in sys.modules if m.startswith(alias_prefix(SHA))]:
@@ -53,13 +54,17 @@ def test_the_namespace_macro_expands_before_torch_library_pastes_it(tmp_path: Pa
     src = tmp_path / "x.cpp"
     src.write_text(
         "#define TORCH_LIBRARY(ns, m) lib_##ns #ns\n#define TORCH_LIBRARY_IMPL(ns, k, m) impl_##ns##_##k\n"
-        "#ifndef CONVPERF_NS\n#define CONVPERF_NS convperf_fam\n#endif\n#include \"convperf_ns.h\"\n"
+        '#ifndef CONVPERF_NS\n#define CONVPERF_NS convperf_fam\n#endif\n#include "convperf_ns.h"\n'
         "CONVPERF_TORCH_LIBRARY(m)\nCONVPERF_TORCH_LIBRARY_IMPL(CUDA, m)\n"
     )
     inc = ["-I", str(_build.SHARED_INCLUDE)]
     default = subprocess.run([cxx, "-E", "-P", *inc, str(src)], capture_output=True, text=True, check=True)
-    renamed = subprocess.run([cxx, "-E", "-P", *inc, "-DCONVPERF_NS=convperf_fam_1234", str(src)],
-                             capture_output=True, text=True, check=True)  # fmt: skip
+    renamed = subprocess.run(
+        [cxx, "-E", "-P", *inc, "-DCONVPERF_NS=convperf_fam_1234", str(src)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert 'lib_convperf_fam "convperf_fam"' in default.stdout and "impl_convperf_fam_CUDA" in default.stdout
     assert 'lib_convperf_fam_1234 "convperf_fam_1234"' in renamed.stdout
 

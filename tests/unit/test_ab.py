@@ -72,7 +72,10 @@ def test_dropped_rounds_make_it_inconclusive() -> None:
 def test_the_noise_floor_widens_the_interval_and_can_be_overridden() -> None:
     """The gate's rule: sigma^2 = se^2 + floor^2; a 7 % change is SLOWER only on a quiet floor."""
     quiet = ab_policy("cpu", noise_floor=0.005)
-    assert decide_ab(comparison(1.07, se=0.002), lambda n: comparison(1.07, se=0.001, n=n), quiet).verdict == SLOWER
+    assert (
+        decide_ab(comparison(1.07, se=0.002), lambda n: comparison(1.07, se=0.001, n=n), quiet).verdict
+        == SLOWER
+    )
     loud = ab_policy("cpu", noise_floor=0.05)
     assert decide_ab(comparison(1.07, se=0.002), never, loud).verdict != SLOWER
 
@@ -140,8 +143,11 @@ def test_bisect_is_ambiguous_with_the_interval_when_a_midpoint_is_on_neither_sid
 
     def compare(a: Revision, ref: Revision) -> ABResult:
         ratio = cost(a) / cost(ref)
-        return decide_ab(comparison(ratio, se=0.002), lambda n: comparison(ratio, se=0.001, n=n),
-                         ab_policy("cpu", noise_floor=0.005))  # fmt: skip
+        return decide_ab(
+            comparison(ratio, se=0.002),
+            lambda n: comparison(ratio, se=0.001, n=n),
+            ab_policy("cpu", noise_floor=0.005),
+        )
 
     lines: list[str] = []
     result = walk(revs, compare, log=lines.append)

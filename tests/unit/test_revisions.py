@@ -23,9 +23,16 @@ PKG = "abprobe_pkg"
 
 
 def git(root: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}  # fmt: skip
-    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def commit_version(root: Path, value: int, *, extra: str = "") -> str:
@@ -33,7 +40,8 @@ def commit_version(root: Path, value: int, *, extra: str = "") -> str:
     (root / PKG / "__init__.py").write_text("")
     (root / PKG / "helper.py").write_text(f"VALUE = {value}\n")
     (root / PKG / "mod.py").write_text(
-        f"from {PKG}.helper import VALUE\n\n\ndef fn():\n    return VALUE\n\n\nclass Box:\n    @staticmethod\n"
+        f"from {PKG}.helper import VALUE\n\n\ndef fn():\n    return VALUE\n\n\n"
+        "class Box:\n    @staticmethod\n"
         f"    def get():\n        return VALUE\n{extra}"
     )
     git(root, "add", "-A")
