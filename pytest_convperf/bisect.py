@@ -108,6 +108,11 @@ def _pick(rows: Sequence[dict[str, object]], key: str | None) -> tuple[str, ABRe
     return found[0]
 
 
+def pytest_command(*args: str) -> list[str]:
+    """``python -m pytest -q --convperf ARGS`` with this interpreter (no cache folder in the tree)."""
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--convperf", *args]
+
+
 def pytest_compare(repo: Path, checkouts: Checkouts, pytest_args: Sequence[str], work: Path) -> Compare:
     """``compare(a, ref)``: one ``pytest --convperf --convperf-against=ref`` session in a worktree of a."""
     key: list[str] = []
@@ -117,18 +122,7 @@ def pytest_compare(repo: Path, checkouts: Checkouts, pytest_args: Sequence[str],
         tree = checkouts.path(a)
         counter[0] += 1
         report = work / f"run{counter[0]}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--convperf",
-            f"--convperf-against={ref.sha}",
-            f"--convperf-report={report}",
-            *pytest_args,
-        ]
+        cmd = pytest_command(f"--convperf-against={ref.sha}", f"--convperf-report={report}", *pytest_args)
         res = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, check=False)
         rows_file = report / "rows.json"
         if not rows_file.is_file():

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from pytest_convperf.bisect import pytest_command
+
 HERE = Path(__file__).resolve().parent.parent
 PROBLEM = "Conv2dProblem(n=1, c_in=16, h=24, w=24, c_out=16, kernel=(3, 3), padding=(1, 1), groups=16)"
 FAST_S, SLOW_S = 0.002, 0.003
@@ -83,7 +85,7 @@ pythonpath = ["."]
 """
 
 
-def _git(root: Path, *args: str) -> str:
+def git(root: Path, *args: str) -> str:
     env = {
         **os.environ,
         "GIT_AUTHOR_NAME": "t",
@@ -110,7 +112,7 @@ def make_repo(
 ) -> list[str]:
     """Create the repository; return its commit hashes, oldest first."""
     path.mkdir(parents=True, exist_ok=True)
-    _git(path, "init", "-q", "-b", "main")
+    git(path, "init", "-q", "-b", "main")
     (path / "kernels" / "depthwise").mkdir(parents=True, exist_ok=True)
     (path / "kernels" / "__init__.py").write_text("")
     (path / "kernels" / "depthwise" / "__init__.py").write_text("")
@@ -124,27 +126,16 @@ def make_repo(
         slow = slow_from is not None and k >= slow_from
         (path / "kernels" / "depthwise" / "reference.py").write_text(reference_source(kind, slow))
         (path / "notes.txt").write_text(f"commit {k}\n")
-        _git(path, "add", "-A")
-        _git(path, "commit", "-q", "-m", f"commit {k}" + (" (slow)" if slow else ""))
-        shas.append(_git(path, "rev-parse", "HEAD").strip())
+        git(path, "add", "-A")
+        git(path, "commit", "-q", "-m", f"commit {k}" + (" (slow)" if slow else ""))
+        shas.append(git(path, "rev-parse", "HEAD").strip())
     return shas
 
 
 def run_pytest(repo: Path, *args: str, report: Path) -> tuple[float, list[dict[str, object]]]:
     """One ``pytest --convperf`` session in ``repo``; returns (wall seconds, rows)."""
     start = time.perf_counter()
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--convperf",
-        f"--convperf-report={report}",
-        "--convperf-machine=scratch",
-        *args,
-    ]
+    cmd = pytest_command(f"--convperf-report={report}", "--convperf-machine=scratch", *args)
     subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     rows = json.loads((report / "rows.json").read_text()) if (report / "rows.json").is_file() else []
@@ -167,7 +158,7 @@ def _main() -> int:
         repo = out / "repo"
         make_repo(repo, slow_from=None, n_commits=2)
         ref = out / "ref"
-        _git(repo, "worktree", "add", "--detach", str(ref), "HEAD~1")
+        git(repo, "worktree", "add", "--detach", str(ref), "HEAD~1")
         ratios = []
         for i in range(args.runs):
             wa, ra = run_pytest(repo, report=out / f"a{i}")
@@ -179,7 +170,7 @@ def _main() -> int:
         print(
             json.dumps({"n": len(ratios), "median": statistics.median(ratios), "sd_ln": statistics.stdev(lr)})
         )
-        _git(repo, "worktree", "remove", "--force", str(ref))
+        git(repo, "worktree", "remove", "--force", str(ref))
         return 0
     if args.what == "bisect":
         repo = out / "repo"

@@ -14,23 +14,13 @@ from typing import Any
 
 import pytest
 
-from tools.ab_scratch import make_repo
+from pytest_convperf.bisect import pytest_command
+from tools.ab_scratch import git, make_repo
 
 
 def run(repo: Path, *args: str, report: Path | None = None) -> subprocess.CompletedProcess[str]:
     extra = [f"--convperf-report={report}"] if report is not None else []
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--convperf",
-        "--convperf-machine=scratch",
-        *extra,
-        *args,
-    ]
+    cmd = pytest_command("--convperf-machine=scratch", *extra, *args)
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
 
 
@@ -40,10 +30,6 @@ def ab_row(report: Path) -> dict[str, Any]:
     ab = rows[0]["facts"]["ab"]
     assert isinstance(ab, dict)
     return ab
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -136,23 +122,17 @@ def test_a_revision_without_the_kernel_or_the_test_fails_the_check_by_name(tmp_p
     git(repo, "checkout", "-q", "--orphan", "bare")
     git(repo, "rm", "-rq", "--cached", ".")
     git(repo, "add", "empty.txt")
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "bare"], cwd=repo, check=True
-    )
+    git(repo, "commit", "-qm", "bare")
     git(repo, "checkout", "-q", "-f", "main")
     res = run(repo, "--convperf-against=bare")
     assert res.returncode == 1 and "revision bare" in res.stdout and "has no test_dw.py" in res.stdout
     (repo / "test_dw.py").rename(repo / "test_dw2.py")  # the test exists at REF, the kernel does not
     git(repo, "add", "-A")
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "mv"], cwd=repo, check=True
-    )
+    git(repo, "commit", "-qm", "mv")
     git(repo, "checkout", "-q", "bare")
     (repo / "test_dw2.py").write_text("")
     git(repo, "add", "-A")
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t"], cwd=repo, check=True
-    )
+    git(repo, "commit", "-qm", "t")
     git(repo, "checkout", "-q", "-f", "main")
     res = run(repo, "--convperf-against=bare")
     assert res.returncode == 1 and "has no kernels/depthwise/reference.py" in res.stdout, res.stdout

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,21 +17,9 @@ from pytest_convperf.revisions import (
     resolve,
     working_tree,
 )
+from tools.ab_scratch import git
 
 PKG = "abprobe_pkg"
-
-
-def git(root: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-        "PATH": "/usr/bin:/bin",
-    }
-    return subprocess.run(
-        ["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True
-    ).stdout
 
 
 def commit_version(root: Path, value: int, *, extra: str = "") -> str:
