@@ -23,7 +23,7 @@ def _candidate(mode: str, slow_fraction: float = 0.0) -> Candidate:
                 f"CUDA controls need CUDA tensors (got {a.input.device}); use kernels._controls.cpu"
             )
         _build.load("_controls")
-        out: torch.Tensor = torch.ops.convperf_controls.forward(
+        out: torch.Tensor = getattr(torch.ops, _build.namespace("_controls")).forward(
             a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation), mode, slow_fraction
         )
         return out

@@ -66,13 +66,14 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 
 def load() -> None:
     """Build (once per source hash) and load the extension, then register fake and autograd."""
-    global _registered
+    global _registered, OP_NAME
     if _registered:
         return
     with _lock:
         if _registered:
             return
         _build.load("edsr")
+        OP_NAME = f"{_build.namespace('edsr')}::sep_conv"  # a revision's copy has its own
         torch.library.register_fake(OP_NAME)(_fake)
         torch.library.register_autograd(OP_NAME, _backward, setup_context=_setup_context)
         _registered = True
@@ -98,7 +99,7 @@ def sep_conv(
             "Use kernels.edsr.reference.sep_conv on a CPU."
         )
     load()
-    out: torch.Tensor = torch.ops.convperf_edsr.sep_conv(
+    out: torch.Tensor = getattr(torch.ops, _build.namespace("edsr")).sep_conv(
         x, dw_weight, dw_bias, pw_weight, pw_bias, residual, float(res_scale), bool(relu)
     )
     return out

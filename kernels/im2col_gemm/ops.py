@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from kernels import _build
 from kernels._lazy_ops import LazyOps
 from kernels.im2col_gemm import columns, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
@@ -64,8 +65,9 @@ def _register_cpp_rules() -> None:
         n, c, _, w = input_shape
         return col.new_empty((n, c, h_rows, w))
 
-    torch.library.register_fake("convperf_im2col_gemm::im2col")(im2col_fake)
-    torch.library.register_fake("convperf_im2col_gemm::col2im")(col2im_fake)
+    ns = _build.namespace(FAMILY)  # after the load: a revision's copy has its own (see _build)
+    torch.library.register_fake(f"{ns}::im2col")(im2col_fake)
+    torch.library.register_fake(f"{ns}::col2im")(col2im_fake)
 
     def im2col_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         x, *rest = inputs
@@ -77,9 +79,7 @@ def _register_cpp_rules() -> None:
         dx = im2col_grad(grad, ctx.shape, kernel, stride, padding, dilation, row_start, rows, layout)
         return (dx, None, None, None, None, None, None, None, None)
 
-    torch.library.register_autograd(
-        "convperf_im2col_gemm::im2col", im2col_backward, setup_context=im2col_setup
-    )
+    torch.library.register_autograd(f"{ns}::im2col", im2col_backward, setup_context=im2col_setup)
 
 
 # Build/load the extension once and register fake and autograd rules for its ops.
