@@ -8,6 +8,16 @@ carries a hash of the sources, headers, flags, arch list and toolchain; a librar
 that hash is loaded without running the compiler (so a machine without nvcc can reuse a cache).
 Nothing is built at import time.
 
+Op namespaces: a family's ``binding.cpp`` registers ``TORCH_LIBRARY(CONVPERF_NS, m)`` through
+``kernels/include/convperf_ns.h``, where ``CONVPERF_NS`` defaults to ``convperf_<family>``. Two
+builds of one family in one process (the A/B of ``--convperf-against``: today's tree and a
+revision's) need distinct namespaces, so :func:`namespace` derives it from this module's
+``__name__``: ``kernels._build`` (the working tree) keeps ``convperf_<family>``; a copy imported
+under another name (a revision's tree, renamed ``_convperf_ref_<sha>.kernels._build`` by
+``pytest_convperf.refimport``) gets ``convperf_<family>_<hash8 of its name>``, passed as
+``-DCONVPERF_NS=...`` and made part of the build hash. ``ops.py`` asks :func:`namespace` after
+:func:`load` instead of spelling the name.
+
 CLI (used by CI and as the prebuild before a GPU run)::
 
     python -m kernels._build --all [--check-spills] [--archs "8.0;9.0"]
@@ -70,6 +80,8 @@ class BuildSpec:
     cxx_flags: tuple[str, ...]
     include_paths: tuple[Path, ...]
     toolchain: str = field(default="")
+    # The op namespace compiled in; "" keeps binding.cpp's default (convperf_<family>).
+    namespace: str = field(default="")
     content_hash: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
@@ -87,7 +99,13 @@ class BuildSpec:
         for part in (*self.archs, "|", *self.cuda_flags, "|", *self.cxx_flags, "|", self.toolchain):
             h.update(part.encode())
             h.update(b"\0")
+        if self.namespace:  # only a renamed build hashes it: the default build keeps its cache key
+            h.update(f"ns={self.namespace}".encode())
         return h.hexdigest()
+
+    def define_flags(self) -> list[str]:
+        """``-DCONVPERF_NS=<namespace>`` for a renamed build (none for the default namespace)."""
+        return [f"-DCONVPERF_NS={self.namespace}"] if self.namespace else []
 
     @property
     def name(self) -> str:
@@ -122,6 +140,9 @@ class BuildSpec:
             if arch.endswith("+PTX"):
                 flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
         return flags
+
+
+DEFAULT_MODULE = "kernels._build"
 
 
 def extensions_root() -> Path:
@@ -243,6 +264,7 @@ def make_spec(
         cxx_flags=CXX_FLAGS,
         include_paths=(folder, *_include_paths()),
         toolchain=_toolchain(),
+        namespace="" if __name__ == DEFAULT_MODULE else namespace(family),
     )
 
 
@@ -269,8 +291,8 @@ def compile_library(spec: BuildSpec, *, verbose: bool = False) -> Path:
         cpp_extension.load(
             name=spec.name,
             sources=[str(s) for s in spec.sources],
-            extra_cflags=list(spec.cxx_flags),
-            extra_cuda_cflags=[*spec.cuda_flags, *spec.gencode_flags()],
+            extra_cflags=[*spec.cxx_flags, *spec.define_flags()],
+            extra_cuda_cflags=[*spec.cuda_flags, *spec.define_flags(), *spec.gencode_flags()],
             extra_include_paths=[str(p) for p in spec.include_paths],
             build_directory=str(spec.build_dir),
             with_cuda=True,
@@ -322,8 +344,13 @@ def namespace(family: str) -> str:
 
     A leading underscore marks a family that is not a candidate (``_controls``, the planted defects);
     it is not part of the namespace, so the controls' ops are ``torch.ops.convperf_controls``.
+    A copy of this loader imported under another name (a revision's tree in an A/B, see the module
+    docstring) adds a hash of that name, so two builds of one family can live in one process.
     """
-    return f"convperf_{family.lstrip('_')}"
+    base = f"convperf_{family.lstrip('_')}"
+    if __name__ == DEFAULT_MODULE:
+        return base
+    return f"{base}_{hashlib.sha256(__name__.encode()).hexdigest()[:8]}"
 
 
 class LazyOps:

@@ -15,6 +15,10 @@ review BASE_REV [HEAD_REV]
     entry, env moved, reason) between two git revisions; HEAD_REV defaults to the work tree.
 history DIR [--persist N] [--no-plot]
     Change points per check over DIR/history.jsonl, one line each, and DIR/history.png.
+bisect GOOD BAD -- [pytest args]
+    Finds the commit between GOOD and BAD that changed one convperf check, measuring each midpoint
+    against both ends with ``--convperf-against``; AMBIGUOUS (exit 2) with the interval when the
+    statistics cannot place a midpoint. See ``pytest_convperf.bisect``.
 """
 
 from __future__ import annotations
@@ -268,6 +272,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     hist.add_argument("dir")
     hist.add_argument("--persist", type=int, default=3, help="runs a step must last to count (default 3)")
     hist.add_argument("--no-plot", action="store_true", help="do not draw history.png")
+    bis = sub.add_parser("bisect", help="find the commit that made a check slower (or faster), by A/B")
+    bis.add_argument("good", help="a revision where the check is as it should be")
+    bis.add_argument("bad", help="a later revision where it changed")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bisect":
+        cut = argv.index("--") if "--" in argv else len(argv)
+        args = parser.parse_args(argv[:cut])
+        from pytest_convperf.bisect import main as bisect_main
+
+        return bisect_main(args.good, args.bad, argv[cut + 1 :])
     args, rest = parser.parse_known_args(argv)
     if args.command == "calibrate":
         return cmd_calibrate(args, rest)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
+from pytest_convperf.ab_plugin import ab_session
 from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
 from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.device import is_sticky_cuda_error
@@ -314,6 +315,12 @@ class ConvperfFixture:
             traces = trace_facts(start, candidate, ref, problem, phase, seed, inputs, self.device)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})
         facts.update({k: v for k, v in comparison.facts.items() if k in _ROW_FACTS})
+        ab = ab_session(self.request.config)
+        if ab is not None:  # --convperf-against: the same candidate at REF, timed here (ab_plugin)
+            facts["ab"] = ab.compare(
+                self, candidate, problem, reference=reference, phase=phase, mode=mode, inputs=inputs,
+                a_speedup=(comparison.speedup, comparison.speedup_ci),
+            )  # fmt: skip
         self.gate(
             comparison,
             name=problem.id,

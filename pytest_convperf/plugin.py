@@ -72,6 +72,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         elif spec.name not in INI_ONLY:
             group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
         parser.addini(spec.ini, spec.help, type="string", default="")
+    from pytest_convperf import ab_plugin
+
+    ab_plugin.add_option(group)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -93,6 +96,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_convperf import parallel
 
     parallel.configure(config)
+    from pytest_convperf import ab_plugin
+
+    ab_plugin.configure(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

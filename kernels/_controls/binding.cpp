@@ -8,6 +8,10 @@
 #include <string>
 
 #include "controls.cuh"
+#ifndef CONVPERF_NS
+#define CONVPERF_NS convperf_controls
+#endif
+#include "convperf_ns.h"
 
 namespace {
 
@@ -88,9 +92,9 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight, const
 
 }  // namespace
 
-TORCH_LIBRARY(convperf_controls, m) {
+CONVPERF_TORCH_LIBRARY(m) {
   m.def("forward(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
         "str mode, float slow_fraction) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(convperf_controls, CUDA, m) { m.impl("forward", &forward_cuda); }
+CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) { m.impl("forward", &forward_cuda); }

@@ -9,6 +9,10 @@
 #include <cstring>
 #include <limits>
 
+#ifndef CONVPERF_NS
+#define CONVPERF_NS convperf_depthwise
+#endif
+#include "convperf_ns.h"
 #include "depthwise.cuh"
 
 namespace {
@@ -199,7 +203,7 @@ at::Tensor weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& inp
 
 }  // namespace
 
-TORCH_LIBRARY(convperf_depthwise, m) {
+CONVPERF_TORCH_LIBRARY(m) {
   m.def("forward(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation) "
         "-> Tensor");
   m.def("input_grad(Tensor grad_output, Tensor weight, int[2] input_hw, int[2] stride, int[2] padding, "
@@ -208,7 +212,7 @@ TORCH_LIBRARY(convperf_depthwise, m) {
         "int[2] dilation) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(convperf_depthwise, CUDA, m) {
+CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) {
   m.impl("forward", &forward_cuda);
   m.impl("input_grad", &input_grad_cuda);
   m.impl("weight_grad", &weight_grad_cuda);

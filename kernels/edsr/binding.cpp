@@ -9,6 +9,10 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <torch/library.h>
+#ifndef CONVPERF_NS
+#define CONVPERF_NS convperf_edsr
+#endif
+#include "convperf_ns.h"
 
 namespace convperf_edsr {
 bool sep_conv_supports_channels(int C);
@@ -87,10 +91,10 @@ at::Tensor sep_conv_cuda(const at::Tensor& x, const at::Tensor& dw_weight, const
 
 }  // namespace
 
-TORCH_LIBRARY(convperf_edsr, m) {
+CONVPERF_TORCH_LIBRARY(m) {
   m.def(
       "sep_conv(Tensor x, Tensor dw_weight, Tensor dw_bias, Tensor pw_weight, Tensor pw_bias, "
       "Tensor? residual, float res_scale, bool relu) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(convperf_edsr, CUDA, m) { m.impl("sep_conv", &sep_conv_cuda); }
+CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) { m.impl("sep_conv", &sep_conv_cuda); }

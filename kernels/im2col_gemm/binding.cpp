@@ -12,6 +12,10 @@
 #include <string>
 #include <utility>
 #include <vector>
+#ifndef CONVPERF_NS
+#define CONVPERF_NS convperf_im2col_gemm
+#endif
+#include "convperf_ns.h"
 
 cudaError_t launch_im2col(int dtype, const void* x, void* col, int n, int c, int h, int w, int kh, int kw, int sh,
                           int sw, int ph, int pw, int dh, int dw, int wo, int row0, int rows, int64_t sn,
@@ -151,7 +155,7 @@ at::Tensor col2im_cuda(const at::Tensor& col_in, at::IntArrayRef input_shape, at
 
 }  // namespace
 
-TORCH_LIBRARY(convperf_im2col_gemm, m) {
+CONVPERF_TORCH_LIBRARY(m) {
   m.def(
       "im2col(Tensor input, int[2] kernel, int[2] stride, int[2] padding, int[2] dilation, int row_start, "
       "int rows, str layout, int pad_k_to) -> Tensor");
@@ -160,7 +164,7 @@ TORCH_LIBRARY(convperf_im2col_gemm, m) {
       "int row_start, int rows, str layout, int h_start, int h_rows) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(convperf_im2col_gemm, CUDA, m) {
+CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) {
   m.impl("im2col", &im2col_cuda);
   m.impl("col2im", &col2im_cuda);
 }

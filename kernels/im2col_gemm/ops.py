@@ -63,8 +63,9 @@ def _register_cpp_rules() -> None:
         n, c, _, w = input_shape
         return col.new_empty((n, c, h_rows, w))
 
-    torch.library.register_fake("convperf_im2col_gemm::im2col")(im2col_fake)
-    torch.library.register_fake("convperf_im2col_gemm::col2im")(col2im_fake)
+    ns = _build.namespace(FAMILY)  # after the load: a revision's copy has its own (see _build)
+    torch.library.register_fake(f"{ns}::im2col")(im2col_fake)
+    torch.library.register_fake(f"{ns}::col2im")(col2im_fake)
 
     def im2col_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         x, *rest = inputs
@@ -76,9 +77,7 @@ def _register_cpp_rules() -> None:
         dx = im2col_grad(grad, ctx.shape, kernel, stride, padding, dilation, row_start, rows, layout)
         return (dx, None, None, None, None, None, None, None, None)
 
-    torch.library.register_autograd(
-        "convperf_im2col_gemm::im2col", im2col_backward, setup_context=im2col_setup
-    )
+    torch.library.register_autograd(f"{ns}::im2col", im2col_backward, setup_context=im2col_setup)
 
 
 # Build/load the extension once and register fake and autograd rules for its ops.

@@ -7,6 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#ifndef CONVPERF_NS
+#define CONVPERF_NS convperf_pcilt
+#endif
+#include "convperf_ns.h"
 
 cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, int w, int wp, float inv_step, int bits,
                                  cudaStream_t stream);
@@ -140,7 +144,7 @@ at::Tensor lut_conv_cuda(const at::Tensor& packed_in, const at::Tensor& tables_i
 
 }  // namespace
 
-TORCH_LIBRARY(convperf_pcilt, m) {
+CONVPERF_TORCH_LIBRARY(m) {
   m.def("quantize_pack(Tensor input, float inv_step, int bits) -> Tensor");
   m.def(
       "lut_conv(Tensor packed, Tensor tables, int width, int[2] stride, int[2] padding, int[2] dilation, int groups, "
@@ -150,7 +154,7 @@ TORCH_LIBRARY(convperf_pcilt, m) {
       "int groups, int bits, bool naive) -> int");
 }
 
-TORCH_LIBRARY_IMPL(convperf_pcilt, CUDA, m) {
+CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) {
   m.impl("quantize_pack", &quantize_pack_cuda);
   m.impl("lut_conv", &lut_conv_cuda);
   m.impl("lut_conv_kernel", &lut_conv_kernel_cuda);

@@ -56,8 +56,9 @@ def _register_fakes() -> None:
         dtype = torch.float32 if scale is not None else tables.dtype
         return tables.new_empty((n, cout, ho, wo), dtype=dtype)
 
-    torch.library.register_fake("convperf_pcilt::quantize_pack")(quantize_pack_fake)
-    torch.library.register_fake("convperf_pcilt::lut_conv")(lut_conv_fake)
+    ns = _build.namespace(FAMILY)  # after the load: a revision's copy has its own (see _build)
+    torch.library.register_fake(f"{ns}::quantize_pack")(quantize_pack_fake)
+    torch.library.register_fake(f"{ns}::lut_conv")(lut_conv_fake)
 
 
 _cuda_ops = _build.LazyOps(FAMILY, _register_fakes)

@@ -48,8 +48,10 @@ def script(path: Path) -> ModuleType:
 
 
 # ---- rules every workflow keeps --------------------------------------------------------------------
-def test_the_four_workflows_exist() -> None:
-    assert [p.name for p in FILES] == ["_gpu-suite.yml", "ci.yml", "nightly-gpu.yml", "update-baselines.yml"]
+def test_the_five_workflows_exist() -> None:
+    assert [p.name for p in FILES] == [
+        "_gpu-suite.yml", "ci.yml", "nightly-gpu.yml", "pr-gpu-ab.yml", "update-baselines.yml"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -174,6 +176,27 @@ def test_update_baselines_measures_read_only_and_opens_the_pr_elsewhere() -> Non
     )
     assert create["with"]["body-path"].endswith("report/convperf-update.md")
     assert create["with"]["add-paths"] == "baselines/**"
+
+
+def test_pr_gpu_ab_measures_read_only_against_the_merge_base_and_comments_elsewhere() -> None:
+    ab = load("pr-gpu-ab.yml")
+    on = triggers(ab)
+    assert on["pull_request"]["types"] == ["labeled"] and "workflow_dispatch" in on
+    assert "pull_request_target" not in on
+    measure, comment = ab["jobs"]["measure"], ab["jobs"]["comment"]
+    # Only the gpu-ab label on a branch of this repository reaches the self-hosted runner.
+    assert "gpu-ab" in measure["if"] and "head.repo.full_name == github.repository" in measure["if"]
+    assert "self-hosted" in measure["runs-on"] and measure["permissions"] == {"contents": "read"}
+    checkout = next(s for s in measure["steps"] if str(s.get("uses", "")).startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0
+    run = next(s for s in measure["steps"] if "--convperf-against" in s.get("run", ""))
+    assert 'git merge-base "origin/$BASE_REF" HEAD' in run["run"]
+    assert '--convperf-against="$base"' in run["run"] and "report/ab.md" in run["run"]
+    assert set(run["env"]) == {"TESTS", "BASE_REF"}
+    assert comment["runs-on"] == "ubuntu-24.04" and comment["needs"] == "measure"
+    assert comment["permissions"] == {"pull-requests": "write"}
+    post = next(s for s in comment["steps"] if "gh pr comment" in s.get("run", ""))
+    assert "ab/ab.md" in post["run"] and post["env"]["PR_NUMBER"].startswith("${{")
 
 
 # ---- actionlint and zizmor ------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""Find a check's candidate in another revision's source tree (the contract of the A/B's REF side).
+
+The contract, for any suite (the plugin knows nothing of any kernel):
+
+1. The candidate passed to ``convperf.check`` is a module-level callable (function, or an object
+   reachable by attributes from a module): ``candidate.__module__`` and ``candidate.__qualname__``
+   name it. Lambdas, closures and ``functools.partial`` objects have no such name at REF, so they
+   are refused with an error saying so.
+2. The module's file, relative to the repository root (``kernels/depthwise/reference.py``), is
+   looked up in REF's worktree. Missing file or attribute: an error naming REF and the path.
+3. REF's module is imported from REF's worktree with the module's *top-level package* taken fresh
+   from that worktree (the working tree's modules of that package are set aside during the import
+   and put back after), so its absolute imports (``from kernels.x import y``) bind REF's code.
+4. After the import, REF's modules of that package are renamed to ``_convperf_ref_<sha>.<name>``
+   (their ``__name__`` and their ``sys.modules`` key): the working tree's modules keep their names,
+   and code that derives process-global names from ``__name__`` at call time (a kernel loader's op
+   namespace: ``kernels/_build.py``) gets distinct names for REF. Imports REF's code runs later,
+   inside functions, resolve to the working tree's modules: keep such imports at module level.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class CandidateLookupError(RuntimeError):
+    """The REF side of a check's candidate cannot be found or imported."""
+
+
+def alias_prefix(sha: str) -> str:
+    """The module-name prefix of REF's modules: ``_convperf_ref_<first 12 of the hash>``."""
+    return f"_convperf_ref_{sha[:12]}"
+
+
+def candidate_path(candidate: Callable[..., Any], repo: Path) -> tuple[str, str, str]:
+    """(module name, qualified name, file relative to ``repo``) of a candidate; errors for lambdas."""
+    module_name = getattr(candidate, "__module__", None)
+    qualname = getattr(candidate, "__qualname__", None)
+    if not module_name or not qualname or "<" in qualname:
+        raise CandidateLookupError(
+            f"candidate {candidate!r} has no module-level name (a lambda, closure or partial?): the A/B "
+            "finds REF's candidate by module path + qualified name; pass a module-level function"
+        )
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if file is None:
+        raise CandidateLookupError(f"candidate {qualname} comes from {module_name}, which has no source file")
+    try:
+        rel = Path(file).resolve().relative_to(repo.resolve())
+    except ValueError:
+        raise CandidateLookupError(
+            f"candidate {module_name}.{qualname} lives in {file}, outside the repository {repo}: "
+            "an installed "
+            "package is the same at every revision, so there is nothing to compare"
+        ) from None
+    return module_name, qualname, rel.as_posix()
+
+
+def _package_modules(top: str) -> dict[str, types.ModuleType]:
+    return {k: m for k, m in sys.modules.items() if k == top or k.startswith(top + ".")}
+
+
+def import_from_tree(tree: Path, module_name: str, sha: str) -> types.ModuleType:
+    """Import ``module_name`` from ``tree`` under the contract above; return REF's module."""
+    prefix = alias_prefix(sha)
+    cached = sys.modules.get(f"{prefix}.{module_name}")
+    if cached is not None:
+        return cached
+    top = module_name.split(".")[0]
+    saved = _package_modules(top)
+    for key in saved:
+        del sys.modules[key]
+    sys.path.insert(0, str(tree))
+    importlib.invalidate_caches()
+    try:
+        module = importlib.import_module(module_name)
+    finally:
+        fresh = _package_modules(top)
+        for key in fresh:
+            del sys.modules[key]
+        sys.path.remove(str(tree))
+        sys.modules.update(saved)
+        if prefix not in sys.modules:
+            sys.modules[prefix] = types.ModuleType(prefix, f"modules of revision {sha} (convperf A/B)")
+        for key, mod in fresh.items():
+            mod.__name__ = f"{prefix}.{key}"
+            sys.modules[f"{prefix}.{key}"] = mod
+    return module
+
+
+def ref_candidate(
+    candidate: Callable[..., Any], repo: Path, tree: Path, sha: str, label: str
+) -> Callable[..., Any]:
+    """REF's twin of ``candidate``: same module path and qualified name, imported from ``tree``."""
+    module_name, qualname, rel = candidate_path(candidate, repo)
+    if not (tree / rel).is_file():
+        raise CandidateLookupError(
+            f"revision {label} has no {rel} (the module of the candidate {module_name}.{qualname}): the "
+            "kernel does not exist there, so there is nothing to compare; pick a REF that has it"
+        )
+    try:
+        module = import_from_tree(tree, module_name, sha)
+    except Exception as exc:
+        raise CandidateLookupError(
+            f"importing {module_name} from revision {label} ({tree / rel}) failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in qualname.split("."):
+        if not hasattr(obj, part):
+            raise CandidateLookupError(
+                f"revision {label}'s {rel} has no {qualname} (the candidate of this check): it was added or "
+                "renamed after REF; pick a REF that has it"
+            )
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise CandidateLookupError(f"revision {label}'s {module_name}.{qualname} is not callable")
+    return obj  # type: ignore[no-any-return]

@@ -1,0 +1,170 @@
+"""Git revisions for the A/B (``--convperf-against``) and bisect: resolve, check out, clean up.
+
+The user's checkout is never touched: a revision's sources come from ``git worktree add --detach``
+into a fresh temporary folder, removed (and ``git worktree prune``d) when the session ends, on an
+exception, on Ctrl-C and, as a last resort, at interpreter exit. Every failure is a
+:class:`RevisionError` naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class RevisionError(RuntimeError):
+    """A revision cannot be used for an A/B: unknown, missing a file, not a repository, ..."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A resolved commit: what the user typed, the full hash, a short hash and the subject line."""
+
+    spec: str
+    sha: str
+    subject: str
+
+    @property
+    def short(self) -> str:
+        return self.sha[:10]
+
+    @property
+    def label(self) -> str:
+        return self.spec if self.spec.startswith(self.short[:7]) else f"{self.spec} ({self.short})"
+
+
+@dataclass(frozen=True)
+class WorkingTree:
+    """The A side: the checkout as it is, named by HEAD and, when dirty, the files changed."""
+
+    root: Path
+    head: str
+    dirty: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        if not self.dirty:
+            return f"working tree ({self.head[:10]})"
+        shown = ", ".join(self.dirty[:3]) + (", ..." if len(self.dirty) > 3 else "")
+        return f"working tree ({self.head[:10]} + {len(self.dirty)} uncommitted: {shown})"
+
+
+def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        res = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise RevisionError("git is not installed (or not on PATH); the A/B needs git") from exc
+    if check and res.returncode != 0:
+        raise RevisionError(f"git {' '.join(args)} failed in {root}: {res.stderr.strip()}")
+    return res
+
+
+def repo_root(path: Path) -> Path:
+    """The top folder of the git repository holding ``path``; :class:`RevisionError` outside one."""
+    res = _git(path, "rev-parse", "--show-toplevel", check=False)
+    if res.returncode != 0:
+        raise RevisionError(
+            f"{path} is not inside a git repository, so there is no revision to compare against; "
+            "run from a git checkout (git init / git clone) or drop --convperf-against"
+        )
+    return Path(res.stdout.strip())
+
+
+def resolve(root: Path, spec: str) -> Revision:
+    """``spec`` (branch, tag, ``HEAD~1``, ``origin/main``, a hash) as a commit of ``root``'s repository."""
+    if not spec or spec.startswith("-"):
+        raise RevisionError(f"revision {spec!r} is not a revision name; give a branch, tag, hash or HEAD~1")
+    res = _git(root, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}", check=False)
+    if res.returncode != 0:
+        raise RevisionError(
+            f"unknown revision {spec!r}: git rev-parse finds no commit of that name in {root}; "
+            "check the spelling, `git fetch` a remote branch first, or give a hash, tag or HEAD~N"
+        )
+    sha = res.stdout.strip()
+    subject = _git(root, "log", "-1", "--format=%s", sha).stdout.strip()
+    return Revision(spec, sha, subject)
+
+
+def working_tree(root: Path) -> WorkingTree:
+    """The A side: HEAD's hash and the paths with uncommitted changes (allowed, and named)."""
+    head = _git(root, "rev-parse", "HEAD", check=False).stdout.strip() or "(no commit)"
+    status = _git(root, "status", "--porcelain", "--untracked-files=no").stdout
+    dirty = tuple(sorted(line[3:] for line in status.splitlines() if line.strip()))
+    return WorkingTree(root, head, dirty)
+
+
+def has_path(root: Path, rev: Revision, path: str) -> bool:
+    """Whether ``path`` (relative to the repository root, ``/``-separated) exists at ``rev``."""
+    return _git(root, "cat-file", "-e", f"{rev.sha}:{path}", check=False).returncode == 0
+
+
+def commits_between(root: Path, good: Revision, bad: Revision) -> list[Revision]:
+    """The first-parent commits after ``good`` up to ``bad``, oldest first (``bad`` last)."""
+    if _git(root, "merge-base", "--is-ancestor", good.sha, bad.sha, check=False).returncode != 0:
+        raise RevisionError(
+            f"{good.label} is not an ancestor of {bad.label}: bisect needs GOOD older than BAD on one line "
+            "of history; swap them or pick a GOOD from BAD's history"
+        )
+    out = _git(root, "rev-list", "--first-parent", "--reverse", f"{good.sha}..{bad.sha}").stdout
+    revs = []
+    for sha in out.split():
+        subject = _git(root, "log", "-1", "--format=%s", sha).stdout.strip()
+        revs.append(Revision(sha[:10], sha, subject))
+    return revs
+
+
+class Checkouts:
+    """Detached worktrees of revisions in temporary folders; :meth:`close` removes every one.
+
+    ``close`` runs from the session's end, from ``with`` blocks and (once) at interpreter exit, so a
+    Ctrl-C (``KeyboardInterrupt`` unwinds through pytest's unconfigure) leaves nothing behind.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._trees: dict[str, Path] = {}
+        self._temp: Path | None = None
+        atexit.register(self.close)
+
+    def path(self, rev: Revision) -> Path:
+        """A worktree of ``rev`` (created once per commit)."""
+        tree = self._trees.get(rev.sha)
+        if tree is not None:
+            return tree
+        if self._temp is None:
+            self._temp = Path(tempfile.mkdtemp(prefix="convperf-ab-"))
+        tree = self._temp / rev.sha[:12]
+        # Registered before git runs, so an interrupt during the checkout still cleans it up.
+        self._trees[rev.sha] = tree
+        _git(self.root, "worktree", "add", "--detach", "--force", str(tree), rev.sha)
+        return tree
+
+    @property
+    def paths(self) -> Sequence[Path]:
+        return list(self._trees.values())
+
+    def close(self) -> None:
+        """Remove every worktree (and its folder); never raises."""
+        for tree in list(self._trees.values()):
+            _git(self.root, "worktree", "remove", "--force", str(tree), check=False)
+        self._trees.clear()
+        if self._temp is not None:
+            shutil.rmtree(self._temp, ignore_errors=True)
+            self._temp = None
+            _git(self.root, "worktree", "prune", check=False)
+
+
+@contextmanager
+def checkouts(root: Path) -> Iterator[Checkouts]:
+    """``with checkouts(root) as co: co.path(rev)``: worktrees removed on any exit, Ctrl-C included."""
+    co = Checkouts(root)
+    try:
+        yield co
+    finally:
+        co.close()

@@ -1,0 +1,132 @@
+"""revisions (git: resolve, worktrees, clean-up) and refimport (REF's candidate by module + qualname)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_convperf.refimport import CandidateLookupError, alias_prefix, candidate_path, ref_candidate
+from pytest_convperf.revisions import (
+    RevisionError,
+    checkouts,
+    commits_between,
+    has_path,
+    repo_root,
+    resolve,
+    working_tree,
+)
+from tools.ab_scratch import git
+
+PKG = "abprobe_pkg"
+
+
+def commit_version(root: Path, value: int, *, extra: str = "") -> str:
+    (root / PKG).mkdir(exist_ok=True)
+    (root / PKG / "__init__.py").write_text("")
+    (root / PKG / "helper.py").write_text(f"VALUE = {value}\n")
+    (root / PKG / "mod.py").write_text(
+        f"from {PKG}.helper import VALUE\n\n\ndef fn():\n    return VALUE\n\n\n"
+        "class Box:\n    @staticmethod\n"
+        f"    def get():\n        return VALUE\n{extra}"
+    )
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", f"value {value}")
+    return git(root, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit_version(root, 1)
+    commit_version(root, 2)
+    return root
+
+
+def test_not_a_git_repository_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(RevisionError, match="not inside a git repository"):
+        repo_root(tmp_path)
+
+
+def test_unknown_revision_names_it_and_the_fix(repo: Path) -> None:
+    with pytest.raises(RevisionError, match=r"unknown revision 'no-such-branch'.*git fetch"):
+        resolve(repo, "no-such-branch")
+    rev = resolve(repo, "HEAD~1")
+    assert len(rev.sha) == 40 and rev.subject == "value 1" and "HEAD~1" in rev.label
+
+
+def test_dirty_tree_is_allowed_and_named(repo: Path) -> None:
+    assert "uncommitted" not in working_tree(repo).label
+    (repo / PKG / "helper.py").write_text("VALUE = 3\n")
+    tree = working_tree(repo)
+    assert tree.dirty == (f"{PKG}/helper.py",) and "1 uncommitted" in tree.label and "helper.py" in tree.label
+
+
+def test_worktrees_are_removed_even_on_ctrl_c_and_the_checkout_is_untouched(repo: Path) -> None:
+    (repo / PKG / "helper.py").write_text("VALUE = 3\n")  # a dirty checkout stays as it is
+    before = git(repo, "status", "--porcelain")
+    with pytest.raises(KeyboardInterrupt), checkouts(repo) as co:
+        tree = co.path(resolve(repo, "HEAD~1"))
+        assert (tree / PKG / "helper.py").read_text() == "VALUE = 1\n"
+        raise KeyboardInterrupt
+    assert not tree.exists()
+    assert git(repo, "worktree", "list").count("\n") == 1
+    assert git(repo, "status", "--porcelain") == before
+
+
+def test_has_path_and_history(repo: Path) -> None:
+    first, second = resolve(repo, "HEAD~1"), resolve(repo, "HEAD")
+    assert has_path(repo, first, f"{PKG}/mod.py") and not has_path(repo, first, "nope.py")
+    assert [r.sha for r in commits_between(repo, first, second)] == [second.sha]
+    with pytest.raises(RevisionError, match="not an ancestor"):
+        commits_between(repo, second, first)
+
+
+def test_ref_candidate_is_imported_under_a_distinct_name_with_its_own_imports(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REF's module binds REF's helper (absolute import), the working tree's modules stay as they were."""
+    monkeypatch.syspath_prepend(str(repo))
+    for name in [m for m in sys.modules if m.startswith(PKG)]:
+        monkeypatch.delitem(sys.modules, name)
+    from abprobe_pkg import mod  # type: ignore[import-not-found]
+
+    ref = resolve(repo, "HEAD~1")
+    with checkouts(repo) as co:
+        tree = co.path(ref)
+        twin = ref_candidate(mod.fn, repo, tree, ref.sha, ref.label)
+        nested = ref_candidate(mod.Box.get, repo, tree, ref.sha, ref.label)
+    assert mod.fn() == 2 and twin() == 1 and nested() == 1
+    assert twin.__module__ == f"{PKG}.mod"  # functions keep their defining name; the module is renamed
+    assert sys.modules[f"{alias_prefix(ref.sha)}.{PKG}.mod"].__name__ == f"{alias_prefix(ref.sha)}.{PKG}.mod"
+    assert sys.modules[f"{PKG}.mod"] is mod and sys.modules[f"{PKG}.helper"].VALUE == 2
+    for name in [m for m in sys.modules if m.startswith(alias_prefix(ref.sha))]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_lookup_errors_name_the_revision_and_the_path(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(repo))
+    for name in [m for m in sys.modules if m.startswith(PKG)]:
+        monkeypatch.delitem(sys.modules, name)
+    commit_version(repo, 3, extra="\n\ndef added_later():\n    return 0\n")
+    from abprobe_pkg import mod
+
+    ref = resolve(repo, "HEAD~2")
+    with checkouts(repo) as co:
+        tree = co.path(ref)
+        with pytest.raises(CandidateLookupError, match=r"HEAD~2.*has no added_later.*pick a REF"):
+            ref_candidate(mod.added_later, repo, tree, ref.sha, ref.label)
+        (repo / PKG / "new.py").write_text("def g():\n    return 1\n")
+        from abprobe_pkg import new  # type: ignore[import-not-found]
+
+        with pytest.raises(CandidateLookupError, match=rf"has no {PKG}/new.py.*kernel does not exist"):
+            ref_candidate(new.g, repo, tree, ref.sha, ref.label)
+    with pytest.raises(CandidateLookupError, match="lambda"):
+        candidate_path(lambda x: x, repo)
+    with pytest.raises(CandidateLookupError, match="outside the repository"):
+        candidate_path(pytest.approx, repo)
+    for name in [m for m in sys.modules if m.startswith(alias_prefix(ref.sha))]:
+        monkeypatch.delitem(sys.modules, name)
