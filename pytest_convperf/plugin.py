@@ -198,17 +198,12 @@ def profiler_trace(request: pytest.FixtureRequest) -> Any:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    """One header line saying whether convperf checks run, and where baselines live."""
-    cfg = config.stash[CONFIG_KEY]
-    if not cfg.enabled:
+    """Where the run measures and where its baselines live (and whether they exist yet)."""
+    if not config.stash[CONFIG_KEY].enabled:
         return None
     from pytest_convperf.timing import FAKE_TIMER_ENV
 
-    fake = f" timer=fake timer (${FAKE_TIMER_ENV})" if os.environ.get(FAKE_TIMER_ENV) else ""
-    return [
-        f"convperf: device={cfg.device} baselines={cfg.baselines_dir} update={sorted(cfg.update) or 'no'}"
-        + fake
-    ]
+    return config.stash[SESSION_KEY].header_lines(fake=bool(os.environ.get(FAKE_TIMER_ENV)))
 
 
 @pytest.hookimpl(wrapper=True)
