@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
+from pytest_convperf.correctness import CorrectnessReport, check_conv, raised, stable_seed
 from pytest_convperf.device import is_sticky_cuda_error
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
@@ -206,7 +206,7 @@ class ConvperfFixture:
                     "to locate the faulting kernel.",
                     pytrace=False,
                 )
-            pytest.fail(f"timing {problem.id} failed: {exc}", pytrace=False)
+            pytest.fail(f"timing {problem.id} failed: {exc}\n  {raised(cause)}", pytrace=False)
         except Exception as exc:
             if device.is_cuda and is_sticky_cuda_error(exc):
                 device.mark_lost(self.nodeid, str(exc))

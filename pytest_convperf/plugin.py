@@ -93,7 +93,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``convperf`` unless --convperf was given."""
+    """A test using the ``convperf`` fixture is a convperf check (the fixture implies the marker, so
+    ``-m convperf`` selects it); checks are skipped unless --convperf was given."""
+    for item in items:
+        if MARKER in getattr(item, "fixturenames", ()) and item.get_closest_marker(MARKER) is None:
+            item.add_marker(getattr(pytest.mark, MARKER))
     if config.stash[CONFIG_KEY].enabled:
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
@@ -109,6 +113,8 @@ def _session(request: pytest.FixtureRequest) -> ConvperfSession:
 @pytest.fixture
 def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
     """Check a conv2d candidate against its reference and the stored baseline.
+
+    A test using this fixture is a convperf check, marked or not: it runs only with --convperf.
 
     ``convperf.check(candidate, problem, *, reference=None, phase="forward")`` runs the
     correctness check (fp64 oracle), times candidate and reference in paired rounds, decides

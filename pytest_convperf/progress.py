@@ -128,7 +128,9 @@ class LiveProgress:
 
         def on_round(phase: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
             if self._tally is None or self._tally.check != check or self._nodeid != nodeid:
-                self._tally, self._nodeid, self._drawn, self._last = Tally(check), nodeid, False, self.clock()
+                # A terminal shows the check at once; a log gets a line only for a long check.
+                self._last = -math.inf if self.live else self.clock()
+                self._tally, self._nodeid, self._drawn = Tally(check), nodeid, False
             self._tally.observe(phase, index, names, times)
             self._update()
 

@@ -285,7 +285,7 @@ def test_m(convperf):
     convperf.measure(F.conv2d, P)
 """
     )
-    result = pytester.runpytest(*plugin_args)
+    result = pytester.runpytest(*plugin_args, "--convperf")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*ImplausibleTime*candidate median*under half the roofline floor*did not do its work*"]
