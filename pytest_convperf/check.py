@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import torch
 import torch.nn.functional as F
 
 from pytest_convperf.correctness import CorrectnessReport, check_conv, raised, stable_seed
@@ -391,7 +392,8 @@ class ConvperfFixture:
             for name, fn in (("candidate", candidate), ("reference", reference or F.conv2d)):
                 call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
                 call()
-                with start(f"{problem.id}-{phase}-{name}") as trace:
+                # The traced call is a region named after its side, so a trace viewer says which is which.
+                with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
                     call()
                 paths.append(str(trace.path))
         return paths

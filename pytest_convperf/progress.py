@@ -70,7 +70,8 @@ class Tally:
 
 
 def verdict_text(row: Mapping[str, Any]) -> str:
-    """A check's final line: ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (63 rounds)``."""
+    """A check's final line:
+    ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (63 rounds)``."""
     r = ReportRow.from_row(row)
     line = f"  {r.verdict}  {r.key}"
     if r.speedup is not None:

@@ -148,7 +148,7 @@ def fixed(value: float) -> str:
 
 
 def fmt_time(us: float | None) -> str:
-    """A time given in microseconds, in the unit that keeps it readable: ``355.1 us``, ``11.17 ms``, ``2.300 s``."""
+    """A time given in microseconds, in a readable unit: ``355.1 us``, ``11.17 ms``, ``2.300 s``."""
     if us is None:
         return "-"
     for unit, scale in (("s", 1e6), ("ms", 1e3)):
@@ -196,7 +196,9 @@ def _heading(verdict: str, group: Sequence[ReportRow]) -> str:
     if not n:
         return f"{verdict} ({len(group)})"
     passes = "; these tests pass" if verdict not in (Verdict.NEW.value, Verdict.IMPROVED.value) else ""
-    return f"{verdict} ({len(group)}): {n} recorded as the new baseline by --convperf-update-baselines{passes}"
+    return (
+        f"{verdict} ({len(group)}): {n} recorded as the new baseline by --convperf-update-baselines{passes}"
+    )
 
 
 def _note(r: ReportRow) -> str:

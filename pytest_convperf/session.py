@@ -75,7 +75,7 @@ class ConvperfSession:
         return self._timer
 
     def progress(self) -> LiveProgress:
-        """The live progress line of timed checks (off in xdist workers, with -q, without a terminal reporter)."""
+        """The live progress line of timed checks (off in xdist workers, with -q, without a terminal)."""
         if self._progress is None:
             from pytest_convperf.progress import LiveProgress
 
@@ -102,9 +102,9 @@ class ConvperfSession:
         folder = store.root / store.machine
         chosen = "" if cfg.device == "auto" else f" (--convperf-device={cfg.device})"
         update = ",".join(sorted(cfg.update)) if cfg.update else "no"
+        timer = ", timer fake timer (replayed durations, not measurements)" if fake else ""
         lines = [
-            f"convperf: device {device.kind} ({device.name}){chosen}, machine {store.machine}, update {update}"
-            + (", timer fake timer (replayed durations, not measurements)" if fake else "")
+            f"convperf: device {device.kind} ({device.name}){chosen}, machine {store.machine}, update {update}{timer}"
         ]
         if not folder.is_dir():
             how = (

@@ -19,14 +19,14 @@ def test_first_run_then_the_recording_run(
     first.assert_outcomes(passed=2)
     first.stdout.fnmatch_lines(
         [
-            f"convperf: device cpu (*) (--convperf-device=cpu), machine {MACHINE}, update no, timer fake timer*",
+            f"convperf: device cpu (*) (--convperf-device=cpu), machine {MACHINE}, update no, timer fake*",
             f"convperf: baselines {folder} (does not exist yet: checks report NEW; record them with "
             "--convperf-update-baselines)",
             "  NEW  test_a?*?  speedup 2.000x*cand 500.0 us  ref 1.000 ms  (* rounds)",
             "*convperf: NEW 2*",
             "timer: fake timer*",
             "NEW (2)",
-            "  test_suite: 2 new checks, speedup 2.000x (not recorded: --convperf-update-baselines records them)",
+            "  test_suite: 2 new checks, speedup 2.000x (not recorded: --convperf-update-baselines records*",
         ]
     )
     recording = suite.run("--convperf-update-baselines")
@@ -44,7 +44,9 @@ def test_first_run_then_the_recording_run(
     again.assert_outcomes(passed=2)
     assert "  PASS  test_a" not in again.stdout.str()  # -q: no verdict lines
     verbose = suite.run("-v")
-    verbose.stdout.fnmatch_lines([f"convperf: baselines {folder} (1 file)", "  PASS  test_a?*?  speedup 2.000x*"])
+    verbose.stdout.fnmatch_lines(
+        [f"convperf: baselines {folder} (1 file)", "  PASS  test_a?*?  speedup 2.000x*"]
+    )
 
 
 def test_the_fixture_implies_the_marker(pytester: pytest.Pytester, plugin_args: tuple[str, ...]) -> None:

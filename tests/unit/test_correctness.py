@@ -199,7 +199,9 @@ def _users_helper(x: torch.Tensor) -> torch.Tensor:
     raise ValueError("tile size must divide 7")
 
 
-def calls_a_helper_that_raises(x: torch.Tensor, w: torch.Tensor, b: Any, s: Any, p: Any, d: Any, g: int) -> Any:
+def calls_a_helper_that_raises(
+    x: torch.Tensor, w: torch.Tensor, b: Any, s: Any, p: Any, d: Any, g: int
+) -> Any:
     return _users_helper(x)
 
 

@@ -33,7 +33,9 @@ class Terminal:
         self.calls.append(("fspath", nodeid))
 
 
-def row(verdict: str = "NEW", key: str = "test_x[p]", module: str = "test_m", update: str | None = None) -> Any:
+def row(
+    verdict: str = "NEW", key: str = "test_x[p]", module: str = "test_m", update: str | None = None
+) -> Any:
     return {
         "key": key,
         "module": module,
@@ -142,5 +144,8 @@ def test_the_recording_run_does_not_ask_to_record_and_tells_one_story_with_pytes
     failed = [row(verdict="FAIL", key=f"t[{i}]", update="write") for i in range(3)]
     assert counts(failed) == "FAIL 3 (3 recorded)"
     lines = terminal_lines(failed)
-    assert lines[0] == "FAIL (3): 3 recorded as the new baseline by --convperf-update-baselines; these tests pass"
+    assert (
+        lines[0]
+        == "FAIL (3): 3 recorded as the new baseline by --convperf-update-baselines; these tests pass"
+    )
     assert lines[2].strip() == "recorded as the new baseline"
