@@ -103,9 +103,8 @@ class ConvperfSession:
         chosen = "" if cfg.device == "auto" else f" (--convperf-device={cfg.device})"
         update = ",".join(sorted(cfg.update)) if cfg.update else "no"
         timer = ", timer fake timer (replayed durations, not measurements)" if fake else ""
-        lines = [
-            f"convperf: device {device.kind} ({device.name}){chosen}, machine {store.machine}, update {update}{timer}"
-        ]
+        where = f"device {device.kind} ({device.name}){chosen}, machine {store.machine}"
+        lines = [f"convperf: {where}, update {update}{timer}"]
         if not folder.is_dir():
             how = (
                 "this run records the checks it selects there"
