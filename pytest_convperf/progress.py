@@ -19,6 +19,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,8 +111,11 @@ class LiveProgress:
         live: bool,
         clock: Callable[[], float] = time.monotonic,
         width: Callable[[], int] = lambda: shutil.get_terminal_size().columns,
+        uncaptured: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
         self.terminal = terminal
+        # pytest captures output during a test; like its live logging (log_cli) we write around it.
+        self.uncaptured = uncaptured
         self.enabled = terminal is not None and verbosity >= 0
         self.verbosity = verbosity
         self.live = live
@@ -144,8 +148,11 @@ class LiveProgress:
         if now - self._last < interval:
             return
         self._last = now
+        with self.uncaptured():
+            self._draw("  " + self._tally.text())
+
+    def _draw(self, text: str) -> None:
         tr = self.terminal
-        text = "  " + self._tally.text()
         if self.live:
             if not self._drawn:
                 tr.ensure_newline()
@@ -155,18 +162,26 @@ class LiveProgress:
         else:
             tr.write_line(text)
 
-    def done(self, row: Mapping[str, Any], nodeid: str) -> None:
-        """The check's verdict line, replacing its live line (called once per recorded row)."""
+    def done(self, row: Mapping[str, Any], nodeid: str, *, after_status: bool = False) -> None:
+        """The check's verdict line, replacing its live line (called once per recorded row).
+
+        ``after_status``: pytest has just written the test's status letter on the current line
+        (the xdist controller gets the row with the report), so the verdict starts a new line."""
         if not self.enabled:
             return
+        if after_status:
+            self.terminal.currentfspath = -2
+        with self.uncaptured():
+            self._finish(verdict_text(row), nodeid)
+        self._tally, self._drawn = None, False
+
+    def _finish(self, text: str, nodeid: str) -> None:
         tr = self.terminal
-        text = verdict_text(row)
         if self._drawn and self._nodeid == nodeid:
             tr.rewrite(text, erase=True)
         else:
             tr.ensure_newline()
             tr.write(text)
-        self._tally, self._drawn = None, False
         # Leave pytest's line state as pytest itself would: the next status letter goes on a fresh
         # "<file> " prefix line (pytest's write_fspath_result), and in verbose mode the next
         # write starts a new line (-2 is pytest's own "mid-line, not a path" marker).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
+from contextlib import nullcontext
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,7 @@ class ConvperfSession:
             from pytest_convperf.progress import LiveProgress
 
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            capman = self.config.pluginmanager.get_plugin("capturemanager")
             controller = is_controller(self.config)
             xdist = not controller or self.config.pluginmanager.has_plugin("dsession")
             self._progress = LiveProgress(
@@ -87,6 +89,7 @@ class ConvperfSession:
                 verbosity=self.config.get_verbosity(),
                 # Rewritten in place only on a terminal and without xdist (reports arrive interleaved).
                 live=tr is not None and bool(tr.isatty()) and not xdist,
+                uncaptured=capman.global_and_fixture_disabled if capman is not None else nullcontext,
             )
         return self._progress
 
@@ -172,7 +175,7 @@ class ConvperfSession:
         if sections:
             report.user_properties.append((SECTIONS_PROPERTY, sections))
 
-    @pytest.hookimpl
+    @pytest.hookimpl(trylast=True)  # after pytest's status letter: a worker's verdict line follows it
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect rows and sections from every report: our own, or those a worker sent to this controller."""
         for name, value in report.user_properties:
@@ -180,7 +183,7 @@ class ConvperfSession:
                 self.rows.extend(CheckRow.from_dict(row) for row in value)
                 if hasattr(report, "node"):  # from an xdist worker: its verdict lines, on the controller
                     for row in value:
-                        self.progress().done(row, report.nodeid)
+                        self.progress().done(row, report.nodeid, after_status=True)
             elif name == SECTIONS_PROPERTY and isinstance(value, list):
                 self.all_sections.extend(Section(**s) for s in value)
 

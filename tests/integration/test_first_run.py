@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration._lifecycle import MACHINE, Suite
+from tests.integration._lifecycle import MACHINE, Suite, subprocess_env
 
 
 def test_first_run_then_the_recording_run(
@@ -62,3 +62,19 @@ def test_uses_the_fixture(convperf):
     pytester.runpytest(*plugin_args, "-m", "convperf", "--collect-only", "-q").stdout.fnmatch_lines(
         ["test_unmarked.py::test_uses_the_fixture"]
     )
+
+
+def test_verdict_lines_get_past_pytests_capture_and_come_from_the_xdist_controller(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    """A separate process, so pytest's fd capture is real (checks write while a test runs)."""
+    Suite(pytester, monkeypatch, plugin_args)
+    subprocess_env(monkeypatch)
+    base = (*plugin_args, "--convperf", f"--convperf-machine={MACHINE}", "--convperf-device=cpu")
+    plain = pytester.runpytest_subprocess(*base, "test_suite.py")
+    plain.assert_outcomes(passed=2)
+    plain.stdout.fnmatch_lines(["test_suite.py ", "  NEW  test_a?*?  speedup 2.000x*", "test_suite.py .*"])
+    pytest.importorskip("xdist")
+    dist = pytester.runpytest_subprocess(*base, "test_suite.py", "-n", "2")
+    dist.assert_outcomes(passed=2)
+    dist.stdout.fnmatch_lines(["  NEW  test_?*?  speedup 2.000x*", "  NEW  test_?*?  speedup 2.000x*"])
