@@ -149,3 +149,13 @@ def test_the_recording_run_does_not_ask_to_record_and_tells_one_story_with_pytes
         == "FAIL (3): 3 recorded as the new baseline by --convperf-update-baselines; these tests pass"
     )
     assert lines[2].strip() == "recorded as the new baseline"
+
+
+def test_the_plot_title_names_the_machine_and_the_date() -> None:
+    from pytest_convperf.report_files import plot_title
+
+    info = {"machine": "amd-epyc-1t", "name": "AMD EPYC"}
+    assert plot_title(info, "2026-11-22T22:15:03+00:00") == (
+        "convperf speedups: amd-epyc-1t (AMD EPYC), 2026-11-22 22:15 UTC"
+    )
+    assert plot_title({}, None) == "convperf speedups: unknown machine"
