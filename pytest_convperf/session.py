@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
-from contextlib import nullcontext
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
