@@ -33,6 +33,15 @@ def depthwise_candidate(device_kind: str) -> Candidate:
     return reference.forward
 
 
+def collection_device_kind(config: pytest.Config) -> str:
+    """The device kind a run will measure on, known at collection (before ``convperf_device`` exists):
+    ``cpu`` when --convperf-device / ini says so or no GPU is visible, else ``cuda``. Test ids that
+    name a problem use it, so that a CPU run's ids name the scaled problem it measures."""
+    if (config.getoption("convperf_device", None) or config.getini("convperf_device") or "auto") == "cpu":
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def prebuild_kernels(config: pytest.Config) -> list[str]:
     """Build every family on a CUDA run, in the main process only; return the failures' messages.
 
@@ -41,11 +50,7 @@ def prebuild_kernels(config: pytest.Config) -> list[str]:
     """
     if hasattr(config, "workerinput"):  # an xdist worker: the controller has built already
         return []
-    if (config.getoption("convperf_device", None) or config.getini("convperf_device") or "auto") == "cpu":
-        return []
-    import torch
-
-    if not torch.cuda.is_available():
+    if collection_device_kind(config) != "cuda":
         return []
     from kernels import _build
 

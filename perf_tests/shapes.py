@@ -69,6 +69,14 @@ def short_id(shape: tuple[int, int, int, int]) -> str:
     return f"{n}x{c}x{hw}-k{k}"
 
 
+def measured_shapes(device_kind: str) -> list[tuple[int, int, int, int]]:
+    """The seed shapes as a run on ``device_kind`` measures them (batch scaled on a CPU, as
+    :func:`scaled_for`): test ids built from these name the problem that ran."""
+    if device_kind == "cuda":
+        return list(DEPTHWISE_SEED_SHAPES)
+    return [(min(n, CPU_BATCH), c, hw, k) for n, c, hw, k in DEPTHWISE_SEED_SHAPES]
+
+
 def scaled_for(problem: Conv2dProblem, device_kind: str) -> Conv2dProblem:
     """On a CPU, the same problem with batch ``min(n, CPU_BATCH)``; on a GPU, unchanged."""
     if device_kind == "cuda" or problem.n <= CPU_BATCH:

@@ -22,12 +22,13 @@ import torch
 from hypothesis import HealthCheck, example, given, settings, target
 from hypothesis import strategies as st
 
-from perf_tests.conftest import depthwise_candidate
+from perf_tests.conftest import collection_device_kind, depthwise_candidate
 from perf_tests.shapes import (
     CPU_BATCH,
     DEPTHWISE_SEED_SHAPES,
     depthwise_problems,
     depthwise_seed_problem,
+    measured_shapes,
     scaled_for,
     seed_label,
     short_id,
@@ -146,11 +147,16 @@ def dw_table(convperf_report: ReportSections) -> Iterator[DepthwiseTable]:
 # ---- perf checks on the seed shapes -------------------------------------------------------------------
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``shape``: the seed shapes as this run measures them, so a CPU run's ids say ``1x32x112-k3``."""
+    if metafunc.function.__name__ == "test_seed_shape":
+        metafunc.parametrize("shape", measured_shapes(collection_device_kind(metafunc.config)), ids=short_id)
+
+
 @pytest.mark.convperf
 @pytest.mark.parametrize("phase", PHASES)
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-@pytest.mark.parametrize("shape", DEPTHWISE_SEED_SHAPES, ids=short_id)
 def test_seed_shape(
     shape: tuple[int, int, int, int],
     dtype: str,

@@ -19,7 +19,7 @@ import pytest
 import torch.nn.functional as F
 
 from pytest_convperf.ab_plugin import ab_session
-from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
+from pytest_convperf.correctness import CorrectnessReport, check_conv, raised, stable_seed
 from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.device import is_sticky_cuda_error
 from pytest_convperf.integrity import Finding, after_timing
@@ -74,7 +74,10 @@ class ConvperfFixture:
     def timer(self) -> Timer:
         """The ``convperf_timer`` fixture's timer (a conftest may override it with a fake)."""
         if self._timer is None:
-            self._timer = self.request.getfixturevalue("convperf_timer")
+            # Watched by the live progress line (a proxy; the measurement is the timer's own).
+            self._timer = self.session.progress().wrap(
+                self.request.getfixturevalue("convperf_timer"), self.nodeid, str(self.request.node.name)
+            )
         assert self._timer is not None
         return self._timer
 
@@ -223,7 +226,7 @@ class ConvperfFixture:
                     "to locate the faulting kernel.",
                     pytrace=False,
                 )
-            pytest.fail(f"timing {problem.id} failed: {exc}", pytrace=False)
+            pytest.fail(f"timing {problem.id} failed: {exc}\n  {raised(cause)}", pytrace=False)
         except Exception as exc:
             if device.is_cuda and is_sticky_cuda_error(exc):
                 device.mark_lost(self.nodeid, str(exc))

@@ -13,6 +13,8 @@ blaming the candidate (PyTorch's CPU bf16 conv2d is wrong for some dilated, stri
 from __future__ import annotations
 
 import math
+import os
+import traceback
 import zlib
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -188,8 +190,26 @@ def _run(
                 for name, grad, ref in zip(GRAD_NAMES, grads, wrt):
                     results[name] = grad.detach() if grad is not None else torch.full_like(ref, math.nan)
     except Exception as exc:  # a crashing candidate is a correctness failure with its own message
-        return {}, f"{type(exc).__name__}: {exc}"
+        return {}, raised(exc)
+    want = problem.torch_dtype()
+    if results["output"].dtype != want:
+        return {}, (
+            f"dtype mismatch: the output is {results['output'].dtype} where {want} (the problem's dtype "
+            f"{problem.dtype}) was expected; a candidate returns the input's dtype"
+        )
     return results, None
+
+
+def raised(exc: BaseException) -> str:
+    """``raised ValueError: boom`` and the traceback from the first frame outside this plugin: the
+    path into the user's code, without the plugin's own call sites (correctness, timing rounds)."""
+    plugin_dir = os.path.dirname(__file__) + os.sep
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(plugin_dir):
+        tb = tb.tb_next
+    trace = "".join(traceback.format_list(traceback.extract_tb(tb))) if tb is not None else ""
+    head = f"raised {type(exc).__name__}: {exc}"
+    return f"{head}\n  Traceback (most recent call last):\n{trace.rstrip()}" if trace else head
 
 
 def _compare(results: dict[str, torch.Tensor], case: _Case) -> list[ErrorStats]:
@@ -285,7 +305,7 @@ class CorrectnessReport:
 
 def _error_lines(errors: Sequence[ErrorStats], exception: str | None) -> list[str]:
     if exception is not None:
-        return [f"  raised {exception}"]
+        return [f"  {exception}"]
     lines = []
     for e in errors:
         status = "ok" if e.ok else "FAIL"

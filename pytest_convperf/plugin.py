@@ -102,7 +102,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``convperf`` unless --convperf was given."""
+    """A test using the ``convperf`` fixture is a convperf check (the fixture implies the marker, so
+    ``-m convperf`` selects it); checks are skipped unless --convperf was given."""
+    for item in items:
+        if MARKER in getattr(item, "fixturenames", ()) and item.get_closest_marker(MARKER) is None:
+            item.add_marker(getattr(pytest.mark, MARKER))
     if config.stash[CONFIG_KEY].enabled:
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
@@ -118,6 +122,8 @@ def _session(request: pytest.FixtureRequest) -> ConvperfSession:
 @pytest.fixture
 def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
     """Check a conv2d candidate against its reference and the stored baseline.
+
+    A test using this fixture is a convperf check, marked or not: it runs only with --convperf.
 
     ``convperf.check(candidate, problem, *, reference=None, phase="forward")`` runs the
     correctness check (fp64 oracle), times candidate and reference in paired rounds, decides
@@ -226,21 +232,12 @@ def profiler_trace(request: pytest.FixtureRequest) -> Any:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    """One header line saying whether convperf checks run, and where baselines live."""
-    cfg = config.stash[CONFIG_KEY]
-    if not cfg.enabled:
+    """Where the run measures and where its baselines live (and whether they exist yet)."""
+    if not config.stash[CONFIG_KEY].enabled:
         return None
     from pytest_convperf.timing import FAKE_TIMER_ENV
 
-    fake = f" timer=fake timer (${FAKE_TIMER_ENV})" if os.environ.get(FAKE_TIMER_ENV) else ""
-    lines = [
-        f"convperf: device={cfg.device} baselines={cfg.baselines_dir} update={sorted(cfg.update) or 'no'}"
-        + fake
-    ]
-    from pytest_convperf.baselines import baselines_dir_note
-
-    missing = baselines_dir_note(cfg.baselines_dir, updating=cfg.updating)
-    return [*lines, missing] if missing else lines
+    return config.stash[SESSION_KEY].header_lines(fake=bool(os.environ.get(FAKE_TIMER_ENV)))
 
 
 @pytest.hookimpl(wrapper=True)

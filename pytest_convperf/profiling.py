@@ -9,6 +9,7 @@ and anything else outside ``[A-Za-z0-9._-]`` become ``_``; long names keep a has
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
 
 MAX_NAME = 150
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
+KINETO_QUIET = "5"  # above ERROR (2): kineto then prints no log lines of its own
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,20 @@ def kernel_rows(prof: profile, cuda: bool) -> list[KernelRow]:
     ]
 
 
+def _activities(device: DeviceInfo) -> list[ProfilerActivity]:
+    """CPU, plus CUDA on a GPU. On a CPU-only machine the profiler's library (kineto) still probes for
+    GPUs and logs ``gpuGetDeviceCount failed with code 35`` as an ERROR; its log level (read when
+    the profiler first starts in the process) silences that, unless the user set one."""
+    if device.is_cuda:
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    if not torch.cuda.is_available():
+        os.environ.setdefault(KINETO_LOG_LEVEL, KINETO_QUIET)
+    return [ProfilerActivity.CPU]
+
+
 @contextmanager
 def _profiled(path: Path, device: DeviceInfo) -> Iterator[Trace]:
-    activities = [ProfilerActivity.CPU]
-    if device.is_cuda:
-        activities.append(ProfilerActivity.CUDA)
+    activities = _activities(device)
     trace = Trace(path=path, device=device.kind)
     with profile(activities=activities, record_shapes=True) as prof:
         yield trace
@@ -128,9 +140,7 @@ def trace_factory(
 
 def profile_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3) -> list[KernelRow]:
     """Kernel table of ``calls`` calls of ``fn`` (no trace file): what ran, and for how long."""
-    activities = [ProfilerActivity.CPU]
-    if device.is_cuda:
-        activities.append(ProfilerActivity.CUDA)
+    activities = _activities(device)
     with profile(activities=activities) as prof:
         for _ in range(calls):
             fn()

@@ -6,6 +6,7 @@ every function here is pure except the ``write_*`` ones, which write one file ea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -153,7 +154,25 @@ def _pct(value: float | None) -> str:
 
 
 def _usf(value: float | None) -> str:
-    return f"{value:.4g}" if value is not None else "-"
+    return fixed(value) if value is not None else "-"
+
+
+def fixed(value: float) -> str:
+    """Four significant digits without exponent forms: ``11170``, ``355.1``, ``0.04123``."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, 3 - math.floor(math.log10(abs(value))))
+    return f"{round(value, decimals):.{decimals}f}"
+
+
+def fmt_time(us: float | None) -> str:
+    """A time given in microseconds, in a readable unit: ``355.1 us``, ``11.17 ms``, ``2.300 s``."""
+    if us is None:
+        return "-"
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if abs(us) >= scale:
+            return f"{fixed(us / scale)} {unit}"
+    return f"{fixed(us)} us"
 
 
 def cells(r: ReportRow) -> dict[str, str]:
@@ -191,8 +210,77 @@ def fake_timed(row: Mapping[str, Any]) -> bool:
     return (row.get("facts") or {}).get("timer") == "fake"
 
 
-def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The terminal summary: one block per verdict, a line per check, a note under non-PASS rows."""
+def _recorded(rows: Sequence[ReportRow]) -> int:
+    return sum(1 for r in rows if r.update == "write")
+
+
+def counts(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``NEW 16 (16 recorded), FAIL 3 (3 recorded)``: the verdicts and, on an update run, what was stored."""
+    parts = []
+    for verdict, group in grouped(rows):
+        n = _recorded(group)
+        parts.append(f"{verdict} {len(group)}" + (f" ({n} recorded)" if n else ""))
+    return ", ".join(parts)
+
+
+def _heading(verdict: str, group: Sequence[ReportRow]) -> str:
+    """A verdict block's heading; on an update run it says what was recorded, so that a FAIL
+    whose new baseline was accepted (the test passes) tells one story with pytest's counts."""
+    n = _recorded(group)
+    if not n:
+        return f"{verdict} ({len(group)})"
+    passes = "; these tests pass" if verdict not in (Verdict.NEW.value, Verdict.IMPROVED.value) else ""
+    return (
+        f"{verdict} ({len(group)}): {n} recorded as the new baseline by --convperf-update-baselines{passes}"
+    )
+
+
+def _note(r: ReportRow) -> str:
+    """The first line of a check's message; a recorded check says so instead of asking to record it."""
+    if r.update == "write":
+        return "recorded as the new baseline"
+    return r.message.splitlines()[0] if r.message else ""
+
+
+def _check_line(r: ReportRow) -> str:
+    c = cells(r)
+    line = (
+        f"  {c['check']}  speedup {c['speedup']}  baseline {c['baseline']}  delta {c['delta']}  "
+        f"cand {fmt_time(r.candidate_us)}  ref {fmt_time(r.reference_us)}"
+    )
+    if r.roofline is not None:
+        spec = "spec unknown"
+        if r.roofline_spec is not None:
+            spec = f"{c['roofline (spec)']} of spec peak"
+        line += f"  roofline {c['roofline (copy BW)']} of copy BW, {spec}"
+    if r.quality:
+        line += f"  quality {r.quality}"
+    if r.update:
+        line += f"  [update: {r.update}]"
+    return line
+
+
+def _module_line(module: str, group: Sequence[ReportRow]) -> str:
+    """One line for a module's NEW checks: how many, their speedup range, recorded or not."""
+    speeds = [r.speedup for r in group if r.speedup is not None]
+    span = ""
+    if speeds:
+        lo, hi = _x(min(speeds)), _x(max(speeds))
+        span = f", speedup {lo}" if lo == hi else f", speedup {lo} to {hi}"
+    n = _recorded(group)
+    if n == len(group):
+        state = "recorded"
+    elif n:
+        state = f"{n} recorded"
+    else:
+        state = "not recorded: --convperf-update-baselines records them"
+    checks = "check" if len(group) == 1 else "checks"
+    return f"  {module or '(no module)'}: {len(group)} new {checks}{span} ({state})"
+
+
+def terminal_lines(rows: Sequence[Mapping[str, Any]], *, verbose: int = 0) -> list[str]:
+    """The terminal summary: one block per verdict, a line per check with a note under non-PASS
+    rows; NEW checks (a first run's many) as one line per module unless ``verbose`` > 0."""
     out: list[str] = []
     if any(fake_timed(r) for r in rows):
         out.append("timer: fake timer (replayed durations, not measurements)")
@@ -201,25 +289,18 @@ def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if note:
         out.append(note)
     for verdict, group in groups:
-        out.append(f"{verdict} ({len(group)})")
+        out.append(_heading(verdict, group))
+        if verdict == Verdict.NEW.value and verbose <= 0:
+            modules: dict[str, list[ReportRow]] = {}
+            for r in group:
+                modules.setdefault(r.module, []).append(r)
+            out.extend(_module_line(m, g) for m, g in modules.items())
+            continue
         for r in group:
-            c = cells(r)
-            line = (
-                f"  {c['check']}  speedup {c['speedup']}  baseline {c['baseline']}  delta {c['delta']}  "
-                f"cand {c['candidate us']} us  ref {c['reference us']} us"
-            )
-            if r.roofline is not None:
-                spec = "spec unknown"
-                if r.roofline_spec is not None:
-                    spec = f"{c['roofline (spec)']} of spec peak"
-                line += f"  roofline {c['roofline (copy BW)']} of copy BW, {spec}"
-            if r.quality:
-                line += f"  quality {r.quality}"
-            if r.update:
-                line += f"  [update: {r.update}]"
-            out.append(line)
-            if verdict != Verdict.PASS.value and r.message:
-                out.append(f"      {r.message.splitlines()[0]}")
+            out.append(_check_line(r))
+            note = _note(r)
+            if verdict != Verdict.PASS.value and note:
+                out.append(f"      {note}")
     return out
 
 
@@ -265,7 +346,7 @@ def markdown(
         ]
         for r in group:
             c = cells(r)
-            note = "" if verdict == Verdict.PASS.value else r.message.splitlines()[0] if r.message else ""
+            note = "" if verdict == Verdict.PASS.value else _note(r)
             if r.quality:
                 note = f"quality {r.quality}. {note}".strip()
             if r.update:

@@ -140,8 +140,23 @@ def _correctness(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {str(e.get("name")): {"max_abs": e.get("max_abs"), "max_rel": e.get("max_rel")} for e in errors}
 
 
-def plot_speedups(rows: Sequence[Mapping[str, Any]], path: Path) -> str | None:
-    """``speedup.png``: speedup per check with its 95 % CI, the baseline marked; a note when skipped."""
+def plot_title(machine_info: Mapping[str, Any], when: str | None) -> str:
+    """``convperf speedups`` with the machine (slug and device name) and the run's date (UTC)."""
+    machine = machine_info.get("machine") or machine_info.get("slug") or "unknown machine"
+    name = machine_info.get("name")
+    where = f"{machine} ({name})" if name and name != machine else str(machine)
+    return f"convperf speedups: {where}" + (f", {when[:16].replace('T', ' ')} UTC" if when else "")
+
+
+def plot_speedups(
+    rows: Sequence[Mapping[str, Any]],
+    path: Path,
+    *,
+    machine_info: Mapping[str, Any] | None = None,
+    when: str | None = None,
+) -> str | None:
+    """``speedup.png``: speedup per check with its 95 % CI, the baseline marked, titled with the
+    machine and the date; a note when skipped."""
     try:
         import matplotlib
 
@@ -160,12 +175,30 @@ def plot_speedups(rows: Sequence[Mapping[str, Any]], path: Path) -> str | None:
         speed = r.speedup
         assert speed is not None
         lo, hi = r.speedup_ci or (speed, speed)
-        ax.errorbar([speed], [y], xerr=[[speed - lo], [hi - speed]], fmt="o", color="C0", capsize=3)
+        ax.errorbar(
+            [speed],
+            [y],
+            xerr=[[speed - lo], [hi - speed]],
+            fmt="o",
+            color="C0",
+            capsize=3,
+            label="this run (95 % CI)" if y == 0 else None,
+        )
         if r.baseline_speedup is not None:
-            ax.plot([r.baseline_speedup], [y], marker="|", markersize=14, color="C3")
-    ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
+            ax.plot(
+                [r.baseline_speedup],
+                [y],
+                marker="|",
+                markersize=14,
+                color="C3",
+                linestyle="none",
+                label="baseline" if not any(d.baseline_speedup for d in data[:y]) else None,
+            )
+    ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--", label="candidate = reference")
+    ax.set_title(plot_title(machine_info or {}, when), fontsize=9)
+    ax.legend(fontsize=7, loc="best")
     ax.set_yticks(ys, [r.key if len(r.key) < 60 else r.key[:57] + "..." for r in data], fontsize=7)
-    ax.set_xlabel("speedup over the reference (o: this run with 95 % CI, |: baseline)")
+    ax.set_xlabel("speedup of the candidate over the reference (reference time / candidate time)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -207,7 +240,7 @@ def write_reports(
     atomic_write(report_dir / "rows.json", json.dumps(list(rows), indent=1, default=str) + "\n")
     night_json = {**(night or {}), "change_points_new": change_points}
     atomic_write(report_dir / NIGHT_FILE, json.dumps(night_json, indent=1, default=str) + "\n")
-    note = plot_speedups(rows, report_dir / "speedup.png")
+    note = plot_speedups(rows, report_dir / "speedup.png", machine_info=machine_info, when=when)
     if note:
         notes.append(note)
     return notes

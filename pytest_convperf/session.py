@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import tempfile
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
     from pytest_convperf.device import DeviceInfo
     from pytest_convperf.multiplicity import NightControl
+    from pytest_convperf.progress import LiveProgress
 
 ROWS_PROPERTY = "convperf_rows"  # the rows of one test, on its report
 FAKE_SUFFIX = "-fake"
@@ -63,6 +65,7 @@ class ConvperfSession:
         self.night_failed: list[str] = []
         self._finished = False
         self._validated = False  # the xdist controller validates once, for the first worker
+        self._progress: LiveProgress | None = None
 
     # ---- lazily built, heavy objects ---------------------------------------------------------
     def device_info(self) -> DeviceInfo:
@@ -79,6 +82,51 @@ class ConvperfSession:
 
             self._timer = make_timer(self.device_info())
         return self._timer
+
+    def progress(self) -> LiveProgress:
+        """The live progress line of timed checks (off in xdist workers, with -q, without a terminal)."""
+        if self._progress is None:
+            from pytest_convperf.progress import LiveProgress
+
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            capman = self.config.pluginmanager.get_plugin("capturemanager")
+            controller = is_controller(self.config)
+            xdist = not controller or self.config.pluginmanager.has_plugin("dsession")
+            self._progress = LiveProgress(
+                tr if controller else None,
+                verbosity=self.config.get_verbosity(),
+                # Rewritten in place only on a terminal and without xdist (reports arrive interleaved).
+                live=tr is not None and bool(tr.isatty()) and not xdist,
+                uncaptured=capman.global_and_fixture_disabled if capman is not None else nullcontext,
+            )
+        return self._progress
+
+    def header_lines(self, *, fake: bool) -> list[str]:
+        """What a run will do, before it does it: the resolved device, the machine folder and whether
+        it holds baselines yet (and how to record them), what this run updates."""
+        cfg = self.cfg
+        try:
+            device = self.device_info()
+        except Exception as exc:  # the header must not hide the error the first check will report
+            return [f"convperf: device {cfg.device} could not be resolved: {exc}"]
+        store = self.store(fake=fake)
+        folder = store.root / store.machine
+        chosen = "" if cfg.device == "auto" else f" (--convperf-device={cfg.device})"
+        update = ",".join(sorted(cfg.update)) if cfg.update else "no"
+        timer = ", timer fake timer (replayed durations, not measurements)" if fake else ""
+        where = f"device {device.kind} ({device.name}){chosen}, machine {store.machine}"
+        lines = [f"convperf: {where}, update {update}{timer}"]
+        if not folder.is_dir():
+            how = (
+                "this run records the checks it selects there"
+                if cfg.update
+                else "checks report NEW; record them with --convperf-update-baselines"
+            )
+            lines.append(f"convperf: baselines {folder} (does not exist yet: {how})")
+        else:
+            files = len(list(folder.glob("*.yaml")))
+            lines.append(f"convperf: baselines {folder} ({files} file{'s' if files != 1 else ''})")
+        return lines
 
     def store(self, *, fake: bool = False) -> Store:
         """The baseline store of this machine class (built on first use).
@@ -115,6 +163,8 @@ class ConvperfSession:
     def record(self, nodeid: str, row: CheckRow) -> None:
         """Called once per check, after its judgement: keep the row until the test's report is made."""
         self.pending.setdefault(nodeid, []).append(row)
+        if is_controller(self.config):
+            self.progress().done(row.to_dict(), nodeid)
 
     def attach_rows(self, item: pytest.Item, report: pytest.TestReport) -> None:
         rows = self.pending.pop(item.nodeid, [])
@@ -136,12 +186,15 @@ class ConvperfSession:
         if sections:
             report.user_properties.append((SECTIONS_PROPERTY, sections))
 
-    @pytest.hookimpl
+    @pytest.hookimpl(trylast=True)  # after pytest's status letter: a worker's verdict line follows it
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect rows and sections from every report: our own, or those a worker sent to this controller."""
         for name, value in report.user_properties:
             if name == ROWS_PROPERTY and report.when == "call" and isinstance(value, list):
                 self.rows.extend(CheckRow.from_dict(row) for row in value)
+                if hasattr(report, "node"):  # from an xdist worker: its verdict lines, on the controller
+                    for row in value:
+                        self.progress().done(row, report.nodeid, after_status=True)
             elif name == SECTIONS_PROPERTY and isinstance(value, list):
                 self.all_sections.extend(Section(**s) for s in value)
 
@@ -256,12 +309,12 @@ class ConvperfSession:
         if not rows and not self.update_md:
             return
         from pytest_convperf.night import night_lines
-        from pytest_convperf.report import grouped, terminal_lines
+        from pytest_convperf.report import counts, terminal_lines
 
         tr = terminalreporter
-        counts = ", ".join(f"{v} {len(g)}" for v, g in grouped(rows))
-        tr.write_sep("=", f"convperf: {counts}" if counts else "convperf")
-        for line in terminal_lines(rows):
+        heading = counts(rows)
+        tr.write_sep("=", f"convperf: {heading}" if heading else "convperf")
+        for line in terminal_lines(rows, verbose=self.config.get_verbosity()):
             tr.write_line(line)
         if self.night is not None and self.night.m:
             for line in night_lines(self.night, rows):

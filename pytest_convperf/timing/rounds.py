@@ -71,6 +71,9 @@ def _run(timer: Timer, jobs: Sequence[Job], round_index: int, phase: str) -> lis
                 "a sample must be a positive finite time"
             )
         out[k] = t
+    observe = getattr(timer, "observe_round", None)
+    if observe is not None:  # the live progress line (pytest_convperf.progress) watches, never steers
+        observe(phase, round_index, [job.name for job in jobs], out)
     return out
 
 

@@ -17,7 +17,7 @@ def test_full_lifecycle(suite: Suite) -> None:
     # 1. No baseline: NEW passes with a visible note; nothing is written without an update flag.
     result = suite.run()
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*convperf: NEW 2*", "NEW (2)", "*no baseline entry*"])
+    result.stdout.fnmatch_lines(["*convperf: NEW 2*", "NEW (2)", "  test_suite: 2 new checks*not recorded*"])
     assert not suite.file.exists()
 
     # 2. Update (bare flag = failed,new): both entries recorded, convperf-update.md written.

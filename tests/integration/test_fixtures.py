@@ -285,7 +285,7 @@ def test_m(convperf):
     convperf.measure(F.conv2d, P)
 """
     )
-    result = pytester.runpytest(*plugin_args)
+    result = pytester.runpytest(*plugin_args, "--convperf")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*ImplausibleTime*candidate median*under half the roofline floor*did not do its work*"]
@@ -330,7 +330,7 @@ def test_m(convperf):
     assert cmp.time_ratio == 0.25 and cmp.facts["timer"].startswith("fake")
 """
     )
-    pytester.runpytest(*plugin_args).assert_outcomes(passed=1)
+    pytester.runpytest(*plugin_args, "--convperf").assert_outcomes(passed=1)
 
 
 def test_measure_on_the_cpu_sees_a_doubled_candidate(
@@ -353,4 +353,4 @@ def test_m(convperf):
     assert cmp.candidate.mode == "cpu"
 """
     )
-    pytester.runpytest(*plugin_args).assert_outcomes(passed=1)
+    pytester.runpytest(*plugin_args, "--convperf").assert_outcomes(passed=1)

@@ -140,7 +140,7 @@ def test_kernel_that_does_no_work_is_caught(pytester: pytest.Pytester, plugin_ar
             convperf.measure(lazy, P)
         """
     )
-    result = pytester.runpytest_subprocess(*plugin_args, "--convperf-device=cuda")
+    result = pytester.runpytest_subprocess(*plugin_args, "--convperf", "--convperf-device=cuda")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*did not do its work*"])
 
@@ -174,6 +174,6 @@ def test_lost_cuda_context_fails_once_then_skips_with_one_reason(
             convperf.measure(F.conv2d, P)
         """
     )
-    result = pytester.runpytest_subprocess(*plugin_args, "--convperf-device=cuda", "-rs")
+    result = pytester.runpytest_subprocess(*plugin_args, "--convperf", "--convperf-device=cuda", "-rs")
     result.assert_outcomes(failed=1, skipped=2)
     result.stdout.fnmatch_lines(["*CUDA context lost*", "*SKIPPED [[]2[]]*the CUDA context was lost in*"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -192,3 +193,31 @@ def test_low_precision_dense_conv_passes_its_own_row(dtype: str) -> None:
 )
 def test_f_conv2d_matches_its_oracle_on_random_problems(problem: Conv2dProblem) -> None:
     assert_conv_close(correct, problem, backward=True)
+
+
+def _users_helper(x: torch.Tensor) -> torch.Tensor:
+    raise ValueError("tile size must divide 7")
+
+
+def calls_a_helper_that_raises(
+    x: torch.Tensor, w: torch.Tensor, b: Any, s: Any, p: Any, d: Any, g: int
+) -> Any:
+    return _users_helper(x)
+
+
+def half_output(x: torch.Tensor, w: torch.Tensor, b: Any, s: Any, p: Any, d: Any, g: int) -> torch.Tensor:
+    return F.conv2d(x, w, b, s, p, d, g).half()
+
+
+def test_a_raising_candidate_shows_the_traceback_into_the_users_code_not_the_plugins() -> None:
+    report = check_conv(calls_a_helper_that_raises, PROBLEM, seed=2)
+    message = report.message()
+    assert "raised ValueError: tile size must divide 7" in message
+    assert "in calls_a_helper_that_raises" in message and "in _users_helper" in message
+    assert "pytest_convperf" + os.sep not in message.replace("pytest_convperf.correctness", ""), message
+
+
+def test_an_fp16_output_where_fp32_was_expected_fails_saying_dtype() -> None:
+    report = check_conv(half_output, PROBLEM, seed=2)
+    assert not report.ok
+    assert "dtype mismatch: the output is torch.float16 where torch.float32" in report.message()

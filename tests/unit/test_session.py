@@ -18,7 +18,10 @@ from tests.unit.test_verdict import comparison
 
 def _session(tmp_path: Path, machine: str | None = None) -> ConvperfSession:
     cfg = ConvperfConfig(enabled=True, baselines_dir=tmp_path / "bl", machine=machine, report_dir=tmp_path)
-    session = ConvperfSession(SimpleNamespace(), cfg)  # type: ignore[arg-type]
+    # No terminal reporter: the live progress line is off (pytest_convperf.progress).
+    plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
+    config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0)
+    session = ConvperfSession(config, cfg)  # type: ignore[arg-type]
     session._device = SimpleNamespace(slug="amd-epyc-1t")  # type: ignore[assignment]
     return session
 

@@ -1,0 +1,161 @@
+"""The live progress line (pytest_convperf.progress) against a recording stand-in for pytest's
+terminal reporter, and the summary's story on first and recording runs (report.terminal_lines)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pytest_convperf.progress import LiveProgress, Tally, verdict_text
+from pytest_convperf.report import counts, fmt_time, terminal_lines
+
+
+class Terminal:
+    """Records what the progress line asks of pytest's TerminalReporter."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.currentfspath: Any = "x.py"
+
+    def ensure_newline(self) -> None:
+        self.calls.append(("newline", ""))
+
+    def rewrite(self, line: str, erase: bool = False) -> None:
+        self.calls.append(("rewrite", line))
+
+    def write(self, text: str) -> None:
+        self.calls.append(("write", text))
+
+    def write_line(self, text: str) -> None:
+        self.calls.append(("line", text))
+
+    def write_fspath_result(self, nodeid: str, res: str) -> None:
+        self.calls.append(("fspath", nodeid))
+
+
+def row(
+    verdict: str = "NEW", key: str = "test_x[p]", module: str = "test_m", update: str | None = None
+) -> Any:
+    return {
+        "key": key,
+        "module": module,
+        "nodeid": f"{module}.py::{key}",
+        "verdict": verdict,
+        "message": "NEW: no baseline entry; speedup 0.500x. Record it with --convperf-update-baselines",
+        "comparison": {
+            "time_ratio": 2.0,
+            "time_ratio_ci": [1.9, 2.1],
+            "n_rounds": 63,
+            "candidate": {"median": 2.073e-3},
+            "reference": {"median": 1.0e-3},
+        },
+        "update": {"action": update} if update else None,
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run_rounds(progress: LiveProgress, clock: Clock, timer: Any) -> None:
+    for i in range(13):
+        clock.t += 1.0
+        timer.observe_round("warm-up", i, ["candidate", "reference"], [2e-3, 1e-3])
+    for i in range(40):
+        clock.t += 1.0
+        timer.observe_round("timing", i, ["candidate", "reference"], [2e-3 * (1 + i % 3 / 100), 1e-3])
+
+
+def test_on_a_terminal_the_line_is_rewritten_in_place_then_left_as_the_verdict() -> None:
+    term, clock = Terminal(), Clock()
+    progress = LiveProgress(term, verbosity=0, live=True, clock=clock, width=lambda: 200)
+    timer = progress.wrap(object(), "m.py::test_x[p]", "test_x[p]")
+    run_rounds(progress, clock, timer)
+    rewrites = [text for kind, text in term.calls if kind == "rewrite"]
+    assert term.calls[0] == ("newline", "")  # off pytest's dots line first
+    assert rewrites[0].strip() == "test_x[p]: warm-up, 1 rounds"
+    assert "timing, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
+    progress.done(row(), "m.py::test_x[p]")
+    assert term.calls[-2] == ("rewrite", verdict_text(row()))
+    # pytest's next status letter goes on a fresh "<file> " line, as pytest itself writes it
+    assert term.calls[-1] == ("fspath", "m.py::test_x[p]") and term.currentfspath is None
+
+
+def test_without_a_terminal_only_complete_lines_are_written() -> None:
+    term, clock = Terminal(), Clock()
+    progress = LiveProgress(term, verbosity=0, live=False, clock=clock)
+    timer = progress.wrap(object(), "m.py::t", "t")
+    run_rounds(progress, clock, timer)  # 53 s of rounds: one progress line (every 30 s)
+    progress.done(row(), "m.py::t")
+    kinds = [kind for kind, _ in term.calls]
+    assert "rewrite" not in kinds
+    assert kinds.count("line") == 1
+    assert ("write", verdict_text(row())) in term.calls
+
+
+def test_quiet_runs_and_xdist_workers_show_nothing_and_get_the_timer_itself() -> None:
+    timer = object()
+    quiet = LiveProgress(Terminal(), verbosity=-1, live=True)
+    worker = LiveProgress(None, verbosity=1, live=False)
+    assert quiet.wrap(timer, "n", "c") is timer and worker.wrap(timer, "n", "c") is timer
+    quiet.done(row(), "n")  # no terminal use at all
+    assert quiet.terminal.calls == []
+
+
+def test_a_confirm_run_is_named_and_its_ratio_starts_over() -> None:
+    tally = Tally("t")
+    for i in range(10):
+        tally.observe("timing", i, ["candidate", "reference"], [2e-3, 1e-3])
+    tally.observe("warm-up", 0, ["candidate", "reference"], [1e-3, 1e-3])
+    assert tally.text() == "t: warm-up, 1 rounds"
+    for i in range(8):
+        tally.observe("timing", i, ["reference", "candidate"], [1e-3, 4e-3])
+    assert tally.text().startswith("t: confirm, 8 rounds, speedup 0.250x")
+    assert math.isclose(math.exp(tally.log_ratios[0]), 4.0)
+
+
+def test_times_have_units_and_no_exponent_forms() -> None:
+    assert fmt_time(1.117e4) == "11.17 ms"
+    assert fmt_time(355.123) == "355.1 us"
+    assert fmt_time(2.3e6) == "2.300 s"
+    assert fmt_time(0.04123) == "0.04123 us"
+    assert "e+" not in verdict_text(row()) and "cand 2.073 ms  ref 1.000 ms" in verdict_text(row())
+
+
+def test_a_first_run_groups_new_checks_per_module_and_says_how_to_record() -> None:
+    rows = [row(key=f"test_x[{i}]") for i in range(16)] + [row(module="test_n")]
+    lines = terminal_lines(rows)
+    assert lines == [
+        "NEW (17)",
+        "  test_m: 16 new checks, speedup 0.500x (not recorded: --convperf-update-baselines records them)",
+        "  test_n: 1 new check, speedup 0.500x (not recorded: --convperf-update-baselines records them)",
+    ]
+    assert len(terminal_lines(rows, verbose=1)) == 1 + 2 * 17  # -v: every check with its note
+
+
+def test_the_recording_run_does_not_ask_to_record_and_tells_one_story_with_pytest() -> None:
+    new = [row(update="write")]
+    assert "Record it" not in "\n".join(terminal_lines(new, verbose=1))
+    assert counts(new) == "NEW 1 (1 recorded)"
+    failed = [row(verdict="FAIL", key=f"t[{i}]", update="write") for i in range(3)]
+    assert counts(failed) == "FAIL 3 (3 recorded)"
+    lines = terminal_lines(failed)
+    assert (
+        lines[0]
+        == "FAIL (3): 3 recorded as the new baseline by --convperf-update-baselines; these tests pass"
+    )
+    assert lines[2].strip() == "recorded as the new baseline"
+
+
+def test_the_plot_title_names_the_machine_and_the_date() -> None:
+    from pytest_convperf.report_files import plot_title
+
+    info = {"machine": "amd-epyc-1t", "name": "AMD EPYC"}
+    assert plot_title(info, "2026-11-22T22:15:03+00:00") == (
+        "convperf speedups: amd-epyc-1t (AMD EPYC), 2026-11-22 22:15 UTC"
+    )
+    assert plot_title({}, None) == "convperf speedups: unknown machine"
