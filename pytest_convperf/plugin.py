@@ -52,7 +52,7 @@ def pytest_convperf_write_report(
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ``convperf`` option group; every option is also an ini key."""
-    from pytest_convperf.strategies import profiles_help
+    from pytest_convperf.profiles import profiles_help
 
     # argparse prints a group's description as its heading, verbatim: the profiles go there.
     profiles = profiles_help().replace("\n", "\n    ")
@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{MARKER}: a timing/baseline check; skipped unless --convperf is given"
     )
     # Before Hypothesis' own pytest_configure loads --hypothesis-profile (we run tryfirst).
-    from pytest_convperf.strategies import register_profiles
+    from pytest_convperf.profiles import register_profiles
 
     register_profiles()
     cfg = ConvperfConfig.from_pytest_config(config)

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from pytest_convperf.problem import LAYOUTS, Conv2dProblem, Kind, canonical_dtype
+
+# The Hypothesis profiles live in their own module; these names stay importable from here.
+from pytest_convperf.profiles import PROFILES, profiles_help, register_profiles
 
 # Sizes around tile and warp edges, where index bugs live.
 EDGE_SIZES: tuple[int, ...] = (1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65)
@@ -393,41 +395,4 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**31 - 1)
 
 
-# Profile name -> (what it is for, its settings). The help text is built from the same settings.
-_PROFILES: dict[str, tuple[str, dict[str, Any]]] = {
-    "convperf-dev": ("local work", {"max_examples": 25}),
-    "convperf-ci": (
-        "CI runs",
-        {"max_examples": 60, "derandomize": True, "database": None, "print_blob": True},
-    ),
-    "convperf-nightly": ("deep fuzzing", {"max_examples": 2000, "print_blob": True}),
-}
-PROFILES = tuple(_PROFILES)
-
-
-def register_profiles() -> None:
-    """Register ``convperf-dev``, ``convperf-ci`` (derandomized) and ``convperf-nightly``.
-
-    The first example of a session pays for CUDA context, cuDNN handles and kernel JIT, so no
-    profile has a deadline; ``too_slow`` is suppressed for the same reason.
-    """
-    slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
-    # Hypothesis loads its own "ci" profile (derandomized, no database) when it sees $CI, and a
-    # profile without a parent inherits the loaded one: start from "default" so that each profile
-    # means what its help line says on every machine.
-    parent = settings.get_profile("default")
-    for name, (_, values) in _PROFILES.items():
-        settings.register_profile(name, parent=parent, deadline=None, suppress_health_check=slow, **values)
-
-
-def profiles_help() -> str:
-    """One line per profile for ``pytest --help``: what its settings do and what it is for."""
-    lines = []
-    for name, (use, values) in _PROFILES.items():
-        facts = [f"{values['max_examples']} examples"]
-        facts.append("derandomized" if values.get("derandomize") else "random")
-        facts.append("no database" if "database" in values else "database on")
-        if values.get("print_blob"):
-            facts.append("print blob")
-        lines.append(f"{name:<17s}{', '.join(facts)}: {use}")
-    return "\n".join(lines)
+__all__ = ["PROFILES", "conv2d_problems", "profiles_help", "register_profiles", "seeds"]
