@@ -46,6 +46,8 @@ CONFIRM_Q = 0.9995
 CONFIRM_FACTOR = 3
 POWER_Z = NormalDist().inv_cdf(0.80)
 DRIFT_FACTOR = 4.0
+# Fewer kept rounds than this have no 95 % CI of the median (``timing.rounds`` makes them INCONCLUSIVE).
+MIN_CI_ROUNDS = 6
 # Error growth far below the tolerance (under 1 % of atol) is rounding noise, not drift.
 DRIFT_FLOOR = 0.01
 
@@ -265,7 +267,8 @@ def decide(
             tolerance=policy.tolerance,
         )
     if comparison.inconclusive:
-        return Decision(
+        gross = _few_rounds(comparison, entry, policy, env=env, backend=backend, confirm=confirm)
+        return gross or Decision(
             Verdict.INCONCLUSIVE,
             "skip",
             f"inconclusive: {comparison.inconclusive}",
@@ -387,12 +390,122 @@ def decide(
             notes=("suspect cleared",),
         )
     if screen.upper < -tol:
+        # Confirmed like a failure: a lucky screen recorded with =improved would make the unchanged
+        # candidate fail against it afterwards.
+        if confirm is None:
+            return Decision(
+                Verdict.IMPROVED,
+                "pass",
+                f"IMPROVED (screen, unconfirmed): faster than the baseline beyond {_p(policy.tolerance)}: "
+                f"{numbers}. Ratchet it with --convperf-update-baselines=improved (recorded only once confirmed)",
+                stage="screen",
+                **common,
+            )
+        second = confirm(policy.confirm_factor * comparison.n_rounds)
+        if second.inconclusive:
+            return passed(
+                f"improvement not confirmed: the confirm measurement was unusable ({second.inconclusive}); "
+                f"screen said {numbers}",
+                notes=("improvement not confirmed",),
+            )
+        conf = _stage("confirm", second, entry, policy, policy.confirm_q)
+        c_lo, c_hi = conf.delta_ci(policy.confirm_q)
+        conf_numbers = (
+            f"confirm ({second.n_rounds} rounds): delta {_pct(math.expm1(conf.d))} "
+            f"(99.9 % CI {_pct(c_lo)} .. {_pct(c_hi)}); {us_line(entry, second)}"
+        )
+        if conf.upper >= -tol:
+            return passed(
+                f"improvement not confirmed: {conf_numbers}; screen ({comparison.n_rounds} rounds): {numbers}",
+                confirm=second,
+                notes=("improvement not confirmed",),
+            )
+        common.update(delta=math.expm1(conf.d), delta_ci=conf.delta_ci(), sigma=conf.sigma)
         return Decision(
             Verdict.IMPROVED,
             "pass",
-            f"IMPROVED: faster than the baseline beyond {_p(policy.tolerance)}: {numbers}. "
+            f"IMPROVED (confirmed): faster than the baseline beyond {_p(policy.tolerance)}: {conf_numbers}; "
+            f"screen ({comparison.n_rounds} rounds): {numbers}. "
             "Ratchet it with --convperf-update-baselines=improved",
-            stage="screen",
+            stage="confirm",
+            confirm=second,
             **common,
         )
     return passed(numbers)
+
+
+def _few_rounds(
+    comparison: Comparison,
+    entry: Entry | None,
+    policy: Policy,
+    *,
+    env: Mapping[str, str],
+    backend: str | None,
+    confirm: Callable[[int], Comparison] | None,
+) -> Decision | None:
+    """A FAIL for a regression far beyond the noise that only a few rounds measured, else None.
+
+    A candidate so slow that fewer than 6 rounds fit in the time caps has no CI of its median, but
+    every round it has may still show what it is. The statistic is the least slow round's excess
+    over the baseline, ``min ln(ratio) - ln(stored ratio)``; its SD counts the stored and the new
+    run's between-run noise and one round's own scatter, each bounded by the entry's (floored)
+    noise, so ``sigma = noise * sqrt(2 + 1/ref_runs)``. The screen suspects at ``screen_q``; a
+    confirm run (3x the rounds, with the time caps grown in proportion) must show it again at
+    ``confirm_q``. Rounds dropped for clocks, a missing baseline or a changed env/mode: None.
+    """
+    if entry is None or comparison.dropped_rounds or not 0 < comparison.n_rounds < MIN_CI_ROUNDS:
+        return None
+    timing, diff = changes_since(entry, comparison, env=env, backend=backend)
+    if timing or diff:
+        return None
+    noise, _ = _noise(entry, policy)
+    sigma = noise * math.sqrt(2 + 1 / max(1, entry.ref_runs))
+    tol = math.log1p(policy.tolerance)
+
+    def least(c: Comparison) -> float:
+        return min(c.log_ratios) - math.log(entry.time_ratio)
+
+    def shown(c: Comparison) -> str:
+        return (
+            f"{len(c.log_ratios)} rounds, the least slow {_pct(math.expm1(least(c)))} vs baseline ratio "
+            f"{entry.time_ratio:.4g} ({us_line(entry, c)})"
+        )
+
+    if least(comparison) - t_quantile(policy.screen_q, math.inf) * sigma <= tol:
+        return None
+    first = f"screen ({shown(comparison)})"
+    common: dict[str, Any] = {"tolerance": policy.tolerance, "noise": noise, "sigma": sigma}
+    if confirm is None:
+        return Decision(
+            Verdict.FAIL,
+            "fail",
+            f"FAIL (few rounds, unconfirmed): far slower than the baseline in every round: {first}",
+            stage="few-rounds",
+            delta=math.expm1(least(comparison)),
+            **common,
+        )
+    second = confirm(policy.confirm_factor * len(comparison.log_ratios))
+    if second.dropped_rounds or not second.log_ratios:
+        return None
+    d = least(second)
+    if d - t_quantile(policy.confirm_q, math.inf) * sigma <= tol:
+        return Decision(
+            Verdict.INCONCLUSIVE,
+            "skip",
+            f"inconclusive: too few rounds for a CI ({comparison.inconclusive}); the confirm did not "
+            f"repeat the slowdown: {first}; confirm ({shown(second)})",
+            stage="few-rounds",
+            confirm=second,
+            **common,
+        )
+    return Decision(
+        Verdict.FAIL,
+        "fail",
+        f"FAIL (few rounds, confirmed): slower than the baseline by far more than its noise in every "
+        f"round, too slow for the {MIN_CI_ROUNDS}+ rounds of a CI: {first}; confirm ({shown(second)}). If intended, "
+        "record it with --convperf-update-baselines --convperf-reason=...",
+        stage="few-rounds",
+        delta=math.expm1(d),
+        confirm=second,
+        **common,
+    )
