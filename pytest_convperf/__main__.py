@@ -3,7 +3,8 @@
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
     ``--convperf`` and a private report directory, never updating baselines), then stores per
-    check ``noise`` = the between-run standard deviation of ln(time ratio), floored, and
+    check ``noise`` = the between-run SD of ln(time ratio) (robust: 1.4826 x MAD from 3 runs),
+    floored, and
     ``noise_runs`` = K. A check without an entry gets one: the median of the K runs (ref_runs K).
 merge-baselines A B [...] -o OUT [--prefer first|last]
     Merges baseline files of one machine by key; a key with different values in two inputs is
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.baselines import Entry, atomic_write, dump_text, lock_for, merge_files, read_file
+from pytest_convperf.env import load_avg
 from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
 # pytest exit codes after which the runs are still usable (0 passed, 1 some tests failed,
@@ -46,9 +48,21 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+# MAD -> SD of a normal distribution.
+MAD_TO_SD = 1.4826
+
+
 def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
-    """Between-run SD of the runs' median ln ratios (ddof 1), never under ``floor``."""
-    sd = statistics.stdev(ln_ratios) if len(ln_ratios) >= 2 else 0.0
+    """Between-run SD of the runs' median ln ratios, never under ``floor``.
+
+    Robust from 3 runs on: 1.4826 x the median absolute deviation, so one run under a load spike
+    (a neighbour's build) does not become the stored noise; two runs give their plain SD.
+    """
+    if len(ln_ratios) >= 3:
+        mid = statistics.median(ln_ratios)
+        sd = MAD_TO_SD * statistics.median(abs(x - mid) for x in ln_ratios)
+    else:
+        sd = statistics.stdev(ln_ratios) if len(ln_ratios) >= 2 else 0.0
     return max(sd, floor)
 
 
@@ -95,6 +109,7 @@ def calibrate_records(
             "quality": mid.get("quality") or {},
             "timing": mid.get("timing") or {},
             "other_mode_runs": len(every) - len(recs),
+            "load_max": max((max(r.get("load_avg") or [0.0]) for r in recs), default=0.0),
         }
     return out
 
@@ -134,6 +149,7 @@ def _write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str
                 f"  {key}: between-run SD {c['sd']:.2%} over {c['runs']} runs -> noise "
                 f"{c['noise']:.2%}{' (floor)' if c['noise'] > c['sd'] else ''}; {what}"
                 + (f"; {left_out} run(s) of another timing mode left out" if left_out else "")
+                + (f"; load average up to {c['load_max']:.1f}" if c.get("load_max") else "")
             )
         atomic_write(path, dump_text(machine, current))
     return lines
@@ -174,7 +190,8 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
                 "no:cacheprovider",
                 "-q",
             ]
-            print(f"calibrate: run {i + 1}/{args.runs}: {' '.join(cmd[1:])}", flush=True)
+            load = " ".join(f"{x:.2f}" for x in load_avg())
+            print(f"calibrate: run {i + 1}/{args.runs} (load {load}): {' '.join(cmd[1:])}", flush=True)
             proc = subprocess.run(cmd, capture_output=not args.verbose, text=True, check=False)
             if proc.returncode not in _USABLE_EXIT:
                 tail = (proc.stdout or "")[-3000:] + (proc.stderr or "")[-2000:]
