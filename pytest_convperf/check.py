@@ -10,8 +10,7 @@ recorded :class:`~pytest_convperf.results.CheckRow`, and the test's outcome.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +18,11 @@ import pytest
 import torch.nn.functional as F
 
 from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
-from pytest_convperf.device import is_sticky_cuda_error
+from pytest_convperf.faults import CheckTimeout, deadline, device_errors
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.roofline import roofline_facts
-from pytest_convperf.timing.rounds import StopRule, TimedCallError, Workload, measure_pair
+from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
 from pytest_convperf.workload import (
     PHASES,
     Candidate,
@@ -150,7 +149,7 @@ class ConvperfFixture:
             inputs = problem.make_inputs(seed, device.torch_device)
 
         def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
-            with self._device_errors(problem), perf_settings(problem, device) as settings:
+            with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device) as settings:
                 sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, inputs)
                 cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
                 ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes)
@@ -170,7 +169,7 @@ class ConvperfFixture:
             return self._sanity(comparison, problem)
 
         # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
-        with timing_slot(self.request.config), self._device_errors(problem):
+        with timing_slot(self.request.config), device_errors(self.device, self.nodeid, problem.id):
             extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
             extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
         first = run(base_rule, extra, stored_mode)
@@ -199,33 +198,6 @@ class ConvperfFixture:
         roofline = roofline_facts(problem.min_bytes, self.device)  # copy-BW and spec-peak floors
         return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})
 
-    @contextmanager
-    def _device_errors(self, problem: Conv2dProblem) -> Iterator[None]:
-        """Turn errors inside timed calls into clear failures; a lost CUDA context stops CUDA tests."""
-        device = self.device
-        try:
-            yield
-        except TimedCallError as exc:
-            cause = exc.__cause__ or exc
-            if device.is_cuda and is_sticky_cuda_error(cause):
-                device.mark_lost(self.nodeid, str(cause))
-                pytest.fail(
-                    f"CUDA context lost while timing {problem.id}: {exc}\n"
-                    "The remaining CUDA tests of this process are skipped; rerun with CUDA_LAUNCH_BLOCKING=1 "
-                    "to locate the faulting kernel.",
-                    pytrace=False,
-                )
-            pytest.fail(f"timing {problem.id} failed: {exc}", pytrace=False)
-        except Exception as exc:
-            if device.is_cuda and is_sticky_cuda_error(exc):
-                device.mark_lost(self.nodeid, str(exc))
-                pytest.fail(
-                    f"CUDA context lost on {problem.id}: {exc}\nThe remaining CUDA tests of this process are "
-                    "skipped; rerun with CUDA_LAUNCH_BLOCKING=1 to locate the faulting kernel.",
-                    pytrace=False,
-                )
-            raise
-
     # ---- the check -----------------------------------------------------------------------------------
     def check(
         self,
@@ -244,8 +216,36 @@ class ConvperfFixture:
         dropped for clocks skips it (INCONCLUSIVE). Returns the comparison. ``oracle`` replaces
         the fp64 ``F.conv2d`` oracle (quantized/sparse variants: their fake-quant/pruned conv);
         ``extra_metrics`` (e.g. quality drift ``rel_l2``, ``sqnr_db``) go into the row as
-        ``row["extra_metrics"]``.
+        ``row["extra_metrics"]``. A check that runs past ``--convperf-check-timeout`` (default
+        from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung.
         """
+        cfg_limit = self.session.cfg.check_timeout
+        limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
+        try:
+            with deadline(limit, f"the convperf check of {problem.id} ({phase})"):
+                return self._check(
+                    candidate,
+                    problem,
+                    reference=reference,
+                    phase=phase,
+                    mode=mode,
+                    oracle=oracle,
+                    extra_metrics=extra_metrics,
+                )
+        except CheckTimeout as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    def _check(
+        self,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        *,
+        reference: Candidate | None,
+        phase: str,
+        mode: str,
+        oracle: Candidate | None,
+        extra_metrics: dict[str, float] | None,
+    ) -> Comparison:
         check_phase(phase)
         device = self.device
         device.ensure_usable()
@@ -253,7 +253,7 @@ class ConvperfFixture:
         key = self.key(problem, phase)
         # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
         inputs = problem.make_inputs(seed, device.torch_device)
-        with self._device_errors(problem), correctness_settings():
+        with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
             report = check_conv(
                 candidate,
                 problem,
