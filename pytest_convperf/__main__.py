@@ -236,14 +236,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pytest_convperf.report import markdown, terminal_lines
 
+    from pytest_convperf import journal
+
     path = Path(args.dir) / "rows.json"
-    if not path.exists():
+    rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    # A session that crashed wrote no rows.json: its journal holds every row it measured.
+    rows += journal.missing(rows, journal.read(Path(args.dir)))
+    if not rows:
         print(
-            f"report: {path} not found; write one with pytest --convperf --convperf-report={args.dir}",
+            f"report: no rows in {args.dir} (rows.json or {journal.JOURNAL}); write them with "
+            f"pytest --convperf --convperf-report={args.dir}",
             file=sys.stderr,
         )
         return 2
-    rows = json.loads(path.read_text(encoding="utf-8"))
     print(markdown(rows) if args.markdown else "\n".join(terminal_lines(rows)))
     return 0
 

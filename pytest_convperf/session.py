@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_convperf import journal
 from pytest_convperf.baselines import Store, resolve_machine, validate_tree
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
@@ -102,7 +103,10 @@ class ConvperfSession:
 
     # ---- rows ------------------------------------------------------------------------------------
     def record(self, nodeid: str, row: CheckRow) -> None:
-        """Called once per check, after its judgement: keep the row until the test's report is made."""
+        """Called once per check, after its judgement: journal the row (with ``--convperf-report``),
+        and keep it until the test's report is made."""
+        if self.cfg.report_dir is not None:
+            journal.append(self.cfg.report_dir, row.to_dict())
         self.pending.setdefault(nodeid, []).append(row)
 
     def attach_rows(self, item: pytest.Item, report: pytest.TestReport) -> None:
@@ -135,11 +139,13 @@ class ConvperfSession:
                 self.all_sections.extend(Section(**s) for s in value)
 
     # ---- session end (baselines and reports; written by the controller only) ------------------
-    @pytest.hookimpl
+    @pytest.hookimpl(tryfirst=True)  # before xdist starts workers that would journal
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Stop the run (``UsageError``) before any test when a baseline file is malformed."""
         if self.cfg.enabled:
             validate_tree(self.cfg.baselines_dir)
+            if self.cfg.report_dir is not None and is_controller(self.config):
+                journal.start(self.cfg.report_dir)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -152,8 +158,11 @@ class ConvperfSession:
             return
         from pytest_convperf.updates import apply_updates, commit_info
 
-        rows = [row.to_dict() for row in self.rows]  # the form rows.json and report plugins read
         cfg = self.cfg
+        if cfg.report_dir is not None:  # rows of a worker that crashed after its check
+            lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
+            self.rows.extend(CheckRow.from_dict(row) for row in lost)
+        rows = [row.to_dict() for row in self.rows]  # the form rows.json and report plugins read
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
         self.update_md = apply_updates(cfg, rows, out_dir)
         if cfg.report_dir is not None and rows:
