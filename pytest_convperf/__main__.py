@@ -234,9 +234,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pytest_convperf.report import markdown, terminal_lines
-
     from pytest_convperf import journal
+    from pytest_convperf.report import markdown, terminal_lines
 
     path = Path(args.dir) / "rows.json"
     rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []

@@ -149,7 +149,10 @@ class ConvperfFixture:
             inputs = problem.make_inputs(seed, device.torch_device)
 
         def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
-            with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device) as settings:
+            with (
+                device_errors(self.device, self.nodeid, problem.id),
+                perf_settings(problem, device) as settings,
+            ):
                 sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, inputs)
                 cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
                 ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes)

@@ -236,7 +236,9 @@ def _run(
         with pin, poisoned_allocations():
             out = fn(x, w, b, *problem.conv_args())
             # Before the backward: autograd's own shape error would hide what is wrong.
-            wrong = wrong_output("output", out, case.expected["output"], dtype) or _changed_inputs(case, (x, w, b))
+            wrong = wrong_output("output", out, case.expected["output"], dtype) or _changed_inputs(
+                case, (x, w, b)
+            )
             if wrong is not None:
                 return {}, None, wrong
             results = {"output": out.detach()}
@@ -328,16 +330,24 @@ class CorrectnessReport:
                 f"{self.problem.id} (seed {self.seed}, {self.device}); the candidate {self.candidate} is "
                 f"correct. Mark the problem as a known reference defect rather than failing the kernel."
             )
-            lines = [head, *_error_lines(self.reference_errors, self.reference_exception, self.reference_wrong)]
+            lines = [
+                head,
+                *_error_lines(self.reference_errors, self.reference_exception, self.reference_wrong),
+            ]
         else:
             head = (
                 f"candidate {self.candidate} is wrong on {self.problem.id} "
                 f"(seed {self.seed}, {self.device}, {'forward+backward' if self.backward else 'forward'})"
             )
-            lines = [head, *_error_lines(self.candidate_errors, self.candidate_exception, self.candidate_wrong)]
+            lines = [
+                head,
+                *_error_lines(self.candidate_errors, self.candidate_exception, self.candidate_wrong),
+            ]
             if not self.reference_ok:
                 lines.append(f"note: the reference {self.reference} is also off the fp64 oracle:")
-                lines.extend(_error_lines(self.reference_errors, self.reference_exception, self.reference_wrong))
+                lines.extend(
+                    _error_lines(self.reference_errors, self.reference_exception, self.reference_wrong)
+                )
         lines.append(f"repro: {self.repro()}")
         return "\n".join(lines)
 
@@ -397,7 +407,9 @@ def check_conv(
     if results:
         report.candidate_errors = _compare(results, case)
     if oracle is None:  # a custom oracle computes another function than the (timing) reference
-        ref_results, report.reference_exception, report.reference_wrong = _run(ref_fn, problem, case, backward)
+        ref_results, report.reference_exception, report.reference_wrong = _run(
+            ref_fn, problem, case, backward
+        )
         if ref_results:
             report.reference_errors = _compare(ref_results, case)
     return report

@@ -54,7 +54,9 @@ def read(report_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def missing(received: Iterable[Mapping[str, Any]], journal: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def missing(
+    received: Iterable[Mapping[str, Any]], journal: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """Journal rows whose (node id, key) is not among the rows ``received`` through reports."""
     seen = {(r.get("nodeid"), r.get("key")) for r in received}
     return [dict(r) for r in journal if (r.get("nodeid"), r.get("key")) not in seen]

@@ -160,7 +160,8 @@ class InputSets:
             inputs = (
                 first if first is not None and not self.calls else self.problem.make_inputs(seed, self.device)
             )
-            copies = ConvInputs(*(t.detach().clone() if t is not None else None for t in inputs))
+            bias = inputs.bias.detach().clone() if inputs.bias is not None else None
+            copies = ConvInputs(inputs.input.detach().clone(), inputs.weight.detach().clone(), bias)
             self.inputs.append(inputs)
             self.reference_inputs.append(copies)
             self.calls.append(

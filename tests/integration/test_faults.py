@@ -56,7 +56,7 @@ def test_the_default_limit_comes_from_the_round_caps() -> None:
 
 def test_deadline_restores_the_previous_handler_and_can_be_off() -> None:
     before = signal.getsignal(signal.SIGALRM)
-    with pytest.raises(CheckTimeout, match="0.05 s limit"), deadline(0.05, "x"):
+    with pytest.raises(CheckTimeout, match=r"0\.05 s limit"), deadline(0.05, "x"):
         __import__("time").sleep(5)
     assert signal.getsignal(signal.SIGALRM) is before
     assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
