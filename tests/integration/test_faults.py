@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,14 +89,15 @@ def test_c(convperf):
 """
 
 
-def _journal_keys(report) -> list[str]:  # type: ignore[no-untyped-def]
+def _journal_keys(report: Path) -> list[str]:
     path = report / "rows.journal.jsonl"
     return [json.loads(line)["nodeid"] for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_a_segfault_without_xdist_loses_no_measured_row(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
-) -> None:
+def _run_crash_suite(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...], *args: str
+) -> tuple[pytest.RunResult, Path]:
+    """The crashing suite in a subprocess (a segfault must not end this test run); its report dir."""
     Suite(pytester, monkeypatch, plugin_args)
     subprocess_env(monkeypatch)
     pytester.makepyfile(test_crash=CRASH)
@@ -111,9 +113,15 @@ def test_a_segfault_without_xdist_loses_no_measured_row(
         f"--convperf-report={report}",
         "-p",
         "no:cacheprovider",
-        "-p",
-        "no:xdist",
+        *args,
     )
+    return result, report
+
+
+def test_a_segfault_without_xdist_loses_no_measured_row(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    result, report = _run_crash_suite(pytester, monkeypatch, plugin_args, "-p", "no:xdist")
     assert result.ret != 0  # the process died
     assert [k.split("::")[-1] for k in _journal_keys(report)] == ["test_a"]
 
@@ -122,25 +130,7 @@ def test_a_segfault_under_xdist_fails_its_test_and_the_session_goes_on(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
 ) -> None:
     """The README's way to run each test in isolation: a crashed worker is replaced."""
-    Suite(pytester, monkeypatch, plugin_args)
-    subprocess_env(monkeypatch)
-    pytester.makepyfile(test_crash=CRASH)
-    report = pytester.path / "report"
-    result = pytester.run(
-        sys.executable,
-        "-m",
-        "pytest",
-        "test_crash.py",
-        "--convperf",
-        "--convperf-machine=testbox",
-        "--convperf-device=cpu",
-        f"--convperf-report={report}",
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "1",
-        "--max-worker-restart=5",
-    )
+    result, report = _run_crash_suite(pytester, monkeypatch, plugin_args, "-n", "1", "--max-worker-restart=5")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*test_b_segfaults*crashed*"])
     rows = json.loads((report / "rows.json").read_text())
