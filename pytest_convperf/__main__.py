@@ -3,7 +3,8 @@
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
     ``--convperf`` and a private report directory, never updating baselines), then stores per
-    check ``noise`` = the between-run standard deviation of ln(time ratio), floored, and
+    check ``noise`` = the between-run SD of ln(time ratio) (robust: 1.4826 x MAD from 3 runs),
+    floored, and
     ``noise_runs`` = K. A check without an entry gets one: the median of the K runs (ref_runs K).
 merge-baselines A B [...] -o OUT [--prefer first|last]
     Merges baseline files of one machine by key; a key with different values in two inputs is
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.baselines import Entry, dump_text, merge_files, read_file
+from pytest_convperf.env import load_avg
 from pytest_convperf.files import atomic_write, lock_for
 from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
@@ -51,9 +53,21 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+# MAD -> SD of a normal distribution.
+MAD_TO_SD = 1.4826
+
+
 def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
-    """Between-run SD of the runs' median ln ratios (ddof 1), never under ``floor``."""
-    sd = statistics.stdev(ln_ratios) if len(ln_ratios) >= 2 else 0.0
+    """Between-run SD of the runs' median ln ratios, never under ``floor``.
+
+    Robust from 3 runs on: 1.4826 x the median absolute deviation, so one run under a load spike
+    (a neighbour's build) does not become the stored noise; two runs give their plain SD.
+    """
+    if len(ln_ratios) >= 3:
+        mid = statistics.median(ln_ratios)
+        sd = MAD_TO_SD * statistics.median(abs(x - mid) for x in ln_ratios)
+    else:
+        sd = statistics.stdev(ln_ratios) if len(ln_ratios) >= 2 else 0.0
     return max(sd, floor)
 
 
@@ -100,6 +114,7 @@ def calibrate_records(
             "quality": mid.get("quality") or {},
             "timing": mid.get("timing") or {},
             "other_mode_runs": len(every) - len(recs),
+            "load_max": max((max(r.get("load_avg") or [0.0]) for r in recs), default=0.0),
         }
     return out
 
@@ -139,6 +154,7 @@ def _write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str
                 f"  {key}: between-run SD {c['sd']:.2%} over {c['runs']} runs -> noise "
                 f"{c['noise']:.2%}{' (floor)' if c['noise'] > c['sd'] else ''}; {what}"
                 + (f"; {left_out} run(s) of another timing mode left out" if left_out else "")
+                + (f"; load average up to {c['load_max']:.1f}" if c.get("load_max") else "")
             )
         atomic_write(path, dump_text(machine, current))
     return lines
@@ -179,7 +195,8 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
                 "no:cacheprovider",
                 "-q",
             ]
-            print(f"calibrate: run {i + 1}/{args.runs}: {' '.join(cmd[1:])}", flush=True)
+            load = " ".join(f"{x:.2f}" for x in load_avg())
+            print(f"calibrate: run {i + 1}/{args.runs} (load {load}): {' '.join(cmd[1:])}", flush=True)
             proc = subprocess.run(cmd, capture_output=not args.verbose, text=True, check=False)
             if proc.returncode not in _USABLE_EXIT:
                 tail = (proc.stdout or "")[-3000:] + (proc.stderr or "")[-2000:]
@@ -222,16 +239,20 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from pytest_convperf import journal
     from pytest_convperf.report import markdown, terminal_lines
 
     path = Path(args.dir) / "rows.json"
-    if not path.exists():
+    rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    # A session that crashed wrote no rows.json: its journal holds every row it measured.
+    rows += journal.missing(rows, journal.read(Path(args.dir)))
+    if not rows:
         print(
-            f"report: {path} not found; write one with pytest --convperf --convperf-report={args.dir}",
+            f"report: no rows in {args.dir} (rows.json or {journal.JOURNAL}); write them with "
+            f"pytest --convperf --convperf-report={args.dir}",
             file=sys.stderr,
         )
         return 2
-    rows = json.loads(path.read_text(encoding="utf-8"))
     print(markdown(rows) if args.markdown else "\n".join(terminal_lines(rows)))
     return 0
 

@@ -10,8 +10,7 @@ recorded :class:`~pytest_convperf.results.CheckRow`, and the test's outcome.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,15 +18,15 @@ import pytest
 import torch.nn.functional as F
 
 from pytest_convperf.ab_plugin import ab_session
-from pytest_convperf.correctness import CorrectnessReport, check_conv, raised, stable_seed
+from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
 from pytest_convperf.determinism import nondeterminism
-from pytest_convperf.device import is_sticky_cuda_error
+from pytest_convperf.faults import CheckTimeout, deadline, device_errors
 from pytest_convperf.integrity import Finding, after_timing
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.profiling import candidate_kernels
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.roofline import roofline_facts
-from pytest_convperf.timing.rounds import StopRule, TimedCallError, Workload, measure_pair
+from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
 from pytest_convperf.workload import (
     PHASES,
     Candidate,
@@ -160,7 +159,10 @@ class ConvperfFixture:
             inputs = problem.make_inputs(seed, device.torch_device)
 
         def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
-            with self._device_errors(problem), perf_settings(problem, device) as settings:
+            with (
+                device_errors(self.device, self.nodeid, problem.id),
+                perf_settings(problem, device) as settings,
+            ):
                 sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, inputs)
                 cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
                 ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes)
@@ -181,7 +183,7 @@ class ConvperfFixture:
             return self._sanity(comparison, problem)
 
         # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
-        with timing_slot(self.request.config), self._device_errors(problem):
+        with timing_slot(self.request.config), device_errors(self.device, self.nodeid, problem.id):
             extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
             extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
         first = run(base_rule, extra, stored_mode)
@@ -210,33 +212,6 @@ class ConvperfFixture:
         roofline = roofline_facts(problem.min_bytes, self.device)  # copy-BW and spec-peak floors
         return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})
 
-    @contextmanager
-    def _device_errors(self, problem: Conv2dProblem) -> Iterator[None]:
-        """Turn errors inside timed calls into clear failures; a lost CUDA context stops CUDA tests."""
-        device = self.device
-        try:
-            yield
-        except TimedCallError as exc:
-            cause = exc.__cause__ or exc
-            if device.is_cuda and is_sticky_cuda_error(cause):
-                device.mark_lost(self.nodeid, str(cause))
-                pytest.fail(
-                    f"CUDA context lost while timing {problem.id}: {exc}\n"
-                    "The remaining CUDA tests of this process are skipped; rerun with CUDA_LAUNCH_BLOCKING=1 "
-                    "to locate the faulting kernel.",
-                    pytrace=False,
-                )
-            pytest.fail(f"timing {problem.id} failed: {exc}\n  {raised(cause)}", pytrace=False)
-        except Exception as exc:
-            if device.is_cuda and is_sticky_cuda_error(exc):
-                device.mark_lost(self.nodeid, str(exc))
-                pytest.fail(
-                    f"CUDA context lost on {problem.id}: {exc}\nThe remaining CUDA tests of this process are "
-                    "skipped; rerun with CUDA_LAUNCH_BLOCKING=1 to locate the faulting kernel.",
-                    pytrace=False,
-                )
-            raise
-
     # ---- the check -----------------------------------------------------------------------------------
     def check(
         self,
@@ -257,8 +232,38 @@ class ConvperfFixture:
         dropped for clocks skips it (INCONCLUSIVE). Returns the comparison. ``oracle`` replaces
         the fp64 ``F.conv2d`` oracle (quantized/sparse variants: their fake-quant/pruned conv);
         ``extra_metrics`` (e.g. quality drift ``rel_l2``, ``sqnr_db``) go into the row as
-        ``row["extra_metrics"]``.
+        ``row["extra_metrics"]``. A check that runs past ``--convperf-check-timeout`` (default
+        from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung.
         """
+        cfg_limit = self.session.cfg.check_timeout
+        limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
+        try:
+            with deadline(limit, f"the convperf check of {problem.id} ({phase})"):
+                return self._check(
+                    candidate,
+                    problem,
+                    reference=reference,
+                    phase=phase,
+                    mode=mode,
+                    oracle=oracle,
+                    extra_metrics=extra_metrics,
+                    deterministic=deterministic,
+                )
+        except CheckTimeout as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    def _check(
+        self,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        *,
+        reference: Candidate | None,
+        phase: str,
+        mode: str,
+        oracle: Candidate | None,
+        extra_metrics: dict[str, float] | None,
+        deterministic: bool,
+    ) -> Comparison:
         check_phase(phase)
         device = self.device
         device.ensure_usable()
@@ -266,7 +271,7 @@ class ConvperfFixture:
         key = self.key(problem, phase)
         # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
         inputs = problem.make_inputs(seed, device.torch_device)
-        with self._device_errors(problem), correctness_settings():
+        with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
             report = check_conv(
                 candidate,
                 problem,
@@ -286,7 +291,7 @@ class ConvperfFixture:
             errors = tuple(report.candidate_errors)
             self._record_failure(key, problem, phase, facts, Finding("", report.message(), errors, verdict))
         if deterministic:
-            with self._device_errors(problem), perf_settings(problem, device):
+            with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device):
                 found = nondeterminism(candidate, problem, phase, inputs, seed, device.torch_device)
             self._record_failure(key, problem, phase, facts, found)
         entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
@@ -302,12 +307,12 @@ class ConvperfFixture:
             stored_mode=sticky,
         )
         if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
-            with self._device_errors(problem), correctness_settings():
+            with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
                 found = after_timing(candidate, problem, inputs, self._last_output, seed, device, oracle)
             self._record_failure(key, problem, phase, facts, found)
         if self.session.cfg.updating or (entry is not None and entry.kernels):  # which kernel changed
             call = phase_call(candidate, inputs, problem, phase, seed, device.torch_device)
-            with self._device_errors(problem), perf_settings(problem, device):
+            with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device):
                 kernels = candidate_kernels(call, device)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "kernels": kernels})
         if self.session.cfg.trace:

@@ -89,6 +89,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "family's floor (default: no floor)",
     ),
     OptionSpec(
+        "convperf-check-timeout",
+        "seconds one convperf check may run before it fails as hung; 0 turns it off "
+        "(default: 3 x the worst case of the round caps, screen and confirm: 102 s CPU, 252 s GPU)",
+    ),
+    OptionSpec(
         "convperf-gpus", "with pytest-xdist: auto, a count N, or a list 0,1,... of GPUs, one per worker"
     ),
 )
@@ -128,6 +133,18 @@ def _parse_tolerance(value: str | None, name: str = "convperf-tolerance") -> flo
     if not 0.0 < tol < 1.0:
         raise pytest.UsageError(f"--{name}={value!r} must be a fraction between 0 and 1 (0.02 means 2 %)")
     return tol
+
+
+def _parse_seconds(value: str | None, name: str) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise pytest.UsageError(f"--{name}={value!r} is not a number of seconds (0 turns it off)") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise pytest.UsageError(f"--{name}={value!r} must be a finite number of seconds >= 0 (0: off)")
+    return seconds
 
 
 def ini_pairs(text: str | None, key: str, form: str) -> list[tuple[str, str]]:
@@ -235,6 +252,7 @@ class ConvperfConfig:
     tolerance: float | None = None
     noise_floor: float | None = None
     strict: bool = False
+    check_timeout: float | None = None  # None: derived from the round caps (timing.rule.StopRule)
     gpus: tuple[int, ...] | Literal["auto"] | None = None
     # Night-wide false-alarm control of speed FAILs (multiplicity.control), decided at session end.
     false_alarms: Method = DEFAULT_METHOD
@@ -299,6 +317,7 @@ class ConvperfConfig:
             tolerance=_parse_tolerance(raw(spec["convperf-tolerance"])),
             noise_floor=_parse_tolerance(raw(spec["convperf-noise-floor"]), "convperf-noise-floor"),
             strict=flag(spec["convperf-strict"]),
+            check_timeout=_parse_seconds(raw(spec["convperf-check-timeout"]), "convperf-check-timeout"),
             gpus=parse_gpus(raw(spec["convperf-gpus"])),
             speedup_floors=parse_floors(raw(spec["convperf-speedup-floor"])),
             false_alarms=parse_false_alarms(raw(spec["convperf-false-alarms"])),

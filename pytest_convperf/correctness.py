@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import os
 import traceback
+import warnings
 import zlib
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,17 +172,77 @@ def make_grad_out(problem: Conv2dProblem, seed: int, device: str | torch.device)
     return gy.contiguous(memory_format=torch.channels_last) if problem.layout == "nhwc" else gy
 
 
+@contextmanager
+def poisoned_allocations() -> Iterator[None]:
+    """Every fresh floating-point tensor (``torch.empty``, ``empty_like``, ``at::empty`` in an
+    extension) is filled with NaN while this is active.
+
+    Without it a kernel that writes nothing can pass: the caching allocator may hand it the block
+    of an earlier right answer. Torch does the fill in deterministic mode
+    (``torch.utils.deterministic.fill_uninitialized_memory``); ``warn_only`` keeps ops without a
+    deterministic implementation running (their warning is silenced here: it is about this
+    switch, not the candidate). The caller's settings are restored on exit.
+    """
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation.*")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
+
+
+def wrong_output(name: str, actual: object, expected: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """Why ``actual`` is not a tensor of ``expected``'s shape and of ``dtype``, or None."""
+    if not isinstance(actual, torch.Tensor):
+        return f"{name}: the candidate returned {type(actual).__name__}, not a torch.Tensor"
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"{name} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)} (the oracle's)"
+    if actual.dtype != dtype:
+        return f"{name} has dtype {actual.dtype}, expected {dtype} (the problem's)"
+    return None
+
+
+def _changed_inputs(case: _Case, given: Sequence[torch.Tensor | None]) -> str | None:
+    """Which inputs the candidate wrote in place (compared with the check's own inputs)."""
+    changed = [
+        name
+        for name, original, seen in zip(("input", "weight", "bias"), case.inputs, given)
+        if original is not None and seen is not None and not torch.equal(original, seen.detach())
+    ]
+    if not changed:
+        return None
+    return (
+        f"the candidate changed its {' and '.join(changed)} in place; a conv must leave its inputs "
+        "as they are (the calls timed after it, the reference's too, would see the changed values)"
+    )
+
+
 def _run(
     fn: Candidate, problem: Conv2dProblem, case: _Case, backward: bool
-) -> tuple[dict[str, torch.Tensor], str | None]:
-    """Call ``fn`` (and its backward) on fresh copies of the inputs; return outputs or the error."""
+) -> tuple[dict[str, torch.Tensor], str | None, str | None]:
+    """Call ``fn`` (and its backward) on fresh copies of the inputs, with fresh allocations poisoned.
+
+    Returns (outputs, the exception it raised, what is wrong with its outputs or inputs)."""
     x = case.inputs.input.detach().clone().requires_grad_(backward)
     w = case.inputs.weight.detach().clone().requires_grad_(backward)
     b = case.inputs.bias.detach().clone().requires_grad_(backward) if case.inputs.bias is not None else None
     pin = ieee_fp32() if problem.dtype == "fp32" else nullcontext()
+    dtype = problem.torch_dtype()
     try:
-        with pin:
+        with pin, poisoned_allocations():
             out = fn(x, w, b, *problem.conv_args())
+            # Before the backward: autograd's own shape error would hide what is wrong.
+            wrong = wrong_output("output", out, case.expected["output"], dtype) or _changed_inputs(
+                case, (x, w, b)
+            )
+            if wrong is not None:
+                return {}, None, wrong
             results = {"output": out.detach()}
             if backward:
                 assert case.grad_out is not None
@@ -190,14 +251,12 @@ def _run(
                 for name, grad, ref in zip(GRAD_NAMES, grads, wrt):
                     results[name] = grad.detach() if grad is not None else torch.full_like(ref, math.nan)
     except Exception as exc:  # a crashing candidate is a correctness failure with its own message
-        return {}, raised(exc)
-    want = problem.torch_dtype()
-    if results["output"].dtype != want:
-        return {}, (
-            f"dtype mismatch: the output is {results['output'].dtype} where {want} (the problem's dtype "
-            f"{problem.dtype}) was expected; a candidate returns the input's dtype"
-        )
-    return results, None
+        return {}, raised(exc), None
+    for name, value in results.items():
+        wrong = wrong_output(name, value, case.expected[name], dtype)
+        if wrong is not None:
+            return {}, None, wrong
+    return results, None, None
 
 
 def raised(exc: BaseException) -> str:
@@ -259,14 +318,25 @@ class CorrectnessReport:
     reference_errors: list[ErrorStats] = field(default_factory=list)
     candidate_exception: str | None = None
     reference_exception: str | None = None
+    # A wrong output type, shape or dtype, or inputs changed in place: no error stats then.
+    candidate_wrong: str | None = None
+    reference_wrong: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.candidate_exception is None and all(e.ok for e in self.candidate_errors)
+        return (
+            self.candidate_exception is None
+            and self.candidate_wrong is None
+            and all(e.ok for e in self.candidate_errors)
+        )
 
     @property
     def reference_ok(self) -> bool:
-        return self.reference_exception is None and all(e.ok for e in self.reference_errors)
+        return (
+            self.reference_exception is None
+            and self.reference_wrong is None
+            and all(e.ok for e in self.reference_errors)
+        )
 
     def repro(self) -> str:
         """A one-line command that re-runs this check."""
@@ -289,23 +359,33 @@ class CorrectnessReport:
                 f"{self.problem.id} (seed {self.seed}, {self.device}); the candidate {self.candidate} is "
                 f"correct. Mark the problem as a known reference defect rather than failing the kernel."
             )
-            lines = [head, *_error_lines(self.reference_errors, self.reference_exception)]
+            lines = [
+                head,
+                *_error_lines(self.reference_errors, self.reference_exception, self.reference_wrong),
+            ]
         else:
             head = (
                 f"candidate {self.candidate} is wrong on {self.problem.id} "
                 f"(seed {self.seed}, {self.device}, {'forward+backward' if self.backward else 'forward'})"
             )
-            lines = [head, *_error_lines(self.candidate_errors, self.candidate_exception)]
+            lines = [
+                head,
+                *_error_lines(self.candidate_errors, self.candidate_exception, self.candidate_wrong),
+            ]
             if not self.reference_ok:
                 lines.append(f"note: the reference {self.reference} is also off the fp64 oracle:")
-                lines.extend(_error_lines(self.reference_errors, self.reference_exception))
+                lines.extend(
+                    _error_lines(self.reference_errors, self.reference_exception, self.reference_wrong)
+                )
         lines.append(f"repro: {self.repro()}")
         return "\n".join(lines)
 
 
-def _error_lines(errors: Sequence[ErrorStats], exception: str | None) -> list[str]:
+def _error_lines(errors: Sequence[ErrorStats], exception: str | None, wrong: str | None = None) -> list[str]:
     if exception is not None:
         return [f"  {exception}"]
+    if wrong is not None:
+        return [f"  {wrong}"]
     lines = []
     for e in errors:
         status = "ok" if e.ok else "FAIL"
@@ -352,12 +432,14 @@ def check_conv(
     ref_fn: Candidate = reference if reference is not None else F.conv2d
     case = _build_case(problem, seed, dev, backward, oracle, inputs)
     report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), describe(ref_fn))
-    results, report.candidate_exception = _run(candidate, problem, case, backward)
-    if report.candidate_exception is None:
+    results, report.candidate_exception, report.candidate_wrong = _run(candidate, problem, case, backward)
+    if results:
         report.candidate_errors = _compare(results, case)
     if oracle is None:  # a custom oracle computes another function than the (timing) reference
-        ref_results, report.reference_exception = _run(ref_fn, problem, case, backward)
-        if report.reference_exception is None:
+        ref_results, report.reference_exception, report.reference_wrong = _run(
+            ref_fn, problem, case, backward
+        )
+        if ref_results:
             report.reference_errors = _compare(ref_results, case)
     return report
 

@@ -4,6 +4,7 @@ a STALE verdict (what changed, which side moved)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -100,3 +101,12 @@ def moved_side(entry: Entry, comparison: Comparison) -> str:
     if abs(ref) >= 2 * abs(cand):
         return "the reference moved"
     return "both sides moved"
+
+
+def load_avg() -> list[float]:
+    """The machine's 1/5/15-minute load averages (``os.getloadavg``), [] where the OS has none:
+    CPU timings and calibration runs report the load they were measured under."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []

@@ -128,6 +128,7 @@ def history_records(
                 "correctness": _correctness(row.get("errors") or []),
                 "quality": row_quality(row),
                 "baselines_file": row.get("baselines_file"),
+                "load_avg": (comp.get("facts") or {}).get("load_avg"),  # the CPU timer's: calibrate
             }
         )
     return out

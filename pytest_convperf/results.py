@@ -13,7 +13,7 @@ from typing import Any
 
 # How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
 # L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
-MEASURED_MODES = ("cold", "warm", "graph", "cpu", "fake")
+MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
 FLUSH_KINDS = ("read", "write")
 
 

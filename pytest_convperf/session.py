@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_convperf import journal
 from pytest_convperf.baselines import Store, resolve_machine, validate_files
 from pytest_convperf.files import check_output_paths
 from pytest_convperf.results import CheckRow
@@ -161,7 +162,10 @@ class ConvperfSession:
 
     # ---- rows ------------------------------------------------------------------------------------
     def record(self, nodeid: str, row: CheckRow) -> None:
-        """Called once per check, after its judgement: keep the row until the test's report is made."""
+        """Called once per check, after its judgement: journal the row (with ``--convperf-report``),
+        and keep it until the test's report is made."""
+        if self.cfg.report_dir is not None:
+            journal.append(self.cfg.report_dir, row.to_dict())
         self.pending.setdefault(nodeid, []).append(row)
         if is_controller(self.config):
             self.progress().done(row.to_dict(), nodeid)
@@ -199,11 +203,13 @@ class ConvperfSession:
                 self.all_sections.extend(Section(**s) for s in value)
 
     # ---- session end (baselines and reports; written by the controller only) ------------------
-    @pytest.hookimpl
+    @pytest.hookimpl(tryfirst=True)  # before xdist starts workers that would journal
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Stop the run (``UsageError``) before any test when an output folder cannot be written."""
         if self.cfg.enabled and is_controller(self.config):
             check_output_paths(self.cfg)
+            if self.cfg.report_dir is not None:
+                journal.start(self.cfg.report_dir)
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -259,6 +265,9 @@ class ConvperfSession:
         from pytest_convperf.updates import apply_updates, commit_info
 
         cfg = self.cfg
+        if cfg.report_dir is not None:  # rows of a worker that crashed after its check
+            lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
+            self.rows.extend(CheckRow.from_dict(row) for row in lost)
         # The form rows.json and report plugins read, with the night's decision on speed FAILs.
         rows, self.night = judge_night(
             [row.to_dict() for row in self.rows], method=cfg.false_alarms, alpha=cfg.false_alarm_level

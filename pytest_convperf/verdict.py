@@ -15,19 +15,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from pytest_convperf.decision import (
+    CONFIRM_FACTOR,
+    CONFIRM_Q,
+    DRIFT_FACTOR,
+    MIN_CI_ROUNDS,
+    SCREEN_Q,
+    Decision,
+    Outcome,
+    Policy,
+    Stage,
+    entry_noise,
+    pct,
+    percent,
+)
 from pytest_convperf.env import changes_since, describe_changes, moved_side, us_line
+from pytest_convperf.few_rounds import few_rounds
 from pytest_convperf.quality import quality_drift
 from pytest_convperf.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.stats import t_cdf, t_quantile
+from pytest_convperf.stats import t_quantile
 
 if TYPE_CHECKING:
     from pytest_convperf.baselines import Entry
 
-Outcome = Literal["pass", "fail", "skip"]
+# Re-exported: the decision's data types and constants are part of this module's interface.
+__all__ = [
+    "CONFIRM_FACTOR",
+    "CONFIRM_Q",
+    "DRIFT_FACTOR",
+    "MIN_CI_ROUNDS",
+    "SCREEN_Q",
+    "Decision",
+    "Outcome",
+    "Policy",
+    "Stage",
+    "decide",
+    "default_policy",
+]
 
 GPU_TOLERANCE = 0.02
 CPU_TOLERANCE = 0.05
@@ -41,27 +68,9 @@ CPU_NOISE_FLOOR = 0.04
 GPU_MAX_MDE = 0.10
 # Relative to the CPU tolerance: a CPU check is gateable when it can catch a 25 % regression.
 CPU_MAX_MDE = 0.25
-SCREEN_Q = 0.95
-CONFIRM_Q = 0.9995
-CONFIRM_FACTOR = 3
 POWER_Z = NormalDist().inv_cdf(0.80)
-DRIFT_FACTOR = 4.0
 # Error growth far below the tolerance (under 1 % of atol) is rounding noise, not drift.
 DRIFT_FLOOR = 0.01
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Thresholds of the decision; :func:`default_policy` fills them per device type."""
-
-    tolerance: float
-    noise_floor: float
-    max_mde: float
-    strict: bool = False
-    screen_q: float = SCREEN_Q
-    confirm_q: float = CONFIRM_Q
-    confirm_factor: int = CONFIRM_FACTOR
-    drift_factor: float = DRIFT_FACTOR
 
 
 def default_policy(device_type: str, *, tolerance: float | None = None, strict: bool = False) -> Policy:
@@ -73,100 +82,11 @@ def default_policy(device_type: str, *, tolerance: float | None = None, strict: 
     return Policy(tolerance if tolerance is not None else CPU_TOLERANCE, CPU_NOISE_FLOOR, CPU_MAX_MDE, strict)
 
 
-@dataclass(frozen=True)
-class Stage:
-    """One statistical look at d: the screen (first measurement) or the confirmation."""
-
-    name: str
-    d: float
-    sigma: float
-    df: float
-    q: float
-    n_rounds: int
-
-    @property
-    def t(self) -> float:
-        return t_quantile(self.q, self.df)
-
-    @property
-    def lower(self) -> float:
-        return self.d - self.t * self.sigma
-
-    @property
-    def upper(self) -> float:
-        return self.d + self.t * self.sigma
-
-    def delta_ci(self, q: float = SCREEN_Q) -> tuple[float, float]:
-        """Two-sided ``2q - 1`` interval of the slowdown as a fraction (0.05 = 5 % slower)."""
-        half = t_quantile(q + (1 - q) / 2, self.df) * self.sigma
-        return (math.expm1(self.d - half), math.expm1(self.d + half))
-
-    def p_value(self, tolerance: float) -> float:
-        """One-sided p of H0 "slowdown <= tolerance": ``P(T >= (d - ln(1 + tol)) / sigma)``, T ~ t(df).
-
-        The stage rejects H0 at its own quantile exactly when this is under ``1 - q`` (``lower >
-        ln(1 + tol)``), so a night-wide controller (``multiplicity``) can replace ``1 - q``.
-        """
-        t = (self.d - math.log1p(tolerance)) / self.sigma
-        # The lower tail of -t keeps precision where 1 - cdf(t) would round to 0.
-        return t_cdf(-t, self.df)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The verdict for one check and everything a message or a report needs."""
-
-    verdict: Verdict
-    outcome: Outcome
-    message: str
-    stage: str | None = None
-    tolerance: float = 0.0
-    noise: float | None = None
-    delta: float | None = None
-    delta_ci: tuple[float, float] | None = None
-    sigma: float | None = None
-    mde: float | None = None
-    rounds_needed: int | None = None
-    env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    confirm: Comparison | None = None
-    # One-sided p-value of H0 "slowdown <= tolerance" from the last stage that ran for a suspect:
-    # the confirm stage (or the screen when there was no confirm); None when no suspect was tested.
-    p_value: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict.value,
-            "outcome": self.outcome,
-            "message": self.message,
-            "stage": self.stage,
-            "tolerance": self.tolerance,
-            "noise": self.noise,
-            "delta": self.delta,
-            "delta_ci": list(self.delta_ci) if self.delta_ci else None,
-            "sigma": self.sigma,
-            "mde": self.mde,
-            "rounds_needed": self.rounds_needed,
-            "env_diff": {k: list(v) for k, v in self.env_diff.items()},
-            "notes": list(self.notes),
-            "confirm": self.confirm.to_dict() if self.confirm is not None else None,
-            "p_value": self.p_value,
-        }
-
-
 # ---- the rule ---------------------------------------------------------------------------------
 
 
-def _noise(entry: Entry, policy: Policy) -> tuple[float, float]:
-    """(noise used, its degrees of freedom): the stored noise, floored; a floor counts as known."""
-    noise = max(entry.noise, policy.noise_floor)
-    runs = entry.noise_runs or 0
-    df = float(runs - 1) if runs >= 2 and entry.noise > policy.noise_floor else math.inf
-    return noise, df
-
-
 def _stage(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
-    noise, noise_df = _noise(entry, policy)
+    noise, noise_df = entry_noise(entry, policy)
     d = comparison.median_log_ratio - math.log(entry.time_ratio)
     se = comparison.se
     noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
@@ -180,7 +100,7 @@ def _stage(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: f
 
 def _mde(screen: Stage, comparison: Comparison, entry: Entry, policy: Policy) -> tuple[float, int | None]:
     """Smallest slowdown the confirm stage catches with 80 % power; screen rounds that reach max_mde."""
-    noise, _ = _noise(entry, policy)
+    noise, _ = entry_noise(entry, policy)
     noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
     se2 = comparison.se**2 / policy.confirm_factor
     sigma2 = math.sqrt(se2 + noise_var)
@@ -192,14 +112,6 @@ def _mde(screen: Stage, comparison: Comparison, entry: Entry, policy: Policy) ->
         return mde, None
     n = comparison.n_rounds * comparison.se**2 / (policy.confirm_factor * se_target2)
     return mde, max(comparison.n_rounds, math.ceil(n))
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f} %"
-
-
-def _p(x: float, digits: int = 1) -> str:
-    return f"{x * 100:.{digits}f} %"
 
 
 def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Policy) -> Decision | None:
@@ -265,7 +177,8 @@ def decide(
             tolerance=policy.tolerance,
         )
     if comparison.inconclusive:
-        return Decision(
+        gross = few_rounds(comparison, entry, policy, env=env, backend=backend, confirm=confirm)
+        return gross or Decision(
             Verdict.INCONCLUSIVE,
             "skip",
             f"inconclusive: {comparison.inconclusive}",
@@ -285,7 +198,7 @@ def decide(
     # Timings of two modes (cold vs CUDA graph) or flush kinds, or of two environments: never judged.
     timing, diff = changes_since(entry, comparison, env=env, backend=backend)
     screen = _stage("screen", comparison, entry, policy, policy.screen_q)
-    noise, _ = _noise(entry, policy)
+    noise, _ = entry_noise(entry, policy)
     common: dict[str, Any] = {
         "tolerance": policy.tolerance,
         "noise": noise,
@@ -295,9 +208,9 @@ def decide(
         "env_diff": diff,
     }
     numbers = (
-        f"delta {_pct(math.expm1(screen.d))} (95 % CI {_pct(screen.delta_ci()[0])} .. "
-        f"{_pct(screen.delta_ci()[1])}) vs baseline ratio {entry.time_ratio:.4g}; "
-        f"{us_line(entry, comparison)}; tolerance {_p(policy.tolerance)}, noise {_p(noise, 2)}"
+        f"delta {pct(math.expm1(screen.d))} (95 % CI {pct(screen.delta_ci()[0])} .. "
+        f"{pct(screen.delta_ci()[1])}) vs baseline ratio {entry.time_ratio:.4g}; "
+        f"{us_line(entry, comparison)}; tolerance {percent(policy.tolerance)}, noise {percent(noise, 2)}"
     )
     if diff or timing:
         common["env_diff"] = {**timing, **diff}
@@ -317,12 +230,12 @@ def decide(
         how = (
             f"about {rounds} paired rounds (now {comparison.n_rounds}) would make it gateable"
             if rounds
-            else f"no number of rounds suffices: the between-run noise {_p(noise, 2)} alone exceeds it; "
+            else f"no number of rounds suffices: the between-run noise {percent(noise, 2)} alone exceeds it; "
             "calibrate on a quieter machine"
         )
         advisory = (
-            f"ADVISORY: too noisy to gate: catches only a {_p(mde)} slowdown (gate needs "
-            f"{_p(policy.max_mde, 0)}); {how}"
+            f"ADVISORY: too noisy to gate: catches only a {percent(mde)} slowdown (gate needs "
+            f"{percent(policy.max_mde, 0)}); {how}"
         )
 
     def passed(message: str, **extra: Any) -> Decision:
@@ -357,8 +270,8 @@ def decide(
         conf = _stage("confirm", second, entry, policy, policy.confirm_q)
         c_lo, c_hi = conf.delta_ci(policy.confirm_q)
         conf_numbers = (
-            f"confirm ({second.n_rounds} rounds): delta {_pct(math.expm1(conf.d))} "
-            f"(99.9 % CI {_pct(c_lo)} .. {_pct(c_hi)}); "
+            f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))} "
+            f"(99.9 % CI {pct(c_lo)} .. {pct(c_hi)}); "
             f"{us_line(entry, second)}"
         )
         common.update(
@@ -371,11 +284,11 @@ def decide(
             return Decision(
                 Verdict.FAIL,
                 "fail",
-                f"FAIL (confirmed): slower than the baseline by more than {_p(policy.tolerance)}: "
+                f"FAIL (confirmed): slower than the baseline by more than {percent(policy.tolerance)}: "
                 f"{conf_numbers}; "
                 f"screen ({comparison.n_rounds} rounds): {numbers}. If intended, record it with "
                 "--convperf-update-baselines --convperf-reason=..."
-                + (f" (a noisy check: it catches only slowdowns over {_p(mde)})" if advisory else ""),
+                + (f" (a noisy check: it catches only slowdowns over {percent(mde)})" if advisory else ""),
                 stage="confirm",
                 confirm=second,
                 **common,
@@ -387,12 +300,48 @@ def decide(
             notes=("suspect cleared",),
         )
     if screen.upper < -tol:
+        # Confirmed like a failure: a lucky screen recorded with =improved would make the unchanged
+        # candidate fail against it afterwards.
+        if confirm is None:
+            return Decision(
+                Verdict.IMPROVED,
+                "pass",
+                f"IMPROVED (screen, unconfirmed): faster than the baseline beyond "
+                f"{percent(policy.tolerance)}: {numbers}. Ratchet it with "
+                "--convperf-update-baselines=improved (recorded only once confirmed)",
+                stage="screen",
+                **common,
+            )
+        second = confirm(policy.confirm_factor * comparison.n_rounds)
+        if second.inconclusive:
+            return passed(
+                f"improvement not confirmed: the confirm measurement was unusable ({second.inconclusive}); "
+                f"screen said {numbers}",
+                notes=("improvement not confirmed",),
+            )
+        conf = _stage("confirm", second, entry, policy, policy.confirm_q)
+        c_lo, c_hi = conf.delta_ci(policy.confirm_q)
+        conf_numbers = (
+            f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))} "
+            f"(99.9 % CI {pct(c_lo)} .. {pct(c_hi)}); {us_line(entry, second)}"
+        )
+        if conf.upper >= -tol:
+            return passed(
+                f"improvement not confirmed: {conf_numbers}; "
+                f"screen ({comparison.n_rounds} rounds): {numbers}",
+                confirm=second,
+                notes=("improvement not confirmed",),
+            )
+        common.update(delta=math.expm1(conf.d), delta_ci=conf.delta_ci(), sigma=conf.sigma)
         return Decision(
             Verdict.IMPROVED,
             "pass",
-            f"IMPROVED: faster than the baseline beyond {_p(policy.tolerance)}: {numbers}. "
+            f"IMPROVED (confirmed): faster than the baseline beyond {percent(policy.tolerance)}: "
+            f"{conf_numbers}; "
+            f"screen ({comparison.n_rounds} rounds): {numbers}. "
             "Ratchet it with --convperf-update-baselines=improved",
-            stage="screen",
+            stage="confirm",
+            confirm=second,
             **common,
         )
     return passed(numbers)

@@ -19,10 +19,11 @@ import torch
 from pytest_convperf.correctness import describe, make_grad_out
 from pytest_convperf.env import ENV_KEYS
 from pytest_convperf.precision import ieee_fp32
+from pytest_convperf.problem import ConvInputs
 
 if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
-    from pytest_convperf.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.problem import Conv2dProblem
     from pytest_convperf.profiling import Trace
 
 Candidate = Callable[..., Any]
@@ -144,8 +145,13 @@ def correctness_settings() -> Iterator[None]:
 
 
 class InputSets:
-    """Input sets shared by candidate and reference: set 0 is the recorded seed (``first``, the
-    check's own inputs), set i seed+i, built when graph mode rotates over more sets."""
+    """Input sets of candidate and reference: set 0 is the recorded seed (``first``, the check's
+    own inputs), set i seed+i, built when graph mode rotates over more sets.
+
+    The reference times copies (``reference_inputs``) of the candidate's: a candidate that writes
+    its inputs in place (correctness fails it, but a timing-only ``measure`` does not check) must
+    not change what the reference computes on.
+    """
 
     def __init__(
         self,
@@ -160,6 +166,7 @@ class InputSets:
         self.fns = (candidate, reference)
         self.problem, self.phase, self.seed, self.device = problem, phase, seed, device
         self.inputs: list[ConvInputs] = []
+        self.reference_inputs: list[ConvInputs] = []
         self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
         # The last output of each side's calls, per input set (forward: ``phase_call(keep=)``).
         self.kept: list[tuple[list[object], list[object]]] = []
@@ -178,13 +185,16 @@ class InputSets:
             inputs = (
                 first if first is not None and not self.calls else self.problem.make_inputs(seed, self.device)
             )
+            bias = inputs.bias.detach().clone() if inputs.bias is not None else None
+            copies = ConvInputs(inputs.input.detach().clone(), inputs.weight.detach().clone(), bias)
             self.inputs.append(inputs)
             kept: tuple[list[object], list[object]] = ([None], [None])
             self.kept.append(kept)
+            self.reference_inputs.append(copies)
             self.calls.append(
                 (
                     phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device, kept[0]),
-                    phase_call(self.fns[1], inputs, self.problem, self.phase, seed, self.device, kept[1]),
+                    phase_call(self.fns[1], copies, self.problem, self.phase, seed, self.device, kept[1]),
                 )
             )
 

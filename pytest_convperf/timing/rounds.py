@@ -94,6 +94,11 @@ def warm_up(timer: Timer, jobs: Sequence[Job], rule: StopRule) -> WarmupResult:
             for k, t in enumerate(_run(timer, jobs, index, "warm-up")):
                 window[k].append(t)
             index += 1
+            if timer.now() - start >= rule.warmup_cap_s:
+                break  # a call of seconds: no whole window of them inside the cap
+        if len(window[0]) < rule.warmup_window:
+            medians = [stats.median(w) for w in window]
+            break
         medians = [stats.median(w) for w in window]
         if previous is not None and all(
             abs(m / p - 1.0) <= rule.warmup_tolerance for m, p in zip(medians, previous)

@@ -50,6 +50,18 @@ class StopRule:
         base = cls(max_time_s=2.0, warmup_cap_s=1.0) if timer.kind == "cpu" else cls()
         return replace(base, **overrides) if overrides else base
 
+    def check_timeout_s(self, confirm_factor: int = 3, margin: float = 3.0) -> float:
+        """Default seconds one check may take before it counts as hung (``--convperf-check-timeout``).
+
+        One measurement ends by its warm-up cap plus the 4 x ``max_time_s`` hard cap of its rounds
+        (plus one call past each); a check makes a screen and a confirm of ``confirm_factor`` x the
+        time caps. ``margin`` x that worst case leaves room for correctness, the facts measured once,
+        and a loaded machine: CPU (2 s caps) 3 x (9 + 25) = 102 s, GPU (5 s) 3 x (22 + 62) = 252 s.
+        """
+        one = self.warmup_cap_s + 4 * self.max_time_s
+        confirm = self.warmup_cap_s + 4 * self.max_time_s * confirm_factor
+        return margin * (one + confirm)
+
     def scaled(self, factor: float, rounds_done: int = 0) -> StopRule:
         """The rule for a confirm measurement: ``factor`` x the rounds (and caps) of a first one."""
         min_rounds = max(self.min_rounds, math.ceil(factor * max(rounds_done, self.min_rounds)))

@@ -15,7 +15,9 @@ def test_improvement_is_reported_and_ratcheted_only_on_request(
     suite.set_ratio(0.4)
     result = suite.run()
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["IMPROVED (2)", "*IMPROVED: faster than the baseline*delta -20.0 %*"])
+    result.stdout.fnmatch_lines(
+        ["IMPROVED (2)", "*IMPROVED (confirmed): faster than the baseline*delta -20.0 %*"]
+    )
     before = suite.file.read_bytes()
     # The default update kinds (failed,new) leave improvements alone.
     suite.run("--convperf-update-baselines").assert_outcomes(passed=2)

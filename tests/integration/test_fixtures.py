@@ -109,7 +109,7 @@ def test_gpu_timer_on_the_cpu_times_with_the_cpu_clock(
             x = torch.randn(64, 64)
             m = gpu_timer(lambda: x @ x, max_time_s=0.5, warmup_cap_s=0.2)
             assert convperf_device.kind == "cpu"
-            assert m.mode == "cpu" and m.l2 == "n/a"
+            assert m.mode == "cpu-thread" and m.l2 == "n/a"
             assert m.n >= 21 and m.ci[0] <= m.median <= m.ci[1]
             assert m.median > 0
         """
@@ -350,7 +350,7 @@ def twice(*args):
 def test_m(convperf):
     cmp = convperf.measure(twice, Q, rule=StopRule(max_time_s=1.0, warmup_cap_s=0.3))
     assert 1.4 < cmp.time_ratio < 3.0, cmp.facts["stop"]
-    assert cmp.candidate.mode == "cpu"
+    assert cmp.candidate.mode == "cpu-thread"
 """
     )
     pytester.runpytest(*plugin_args, "--convperf").assert_outcomes(passed=1)

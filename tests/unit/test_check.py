@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from pytest_convperf import check, workload
 from pytest_convperf.correctness import make_grad_out, stable_seed
 from pytest_convperf.device import DeviceInfo
+from pytest_convperf.faults import device_errors
 from pytest_convperf.precision import tf32_enabled
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.timing.rounds import TimedCallError
@@ -105,7 +106,7 @@ def test_sticky_cuda_error_in_a_timed_call_fails_once_and_marks_the_context_lost
     cause = RuntimeError("CUDA error: an illegal memory access was encountered")
     with (
         pytest.raises(pytest.fail.Exception, match="CUDA context lost while timing"),
-        fixture._device_errors(PROBLEM),
+        device_errors(info, fixture.nodeid, PROBLEM.id),
     ):
         raise TimedCallError("candidate and reference raised during timing round 3") from cause
     assert info.lost is not None and "tests/test_k.py::test_k[a]" in info.lost
@@ -116,7 +117,7 @@ def test_sticky_cuda_error_in_a_timed_call_fails_once_and_marks_the_context_lost
 def test_other_timing_errors_fail_the_test_with_the_problem_id() -> None:
     fixture, info = _fixture("cpu")
     failed = pytest.raises(pytest.fail.Exception, match=f"timing {PROBLEM.id} failed: candidate raised")
-    with failed, fixture._device_errors(PROBLEM):
+    with failed, device_errors(info, fixture.nodeid, PROBLEM.id):
         raise TimedCallError("candidate raised during timing round 0: boom") from ValueError("boom")
     assert info.lost is None
 

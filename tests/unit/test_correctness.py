@@ -220,4 +220,4 @@ def test_a_raising_candidate_shows_the_traceback_into_the_users_code_not_the_plu
 def test_an_fp16_output_where_fp32_was_expected_fails_saying_dtype() -> None:
     report = check_conv(half_output, PROBLEM, seed=2)
     assert not report.ok
-    assert "dtype mismatch: the output is torch.float16 where torch.float32" in report.message()
+    assert "output has dtype torch.float16, expected torch.float32" in report.message()

@@ -326,7 +326,7 @@ def test_cpu_candidate_doing_the_conv_twice_measures_about_twice_the_time() -> N
     timer = make_timer(resolve_device("cpu"))
     cmp = measure_pair(timer, twice, once, rule=CPU_RULE)
     assert 1.4 < cmp.time_ratio < 3.0, cmp.facts["stop"]
-    assert cmp.candidate.mode == "cpu" and cmp.candidate.l2 == "n/a"
+    assert cmp.candidate.mode == "cpu-thread" and cmp.candidate.l2 == "n/a"
     assert cmp.facts["threads"] >= 1
 
 

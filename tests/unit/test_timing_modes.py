@@ -95,7 +95,10 @@ def test_mode_and_flush_round_trip_through_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("    mode: hot\n", r"field 'mode' must be one of cold, warm, graph, cpu, fake, got 'hot'"),
+        (
+            "    mode: hot\n",
+            r"field 'mode' must be one of cold, warm, graph, cpu, cpu-thread, fake, got 'hot'",
+        ),
         ("    mode: 3\n", r"field 'mode' must be one of .*, got 3"),
         ("    flush: zero\n", r"field 'flush' must be one of read, write, got 'zero'"),
     ],

@@ -1,0 +1,19 @@
+"""Numbers the docs quote are the numbers the code uses (issue 15: the CPU noise floor)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_architecture_quotes_the_noise_floors_in_use() -> None:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    cpu = re.search(r"CPU `verdict\.CPU_NOISE_FLOOR` \(([\d.]+) %", text)
+    gpu = re.search(r"Noise floors:\s+GPU ([\d.]+) %", text)
+    assert cpu and gpu, "docs/architecture.md no longer names the noise floors where this test looks"
+    assert float(cpu.group(1)) / 100 == CPU_NOISE_FLOOR
+    assert float(gpu.group(1)) / 100 == GPU_NOISE_FLOOR

@@ -1,0 +1,137 @@
+"""Issue 15 item 13: a hung check fails on its time limit; a crash loses no result already measured."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_convperf.faults import CheckTimeout, deadline
+from pytest_convperf.timing.rule import StopRule
+from tests.integration._lifecycle import Suite, subprocess_env
+
+HANG = """
+import time
+
+import pytest
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
+CALLS = []
+
+
+def sleepy(x, w, b, *args):
+    CALLS.append(1)
+    if len(CALLS) > 2:  # correct in the correctness run, then hangs
+        time.sleep(60)
+    return F.conv2d(x, w, b, *args)
+
+
+@pytest.mark.convperf
+def test_hang(convperf):
+    convperf.check(sleepy, P)
+"""
+
+
+def test_a_hung_check_fails_on_its_time_limit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    monkeypatch.delenv("CONVPERF_FAKE_TIMER")
+    pytester.makepyfile(test_hang=HANG)
+    result = suite.run("test_hang.py", "--convperf-check-timeout=3")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ran past its 3 s limit and was stopped*--convperf-check-timeout*"])
+    assert result.duration < 50
+
+
+def test_the_default_limit_comes_from_the_round_caps() -> None:
+    cpu = StopRule(max_time_s=2.0, warmup_cap_s=1.0)
+    assert cpu.check_timeout_s() == 3 * ((1 + 8) + (1 + 24))
+    assert StopRule().check_timeout_s() == 3 * ((2 + 20) + (2 + 60))
+
+
+def test_deadline_restores_the_previous_handler_and_can_be_off() -> None:
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(CheckTimeout, match=r"0\.05 s limit"), deadline(0.05, "x"):
+        __import__("time").sleep(5)
+    assert signal.getsignal(signal.SIGALRM) is before
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    with deadline(0, "x") as why:
+        assert why is not None and "off" in why
+
+
+CRASH = """
+import ctypes
+import os
+
+import pytest
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
+
+
+def test_a(convperf):
+    convperf.check(F.conv2d, P)
+
+
+def test_b_segfaults(convperf):
+    ctypes.string_at(0)  # a kernel that faults: SIGSEGV kills the process
+
+
+def test_c(convperf):
+    convperf.check(F.conv2d, P)
+"""
+
+
+def _journal_keys(report: Path) -> list[str]:
+    path = report / "rows.journal.jsonl"
+    return [json.loads(line)["nodeid"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def _run_crash_suite(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...], *args: str
+) -> tuple[pytest.RunResult, Path]:
+    """The crashing suite in a subprocess (a segfault must not end this test run); its report dir."""
+    Suite(pytester, monkeypatch, plugin_args)
+    subprocess_env(monkeypatch)
+    pytester.makepyfile(test_crash=CRASH)
+    report = pytester.path / "report"
+    result = pytester.run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "test_crash.py",
+        "--convperf",
+        "--convperf-machine=testbox",
+        "--convperf-device=cpu",
+        f"--convperf-report={report}",
+        "-p",
+        "no:cacheprovider",
+        *args,
+    )
+    return result, report
+
+
+def test_a_segfault_without_xdist_loses_no_measured_row(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    result, report = _run_crash_suite(pytester, monkeypatch, plugin_args, "-p", "no:xdist")
+    assert result.ret != 0  # the process died
+    assert [k.split("::")[-1] for k in _journal_keys(report)] == ["test_a"]
+
+
+def test_a_segfault_under_xdist_fails_its_test_and_the_session_goes_on(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    """The README's way to run each test in isolation: a crashed worker is replaced."""
+    result, report = _run_crash_suite(pytester, monkeypatch, plugin_args, "-n", "1", "--max-worker-restart=5")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*test_b_segfaults*crashed*"])
+    rows = json.loads((report / "rows.json").read_text())
+    assert sorted(r["nodeid"].split("::")[-1] for r in rows) == ["test_a", "test_c"]

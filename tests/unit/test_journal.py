@@ -1,0 +1,32 @@
+"""The rows journal (issue 15 item 13): appended per row, read back past a torn last line, folded once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_convperf import journal
+from pytest_convperf.__main__ import main
+
+
+def test_rows_are_read_back_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
+    journal.append(tmp_path, {"nodeid": "t::a", "key": "a"})
+    journal.append(tmp_path, {"nodeid": "t::b", "key": "b"})
+    with open(tmp_path / journal.JOURNAL, "a") as f:
+        f.write('{"nodeid": "t::c", "ke')  # the crash came mid-line
+    rows = journal.read(tmp_path)
+    assert [r["key"] for r in rows] == ["a", "b"]
+    assert journal.missing([{"nodeid": "t::a", "key": "a"}], rows) == [{"nodeid": "t::b", "key": "b"}]
+
+
+def test_a_new_session_moves_the_last_journal_aside(tmp_path: Path) -> None:
+    journal.append(tmp_path, {"nodeid": "t::a", "key": "a"})
+    journal.start(tmp_path)
+    assert journal.read(tmp_path) == []
+    assert (tmp_path / journal.PREVIOUS).exists()
+
+
+def test_report_reads_the_journal_of_a_crashed_session(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["report", str(tmp_path)]) == 2
+    journal.append(tmp_path, {"nodeid": "t::a", "key": "test_a", "module": "t", "verdict": "PASS"})
+    assert main(["report", str(tmp_path)]) == 0
+    assert "test_a" in capsys.readouterr().out
