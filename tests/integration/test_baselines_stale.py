@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration._lifecycle import REF_S, Suite
+from tests.integration._lifecycle import REF_S, Suite, assert_speed_fails
 
 
 def _baselined(
@@ -26,8 +26,9 @@ def test_env_change_is_stale_and_says_which_side_moved(
     # Candidate unchanged (500 us), the reference got faster (1000 -> 800 us): ratio 0.625.
     suite.set_ratio(0.625, ref_s=0.8 * REF_S)
     result = suite.run()
-    # test_b kept its environment: the same numbers are a real slowdown there (+25 %), so it fails.
-    result.assert_outcomes(passed=1, failed=1)
+    # test_b kept its environment: the same numbers are a real slowdown there (+25 %), so it fails
+    # (kept across the night: the session fails naming it; the STALE check is outside the family).
+    assert_speed_fails(result, 1, passed=2)
     out = result.stdout.str()
     assert f"STALE: environment changed (torch 1.0.0 -> {torch_now})" in out
     assert "the reference moved" in out and "reference 1000 -> 800 us" in out
