@@ -30,7 +30,6 @@ __all__ = [
     "BaselineFile",
     "Entry",
     "Store",
-    "baselines_dir_note",
     "dump_text",
     "merge_files",
     "parse_entry",
@@ -73,19 +72,6 @@ def resolve_machine(detected: str, override: str | None, aliases: Mapping[str, s
             f"convperf_machine_aliases maps {slug!r} to an empty name; give the alias a machine slug"
         )
     return machine
-
-
-def baselines_dir_note(root: Path, *, updating: bool) -> str | None:
-    """One line for the session header when the baselines folder does not exist, else None.
-
-    Without it every check passes as NEW in silence (a mistyped ``--convperf-baselines``).
-    """
-    if root.is_dir():
-        return None
-    if root.exists():
-        return f"convperf: baselines folder {root} is not a folder"
-    then = "it will be created by this update" if updating else "nothing to compare with"
-    return f"convperf: baselines folder {root} does not exist: every check is NEW ({then})"
 
 
 @dataclass(frozen=True)

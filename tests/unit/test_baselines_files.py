@@ -253,17 +253,6 @@ def test_bad_output_paths_fail_at_session_start(tmp_path: Path, what: str, how: 
     assert not (tmp_path / "new").exists()
 
 
-def test_missing_baselines_dir_is_named_for_the_header(tmp_path: Path) -> None:
-    """Item 10: a baselines path that does not exist is said (every check would be NEW)."""
-    from pytest_convperf.baselines import baselines_dir_note
-
-    note = baselines_dir_note(tmp_path / "nope", updating=False)
-    assert note is not None and str(tmp_path / "nope") in note and "does not exist" in note and "NEW" in note
-    assert "will be created" in (baselines_dir_note(tmp_path / "nope", updating=True) or "")
-    (tmp_path / "there").mkdir()
-    assert baselines_dir_note(tmp_path / "there", updating=False) is None
-
-
 def test_the_review_record_is_written_before_the_baselines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
