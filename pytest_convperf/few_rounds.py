@@ -49,6 +49,11 @@ def few_rounds(
     def least(c: Comparison) -> float:
         return min(c.log_ratios) - math.log(entry.time_ratio)
 
+    def p_value(d: float) -> float:
+        """One-sided p of "the excess is within the tolerance" (normal, as the quantiles above):
+        the night-wide controller judges this FAIL with the others by it."""
+        return 0.5 * math.erfc((d - tol) / sigma / math.sqrt(2))
+
     def shown(c: Comparison) -> str:
         return (
             f"{len(c.log_ratios)} rounds, the least slow {pct(math.expm1(least(c)))} vs baseline ratio "
@@ -66,6 +71,7 @@ def few_rounds(
             f"FAIL (few rounds, unconfirmed): far slower than the baseline in every round: {first}",
             stage="few-rounds",
             delta=math.expm1(least(comparison)),
+            p_value=p_value(least(comparison)),
             **common,
         )
     second = confirm(policy.confirm_factor * len(comparison.log_ratios))
@@ -92,5 +98,6 @@ def few_rounds(
         stage="few-rounds",
         delta=math.expm1(d),
         confirm=second,
+        p_value=p_value(d),
         **common,
     )

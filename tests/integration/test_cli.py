@@ -96,4 +96,4 @@ def test_report_command_reprints_a_report_dir(pytester: pytest.Pytester) -> None
     result = pytester.run(sys.executable, "-m", "pytest_convperf", "report", "rep", "--markdown")
     result.stdout.fnmatch_lines(["## convperf report", "*| m::k?p? | 2.000x*"])
     result = pytester.run(sys.executable, "-m", "pytest_convperf", "report", "nowhere")
-    assert result.ret == 2 and "rows.json not found" in result.stderr.str()
+    assert result.ret == 2 and "no rows in nowhere (rows.json" in result.stderr.str()
