@@ -50,6 +50,20 @@ CONFIRM_FACTOR = 3.0
 ARCHIVE_LIMIT = 16 * 2**20
 STAGES = ("check", "plan", "suite-<k>", "harness", "collect", "all")
 KERNEL_TESTS = ("tests/kernels",)  # the tier of CUDA kernel tests; see kernel_tests()
+# CPU-only files of that tier: the CUDA emulator and its host sanitizers (proven in CI, minutes of
+# CPU each). On a GPU the device time goes to the real kernels instead.
+CPU_ONLY_KERNEL_TESTS = (
+    "tests/kernels/test_depthwise_emulated.py",
+    "tests/kernels/test_emulated_families.py",
+    "tests/kernels/test_sanitized_kernels.py",
+)
+# The files whose CUDA tests run under compute-sanitizer (small shapes, one per family).
+SANITIZED_KERNEL_TESTS = (
+    "tests/kernels/test_depthwise_kernels.py",
+    "tests/kernels/test_edsr.py",
+    "tests/kernels/test_im2col_gemm.py",
+    "tests/kernels/test_pcilt.py",
+)
 HARNESS_RUNS = 5
 DRY_RUN_STEP_TIMEOUT_S = 1800.0
 
@@ -64,6 +78,11 @@ class Runner:
     dry_run: bool
     log: Path | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    # --keep-going: a failed step is logged and the stage goes on; the stage fails at its end.
+    keep_going: bool = False
+    failed: list[str] = field(default_factory=list)
+    # --record REASON: suite parts record every check as the new baseline with this reason.
+    record: str | None = None
 
     def start(self, stage: str) -> None:
         logs = self.out / "logs"
@@ -97,7 +116,11 @@ class Runner:
                 rc = 127
         self.note(f"## step {name}: rc={rc} in {time.monotonic() - start:.1f} s")
         if rc != 0:
-            raise StepFailed(f"stage {stage}: step {name!r} failed (rc={rc}); see {self.log}")
+            message = f"stage {stage}: step {name!r} failed (rc={rc}); see {self.log}"
+            if not self.keep_going:
+                raise StepFailed(message)
+            self.failed.append(message)
+            print(f"gpu-suite: {message} (going on: --keep-going)", file=sys.stderr, flush=True)
 
 
 def python() -> str:
@@ -144,10 +167,13 @@ def stage_check(runner: Runner) -> None:
         runner.step("check", "clocks", ["nvidia-smi", "-q", "-d", "CLOCK,PERFORMANCE,POWER"])
     runner.step("check", "prebuild", [python(), "-m", "kernels._build", "--all"], timeout=540)
     tests = kernel_tests()
-    runner.step("check", "cuda-tests-and-opcheck", pytest_cmd(runner, *tests))
+    ignore = [] if runner.dry_run else [f"--ignore={p}" for p in CPU_ONLY_KERNEL_TESTS]
+    runner.step("check", "cuda-tests-and-opcheck", pytest_cmd(runner, *tests, *ignore))
+    sanitized = [p for p in SANITIZED_KERNEL_TESTS if (ROOT / p).is_file()] or tests
     for tool in ("memcheck", "racecheck"):
-        # Small shapes only: the kernel tests' own shapes; the sanitizer slows a kernel 10-100 x.
-        cmd = pytest_cmd(runner, *tests, "-x")
+        # Small shapes only: the kernel tests' own shapes and the small Hypothesis profile; the
+        # sanitizer slows a kernel 10-100 x. Only the tests that touch the GPU matter here.
+        cmd = pytest_cmd(runner, *sanitized, "-x", "-k", "cuda or gpu", "--hypothesis-profile=convperf-dev")
         wrapped = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=1", "--target-processes=all"]
         if runner.dry_run:
             runner.note(f"## dry run: would wrap in {shlex.join(wrapped)}")
@@ -247,6 +273,8 @@ def stage_suite(runner: Runner, stage: str, k: int, parts: Sequence[Part]) -> No
         raise StepFailed(f"stage {stage}: no such part; the plan has suite-1 .. suite-{len(parts)}")
     report = runner.out / "report" / f"suite-{k}"
     args = ["--convperf", f"--convperf-report={report}", f"--junitxml={report / 'junit.xml'}"]
+    if runner.record is not None:
+        args += ["--convperf-update-baselines=all", f"--convperf-reason={runner.record}"]
     ids = parts[k - 1].ids
     if runner.dry_run:
         args.append("--hypothesis-profile=convperf-dev")
@@ -324,8 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("stages", nargs="+", help=f"one or more of {', '.join(STAGES)}")
     parser.add_argument("--dry-run", action="store_true", help="the same stages on the CPU, small budgets")
     parser.add_argument("--out", type=Path, default=ROOT / "gpu-suite-out", help="logs, report, archive")
+    parser.add_argument("--keep-going", action="store_true", help="log a failed step and go on")
+    parser.add_argument("--record", metavar="REASON", help="suite parts record every check as the baseline")
     args = parser.parse_args(argv)
-    runner = Runner(out=args.out.resolve(), dry_run=args.dry_run)
+    runner = Runner(
+        out=args.out.resolve(), dry_run=args.dry_run, keep_going=args.keep_going, record=args.record
+    )
     runner.env.setdefault("MAX_JOBS", "16" if not args.dry_run else "2")
     stages: list[str] = []
     for stage in args.stages:
@@ -335,16 +367,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             stages += ["check", *(f"suite-{k}" for k in range(1, n_parts + 1)), "harness", "collect"]
         else:
             stages.append(stage)
+    failed_stages: list[str] = []
     for stage in stages:
         start = time.monotonic()
+        runner.failed = []
         try:
             run_stage(runner, stage)
+            if runner.failed:
+                raise StepFailed("; ".join(runner.failed))
         except StepFailed as exc:
             print(f"gpu-suite: FAILED {exc}", file=sys.stderr)
+            failed_stages.append(stage)
+            if runner.keep_going:
+                continue
             if stage != "collect" and "collect" in stages:
                 _collect_anyway(runner)
             return 1
         print(f"gpu-suite: stage {stage} passed in {time.monotonic() - start:.0f} s", flush=True)
+    if failed_stages:
+        print(f"gpu-suite: failed stages: {', '.join(failed_stages)}", file=sys.stderr)
+        return 1
     return 0
 
 
