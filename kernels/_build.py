@@ -535,4 +535,10 @@ def _check_spills(spec: BuildSpec, archs: Sequence[str]) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    # `python -m kernels._build` runs this file as a second module, `__main__`, whose namespace()
+    # would rename every op (convperf_<family>_<hash of "__main__">) and so build under another
+    # cache key than the one `import kernels._build` loads: a prebuild nobody used (seen on the
+    # first H100 run). Run the importable module's entry point instead.
+    from kernels import _build as _imported
+
+    sys.exit(_imported._main())

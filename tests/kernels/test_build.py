@@ -279,3 +279,18 @@ def test_spill_check_fails_on_zero_parsed_kernels(
     assert "no ptxas rows were parsed" in capsys.readouterr().err
     _family(tmp_path, "plain", cu="// host helpers only\n")
     assert _build._check_spills(_build.make_spec("plain", root=tmp_path), ("8.0",)) is False
+
+
+def test_running_as_a_script_builds_what_the_import_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m kernels._build`` must run the imported module, not a renamed ``__main__`` copy."""
+    import runpy
+    import warnings
+
+    from kernels import _build
+
+    calls: list[object] = []
+    monkeypatch.setattr(_build, "_main", lambda argv=None: calls.append(argv) or 0)
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as stop:
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module is already imported
+        runpy.run_module("kernels._build", run_name="__main__")
+    assert calls == [None] and stop.value.code == 0
