@@ -259,7 +259,7 @@ def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor]
             apriori=stats,
             reference=ref,
             ceiling=case.ceilings[stats.name],
-            what=f"the reference's {report.problem.dtype}",
+            against=f"the reference's own {report.problem.dtype} error",
         )
         report.candidate_errors[i] = ruling.stats
         report.candidate_rules[stats.name] = ruling.rule

@@ -171,10 +171,11 @@ def judge_against_reference(
     reference: ErrorStats,
     ceiling: float = math.inf,
     factor: float = REFERENCE_FACTOR,
-    what: str = "the reference",
+    against: str = "the reference's own error",
 ) -> Ruling:
     """The candidate passes within the a-priori tolerance, or when it is no worse than ``factor``
-    x the reference's own error against the same fp64 ``expected``.
+    x the reference's own error against the same fp64 ``expected`` (``against`` names it in the
+    rule's text).
 
     "No worse" on both measures, each ``<= factor x`` the reference's: ``max_abs`` (the worst
     element; flash-attention's measure) and ``rel_l2`` (the whole tensor: a candidate off
@@ -191,16 +192,16 @@ def judge_against_reference(
     relaxed = error_stats(name, actual, expected, atol=max(limit, sys.float_info.min), rtol=0.0)
     l2_limit = factor * reference.rel_l2
     measures = (
-        f"max_abs {apriori.max_abs:.3g} vs {what}'s {reference.max_abs:.3g}, "
+        f"max_abs {apriori.max_abs:.3g} vs {reference.max_abs:.3g}, "
         f"rel_l2 {apriori.rel_l2:.3g} vs {reference.rel_l2:.3g}"
     )
     if apriori.nonfinite:
         return Ruling(apriori, apriori, reference, f"{apriori.nonfinite} NaN/Inf never pass")
     if relaxed.ok and apriori.rel_l2 <= l2_limit:
-        rule = f"within {factor:g}x {what}'s own error ({measures})"
+        rule = f"within {factor:g}x {against} ({measures})"
         return Ruling(relaxed, apriori, reference, rule)
-    if limit < factor * reference.max_abs and apriori.max_abs > limit:
-        why = f"over the worst-case bound {ceiling:.3g} ({measures})"
+    if apriori.max_abs > factor * reference.max_abs or apriori.rel_l2 > l2_limit:
+        why = f"worse than {factor:g}x {against} ({measures})"
     else:
-        why = f"worse than {factor:g}x {what}'s own error ({measures})"
+        why = f"over the worst-case bound {ceiling:.3g} ({measures})"
     return Ruling(apriori, apriori, reference, why)
