@@ -351,7 +351,8 @@ def assert_conv_close(
 
     Raises :class:`ConvMismatch` when the candidate is wrong, :class:`ReferenceDefect` when only
     the reference is wrong (outside the worst-case bound: ``tolerance.worst_case_atol``); a
-    reference off only the a-priori tolerance is valid and raises nothing. ``seed=None`` derives a seed from the problem id so reruns repeat.
+    reference off only the a-priori tolerance is valid and raises nothing. ``seed=None`` derives
+    a seed from the problem id so reruns repeat.
     """
     if seed is None:
         seed = stable_seed(problem)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -205,3 +206,28 @@ def judge_against_reference(
     else:
         why = f"over the worst-case bound {ceiling:.3g} ({measures})"
     return Ruling(apriori, apriori, reference, why)
+
+
+def judge_against_stock(
+    got: Mapping[str, torch.Tensor],
+    stock: Mapping[str, torch.Tensor],
+    expected: Mapping[str, torch.Tensor],
+    *,
+    rtol: float,
+    atol_factor: float,
+) -> list[Ruling]:
+    """Each tensor of a whole model (``got``) against the fp64 ``expected``: within the fixed
+    tolerance ``atol_factor * max|expected| + rtol * |expected|``, or no worse than
+    :data:`REFERENCE_FACTOR` x the stock fp32 model's own error (:func:`judge_against_reference`,
+    no ceiling: a whole network has no K). The end-to-end model checks' rule."""
+    rulings = []
+    for name, exp in expected.items():
+        atol = atol_factor * float(exp.abs().max())
+        ours = error_stats(name, got[name], exp, atol=atol, rtol=rtol)
+        base = error_stats(name, stock[name], exp, atol=atol, rtol=rtol)
+        rulings.append(
+            judge_against_reference(
+                got[name], exp, apriori=ours, reference=base, against="stock fp32's own error"
+            )
+        )
+    return rulings

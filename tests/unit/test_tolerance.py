@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from perf_tests.paired import accuracy_lines
 from pytest_convperf.correctness import ConvMismatch, ReferenceDefect, assert_conv_close, check_conv
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.tolerance import (
@@ -18,6 +19,7 @@ from pytest_convperf.tolerance import (
     error_stats,
     gamma,
     judge_against_reference,
+    judge_against_stock,
     tolerance,
     worst_case_atol,
 )
@@ -180,7 +182,7 @@ def test_a_candidate_clearly_worse_than_such_a_reference_fails(times: float, why
 
 
 def test_a_reference_outside_the_worst_case_bound_is_a_defect() -> None:
-    with pytest.raises(ReferenceDefect, match="REFERENCE DEFECT.*worst-case bound"):
+    with pytest.raises(ReferenceDefect, match=r"REFERENCE DEFECT.*worst-case bound"):
         assert_conv_close(F.conv2d, SEQ, reference=_off_weight_grad(8.0), backward=True, seed=4)
 
 
@@ -221,3 +223,45 @@ def test_a_real_sequential_fp32_sum_is_within_the_worst_case_bound() -> None:
     (gw,) = [e for e in report.reference_bounds if e.name == "grad_weight"]
     (apriori,) = [e for e in report.reference_errors if e.name == "grad_weight"]
     assert gw.max_abs < gw.atol and apriori.atol <= gw.atol
+
+
+# ---- whole models (perf_tests/test_edsr.py, test_models.py): judge_against_stock ----------------
+
+
+@pytest.mark.parametrize(
+    ("case", "atol", "spread", "stock_abs", "stock_l2", "ours_abs", "ours_l2", "passes"),
+    [
+        # EDSR grad_input on the H100: stock max_abs 9.19e-4 (fixed atol 3.46e-4), rel_l2 1.04e-5.
+        ("edsr-ours-like-stock", 3.46e-4, 0.5, 9.19e-4, 1.04e-5, 1.2e-3, 1.5e-5, True),
+        ("edsr-ours-3x-worse", 3.46e-4, 0.5, 9.19e-4, 1.04e-5, 2.8e-3, 1.5e-5, False),
+        # MobileNetV2 grad_input: values ~1e-11, stock max_abs 1.21e-12 (atol 1.93e-14), rel_l2 2.5e-4.
+        ("mobilenet-ours-like-stock", 1.93e-14, 3e-11, 1.21e-12, 2.5e-4, 1.5e-12, 3e-4, True),
+        ("mobilenet-ours-off-everywhere", 1.93e-14, 3e-11, 1.21e-12, 2.5e-4, 1.5e-12, 1e-3, False),
+    ],
+)
+def test_a_model_passes_within_2x_the_stock_models_error_and_fails_beyond(
+    case: str,
+    atol: float,
+    spread: float,
+    stock_abs: float,
+    stock_l2: float,
+    ours_abs: float,
+    ours_l2: float,
+    passes: bool,
+) -> None:
+    n = 20000
+    expected, stock = with_errors(n, spread=spread, max_abs=stock_abs, rel_l2=stock_l2, seed=0)
+    clean, off = with_errors(n, spread=spread, max_abs=ours_abs, rel_l2=ours_l2, seed=1)
+    ours = expected + (off - clean)
+    expected[1] = atol / 1e-4  # max |expected| sets the fixed atol (1e-4 x max), as logged
+    ours[1], stock[1] = expected[1], expected[1]
+    (ruling,) = judge_against_stock(
+        {"grad_input": ours}, {"grad_input": stock}, {"grad_input": expected}, rtol=1e-3, atol_factor=1e-4
+    )
+    assert ruling.reference is not None and not ruling.reference.ok  # the stock misses the fixed one
+    assert ruling.apriori.atol == pytest.approx(atol)
+    assert not ruling.apriori.ok and ruling.ok is passes, ruling.rule
+    assert ("within 2x stock fp32's own error" if passes else "worse than 2x") in ruling.rule
+    assert ruling.stats.ok is passes  # what the gate sees: ok only when the rule passed it
+    row = accuracy_lines(case, [ruling])[0]
+    assert row.endswith("|2x stock's own error|" if passes else "|FAIL|"), row
