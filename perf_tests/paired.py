@@ -21,6 +21,7 @@ from pytest_convperf.check import ConvperfFixture
 from pytest_convperf.precision import ieee_fp32
 from pytest_convperf.results import Comparison, ErrorStats
 from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
+from pytest_convperf.tolerance import Ruling
 
 # Paired rounds need at least 6 kept rounds for a CI; the CPU gets a short rule.
 PAIR_CPU_RULE: dict[str, Any] = {
@@ -142,3 +143,28 @@ GOAL_RATIO_HEADER: tuple[str, str] = (
     RATIO_HEADER[0] + "Goal (H100)|Goal met|",
     RATIO_HEADER[1] + ":---:|:---:|",
 )
+
+
+# Accuracy of a whole model against its fp64 copy, next to the stock model's (tolerance.Ruling).
+ACCURACY_HEADER: tuple[str, str] = (
+    "|Workload|Tensor|Ours max_abs|Stock max_abs|Ours rel_l2|Stock rel_l2|Fixed atol|Passed by|",
+    "|:---|:---|---:|---:|---:|---:|---:|:---|",
+)
+
+
+def accuracy_lines(label: str, rulings: Sequence[Ruling]) -> list[str]:
+    """Rows of :data:`ACCURACY_HEADER`: each tensor's errors, ours and stock's, and the rule that
+    passed it (the fixed tolerance, or within 2x the stock model's own fp32 error) or FAIL."""
+    lines = []
+    for r in rulings:
+        stock = r.reference
+        cells = (
+            f"{stock.max_abs:.3g}|" if stock else "-|",
+            f"{stock.rel_l2:.3g}|" if stock else "-|",
+        )
+        passed = ("fixed tolerance" if not r.by_reference else "2x stock's own error") if r.ok else "FAIL"
+        lines.append(
+            f"|{label}|{r.apriori.name}|{r.apriori.max_abs:.3g}|{cells[0]}{r.apriori.rel_l2:.3g}|{cells[1]}"
+            f"{r.apriori.atol:.3g}|{passed}|"
+        )
+    return lines

@@ -23,16 +23,23 @@ import torch
 from perf_tests import models as mb
 from perf_tests import swap
 from perf_tests.edsr_models import EDSR, Block, ResBlock, SeparableConv2d, count_parameters
-from perf_tests.paired import GOAL_RATIO_HEADER, gated_model_pair, gated_pair, pair_rule, ratio_line
+from perf_tests.paired import (
+    ACCURACY_HEADER,
+    GOAL_RATIO_HEADER,
+    accuracy_lines,
+    gated_model_pair,
+    gated_pair,
+    pair_rule,
+    ratio_line,
+)
 from perf_tests.variant_tables import goal_status
-from pytest_convperf.correctness import error_stats
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.memory import MemoryUsage
 from pytest_convperf.precision import ieee_fp32, tf32_enabled
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.profiling import KernelRow
-from pytest_convperf.results import ErrorStats
 from pytest_convperf.sections import ReportSections
+from pytest_convperf.tolerance import judge_against_stock
 
 pytestmark = pytest.mark.convperf
 
@@ -41,7 +48,9 @@ FEATS = 64
 # EDSR training patches: 16 x 3 x 48 x 48 LR images on a GPU; one small image on a CPU.
 GPU_INPUT = (16, 3, 48, 48)
 CPU_INPUT = (1, 3, 16, 16)
-# Whole-network fp32 vs fp64 (33 convs in series).
+# Whole-network fp32 vs fp64 (33 convs in series): within this fixed tolerance, or no worse than
+# 2x the stock fp32 model's own error (tolerance.judge_against_stock; on an H100 the stock grad_input
+# missed the fixed tolerance: max_abs 9.19e-4 vs atol 3.46e-4, rel_l2 1.04e-5).
 RTOL = 1e-3
 ATOL = 1e-4  # times max |expected|
 FUSED_GOAL = 1.3
@@ -65,6 +74,7 @@ class EdsrReport:
     variants: dict[str, list[str]] = field(default_factory=dict)
     kernels: dict[str, list[str]] = field(default_factory=dict)
     ratios: list[str] = field(default_factory=list)
+    accuracy: list[str] = field(default_factory=list)
 
 
 def kernel_table(rows: list[KernelRow], cuda: bool, limit: int = 10) -> list[str]:
@@ -115,7 +125,19 @@ def edsr_report(convperf_report: ReportSections, convperf_device: DeviceInfo) ->
             *GOAL_RATIO_HEADER,
             *rep.ratios,
         ]
-    if rep.variants or rep.kernels or rep.ratios:
+    if rep.accuracy:
+        lines += [
+            "",
+            "## Accuracy against an fp64 copy of the model",
+            "",
+            f"Fixed tolerance: atol {ATOL} x max |expected|, rtol {RTOL}. A tensor outside it passes when "
+            "ours is no worse than 2x the stock fp32 model's own error on both max_abs and rel_l2 "
+            "(flash-attention's rule): a long fp32 reduction in the stock model is valid fp32 too.",
+            "",
+            *ACCURACY_HEADER,
+            *rep.accuracy,
+        ]
+    if rep.variants or rep.kernels or rep.ratios or rep.accuracy:
         title = "EDSR x2: standard vs depthwise-separable residual blocks"
         convperf_report.section("edsr.md", "\n".join(lines), title=title)
         print("\nconvperf EDSR tables: edsr.md in the report directory")
@@ -215,10 +237,6 @@ def test_edsr_depthwise_check(phase: str, device: torch.device, convperf: mb.Con
     convperf.check(swap.our_depthwise(device), depthwise_problem(device), phase=phase)
 
 
-def _errors(got: torch.Tensor, expected: torch.Tensor, name: str) -> ErrorStats:
-    return error_stats(name, got, expected, atol=ATOL * float(expected.abs().max()), rtol=RTOL)
-
-
 def test_fused_block_vs_unfused_pytorch_block(
     device: torch.device, convperf: mb.Convperf, edsr_report: EdsrReport
 ) -> None:
@@ -232,12 +250,14 @@ def test_fused_block_vs_unfused_pytorch_block(
     n, _, h, w = input_shape(device)
     x = mb.seeded_input((n, FEATS, h, w), device)
     with torch.no_grad(), ieee_fp32():
-        expected = copy.deepcopy(stock).double()(x.double())
-        errors = [_errors(fused(x), expected, "block_output")]
-        reference_errors = [_errors(stock(x), expected, "block_output")]
-    assert all(e.ok for e in reference_errors), reference_errors
-    assert all(e.ok for e in errors), f"fused block differs from the fp64 block: {errors}"
+        expected = {"block_output": copy.deepcopy(stock).double()(x.double())}
+        rulings = judge_against_stock(
+            {"block_output": fused(x)}, {"block_output": stock(x)}, expected, rtol=RTOL, atol_factor=ATOL
+        )
     shape = "x".join(map(str, x.shape))
+    edsr_report.accuracy += accuracy_lines(f"fused dw+pw block, {shape}", rulings)
+    assert all(r.ok for r in rulings), f"fused block differs from the fp64 block: {[r.rule for r in rulings]}"
+    errors = [r.stats for r in rulings]
     if device.type != "cuda":
         edsr_report.ratios.append(
             f"|fused dw+pw block, {shape}, forward|-|-|-|-|>= {FUSED_GOAL}x|"
@@ -295,12 +315,11 @@ def test_separable_edsr_on_our_kernels(
         expected = out_and_grad(oracle, torch.float64)
         got = out_and_grad(ours, torch.float32)
         base = out_and_grad(stock, torch.float32)
-    base_errors = [_errors(base[k], expected[k], k) for k in expected]
-    assert all(e.ok for e in base_errors), (
-        f"stock fp32 misses the fp64 oracle: the tolerance is wrong: {base_errors}"
-    )
-    errors = [_errors(got[k], expected[k], k) for k in expected]
-    assert all(e.ok for e in errors), f"EDSR on {impl} kernels differs from fp64: {errors}"
+    rulings = judge_against_stock(got, base, expected, rtol=RTOL, atol_factor=ATOL)
+    edsr_report.accuracy += accuracy_lines(f"separable EDSR on {impl}, {phase}", rulings)
+    bad = [f"{r.apriori.name}: {r.rule}" for r in rulings if not r.ok]
+    assert not bad, f"EDSR on {impl} kernels differs from fp64 more than the stock fp32 model: {bad}"
+    errors = [r.stats for r in rulings]
     if impl == "fused" and device.type != "cuda":
         pytest.skip(
             "timing needs a GPU: on a CPU the fused block is the same two F.conv2d calls as the "

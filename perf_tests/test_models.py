@@ -20,17 +20,19 @@ import torch
 
 from perf_tests import models as mb
 from perf_tests import swap
-from perf_tests.paired import RATIO_HEADER, gated_model_pair, ratio_line
-from pytest_convperf.correctness import error_stats
+from perf_tests.paired import ACCURACY_HEADER, RATIO_HEADER, accuracy_lines, gated_model_pair, ratio_line
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.precision import ieee_fp32, tf32_enabled
-from pytest_convperf.results import ErrorStats, Measurement
+from pytest_convperf.results import Measurement
 from pytest_convperf.sections import ReportSections
+from pytest_convperf.tolerance import Ruling, judge_against_stock
 
 pytestmark = pytest.mark.convperf
 
 E2E_MODELS: tuple[str, ...] = ("mobilenet_v2", "efficientnet_b0")
-# Whole-network fp32 vs fp64: errors of ~50 layers add up; the stock model must pass the same bound.
+# Whole-network fp32 vs fp64: errors of ~50 layers add up. Ours passes within this fixed tolerance
+# or no worse than 2x the stock fp32 model's own error (tolerance.judge_against_stock): on an H100
+# the stock MobileNetV2's grad_input (values ~1e-11, heavy cancellation) missed it, rel_l2 2.5e-4.
 E2E_RTOL = 1e-3
 E2E_ATOL = 1e-4  # times max |expected| of the compared tensor
 
@@ -42,6 +44,7 @@ class Tables:
     models: dict[str, dict[str, Measurement]] = field(default_factory=dict)
     layers: dict[str, dict[str, Measurement]] = field(default_factory=dict)
     e2e: list[str] = field(default_factory=list)
+    accuracy: list[str] = field(default_factory=list)
 
 
 def _report_lines(tables: Tables, device: torch.device) -> list[str]:
@@ -90,11 +93,15 @@ def _report_lines(tables: Tables, device: torch.device) -> list[str]:
         "Same weights and inputs; forward and backward in train mode; paired rounds with fp32 pinned "
         "to IEEE (TF32 off) on both sides; gated on the stored time ratio (see the convperf report). "
         "Outputs, input gradients and depthwise weight gradients checked against an fp64 copy of the "
-        f"stock model (rtol {E2E_RTOL}, atol {E2E_ATOL} x max |expected|). On a CPU, 'ours' is the "
+        f"stock model (rtol {E2E_RTOL}, atol {E2E_ATOL} x max |expected|; a tensor outside it passes when "
+        "ours is no worse than 2x the stock fp32 model's own error on both max_abs and rel_l2, "
+        "flash-attention's rule). On a CPU, 'ours' is the "
         "PyTorch-ops twin of the CUDA kernel (kernels.depthwise.reference), not the kernel.",
         "",
     ]
     lines += [*RATIO_HEADER, *tables.e2e] if tables.e2e else ["(no end-to-end rows in this run)"]
+    if tables.accuracy:
+        lines += ["", *ACCURACY_HEADER, *tables.accuracy]
     return lines
 
 
@@ -163,11 +170,9 @@ def _forward_backward(
     return {"output": out.detach(), "grad_input": xi.grad, "grad_dw_weights": dw}
 
 
-def e2e_errors(
-    stock: torch.nn.Module, ours: torch.nn.Module, x: torch.Tensor
-) -> tuple[list[ErrorStats], list[ErrorStats]]:
-    """Output, input gradient and depthwise weight gradients of ``ours`` and of ``stock`` (fp32)
-    against an fp64 copy of the stock model, in eval mode with TF32 off."""
+def e2e_errors(stock: torch.nn.Module, ours: torch.nn.Module, x: torch.Tensor) -> list[Ruling]:
+    """Output, input gradient and depthwise weight gradients of ``ours`` against an fp64 copy of
+    the stock model, judged with the stock fp32 model's own errors (in eval mode, TF32 off)."""
     names = _dw_param_names(ours)
     oracle = copy.deepcopy(stock).double().eval()
     stock.eval()
@@ -181,15 +186,7 @@ def e2e_errors(
     finally:
         stock.train()
         ours.train()
-
-    def stats(results: dict[str, torch.Tensor]) -> list[ErrorStats]:
-        out = []
-        for key, exp in expected.items():
-            scale = float(exp.abs().max())
-            out.append(error_stats(key, results[key], exp, atol=E2E_ATOL * scale, rtol=E2E_RTOL))
-        return out
-
-    return stats(got), stats(base)
+    return judge_against_stock(got, base, expected, rtol=E2E_RTOL, atol_factor=E2E_ATOL)
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
@@ -203,17 +200,14 @@ def test_depthwise_swap_end_to_end(
     swapped = swap.swap_depthwise(ours, "ours")
     shape = mb.model_input_shape(name, device)
     x = mb.seeded_input(shape, device)
-    errors, base_errors = e2e_errors(stock, ours, x)
-    if not all(e.ok for e in base_errors):
-        pytest.fail(
-            f"the stock fp32 {name} misses the fp64 oracle by more than the end-to-end tolerance "
-            f"(rtol {E2E_RTOL}, atol {E2E_ATOL} x max): the tolerance is wrong, not our kernel: "
-            f"{[e.to_dict() for e in base_errors if not e.ok]}"
-        )
-    bad = [e for e in errors if not e.ok]
+    rulings = e2e_errors(stock, ours, x)
+    tables.accuracy += accuracy_lines(f"{mb.DISPLAY[name]} {phase}", rulings)
+    bad = [f"{r.apriori.name}: {r.rule}" for r in rulings if not r.ok]
     assert not bad, (
-        f"{name} with our depthwise kernel differs from the fp64 oracle: {[e.to_dict() for e in bad]}"
+        f"{name} with our depthwise kernel differs from the fp64 oracle more than the fixed tolerance "
+        f"(rtol {E2E_RTOL}, atol {E2E_ATOL} x max) and more than 2x the stock fp32 model: {bad}"
     )
+    errors = [r.stats for r in rulings]
     comparison = gated_model_pair(
         convperf,
         what=f"{name}-n{shape[0]}-{shape[2]}x{shape[3]}",
