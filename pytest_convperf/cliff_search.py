@@ -173,10 +173,7 @@ class CliffSearch:
             cliff is not None,
             failures=failures,
         )
-        result.repro = (
-            f'Conv2dProblem.from_id("{worst.id}"); pin it: pytest --convperf "{self.convperf.nodeid}" '
-            "--convperf-update-baselines=cliffs"
-        )
+        result.repro = f'convperf.check(candidate, Conv2dProblem.from_id("{worst.id}"))'
         if cliff is not None and floor is not None:
             result.pinned_now = self._plan_pin(result, comparison, floor)
         return result
@@ -222,7 +219,8 @@ class CliffSearch:
                 f"performance cliff: {result.family}'s speedup {result.speedup:.3f}x on {result.worst.id} "
                 f"(shrunk) is under its declared floor {result.floor:g}x (convperf_speedup_floor); fix the "
                 "kernel for this shape, or pin it for review with --convperf-update-baselines=cliffs "
-                f"(and --convperf-reason=TEXT for the reviewers).\nrepro: {result.repro}"
+                f'(and --convperf-reason=TEXT for the reviewers): pytest --convperf "{self.convperf.nodeid}" '
+                f"--convperf-update-baselines=cliffs\nrepro: {result.repro}"
             )
         if problems:
             pytest.fail("\n".join(problems), pytrace=False)

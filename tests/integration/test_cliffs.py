@@ -95,7 +95,7 @@ def test_a_cliff_is_shrunk_pinned_rechecked_and_retired(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [f"*performance cliff: toy's speedup 0.250x on {CLIFF} (shrunk) is under its declared floor 0.5x*",
-         f'*repro: Conv2dProblem.from_id("{CLIFF}")*']
+         f'*repro: convperf.check(candidate, Conv2dProblem.from_id("{CLIFF}"))*']
     )  # fmt: skip
     assert _entries(pytester) == {}
 
@@ -112,7 +112,9 @@ def test_a_cliff_is_shrunk_pinned_rechecked_and_retired(
     assert entry["cliff"] == {"family": "toy", "problem": CLIFF, "floor": 0.5, "speedup": 0.25}
     assert entry["time_ratio"] == pytest.approx(4.0)
     review = _review(pytester)
-    assert f"| pin | `{KEY}` ({MACHINE}/test_inner.yaml) | toy | `{CLIFF}` | 0.250x | 0.5x | new cliff" in review
+    assert (
+        f"| pin | `{KEY}` ({MACHINE}/test_inner.yaml) | toy | `{CLIFF}` | 0.250x | 0.5x | new cliff" in review
+    )
     assert "reason: known k3 cliff" in review
 
     # (3) Re-checked from the baseline on the next run, against its stored ratio (no new cliffs in
