@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration._lifecycle import MACHINE
+from tests.integration._lifecycle import MACHINE, subprocess_env
 
 INNER = """
 import os
@@ -60,8 +60,9 @@ CLIFF = "n1-ci5-h8-w8-co5-k3x3-s1-p1-d1-g5-fp32-nchw"  # the simplest shape unde
 KEY = f"test_search@{CLIFF}"
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest(
+def _args(plugin_args: tuple[str, ...], *args: str) -> tuple[str, ...]:
+    return (
+        *plugin_args,
         "--convperf",
         f"--convperf-machine={MACHINE}",
         "--convperf-device=cpu",
@@ -74,6 +75,12 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     )
 
 
+def _setup(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\nconvperf_speedup_floor = toy = 0.5\n")
+    pytester.makepyfile(test_inner=INNER)
+    monkeypatch.setenv("CLIFF_SLOW_FROM", "5")
+
+
 def _entries(pytester: pytest.Pytester) -> dict[str, Any]:
     path = pytester.path / "baselines" / MACHINE / "test_inner.yaml"
     return dict(yaml.safe_load(path.read_text())["benchmarks"]) if path.exists() else {}
@@ -84,11 +91,12 @@ def _review(pytester: pytest.Pytester) -> str:
 
 
 def test_a_cliff_is_shrunk_pinned_rechecked_and_retired(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
 ) -> None:
-    pytester.makeini("[pytest]\nconvperf_speedup_floor = toy = 0.5\n")
-    pytester.makepyfile(test_inner=INNER)
-    monkeypatch.setenv("CLIFF_SLOW_FROM", "5")
+    _setup(pytester, monkeypatch)
+
+    def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+        return pytester.runpytest(*_args(plugin_args, *args))
 
     # (1) Found and shrunk: the failure names the simplest shape under the floor, with a repro line.
     result = _run(pytester)
@@ -138,3 +146,20 @@ def test_a_cliff_is_shrunk_pinned_rechecked_and_retired(
     _run(pytester, "--convperf-update-baselines=cliffs").assert_outcomes(passed=1)
     assert KEY not in _entries(pytester)
     assert f"| retire | `{KEY}`" in _review(pytester) and "fixed: 1.000x" in _review(pytester)
+
+
+def test_pins_and_retirements_travel_from_xdist_workers(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    pytest.importorskip("xdist")
+    _setup(pytester, monkeypatch)
+    subprocess_env(monkeypatch)
+    pin = pytester.runpytest_subprocess(*_args(plugin_args, "-n", "1", "--convperf-update-baselines=cliffs"))
+    pin.assert_outcomes(passed=1)
+    assert _entries(pytester)[KEY]["cliff"]["speedup"] == 0.25  # the worker's pin, written by the controller
+    monkeypatch.setenv("CLIFF_SLOW_FROM", "0")
+    retire = pytester.runpytest_subprocess(
+        *_args(plugin_args, "-n", "1", "--convperf-update-baselines=cliffs")
+    )
+    retire.assert_outcomes(passed=1)
+    assert KEY not in _entries(pytester) and f"| retire | `{KEY}`" in _review(pytester)

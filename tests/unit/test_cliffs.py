@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,16 +58,26 @@ def test_the_fixture_fails_the_search_below_the_floor(pytester: pytest.Pytester)
 
 WHERE = ("testbox", "test_dw", "test_search@n1-ci5")
 STORED = {"family": "depthwise", "problem": "n1-ci5", "floor": 0.8, "speedup": 0.3}
-RAW = {"time_ratio": 3.0, "noise": 0.04, "us": {"candidate": 3.0, "reference": 1.0}, "cliff": STORED}
+RAW: dict[str, Any] = {
+    "time_ratio": 3.0,
+    "noise": 0.04,
+    "us": {"candidate": 3.0, "reference": 1.0},
+    "cliff": STORED,
+}
+
+
+def _found(kinds: set[str]) -> CliffChange | None:
+    return plan_found(
+        frozenset(kinds), where=WHERE, family="depthwise", problem="n1-ci5", floor=0.8, speedup=0.3, entry=RAW
+    )
 
 
 def test_a_new_cliff_is_pinned_only_by_the_cliffs_kind() -> None:
-    found = dict(where=WHERE, family="depthwise", problem="n1-ci5", floor=0.8, speedup=0.3, entry=RAW)
-    assert plan_found(frozenset(), **found) is None  # not an update run: the test fails instead
+    assert _found(set()) is None  # not an update run: the test fails instead
     for kinds in ({"cliffs"}, {"all"}, {"new", "cliffs"}):
-        change = plan_found(frozenset(kinds), **found)
+        change = _found(kinds)
         assert change is not None and change.action == "pin" and change.entry == RAW
-    unpinned = plan_found(frozenset({"failed", "new"}), **found)
+    unpinned = _found({"failed", "new"})
     assert unpinned is not None and unpinned.action == "unpinned" and unpinned.entry is None
     assert "--convperf-update-baselines=cliffs" in unpinned.why
 
