@@ -60,14 +60,16 @@ class SearchResult:
     cliff: bool  # an unpinned shape under the floor, shrunk
     pinned_now: bool = False  # this update run pins it
     repro: str = ""
-    failures: list[str] = field(default_factory=list)  # re-checks of pinned cliffs that failed/skipped
+    failures: list[str] = field(default_factory=list)  # re-checks of pinned cliffs that failed
+    skipped: list[str] = field(default_factory=list)  # ... and those INCONCLUSIVE (reported, not failed)
 
     def line(self) -> str:
         what = "shrunk cliff" if self.cliff else "worst forward speedup"
         floor = f", floor {self.floor:g}x" if self.floor is not None else ""
+        skipped = "".join(f"; {s}" for s in self.skipped)
         return (
             f"{what} {self.speedup:.2f}x on `{self.worst.id}` ({self.timed} shapes timed, best "
-            f"{self.best:.2f}x{floor}); repro: {self.repro}"
+            f"{self.best:.2f}x{floor}); repro: {self.repro}{skipped}"
         )
 
 
@@ -96,17 +98,22 @@ class CliffSearch:
                     out.append((key, problem))
         return out
 
-    def recheck(self, family: str, candidate: Candidate) -> list[str]:
-        """Check each pinned cliff like a seed shape; plan retirements; the failures' messages."""
+    def recheck(self, family: str, candidate: Candidate) -> tuple[list[str], list[str]]:
+        """Check each pinned cliff like a seed shape; plan retirements. The messages of the re-checks
+        that failed, and of those skipped (INCONCLUSIVE: never grounds to retire, nor to fail)."""
         floor = self.cfg.speedup_floors.get(family)
         failures: list[str] = []
+        skipped: list[str] = []
         for key, problem in self.pinned(family):
             stored = self._store().get(self.convperf.module, key)
             assert stored is not None and stored.cliff is not None  # ``pinned`` read it just now
             try:
                 comparison = self.convperf.check(candidate, problem)
-            except (pytest.fail.Exception, pytest.skip.Exception) as exc:  # the others still run
+            except pytest.fail.Exception as exc:  # the other pinned cliffs still run
                 failures.append(f"pinned cliff {key}: {exc}")
+                continue
+            except pytest.skip.Exception as exc:
+                skipped.append(f"pinned cliff {key} skipped: {exc}")
                 continue
             change = plan_pinned(
                 self.cfg.update,
@@ -117,7 +124,7 @@ class CliffSearch:
             )
             if change is not None:
                 self.session.record_cliff(self.convperf.nodeid, change.to_dict())
-        return failures
+        return failures, skipped
 
     def search(
         self,
@@ -129,7 +136,7 @@ class CliffSearch:
         prepare: Callable[[Conv2dProblem], Conv2dProblem] = lambda p: p,
     ) -> SearchResult:
         """Re-check the pinned cliffs, then search ``problems`` (each passed through ``prepare``)."""
-        failures = self.recheck(family, candidate)
+        failures, skipped = self.recheck(family, candidate)
         pinned = {problem.id for _, problem in self.pinned(family)}
         floor = self.cfg.speedup_floors.get(family)
         timed: dict[str, tuple[Comparison, Conv2dProblem]] = {}
@@ -149,7 +156,10 @@ class CliffSearch:
         @given(problem=problems)
         def run(problem: Conv2dProblem) -> None:
             problem = prepare(problem)
-            speedup = measure(problem).speedup
+            comparison = measure(problem)
+            if comparison.inconclusive:  # unstable clocks: neither a cliff nor a direction to steer in
+                return
+            speedup = comparison.speedup
             target(math.log(1.0 / speedup), label="log slowdown vs the reference")
             if floor is not None and speedup < floor and problem.id not in pinned:
                 raise _UnderFloor(problem, speedup, floor)
@@ -161,7 +171,8 @@ class CliffSearch:
             cliff = exc.problem
         if not timed:
             pytest.fail(f"the {family} search timed no shape", pytrace=False)
-        worst = cliff or min(timed.values(), key=lambda item: item[0].speedup)[1]
+        usable = [item for item in timed.values() if not item[0].inconclusive] or list(timed.values())
+        worst = cliff or min(usable, key=lambda item: item[0].speedup)[1]
         comparison = timed[worst.id][0]
         result = SearchResult(
             family,
@@ -172,6 +183,7 @@ class CliffSearch:
             floor,
             cliff is not None,
             failures=failures,
+            skipped=skipped,
         )
         result.repro = f'convperf.check(candidate, Conv2dProblem.from_id("{worst.id}"))'
         if cliff is not None and floor is not None:

@@ -91,6 +91,7 @@ def new_entry(
         mode=timing["mode"],
         flush=timing.get("flush"),
         kernels=tuple(kernels or ()),
+        cliff=old.cliff if old is not None else None,  # a pinned cliff stays pinned when re-recorded
     )
 
 

@@ -18,6 +18,9 @@ from pytest_convperf.cliffs import (
 )
 from pytest_convperf.config import parse_floors
 from pytest_convperf.entry import InvalidEntry, parse_entry
+from pytest_convperf.updates import new_entry
+from pytest_convperf.verdict import default_policy
+from tests.unit.test_verdict import ENV, comparison
 
 
 def test_floor_is_off_by_default_and_fails_below() -> None:
@@ -161,3 +164,10 @@ def test_the_h100_baselines_still_load() -> None:
     assert files, f"no baseline files under {folder}"
     for path in files:
         assert read_file(path).entries
+
+
+def test_a_re_recorded_cliff_stays_pinned() -> None:
+    """An ordinary update of a pinned cliff's entry (=failed, =improved) keeps its ``cliff`` field."""
+    old = parse_entry("k", RAW)
+    entry = new_entry(comparison(2.0), old, default_policy("cpu"), env=ENV, backend=None, errors=())
+    assert entry.cliff == STORED and entry.time_ratio == 2.0
