@@ -6,20 +6,21 @@
 * Perf (``--convperf``): ``convperf.check`` on the 8 shapes x {fp32, fp16} x {nchw, nhwc} x
   {forward, input_grad, weight_grad}. The CPU runs fp32 only (PyTorch's fp16 CPU conv is not a
   meaningful target and is very slow) at batch 1.
-* Search (``--convperf``): a ``hypothesis.target``-guided search for the worst speedup.
+* Search (``--convperf``): a ``hypothesis.target``-guided search for the worst speedup
+  (``convperf_cliffs``): pinned cliffs re-checked first; under ``convperf_speedup_floor`` the
+  shape is shrunk and fails unless pinned (``--convperf-update-baselines=cliffs``).
 * Report: ``depthwise.md`` in the report directory (and printed): the seed's columns (ours,
   reference, speedup) plus % of roofline at the measured copy bandwidth and the backend PyTorch chose.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, settings, target
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from perf_tests.conftest import collection_device_kind, depthwise_candidate
@@ -33,6 +34,7 @@ from perf_tests.shapes import (
     seed_label,
     short_id,
 )
+from pytest_convperf.cliff_search import CliffSearch
 from pytest_convperf.correctness import assert_conv_close
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.problem import Conv2dProblem
@@ -199,37 +201,20 @@ SEARCH_PROBLEMS = depthwise_problems(
 
 @pytest.mark.convperf
 def test_worst_speedup_search(
-    convperf: object,
-    convperf_device: DeviceInfo,
-    dw_table: DepthwiseTable,
-    convperf_speedup_floor: Callable[[str, float, str], None],
+    convperf_cliffs: CliffSearch, convperf_device: DeviceInfo, dw_table: DepthwiseTable
 ) -> None:
-    """Steer Hypothesis towards the slowest forward speedup; report the shape and check it is correct."""
+    """Re-check the pinned cliffs; steer Hypothesis towards the slowest forward speedup, shrink a shape
+    under the ``convperf_speedup_floor`` to the simplest one, report it and check it is correct."""
     candidate = depthwise_candidate(convperf_device.kind)
-    found: list[tuple[float, Conv2dProblem]] = []
-
-    @settings(
+    result = convperf_cliffs.search(
+        "depthwise",
+        candidate,
+        SEARCH_PROBLEMS,
         max_examples=20 if convperf_device.is_cuda else 8,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        prepare=lambda problem: scaled_for(problem, convperf_device.kind),
     )
-    @given(problem=SEARCH_PROBLEMS)
-    def search(problem: Conv2dProblem) -> None:
-        problem = scaled_for(problem, convperf_device.kind)
-        comparison = convperf.measure(candidate, problem, phase="forward")  # type: ignore[attr-defined]
-        slowdown = 1.0 / comparison.speedup
-        target(math.log(slowdown), label="log slowdown vs F.conv2d")
-        found.append((comparison.speedup, problem))
-
-    search()
-    assert found, "the search ran no example"
-    speedup, worst = min(found, key=lambda item: item[0])
     dw_table.device = convperf_device.name
-    dw_table.worst = [
-        f"- worst forward speedup {speedup:.2f}x on `{worst.id}` ({len(found)} shapes timed, "
-        f"best {max(s for s, _ in found):.2f}x)"
-    ]
+    dw_table.worst = [f"- {result.line()}"]
     print(dw_table.worst[0])
-    assert_conv_close(candidate, worst, device=convperf_device.torch_device)
-    convperf_speedup_floor("depthwise", speedup, worst.id)  # ini convperf_speedup_floor; default off
+    assert_conv_close(candidate, result.worst, device=convperf_device.torch_device)
+    convperf_cliffs.enforce(result)  # ini convperf_speedup_floor (default off); pinned cliffs' re-checks

@@ -205,15 +205,19 @@ def read_file(path: Path, expected_machine: str | None = None) -> BaselineFile:
     return parse_text(read_text(path), path, expected_machine)
 
 
-def merge_into(path: Path, machine: str, updates: Mapping[str, Entry]) -> bool:
-    """Under the file's lock: re-read, overlay ``updates`` by key, write if anything changed.
+def merge_into(path: Path, machine: str, updates: Mapping[str, Entry], remove: Iterable[str] = ()) -> bool:
+    """Under the file's lock: re-read, overlay ``updates`` by key, drop the ``remove`` keys, write if
+    anything changed.
 
-    Returns whether the file was written. Entries not in ``updates`` are kept as they are.
+    Returns whether the file was written. Entries neither updated nor named in ``remove`` (a
+    retired cliff, reviewed in ``convperf-update.md``) are kept as they are.
     """
     with lock_for(path):
         current = read_file(path, machine)
         merged = dict(current.entries)
         merged.update(updates)
+        for key in remove:
+            merged.pop(key, None)
         text = dump_text(machine, merged)
         if path.exists() and path.read_text(encoding="utf-8") == text:
             return False
@@ -252,10 +256,10 @@ class Store:
     def get(self, module: str, key: str) -> Entry | None:
         return self.load(module).get(key)
 
-    def write(self, module: str, updates: Mapping[str, Entry]) -> bool:
-        """Merge ``updates`` into the module's file (locked, atomic); drop the cache for it."""
+    def write(self, module: str, updates: Mapping[str, Entry], remove: Iterable[str] = ()) -> bool:
+        """Merge ``updates`` into the module's file and drop ``remove`` (locked, atomic); drop the cache."""
         self._cache.pop(module, None)
-        return merge_into(self.path(module), self.machine, updates)
+        return merge_into(self.path(module), self.machine, updates, remove)
 
 
 def merge_files(

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 Device = Literal["auto", "cuda", "cpu"]
 DEVICES: tuple[Device, ...] = ("auto", "cuda", "cpu")
-UPDATE_KINDS = ("failed", "new", "improved", "all")
+UPDATE_KINDS = ("failed", "new", "improved", "cliffs", "all")
 DEFAULT_UPDATE: frozenset[str] = frozenset({"failed", "new"})
 
 
@@ -52,8 +52,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "convperf-update-baselines",
-        "rewrite baselines of the selected tests; comma list of failed,new,improved or all "
-        "(bare flag: failed,new)",
+        "rewrite baselines of the selected tests; comma list of failed,new,improved,cliffs or all "
+        "(bare flag: failed,new; cliffs pins and retires performance cliffs)",
         flag_value="failed,new",
     ),
     OptionSpec("convperf-reason", "why a slower ratio is being recorded (stored with the entry)"),

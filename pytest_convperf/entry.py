@@ -48,6 +48,8 @@ class Entry:
     flush: str | None = None
     # The candidate's kernel table when recorded (``kerneldiff``: [{name, calls, share}]); () unknown.
     kernels: tuple[Mapping[str, Any], ...] = ()
+    # A pinned performance cliff (``cliffs``): {family, problem, floor, speedup} when pinned; None: not one.
+    cliff: Mapping[str, Any] | None = None
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -86,6 +88,8 @@ class Entry:
             out["flush"] = self.flush
         if self.kernels:
             out["kernels"] = [dict(row) for row in self.kernels]
+        if self.cliff is not None:
+            out["cliff"] = {k: _sig(v) if isinstance(v, float) else v for k, v in sorted(self.cliff.items())}
         return out
 
     def same_values(self, other: Entry) -> bool:
@@ -206,6 +210,7 @@ def _choice(entry: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 ENTRY_FIELDS = {
+    "cliff",
     "kernels",
     "mode",
     "flush",
@@ -261,7 +266,35 @@ def parse_entry(key: str, raw: Any) -> Entry:
         mode=_choice(key, "mode", block["mode"], MEASURED_MODES) if "mode" in block else None,
         flush=_choice(key, "flush", block["flush"], FLUSH_KINDS) if "flush" in block else None,
         kernels=_kernels(key, block["kernels"]) if "kernels" in block else (),
+        cliff=_cliff(key, block["cliff"]) if block.get("cliff") is not None else None,
     )
+
+
+CLIFF_FIELDS = ("family", "problem", "floor", "speedup")
+
+
+def _cliff(key: str, value: Any) -> dict[str, Any]:
+    """``cliff: {family: str, problem: <Conv2dProblem id>, floor: > 0, speedup: > 0}``, all required."""
+    block = _map(key, "cliff", value)
+    fix = (
+        "restore the field from git, or delete the entry and pin it again with "
+        "--convperf-update-baselines=cliffs"
+    )
+    if set(block) != set(CLIFF_FIELDS):
+        raise InvalidEntry(
+            key, f"field 'cliff' must hold exactly {', '.join(CLIFF_FIELDS)}, got {sorted(block)}", fix
+        )
+    for name in ("family", "problem"):
+        if not isinstance(block[name], str) or not block[name]:
+            raise InvalidEntry(
+                key, f"field 'cliff.{name}' must be a non-empty string, got {block[name]!r}", fix
+            )
+    return {
+        "family": block["family"],
+        "problem": block["problem"],
+        "floor": _num(key, "cliff.floor", block["floor"]),
+        "speedup": _num(key, "cliff.speedup", block["speedup"]),
+    }
 
 
 def _kernels(key: str, value: Any) -> tuple[Mapping[str, Any], ...]:

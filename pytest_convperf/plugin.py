@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from pytest_convperf.check import ConvperfFixture
+    from pytest_convperf.cliff_search import CliffSearch
     from pytest_convperf.device import DeviceInfo
     from pytest_convperf.sections import ReportSections
 
@@ -166,6 +167,21 @@ def convperf_speedup_floor(request: pytest.FixtureRequest) -> Callable[[str, flo
             pytest.fail(message, pytrace=False)
 
     return check
+
+
+@pytest.fixture
+def convperf_cliffs(convperf: ConvperfFixture) -> CliffSearch:
+    """A family's worst-speedup search with pinned cliffs: ``convperf_cliffs.search(family, candidate,
+    problems, max_examples=N)`` then ``convperf_cliffs.enforce(result)``.
+
+    Re-checks the cliffs pinned in the test's baseline file (like seed shapes), then lets Hypothesis
+    steer towards the slowest speedup; under the family's ``convperf_speedup_floor`` it shrinks the
+    shape to the simplest one still under it. ``--convperf-update-baselines=cliffs`` pins a new cliff
+    and retires a pinned one measured at or above the floor (listed in ``convperf-update.md``).
+    """
+    from pytest_convperf.cliff_search import CliffSearch
+
+    return CliffSearch(convperf)
 
 
 @pytest.fixture(scope="session")

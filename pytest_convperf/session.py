@@ -22,6 +22,7 @@ import pytest
 
 from pytest_convperf import journal
 from pytest_convperf.baselines import Store, resolve_machine, validate_files
+from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
 from pytest_convperf.files import check_output_paths
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
@@ -52,6 +53,10 @@ class ConvperfSession:
         self._tmp: Path | None = None
         # Rows recorded by checks in this process, by node id, until attached to a report.
         self.pending: dict[str, list[CheckRow]] = {}
+        # Cliff changes (``cliffs.CliffChange`` dicts): by node id until attached; on the controller,
+        # those of the whole run.
+        self.pending_cliffs: dict[str, list[dict[str, Any]]] = {}
+        self.cliffs: list[dict[str, Any]] = []
         # Rows of the whole run (on the controller: from all workers).
         self.rows: list[CheckRow] = []
         self.sections = ReportSections()  # this process's report sections, until a report carries them
@@ -170,7 +175,14 @@ class ConvperfSession:
         if is_controller(self.config):
             self.progress().done(row.to_dict(), nodeid)
 
+    def record_cliff(self, nodeid: str, change: dict[str, Any]) -> None:
+        """A cliff search's pin/retire/keep decision, applied by the controller's update."""
+        self.pending_cliffs.setdefault(nodeid, []).append(change)
+
     def attach_rows(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        cliffs = self.pending_cliffs.pop(item.nodeid, [])
+        if cliffs:
+            report.user_properties.append((CLIFFS_PROPERTY, cliffs))
         rows = self.pending.pop(item.nodeid, [])
         if rows:
             # The JSON-able form: xdist sends user_properties from a worker to the controller.
@@ -199,6 +211,8 @@ class ConvperfSession:
                 if hasattr(report, "node"):  # from an xdist worker: its verdict lines, on the controller
                     for row in value:
                         self.progress().done(row, report.nodeid, after_status=True)
+            elif name == CLIFFS_PROPERTY and report.when == "call" and isinstance(value, list):
+                self.cliffs.extend(value)
             elif name == SECTIONS_PROPERTY and isinstance(value, list):
                 self.all_sections.extend(Section(**s) for s in value)
 
@@ -278,7 +292,8 @@ class ConvperfSession:
             if self.night_failed and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
-        self.update_md = apply_updates(cfg, rows, out_dir)
+        cliffs = [CliffChange.from_dict(change) for change in self.cliffs]
+        self.update_md = apply_updates(cfg, rows, out_dir, cliffs)
         if cfg.report_dir is not None and rows:
             when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             for notes in self.config.hook.pytest_convperf_write_report(

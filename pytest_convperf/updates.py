@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines import Entry, Store, parse_entry, read_file
+from pytest_convperf.cliffs import CliffChange, file_changes, render_md
 from pytest_convperf.env import timing_of
 from pytest_convperf.files import atomic_write
 from pytest_convperf.quality import QUALITY_KEYS
@@ -90,6 +91,7 @@ def new_entry(
         mode=timing["mode"],
         flush=timing.get("flush"),
         kernels=tuple(kernels or ()),
+        cliff=old.cliff if old is not None else None,  # a pinned cliff stays pinned when re-recorded
     )
 
 
@@ -221,9 +223,13 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: Mappin
     )
 
 
-def apply_updates(cfg: ConvperfConfig, rows: Sequence[Mapping[str, Any]], out_dir: Path) -> Path | None:
+def apply_updates(
+    cfg: ConvperfConfig, rows: Sequence[Mapping[str, Any]], out_dir: Path, cliffs: Sequence[CliffChange] = ()
+) -> Path | None:
     """Write ``convperf-update.md``, then every planned update (grouped per file); None when no update ran.
 
+    ``cliffs``: the night's cliff changes (:mod:`pytest_convperf.cliffs`): pins are written like
+    new entries, retired cliffs removed from their files, all of them listed for review.
     The review record is written before the baselines (and says so if a baseline write then
     fails), so a baseline change never lands without it.
     """
@@ -260,17 +266,27 @@ def apply_updates(cfg: ConvperfConfig, rows: Sequence[Mapping[str, Any]], out_di
                 "with the same name in different folders share one baseline file)"
             )
         entries[str(row["key"])] = (entry, row)
+    pins, retired = file_changes(cliffs)
+    for where, pinned in pins.items():  # a pinned cliff is a new entry with its ``cliff`` field
+        for key, raw in pinned.items():
+            entry = dataclasses.replace(parse_entry(key, raw), updated=dict(updated) or None)
+            per_file.setdefault(where, {})[key] = (entry, {"key": key, "verdict": "cliff"})
+    for where, keys in retired.items():  # retirement wins over a re-check's own update
+        for key in keys:
+            per_file.get(where, {}).pop(key, None)
     # Validate every target file before writing any: one bad file stops the update as a whole.
-    for machine, module in per_file:
+    for machine, module in {*per_file, *retired}:
         read_file(Store(cfg.baselines_dir, machine).path(module), machine)
     # The review record first: a baseline written without it would reach git unexplained.
     path = out_dir / "convperf-update.md"
     record = render_update_md(cfg, per_file, kept, refused, commit)
+    record += "\n".join(render_md(cliffs, cfg.reason))
     atomic_write(path, record)
-    for (machine, module), entries in sorted(per_file.items()):
+    for machine, module in sorted({*per_file, *retired}):
+        entries = per_file.get((machine, module), {})
         store = Store(cfg.baselines_dir, machine)
         try:
-            store.write(module, {k: e for k, (e, _) in entries.items()})
+            store.write(module, {k: e for k, (e, _) in entries.items()}, retired.get((machine, module), ()))
         except Exception as exc:
             atomic_write(
                 path,

@@ -268,7 +268,7 @@ def test_the_review_record_is_written_before_the_baselines(
         "update": {"action": "write", "why": "new entry", "entry": make_entry(0.5).to_yaml()},
     }
 
-    def broken(self: Store, module: str, entries: object) -> bool:
+    def broken(self: Store, module: str, entries: object, remove: object = ()) -> bool:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Store, "write", broken)
