@@ -105,3 +105,15 @@ def test_sanitize_gaps_name_a_family_without_a_test_and_a_marked_cpu_test() -> N
         "(tests/kernels/sanitizer.py)",
     ]
     assert gs.sanitize_gaps([], ["edsr"])[0].startswith("kernels/edsr: no sanitize-marked CUDA test")
+
+
+def test_gpu_session_runs_the_same_selections_as_gpu_suite() -> None:
+    """scripts/gpu-session.sh (the device tool's phases) keeps in step with gpu_suite.py's check stage."""
+    session = (ROOT / "scripts" / "gpu-session.sh").read_text()
+    sanitizer_line = " ".join(gs.sanitizer_args(gs.kernel_tests()))
+    assert sanitizer_line in session, (
+        f"gpu-session.sh's sanitizer steps should run: pytest ... {sanitizer_line}"
+    )
+    assert f"{gs.SANITIZER_ENV}=1" in session
+    assert all(f"--ignore={p}" in session for p in gs.CPU_ONLY_KERNEL_TESTS)
+    assert '-k "cuda or gpu"' not in session
