@@ -17,10 +17,10 @@
 
 Each stage writes ``<out>/logs/<stage>.log`` and exits non-zero naming the step that failed.
 ``--dry-run`` runs the same stages on the CPU with small budgets (CI runs it): GPU tools that are
-absent are reported as absent, pytest runs with ``--convperf-device=cpu``, the sanitizer steps
-run the same ``sanitize``-marked selection without the ``compute-sanitizer`` wrapper (the wrapper is
-logged; on the CPU they prove the selection collects, not the kernels: CI's ``pytest`` ran the tier),
-the plan is the GPU's plan but each part runs only its first test, and the harness runs one
+absent are reported as absent, pytest runs with ``--convperf-device=cpu``, the CUDA-test step only
+collects (its CUDA tests skip on a CPU; its CPU tests are the plain ``pytest`` run's), the sanitizer
+steps run the same ``sanitize``-marked selection without the ``compute-sanitizer`` wrapper (the
+wrapper is logged; on the CPU those tests skip: the steps prove the selection collects), the plan is the GPU's plan but each part runs only its first test, and the harness runs one
 process per flush mode.
 
 How a part is estimated: every collected ``convperf``-marked test is charged the worst case of one
@@ -186,7 +186,15 @@ def stage_check(runner: Runner) -> None:
     # The CPU-only emulator files take minutes of CPU and prove nothing about the device; CI's
     # ``pytest`` runs them. The dry run runs the GPU's command, so it skips them too.
     ignore = [f"--ignore={p}" for p in CPU_ONLY_KERNEL_TESTS if (ROOT / p).exists()]
-    runner.step("check", "cuda-tests-and-opcheck", pytest_cmd(runner, *tests, *ignore))
+    cmd = pytest_cmd(runner, *tests, *ignore)
+    if runner.dry_run:
+        # Without a GPU every CUDA test skips and the rest is the tier's CPU tests, which the plain
+        # ``pytest`` run (CI's "tests" step) runs: collecting proves the command, in seconds not minutes.
+        runner.note(
+            "## dry run: CUDA tests skip on the CPU; collect only (the CPU tests run in plain pytest)"
+        )
+        cmd.append("--collect-only")
+    runner.step("check", "cuda-tests-and-opcheck", cmd)
     check_sanitize_selection(runner, tests)
     for tool in ("memcheck", "racecheck"):
         cmd = pytest_cmd(runner, *sanitizer_args(tests))
