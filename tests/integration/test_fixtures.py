@@ -20,7 +20,7 @@ import pytest
 # everything the inner sessions use here keeps it loaded once.
 import torch
 import torch._inductor
-import torch.profiler  # noqa: F401
+import torch.profiler
 
 from pytest_convperf import check, device, memory, profiling  # noqa: F401
 from pytest_convperf.timing import cpu, fake, rounds  # noqa: F401
@@ -184,6 +184,27 @@ def test_convperf_device_fixture(pytester: pytest.Pytester, cpu_plugin_args: tup
         """
     )
     pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
+
+
+def test_cpu_plugin_args_keep_the_cpu_path_where_a_gpu_is_available(
+    pytester: pytest.Pytester,
+    plugin_args: tuple[str, ...],
+    cpu_plugin_args: tuple[str, ...],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tests above ran on the GPU of the first H100 session (auto picks CUDA there) and failed:
+    a machine that claims a GPU must leave them on the CPU. Inner sessions run in this process, so
+    the claim reaches their device choice."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pytester.makepyfile(
+        """
+        def test_d(convperf_device):
+            assert convperf_device.kind == "cpu"
+        """
+    )
+    pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
+    # The control: without the flag, auto takes the (claimed) GPU, which this machine cannot open.
+    assert pytester.runpytest(*plugin_args).ret != pytest.ExitCode.OK
 
 
 # ---- convperf.check / measure ----
