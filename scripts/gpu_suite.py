@@ -18,10 +18,10 @@
 Each stage writes ``<out>/logs/<stage>.log`` and exits non-zero naming the step that failed.
 ``--dry-run`` runs the same stages on the CPU with small budgets (CI runs it): GPU tools that are
 absent are reported as absent, pytest runs with ``--convperf-device=cpu``, the CUDA-test step only
-collects (its CUDA tests skip on a CPU; its CPU tests are the plain ``pytest`` run's), the sanitizer
-steps run the same ``sanitize``-marked selection without the ``compute-sanitizer`` wrapper (the
-wrapper is logged; on the CPU those tests skip: the steps prove the selection collects), the plan is the GPU's plan but each part runs only its first test, and the harness runs one
-process per flush mode.
+collects (its CUDA tests skip on a CPU; its CPU tests are the plain ``pytest`` run's), one sanitizer
+stand-in runs the ``sanitize``-marked selection without the ``compute-sanitizer`` wrapper (the
+wrappers are logged; on the CPU those tests skip: it proves the selection collects), the plan is the
+GPU's plan but each part runs only its first test, and the harness runs one process per flush mode.
 
 How a part is estimated: every collected ``convperf``-marked test is charged the worst case of one
 check under the GPU stop rule, ``warmup_cap_s + max_time_s * (1 + confirm factor 3)`` (2 + 5 x 4 =
@@ -200,6 +200,10 @@ def stage_check(runner: Runner) -> None:
         cmd = pytest_cmd(runner, *sanitizer_args(tests))
         wrapped = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=1", "--target-processes=all"]
         if runner.dry_run:
+            if tool != "memcheck":  # without the wrapper every tool's stand-in is the same command
+                runner.note(f"## dry run: sanitizer-{tool}: would wrap the memcheck stand-in's command in "
+                            f"{shlex.join(wrapped)}")  # fmt: skip
+                continue
             runner.note(
                 f"## dry run: sanitizer stand-in, only the {SANITIZE_MARKER!r}-marked tests (skipped without "
                 f"a GPU: this proves the selection collects); would wrap in {shlex.join(wrapped)}"
