@@ -201,8 +201,7 @@ def stage_check(runner: Runner) -> None:
         wrapped = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=1", "--target-processes=all"]
         if runner.dry_run:
             if tool != "memcheck":  # without the wrapper every tool's stand-in is the same command
-                runner.note(f"## dry run: sanitizer-{tool}: would wrap the memcheck stand-in's command in "
-                            f"{shlex.join(wrapped)}")  # fmt: skip
+                runner.note(f"## dry run: sanitizer-{tool}: the stand-in above, in {shlex.join(wrapped)}")
                 continue
             runner.note(
                 f"## dry run: sanitizer stand-in, only the {SANITIZE_MARKER!r}-marked tests (skipped without "
@@ -224,7 +223,11 @@ def check_sanitize_selection(runner: Runner, tests: Sequence[str]) -> None:
     sys.path.insert(0, str(ROOT))
     from kernels._build import families
 
-    items = collect_items(sanitizer_args(tests), runner.env)
+    try:
+        items = collect_items(sanitizer_args(tests), runner.env)
+    except StepFailed as exc:
+        runner.fail(f"stage check: sanitize-selection {exc}")
+        return
     counts = {f: sum(f in i["sanitize"] for i in items) for f in families()}
     runner.note(f"## sanitize selection: {len(items)} tests; per family {counts}")
     gaps = sanitize_gaps(items, families())
