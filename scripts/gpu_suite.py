@@ -4,7 +4,9 @@
 
 - ``check``: environment report (nvidia-smi, driver, torch/cuDNN/triton/nvcc versions); prebuild
   every family (``python -m kernels._build --all``, the arch policy ``load()`` uses); the CUDA
-  tests and opcheck; compute-sanitizer memcheck and racecheck over the kernel tests' small shapes.
+  tests and opcheck (the tier less its CPU-only emulator files); compute-sanitizer memcheck and
+  racecheck over the ``sanitize``-marked tests (``-m sanitize``: one small shape per family and its
+  controls, tests/kernels/sanitizer.py), each capped at ``SANITIZER_STEP_TIMEOUT_S``.
 - ``plan``: print the suite's split and how each part was estimated (nothing runs).
 - ``suite-<k>``: part k of ``pytest perf_tests --convperf``, split so each part fits the budget.
 - ``harness``: the harness table (issue 12 item 3): ``scripts/harness_table.py`` in 5 fresh
@@ -15,10 +17,11 @@
 
 Each stage writes ``<out>/logs/<stage>.log`` and exits non-zero naming the step that failed.
 ``--dry-run`` runs the same stages on the CPU with small budgets (CI runs it): GPU tools that are
-absent are reported as absent, pytest runs with ``--convperf-device=cpu``, the sanitizer step
-runs the kernel tests without the ``compute-sanitizer`` wrapper (the command it would wrap is logged),
-the plan is the GPU's plan but each part runs only its first test, and the harness runs one
-process per flush mode.
+absent are reported as absent, pytest runs with ``--convperf-device=cpu``, the CUDA-test step only
+collects (its CUDA tests skip on a CPU; its CPU tests are the plain ``pytest`` run's), one sanitizer
+stand-in runs the ``sanitize``-marked selection without the ``compute-sanitizer`` wrapper (the
+wrappers are logged; on the CPU those tests skip: it proves the selection collects), the plan is the
+GPU's plan but each part runs only its first test, and the harness runs one process per flush mode.
 
 How a part is estimated: every collected ``convperf``-marked test is charged the worst case of one
 check under the GPU stop rule, ``warmup_cap_s + max_time_s * (1 + confirm factor 3)`` (2 + 5 x 4 =
@@ -42,6 +45,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PART_BUDGET_S = 480.0
@@ -57,13 +61,13 @@ CPU_ONLY_KERNEL_TESTS = (
     "tests/kernels/test_emulated_families.py",
     "tests/kernels/test_sanitized_kernels.py",
 )
-# The files whose CUDA tests run under compute-sanitizer (small shapes, one per family).
-SANITIZED_KERNEL_TESTS = (
-    "tests/kernels/test_depthwise_kernels.py",
-    "tests/kernels/test_edsr.py",
-    "tests/kernels/test_im2col_gemm.py",
-    "tests/kernels/test_pcilt.py",
-)
+# The tests that run under compute-sanitizer: a marker, not a -k expression (which selected nothing
+# in one file and Hypothesis sweeps in another on the first H100 run). The sanitizer slows a kernel
+# 10-100x; each tool must end in about 90 s on an H100 (scripts/gpu-session.sh caps it there).
+SANITIZE_MARKER = "sanitize"
+SANITIZER_ENV = "CONVPERF_UNDER_SANITIZER"  # tests/kernels/sanitizer.py: tests that must not run under it
+SANITIZER_STEP_TIMEOUT_S = 120.0
+SANITIZE_HELPERS = "tests/kernels/sanitizer.py"
 HARNESS_RUNS = 5
 DRY_RUN_STEP_TIMEOUT_S = 1800.0
 
@@ -96,7 +100,15 @@ class Runner:
         with self.log.open("a") as f:
             f.write(text + "\n")
 
-    def step(self, stage: str, name: str, cmd: Sequence[str], *, timeout: float = 540.0) -> None:
+    def step(
+        self,
+        stage: str,
+        name: str,
+        cmd: Sequence[str],
+        *,
+        timeout: float = 540.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         """Run one command, its output into the stage's log; raise ``StepFailed`` naming it."""
         assert self.log is not None
         if self.dry_run:
@@ -106,8 +118,9 @@ class Runner:
         start = time.monotonic()
         with self.log.open("a") as f:
             try:
+                env = self.env | (extra_env or {})
                 rc = subprocess.run(
-                    list(cmd), cwd=ROOT, env=self.env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
+                    list(cmd), cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
                 ).returncode
             except subprocess.TimeoutExpired:
                 rc = -1
@@ -116,11 +129,14 @@ class Runner:
                 rc = 127
         self.note(f"## step {name}: rc={rc} in {time.monotonic() - start:.1f} s")
         if rc != 0:
-            message = f"stage {stage}: step {name!r} failed (rc={rc}); see {self.log}"
-            if not self.keep_going:
-                raise StepFailed(message)
-            self.failed.append(message)
-            print(f"gpu-suite: {message} (going on: --keep-going)", file=sys.stderr, flush=True)
+            self.fail(f"stage {stage}: step {name!r} failed (rc={rc}); see {self.log}")
+
+    def fail(self, message: str) -> None:
+        """A failed step: raise ``StepFailed``, or with --keep-going log it and go on."""
+        if not self.keep_going:
+            raise StepFailed(message)
+        self.failed.append(message)
+        print(f"gpu-suite: {message} (going on: --keep-going)", file=sys.stderr, flush=True)
 
 
 def python() -> str:
@@ -167,19 +183,94 @@ def stage_check(runner: Runner) -> None:
         runner.step("check", "clocks", ["nvidia-smi", "-q", "-d", "CLOCK,PERFORMANCE,POWER"])
     runner.step("check", "prebuild", [python(), "-m", "kernels._build", "--all"], timeout=540)
     tests = kernel_tests()
-    ignore = [] if runner.dry_run else [f"--ignore={p}" for p in CPU_ONLY_KERNEL_TESTS]
-    runner.step("check", "cuda-tests-and-opcheck", pytest_cmd(runner, *tests, *ignore))
-    sanitized = [p for p in SANITIZED_KERNEL_TESTS if (ROOT / p).is_file()] or tests
+    # The CPU-only emulator files take minutes of CPU and prove nothing about the device; CI's
+    # ``pytest`` runs them. The dry run runs the GPU's command, so it skips them too.
+    ignore = [f"--ignore={p}" for p in CPU_ONLY_KERNEL_TESTS if (ROOT / p).exists()]
+    cmd = pytest_cmd(runner, *tests, *ignore)
+    if runner.dry_run:
+        # Without a GPU every CUDA test skips and the rest is the tier's CPU tests, which the plain
+        # ``pytest`` run (CI's "tests" step) runs: collecting proves the command, in seconds not minutes.
+        runner.note(
+            "## dry run: CUDA tests skip on the CPU; collect only (the CPU tests run in plain pytest)"
+        )
+        cmd.append("--collect-only")
+    runner.step("check", "cuda-tests-and-opcheck", cmd)
+    check_sanitize_selection(runner, tests)
     for tool in ("memcheck", "racecheck"):
-        # Small shapes only: the kernel tests' own shapes and the small Hypothesis profile; the
-        # sanitizer slows a kernel 10-100 x. Only the tests that touch the GPU matter here.
-        cmd = pytest_cmd(runner, *sanitized, "-x", "-k", "cuda or gpu", "--hypothesis-profile=convperf-dev")
+        cmd = pytest_cmd(runner, *sanitizer_args(tests))
         wrapped = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=1", "--target-processes=all"]
         if runner.dry_run:
-            runner.note(f"## dry run: would wrap in {shlex.join(wrapped)}")
+            if tool != "memcheck":  # without the wrapper every tool's stand-in is the same command
+                runner.note(f"## dry run: sanitizer-{tool}: the stand-in above, in {shlex.join(wrapped)}")
+                continue
+            runner.note(
+                f"## dry run: sanitizer stand-in, only the {SANITIZE_MARKER!r}-marked tests (skipped without "
+                f"a GPU: this proves the selection collects); would wrap in {shlex.join(wrapped)}"
+            )
             runner.step("check", f"sanitizer-{tool}", cmd)
         else:
-            runner.step("check", f"sanitizer-{tool}", [*wrapped, *cmd])
+            runner.step(
+                "check",
+                f"sanitizer-{tool}",
+                [*wrapped, *cmd],
+                timeout=SANITIZER_STEP_TIMEOUT_S,
+                extra_env={SANITIZER_ENV: "1"},
+            )
+
+
+def check_sanitize_selection(runner: Runner, tests: Sequence[str]) -> None:
+    """Log what the sanitizer steps will run; fail the step if a family has no marked CUDA test."""
+    sys.path.insert(0, str(ROOT))
+    from kernels._build import families
+
+    try:
+        items = collect_items(sanitizer_args(tests), runner.env)
+    except StepFailed as exc:
+        runner.fail(f"stage check: sanitize-selection {exc}")
+        return
+    counts = {f: sum(f in i["sanitize"] for i in items) for f in families()}
+    runner.note(f"## sanitize selection: {len(items)} tests; per family {counts}")
+    gaps = sanitize_gaps(items, families())
+    for gap in gaps:
+        runner.note(f"   {gap}")
+    if gaps:
+        runner.fail(f"stage check: step 'sanitize-selection' failed: {len(gaps)} gaps; see {runner.log}")
+
+
+def sanitize_gaps(items: Sequence[dict[str, Any]], families: Sequence[str]) -> list[str]:
+    """What is wrong with the ``sanitize`` selection (``collect_items`` of ``sanitizer_args``): a
+    marked test that is not a CUDA test or names no family, and each family with no marked test."""
+    gaps: list[str] = []
+    covered: set[str] = set()
+    for item in items:
+        nodeid = item["nodeid"]
+        if not any("CUDA" in r or "GPU" in r for r in item["skipif"]):
+            gaps.append(f"{nodeid}: marked sanitize but not a CUDA test (no skipif naming CUDA or a GPU)")
+        for family in item["sanitize"]:
+            if family is None:
+                gaps.append(
+                    f"{nodeid}: @sanitize names no family; use @sanitize(family) from {SANITIZE_HELPERS}"
+                )
+            elif family not in families:
+                gaps.append(f"{nodeid}: @sanitize({family!r}) names no family of kernels/")
+            else:
+                covered.add(family)
+    gaps += [
+        f"kernels/{f}: no sanitize-marked CUDA test; mark one small CUDA test with @sanitize({f!r}) "
+        f"({SANITIZE_HELPERS})"
+        for f in families
+        if f not in covered
+    ]
+    return gaps
+
+
+def sanitizer_args(tests: Sequence[str]) -> list[str]:
+    """pytest arguments of the sanitizer steps: the ``sanitize``-marked tests of the kernel tier.
+
+    No ``-x``: one failing test must not hide the others' reports. pytest exits 5 when the marker
+    selects nothing, which fails the step rather than passing it empty.
+    """
+    return [*tests, "-m", SANITIZE_MARKER, "-rs"]
 
 
 @dataclass(frozen=True)
@@ -197,32 +288,49 @@ def worst_check_s() -> float:
     return rule.warmup_cap_s + rule.max_time_s * (1 + CONFIRM_FACTOR)
 
 
-def collect(runner: Runner) -> list[tuple[str, bool]]:
-    """``(node id, is a convperf check)`` for every test of ``pytest perf_tests --convperf``."""
-    code = (
-        "import json, sys, pytest\n"
-        "class P:\n"
-        "    items = []\n"
-        "    def pytest_collection_finish(self, session):\n"
-        "        self.items = [(i.nodeid, i.get_closest_marker('convperf') is not None)\n"
-        "                      for i in session.items]\n"
-        "p = P()\n"
-        "rc = pytest.main(sys.argv[1:], plugins=[p])\n"
-        "print('GPU-SUITE-ITEMS ' + json.dumps(p.items))\n"
-        "sys.exit(0 if rc in (0, 5) else rc)\n"
-    )
-    # The harness has its own stage.
-    args = ["perf_tests", "--ignore=perf_tests/test_harness.py", "--convperf", "--collect-only", "-q"]
-    args += ["-p", "no:cacheprovider"]
-    if runner.dry_run:
-        args.append("--convperf-device=cpu")
-    res = subprocess.run(
-        [python(), "-c", code, *args], cwd=ROOT, env=runner.env, capture_output=True, text=True, check=False
-    )
+_COLLECT = (
+    "import json, sys, pytest\n"
+    "class P:\n"
+    "    items = []\n"
+    "    def pytest_collection_finish(self, session):\n"
+    "        self.items = [{\n"
+    "            'nodeid': i.nodeid,\n"
+    "            'convperf': i.get_closest_marker('convperf') is not None,\n"
+    "            'sanitize': [m.args[0] if m.args else None for m in i.iter_markers('sanitize')],\n"
+    "            'skipif': [str(m.kwargs.get('reason', '')) for m in i.iter_markers('skipif')],\n"
+    "        } for i in session.items]\n"
+    "p = P()\n"
+    "rc = pytest.main(sys.argv[1:], plugins=[p])\n"
+    "print('GPU-SUITE-ITEMS ' + json.dumps(p.items))\n"
+    "sys.exit(0 if rc in (0, 5) else rc)\n"
+)
+
+
+def collect_items(args: Sequence[str], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """What ``pytest --collect-only ARGS`` selects, one dict per test: ``nodeid``, ``convperf`` (the
+    marker is on it), ``sanitize`` (the families its ``sanitize`` markers name), ``skipif`` (reasons)."""
+    cmd = [python(), "-c", _COLLECT, *args, "--collect-only", "-q", "-p", "no:cacheprovider"]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     for line in res.stdout.splitlines():
         if line.startswith("GPU-SUITE-ITEMS "):
-            return [(str(a), bool(b)) for a, b in json.loads(line.split(" ", 1)[1])]
-    raise StepFailed(f"stage plan: step 'collect' failed (rc={res.returncode}):\n{res.stdout[-2000:]}")
+            items: list[dict[str, Any]] = json.loads(line.split(" ", 1)[1])
+            return items
+    raise StepFailed(
+        f"step 'collect' failed (rc={res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}"
+    )
+
+
+def collect(runner: Runner) -> list[tuple[str, bool]]:
+    """``(node id, is a convperf check)`` for every test of ``pytest perf_tests --convperf``."""
+    # The harness has its own stage.
+    args = ["perf_tests", "--ignore=perf_tests/test_harness.py", "--convperf"]
+    if runner.dry_run:
+        args.append("--convperf-device=cpu")
+    try:
+        items = collect_items(args, runner.env)
+    except StepFailed as exc:
+        raise StepFailed(f"stage plan: {exc}") from exc
+    return [(str(i["nodeid"]), bool(i["convperf"])) for i in items]
 
 
 def split(items: Sequence[tuple[str, bool]], budget_s: float, check_s: float) -> list[Part]:

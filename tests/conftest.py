@@ -25,3 +25,13 @@ PLUGIN_ARGS: tuple[str, ...] = () if _plugin_installed() else ("-p", "pytest_con
 def plugin_args() -> tuple[str, ...]:
     """Extra args that make an inner pytester session load the convperf plugin."""
     return PLUGIN_ARGS
+
+
+@pytest.fixture
+def cpu_plugin_args(plugin_args: tuple[str, ...]) -> tuple[str, ...]:
+    """``plugin_args`` plus ``--convperf-device=cpu``: an inner session that tests the CPU path.
+
+    The default device is ``auto``, which picks CUDA on a GPU machine; a test about the CPU timer,
+    the RSS memory source or the CPU's timer mode must say so or it tests the GPU there.
+    """
+    return (*plugin_args, "--convperf-device=cpu")

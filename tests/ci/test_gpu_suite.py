@@ -75,3 +75,45 @@ def test_collect_refuses_an_archive_over_the_limit(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(gs, "ARCHIVE_LIMIT", 10)
     with pytest.raises(gs.StepFailed, match="step 'archive' failed"):
         gs.stage_collect(runner)
+
+
+def test_every_kernel_family_has_a_sanitize_marked_cuda_test() -> None:
+    """compute-sanitizer runs ``-m sanitize`` (tests/kernels/sanitizer.py): a family without a marked
+    CUDA test would go unsanitized without a word, as test_edsr.py did under ``-k "cuda or gpu"``."""
+    from kernels import _build
+
+    items = gs.collect_items(gs.sanitizer_args(gs.kernel_tests()))
+    assert gs.sanitize_gaps(items, _build.families()) == []
+    # Not the test that bounds allocator memory: the sanitizer's instrumentation changes it.
+    assert not [i for i in items if "workspace_bound" in i["nodeid"]]
+
+
+def test_sanitize_gaps_name_a_family_without_a_test_and_a_marked_cpu_test() -> None:
+    cuda = ["needs a CUDA GPU"]
+    items = [
+        {"nodeid": "t.py::a", "sanitize": ["depthwise"], "skipif": cuda},
+        {"nodeid": "t.py::b", "sanitize": ["pcilt"], "skipif": []},
+        {"nodeid": "t.py::c", "sanitize": [None], "skipif": cuda},
+        {"nodeid": "t.py::d", "sanitize": ["nope"], "skipif": cuda},
+    ]
+    gaps = gs.sanitize_gaps(items, ["depthwise", "edsr", "pcilt"])
+    assert gaps == [
+        "t.py::b: marked sanitize but not a CUDA test (no skipif naming CUDA or a GPU)",
+        "t.py::c: @sanitize names no family; use @sanitize(family) from tests/kernels/sanitizer.py",
+        "t.py::d: @sanitize('nope') names no family of kernels/",
+        "kernels/edsr: no sanitize-marked CUDA test; mark one small CUDA test with @sanitize('edsr') "
+        "(tests/kernels/sanitizer.py)",
+    ]
+    assert gs.sanitize_gaps([], ["edsr"])[0].startswith("kernels/edsr: no sanitize-marked CUDA test")
+
+
+def test_gpu_session_runs_the_same_selections_as_gpu_suite() -> None:
+    """scripts/gpu-session.sh (the device tool's phases) keeps in step with gpu_suite.py's check stage."""
+    session = (ROOT / "scripts" / "gpu-session.sh").read_text()
+    sanitizer_line = " ".join(gs.sanitizer_args(gs.kernel_tests()))
+    assert sanitizer_line in session, (
+        f"gpu-session.sh's sanitizer steps should run: pytest ... {sanitizer_line}"
+    )
+    assert f"{gs.SANITIZER_ENV}=1" in session
+    assert all(f"--ignore={p}" in session for p in gs.CPU_ONLY_KERNEL_TESTS)
+    assert '-k "cuda or gpu"' not in session

@@ -84,23 +84,24 @@ def test_results_json_stays_readable_by_pytest_benchmark_compare(
     assert "candidate@ref" in res.stdout
 
 
-def test_the_same_revision_is_same(repo: Path, tmp_path: Path) -> None:
-    res = run(repo, "--convperf-against=HEAD", report=tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert ab_row(tmp_path)["result"]["verdict"] == "SAME"
-
-
-def test_a_dirty_tree_is_the_a_side_and_named(repo: Path, tmp_path: Path) -> None:
+def test_a_dirty_tree_is_the_a_side_and_named_against_its_own_head(repo: Path, tmp_path: Path) -> None:
+    """Against HEAD itself (REF is the commit checked out): the uncommitted change is what A runs.
+    Each pytest session here costs a minute on a loaded CI box, so this one run also stands for
+    "the same revision": SAME between identical code is the bisect test's midpoint verdict."""
     ref_py = repo / "kernels" / "depthwise" / "reference.py"
     original = ref_py.read_text()
     ref_py.write_text(original.replace("DELAY = 0.003", "DELAY = 0.002"))
     try:
-        res = run(repo, "--convperf-against=HEAD~1", report=tmp_path)
+        res = run(repo, "--convperf-against=HEAD", report=tmp_path)
     finally:
         ref_py.write_text(original)
+    assert res.returncode == 0, res.stdout + res.stderr
     ab = ab_row(tmp_path)
     assert "1 uncommitted: kernels/depthwise/reference.py" in ab["a"], ab["a"]
-    assert ab["result"]["verdict"] == "SAME", res.stdout
+    assert ab["ref"].startswith("HEAD"), ab["ref"]
+    # A (dirty, 2 ms) against HEAD (committed, 3 ms): the dirty code was measured, not HEAD's.
+    assert ab["result"]["verdict"] == "FASTER", res.stdout
+    assert ab["result"]["ratio"] == pytest.approx(2 / 3, rel=0.02)
 
 
 def test_unknown_revision_is_a_usage_error(repo: Path) -> None:
@@ -163,7 +164,9 @@ def test_a_ref_whose_kernel_does_not_build_is_named_with_the_compiler_lines(tmp_
 
 def test_bisect_names_the_first_slow_commit_on_a_scratch_repository(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    shas = make_repo(repo, slow_from=3, n_commits=4, kind="fake")
+    # Three commits: BAD vs GOOD, one midpoint against both ends (SAME, then FASTER: the good side),
+    # then the step: four sessions. walk()'s other branches are tests/unit/test_ab.py's.
+    shas = make_repo(repo, slow_from=3, n_commits=3, kind="fake")
     res = subprocess.run(
         [
             sys.executable,
@@ -185,6 +188,8 @@ def test_bisect_names_the_first_slow_commit_on_a_scratch_repository(tmp_path: Pa
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith(f"first bad commit: {shas[2][:10]}") and "commit 3 (slow)" in last
     assert "SLOWER t/t_ref 1.500" in last
+    (midpoint,) = [line for line in res.stdout.splitlines() if line.endswith("-> good")]
+    assert "SAME" in midpoint and "FASTER" in midpoint, res.stdout  # commit 2 = GOOD, faster than BAD
     assert git(repo, "worktree", "list").count("\n") == 1
 
 

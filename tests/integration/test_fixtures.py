@@ -20,7 +20,7 @@ import pytest
 # everything the inner sessions use here keeps it loaded once.
 import torch
 import torch._inductor
-import torch.profiler  # noqa: F401
+import torch.profiler
 
 from pytest_convperf import check, device, memory, profiling  # noqa: F401
 from pytest_convperf.timing import cpu, fake, rounds  # noqa: F401
@@ -82,7 +82,7 @@ def test_fixtures_are_listed_with_docstrings(pytester: pytest.Pytester, plugin_a
 
 
 def test_gpu_timer_with_a_fake_timer_is_exact(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     _fake_conftest(pytester, {"timed": 2e-3})
     pytester.makepyfile(
@@ -95,11 +95,11 @@ def test_gpu_timer_with_a_fake_timer_is_exact(
             assert len(calls) == 13 + 21  # warm-up rounds, then the timed ones: the callable really ran
         """
     )
-    pytester.runpytest(*plugin_args).assert_outcomes(passed=1)
+    pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
 
 
 def test_gpu_timer_on_the_cpu_times_with_the_cpu_clock(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     pytester.makepyfile(
         """
@@ -114,11 +114,11 @@ def test_gpu_timer_on_the_cpu_times_with_the_cpu_clock(
             assert m.median > 0
         """
     )
-    pytester.runpytest(*plugin_args).assert_outcomes(passed=1)
+    pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
 
 
 def test_gpu_memory_on_the_cpu_reports_rss_growth(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     pytester.makepyfile(
         """
@@ -133,11 +133,11 @@ def test_gpu_memory_on_the_cpu_reports_rss_growth(
             assert mem.nvml_used_bytes is None
         """
     )
-    pytester.runpytest(*plugin_args).assert_outcomes(passed=1)
+    pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
 
 
 def test_profiler_trace_writes_a_safely_named_json_and_a_kernel_table(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     pytester.makepyfile(
         test_prof="""
@@ -165,7 +165,7 @@ def test_profiler_trace_writes_a_safely_named_json_and_a_kernel_table(
             print("TRACE", tr.path)
         """
     )
-    result = pytester.runpytest(*plugin_args, "--convperf-report=report", "-s")
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf-report=report", "-s")
     result.assert_outcomes(passed=1)
     traces = sorted((pytester.path / "report" / "traces").glob("*.json"))
     assert [t.name for t in traces] == [
@@ -174,7 +174,7 @@ def test_profiler_trace_writes_a_safely_named_json_and_a_kernel_table(
     ]
 
 
-def test_convperf_device_fixture(pytester: pytest.Pytester, plugin_args: tuple[str, ...]) -> None:
+def test_convperf_device_fixture(pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]) -> None:
     pytester.makepyfile(
         """
         def test_d(convperf_device):
@@ -183,14 +183,35 @@ def test_convperf_device_fixture(pytester: pytest.Pytester, plugin_args: tuple[s
             assert "torch" in convperf_device.facts
         """
     )
-    pytester.runpytest(*plugin_args, "--convperf-device=cpu").assert_outcomes(passed=1)
+    pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
+
+
+def test_cpu_plugin_args_keep_the_cpu_path_where_a_gpu_is_available(
+    pytester: pytest.Pytester,
+    plugin_args: tuple[str, ...],
+    cpu_plugin_args: tuple[str, ...],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tests above ran on the GPU of the first H100 session (auto picks CUDA there) and failed:
+    a machine that claims a GPU must leave them on the CPU. Inner sessions run in this process, so
+    the claim reaches their device choice."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pytester.makepyfile(
+        """
+        def test_d(convperf_device):
+            assert convperf_device.kind == "cpu"
+        """
+    )
+    pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
+    # The control: without the flag, auto takes the (claimed) GPU, which this machine cannot open.
+    assert pytester.runpytest(*plugin_args).ret != pytest.ExitCode.OK
 
 
 # ---- convperf.check / measure ----
 
 
 def test_check_records_a_row_with_the_exact_fake_ratio_and_writes_traces(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     _fake_conftest(pytester, {"candidate": 0.5e-3, "reference": 1e-3})
     pytester.makepyfile(
@@ -202,7 +223,9 @@ def test_fast(convperf):
     assert cmp.time_ratio == 0.5 and cmp.speedup == 2.0
 """
     )
-    result = pytester.runpytest(*plugin_args, "--convperf", "--convperf-report=report", "--convperf-trace")
+    result = pytester.runpytest(
+        *cpu_plugin_args, "--convperf", "--convperf-report=report", "--convperf-trace"
+    )
     result.assert_outcomes(passed=1)
     (row,) = _rows(pytester)
     assert row["key"] == "test_fast@n1-ci4-h10-w10-co4-k3x3-s1-p1-d1-g1-fp32-nchw"
@@ -228,7 +251,7 @@ def test_fast(convperf):
 
 
 def test_wrong_candidate_fails_with_the_correctness_message(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     _fake_conftest(pytester, {"candidate": 0.5e-3, "reference": 1e-3})
     pytester.makepyfile(
@@ -242,7 +265,7 @@ def test_bad(convperf):
     convperf.check(off_by_one_percent, P)
 """
     )
-    result = pytester.runpytest(*plugin_args, "--convperf")
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*candidate test_bad:off_by_one_percent is wrong on n1-ci4-h10-w10*", "*repro:*"]
@@ -253,7 +276,7 @@ def test_bad(convperf):
 
 
 def test_unstable_clocks_make_the_check_inconclusive(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     _fake_conftest(
         pytester,
@@ -268,7 +291,7 @@ def test_inc(convperf):
     convperf.check(F.conv2d, P)
 """
     )
-    result = pytester.runpytest(*plugin_args, "--convperf", "-rs")
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*convperf INCONCLUSIVE on n1-ci4-h10-w10*timing rounds dropped*"])
     (row,) = _rows(pytester)
@@ -276,7 +299,9 @@ def test_inc(convperf):
     assert row["comparison"]["dropped_rounds"] > 0
 
 
-def test_impossibly_fast_time_is_an_error(pytester: pytest.Pytester, plugin_args: tuple[str, ...]) -> None:
+def test_impossibly_fast_time_is_an_error(
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
+) -> None:
     _fake_conftest(pytester, {"candidate": 1e-12, "reference": 1e-3})
     pytester.makepyfile(
         test_fast=PROBLEM_SRC
@@ -285,7 +310,7 @@ def test_m(convperf):
     convperf.measure(F.conv2d, P)
 """
     )
-    result = pytester.runpytest(*plugin_args, "--convperf")
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*ImplausibleTime*candidate median*under half the roofline floor*did not do its work*"]
@@ -293,7 +318,7 @@ def test_m(convperf):
 
 
 def test_gradient_phases_time_the_backward_and_key_by_phase(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     _fake_conftest(pytester, {"candidate": 2e-3, "reference": 1e-3})
     pytester.makepyfile(
@@ -306,7 +331,7 @@ def test_g(convperf, phase):
     assert cmp.time_ratio == 2.0
 """
     )
-    result = pytester.runpytest(*plugin_args, "--convperf")
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf")
     result.assert_outcomes(passed=3)
     rows = _rows(pytester)
     assert sorted(r["phase"] for r in rows) == ["backward", "input_grad", "weight_grad"]
@@ -317,7 +342,7 @@ def test_g(convperf, phase):
 
 
 def test_fake_timer_from_the_environment(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     replay = pytester.path / "replay.json"
     replay.write_text(json.dumps({"times": {"candidate": [0.25e-3], "reference": [1e-3]}}))
@@ -330,11 +355,11 @@ def test_m(convperf):
     assert cmp.time_ratio == 0.25 and cmp.facts["timer"].startswith("fake")
 """
     )
-    pytester.runpytest(*plugin_args, "--convperf").assert_outcomes(passed=1)
+    pytester.runpytest(*cpu_plugin_args, "--convperf").assert_outcomes(passed=1)
 
 
 def test_measure_on_the_cpu_sees_a_doubled_candidate(
-    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
 ) -> None:
     pytester.makepyfile(
         test_cpu=PROBLEM_SRC
@@ -353,4 +378,4 @@ def test_m(convperf):
     assert cmp.candidate.mode == "cpu-thread"
 """
     )
-    pytester.runpytest(*plugin_args, "--convperf").assert_outcomes(passed=1)
+    pytester.runpytest(*cpu_plugin_args, "--convperf").assert_outcomes(passed=1)

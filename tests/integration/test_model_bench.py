@@ -104,6 +104,7 @@ def test_gated_pair_records_new_then_fails_a_regression(
     base = [
         *plugin_args,
         "--convperf",
+        "--convperf-device=cpu",  # the CPU floor patched above applies to CPU checks only
         f"--convperf-baselines={pytester.path / 'b'}",
         "-p",
         "no:cacheprovider",

@@ -18,6 +18,7 @@ from kernels.depthwise import ops, reference
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.correctness import ConvMismatch, assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
+from tests.kernels.sanitizer import sanitize
 
 Candidate = Callable[..., torch.Tensor]
 CUDA = torch.cuda.is_available()
@@ -231,11 +232,24 @@ def test_cuda_ops_match_oracle(problem: Conv2dProblem, seed: int) -> None:
 
 
 @needs_gpu
+@sanitize("depthwise")
+@pytest.mark.parametrize(("layout", "stride"), [("nchw", 1), ("nhwc", 2)])
+def test_cuda_small_forward_backward(layout: str, stride: int) -> None:
+    """A small shape in each layout, forward and both gradients: the sanitizers' depthwise case."""
+    problem = Conv2dProblem(
+        n=2, c_in=8, h=9, w=11, c_out=8, kernel=(3, 3), stride=(stride, stride), padding=(1, 1),
+        groups=8, layout=layout,
+    )  # fmt: skip
+    assert_conv_close(ops.forward, problem, backward=True, device="cuda")
+
+
+@needs_gpu
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_cuda_weight_grad_is_deterministic(layout: str) -> None:
     problem = Conv2dProblem(
         n=8, c_in=64, h=56, w=56, c_out=64, kernel=(3, 3), padding=(1, 1), groups=64, layout=layout
     )
+    ops.ensure_loaded()  # the raw op below exists only once the library is loaded (run alone: -k)
     x = problem.make_inputs(0, "cuda").input
     gy = torch.randn(problem.output_shape, device="cuda")
     runs = [torch.ops.convperf_depthwise.weight_grad(gy, x, [3, 3], [1, 1], [1, 1], [1, 1]) for _ in range(3)]
@@ -259,6 +273,7 @@ def test_cuda_controls_are_caught(name: str) -> None:
 
 
 @needs_gpu
+@sanitize("_controls")
 def test_cuda_correct_control_passes() -> None:
     from kernels._controls import ops as controls
 
