@@ -40,8 +40,8 @@ class Tally:
     warmup_rounds: int = 0
     log_ratios: list[float] = field(default_factory=list)
 
-    def observe(self, phase: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
-        if phase != "timing":
+    def observe(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        if stage != "timing":
             if self.stage != "warm-up" or index == 0:
                 self.warmup_rounds = 0
             self.stage = "warm-up"
@@ -96,8 +96,8 @@ class ProgressTimer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._timer, name)
 
-    def observe_round(self, phase: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
-        self._on_round(phase, index, names, times)
+    def observe_round(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        self._on_round(stage, index, names, times)
 
 
 class LiveProgress:
@@ -131,12 +131,12 @@ class LiveProgress:
         if not self.enabled:
             return timer
 
-        def on_round(phase: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        def on_round(stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
             if self._tally is None or self._tally.check != check or self._nodeid != nodeid:
                 # A terminal shows the check at once; a log gets a line only for a long check.
                 self._last = -math.inf if self.live else self.clock()
                 self._tally, self._nodeid, self._drawn = Tally(check), nodeid, False
-            self._tally.observe(phase, index, names, times)
+            self._tally.observe(stage, index, names, times)
             self._update()
 
         return ProgressTimer(timer, on_round)
