@@ -25,6 +25,7 @@ from pytest_convperf.revisions import Checkouts, RevisionError, repo_root, resol
 
 if TYPE_CHECKING:
     from pytest_convperf.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.results import CheckRow
     from pytest_convperf.workload import Candidate
 
 OPTION = "convperf_against"
@@ -129,7 +130,7 @@ class ABSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_convperf_write_report(
         self,
-        rows: Sequence[Mapping[str, Any]],
+        rows: Sequence[CheckRow],
         report_dir: Path,
         machine_info: Mapping[str, Any],
         commit_info: Mapping[str, Any],
@@ -147,8 +148,7 @@ class ABSession:
 
         if not is_controller(self.config):
             return
-        rows = [row.to_dict() for row in self.config.stash[SESSION_KEY].rows]
-        lines = terminal_lines(rows)
+        lines = terminal_lines(self.config.stash[SESSION_KEY].rows)
         if lines:
             terminalreporter.write_sep("=", "convperf A/B")
             for line in lines:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_convperf import stats
 from pytest_convperf.report import ReportRow, fmt_time
+from pytest_convperf.results import CheckRow
 
 LIVE_INTERVAL_S = 0.25  # terminal redraws at most this often
 LINE_INTERVAL_S = 30.0  # without a terminal: one complete progress line per check at most this often
@@ -70,7 +71,7 @@ class Tally:
         return line
 
 
-def verdict_text(row: Mapping[str, Any]) -> str:
+def verdict_text(row: CheckRow) -> str:
     """A check's final line:
     ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (63 rounds)``."""
     r = ReportRow.from_row(row)
@@ -162,7 +163,7 @@ class LiveProgress:
         else:
             tr.write_line(text)
 
-    def done(self, row: Mapping[str, Any], nodeid: str, *, after_status: bool = False) -> None:
+    def done(self, row: CheckRow, nodeid: str, *, after_status: bool = False) -> None:
         """The check's verdict line, replacing its live line (called once per recorded row).
 
         ``after_status``: pytest has just written the test's status letter on the current line

@@ -180,6 +180,8 @@ class CheckRow:
     decision: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     update: dict[str, Any] | None = None
+    # The night's decision at session end (``night.judge_night``: ``adjusted_p``, ``kept``, ...).
+    night: dict[str, Any] | None = None
 
     # Fields a row without a judgement leaves out of its dict (as rows always have).
     _JUDGED = ("machine", "baselines_file", "device_kind", "env", "timing", "decision", "baseline", "update")
@@ -201,6 +203,8 @@ class CheckRow:
             out["extra_metrics"] = dict(self.extra_metrics)
         if self.machine is not None:
             out.update({name: getattr(self, name) for name in self._JUDGED})
+        if self.night is not None:
+            out["night"] = self.night
         return out
 
     @classmethod
@@ -218,6 +222,7 @@ class CheckRow:
             message=str(data.get("message", "")),
             facts=dict(data.get("facts") or {}),
             extra_metrics=data.get("extra_metrics"),
+            night=data.get("night"),
             **{name: data.get(name) for name in cls._JUDGED},
         )
 

@@ -61,7 +61,7 @@ class ConvperfSession:
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
         # At session end (controller): the rows as the night decided them, and the controller's answer.
-        self.night_rows: list[dict[str, Any]] | None = None
+        self.night_rows: list[CheckRow] | None = None
         self.night: NightControl | None = None
         self.night_failed: list[str] = []
         self._finished = False
@@ -168,7 +168,7 @@ class ConvperfSession:
             journal.append(self.cfg.report_dir, row.to_dict())
         self.pending.setdefault(nodeid, []).append(row)
         if is_controller(self.config):
-            self.progress().done(row.to_dict(), nodeid)
+            self.progress().done(row, nodeid)
 
     def attach_rows(self, item: pytest.Item, report: pytest.TestReport) -> None:
         rows = self.pending.pop(item.nodeid, [])
@@ -180,7 +180,7 @@ class ConvperfSession:
 
             # Flat per-check results for JUnit <properties>: junitxml reads the teardown report,
             # which copies item.user_properties (so they also travel from xdist workers).
-            for row in dicts:
+            for row in rows:
                 item.user_properties.extend(junit_properties(row))
 
     def attach_sections(self, report: pytest.TestReport) -> None:
@@ -195,9 +195,10 @@ class ConvperfSession:
         """Collect rows and sections from every report: our own, or those a worker sent to this controller."""
         for name, value in report.user_properties:
             if name == ROWS_PROPERTY and report.when == "call" and isinstance(value, list):
-                self.rows.extend(CheckRow.from_dict(row) for row in value)
+                rows = [CheckRow.from_dict(row) for row in value]
+                self.rows.extend(rows)
                 if hasattr(report, "node"):  # from an xdist worker: its verdict lines, on the controller
-                    for row in value:
+                    for row in rows:
                         self.progress().done(row, report.nodeid, after_status=True)
             elif name == SECTIONS_PROPERTY and isinstance(value, list):
                 self.all_sections.extend(Section(**s) for s in value)
@@ -269,9 +270,7 @@ class ConvperfSession:
             lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
             self.rows.extend(CheckRow.from_dict(row) for row in lost)
         # The form rows.json and report plugins read, with the night's decision on speed FAILs.
-        rows, self.night = judge_night(
-            [row.to_dict() for row in self.rows], method=cfg.false_alarms, alpha=cfg.false_alarm_level
-        )
+        rows, self.night = judge_night(self.rows, method=cfg.false_alarms, alpha=cfg.false_alarm_level)
         self.night_rows = rows
         if cfg.false_alarms != "none":
             self.night_failed = _deferred_fails(rows, self.night)
@@ -291,9 +290,9 @@ class ConvperfSession:
             ):
                 self.notes += notes or []
 
-    def machine_info(self, rows: Sequence[Any]) -> dict[str, Any]:
+    def machine_info(self, rows: Sequence[CheckRow]) -> dict[str, Any]:
         """pytest-benchmark's ``machine_info`` with the device facts (GPU name, clocks, versions)."""
-        info: dict[str, Any] = {"machine": rows[0].get("machine") if rows else None}
+        info: dict[str, Any] = {"machine": rows[0].machine if rows else None}
         try:
             device = self.device_info()
         except Exception as exc:  # the report must not fail because the device cannot be queried again
@@ -314,7 +313,7 @@ class ConvperfSession:
             terminalreporter.write_line(f"convperf report section: {path}")
         if not self.cfg.enabled:
             return
-        rows = self.night_rows if self.night_rows is not None else [row.to_dict() for row in self.rows]
+        rows = self.night_rows if self.night_rows is not None else self.rows
         if not rows and not self.update_md:
             return
         from pytest_convperf.night import night_lines
@@ -354,7 +353,7 @@ class NightFail:
     outcome: str = "failed"
 
 
-def _deferred_fails(rows: Sequence[dict[str, Any]], night: NightControl) -> list[str]:
+def _deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:
     """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
     from pytest_convperf.multiplicity import check_id
 
@@ -362,7 +361,7 @@ def _deferred_fails(rows: Sequence[dict[str, Any]], night: NightControl) -> list
     return [
         check_id(r)
         for r in rows
-        if check_id(r) in kept and (r.get("update") or {}).get("action") not in ("write", "refused")
+        if check_id(r) in kept and (r.update or {}).get("action") not in ("write", "refused")
     ]
 
 
