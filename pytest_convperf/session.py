@@ -184,7 +184,7 @@ class ConvperfSession:
                 item.user_properties.extend(junit_properties(row))
 
     def attach_sections(self, report: pytest.TestReport) -> None:
-        """Report sections added since the last report ride on this one (any phase: a module
+        """Report sections added since the last report ride on this one (setup, call or teardown: a module
         fixture adds its tables in the teardown of the module's last test)."""
         sections = self.sections.take()
         if sections:
