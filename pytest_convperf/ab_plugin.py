@@ -101,9 +101,13 @@ class ABSession:
             phase_call(ref_fn, inputs, problem, phase, stable_seed(problem), device.torch_device)()
         except Exception as exc:
             self._fail(f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}")
-        first, confirm = fixture._measure(
-            candidate, problem, reference=ref_fn, phase=phase, mode=mode, rule=None, inputs=inputs
+        from pytest_convperf.pairing import time_pair  # imports torch: not at plugin load
+
+        where = (fixture.timer, device, fixture.request.config, fixture.nodeid)  # as fixture.measure times
+        timed = time_pair(
+            *where, candidate, problem, reference=ref_fn, phase=phase, mode=mode, rule=None, inputs=inputs
         )
+        first, confirm = timed.first, timed.confirm
         cfg = fixture.session.cfg
         policy = ab_policy(device.kind, tolerance=cfg.tolerance, noise_floor=cfg.noise_floor)
         result = decide_ab(first, confirm, policy)

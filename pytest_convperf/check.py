@@ -38,7 +38,7 @@ from pytest_convperf.workload import (
 
 if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
-    from pytest_convperf.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.problem import Conv2dProblem
     from pytest_convperf.session import ConvperfSession
     from pytest_convperf.timing import Timer
 
@@ -53,8 +53,6 @@ class ConvperfFixture:
         self.session = session
         self.request = request
         self._timer: Timer | None = None
-        # The candidate's last timed call of the latest first measurement: (its inputs, its output).
-        self._last_output: tuple[ConvInputs, object] | None = None
 
     # ---- collaborators --------------------------------------------------------------------------
     @property
@@ -116,37 +114,14 @@ class ConvperfFixture:
         ``cold``, ``warm`` or ``graph`` (forward only); ``rule`` overrides rounds and caps.
         Raises :class:`ImplausibleTime` for a time under half the roofline floor.
         """
-        return self._measure(candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule)[0]
-
-    def _measure(
-        self,
-        candidate: Candidate,
-        problem: Conv2dProblem,
-        *,
-        reference: Candidate | None,
-        phase: str,
-        mode: str,
-        rule: StopRule | None,
-        inputs: ConvInputs | None = None,
-        stored_mode: str | None = None,
-    ) -> tuple[Comparison, Callable[[int], Comparison]]:
-        """Measure once (:func:`~pytest_convperf.pairing.time_pair`); also ``confirm(n_rounds)``."""
         timed = time_pair(
-            self.timer,
-            self.device,
-            self.request.config,
-            self.nodeid,
-            candidate,
-            problem,
-            reference=reference,
-            phase=phase,
-            mode=mode,
-            rule=rule,
-            inputs=inputs,
-            stored_mode=stored_mode,
+            *self._where(), candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule
         )
-        self._last_output = timed.last_output  # for integrity.after_timing
-        return timed.first, timed.confirm
+        return timed.first
+
+    def _where(self) -> tuple[Timer, DeviceInfo, pytest.Config, str]:
+        """Where this test times: :func:`~pytest_convperf.pairing.time_pair`'s first four arguments."""
+        return self.timer, self.device, self.request.config, self.nodeid
 
     # ---- the check -----------------------------------------------------------------------------------
     def check(
@@ -232,7 +207,8 @@ class ConvperfFixture:
             self._record_failure(key, problem, phase, facts, found)
         entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
         sticky = entry.mode if mode == "auto" and entry is not None else None  # auto: time as stored
-        comparison, confirm = self._measure(
+        timed = time_pair(
+            *self._where(),
             candidate,
             problem,
             reference=reference,
@@ -242,9 +218,10 @@ class ConvperfFixture:
             inputs=inputs,
             stored_mode=sticky,
         )
+        comparison, confirm = timed.first, timed.confirm
         if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
             with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
-                found = after_timing(candidate, problem, inputs, self._last_output, seed, device, oracle)
+                found = after_timing(candidate, problem, inputs, timed.last_output, seed, device, oracle)
             self._record_failure(key, problem, phase, facts, found)
         if self.session.cfg.updating or (entry is not None and entry.kernels):  # which kernel changed
             call = phase_call(candidate, inputs, problem, phase, seed, device.torch_device)
