@@ -288,4 +288,3 @@ def test_spill_check_fails_on_zero_parsed_kernels(
     assert "no ptxas rows were parsed" in capsys.readouterr().err
     _family(tmp_path, "plain", cu="// host helpers only\n")
     assert _build._check_spills(_build.make_spec("plain", root=tmp_path), ("8.0",)) is False
-
