@@ -9,7 +9,7 @@ that hash is loaded without running the compiler (so a machine without nvcc can 
 Nothing is built at import time.
 
 Op namespaces: a family's ``binding.cpp`` registers ``TORCH_LIBRARY(CONVPERF_NS, m)`` through
-``kernels/include/convperf_ns.h``, where ``CONVPERF_NS`` defaults to ``convperf_<family>``. Two
+``kernels/include/convperf/ns.h``, where ``CONVPERF_NS`` defaults to ``convperf_<family>``. Two
 builds of one family in one process (the A/B of ``--convperf-against``: today's tree and a
 revision's) need distinct namespaces, so :func:`namespace` derives it from this module's
 ``__name__``: ``kernels._build`` (the working tree) keeps ``convperf_<family>``; a copy imported
@@ -252,8 +252,9 @@ def make_spec(
         )
     sources = tuple(sorted(p for p in folder.iterdir() if p.suffix in SOURCE_SUFFIXES))
     headers = [p for p in folder.iterdir() if p.suffix in HEADER_SUFFIXES]
+    # Recursive: the shared headers live in include/convperf/, and every one is part of the hash.
     if SHARED_INCLUDE.is_dir():
-        headers += [p for p in SHARED_INCLUDE.iterdir() if p.suffix in HEADER_SUFFIXES]
+        headers += [p for p in SHARED_INCLUDE.rglob("*") if p.suffix in HEADER_SUFFIXES]
     return BuildSpec(
         family=family,
         folder=folder,

@@ -241,11 +241,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pytest_convperf import journal
     from pytest_convperf.report import markdown, terminal_lines
+    from pytest_convperf.results import CheckRow
 
     path = Path(args.dir) / "rows.json"
-    rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    dicts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
     # A session that crashed wrote no rows.json: its journal holds every row it measured.
-    rows += journal.missing(rows, journal.read(Path(args.dir)))
+    dicts += journal.missing(dicts, journal.read(Path(args.dir)))
+    rows = [CheckRow.from_dict(row) for row in dicts]
     if not rows:
         print(
             f"report: no rows in {args.dir} (rows.json or {journal.JOURNAL}); write them with "

@@ -25,6 +25,7 @@ from pytest_convperf.revisions import Checkouts, RevisionError, repo_root, resol
 
 if TYPE_CHECKING:
     from pytest_convperf.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.results import CheckRow
     from pytest_convperf.workload import Candidate
 
 OPTION = "convperf_against"
@@ -100,9 +101,13 @@ class ABSession:
             phase_call(ref_fn, inputs, problem, phase, stable_seed(problem), device.torch_device)()
         except Exception as exc:
             self._fail(f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}")
-        first, confirm = fixture._measure(
-            candidate, problem, reference=ref_fn, phase=phase, mode=mode, rule=None, inputs=inputs
+        from pytest_convperf.pairing import time_pair  # imports torch: not at plugin load
+
+        where = (fixture.timer, device, fixture.request.config, fixture.nodeid)  # as fixture.measure times
+        timed = time_pair(
+            *where, candidate, problem, reference=ref_fn, phase=phase, mode=mode, rule=None, inputs=inputs
         )
+        first, confirm = timed.first, timed.confirm
         cfg = fixture.session.cfg
         policy = ab_policy(device.kind, tolerance=cfg.tolerance, noise_floor=cfg.noise_floor)
         result = decide_ab(first, confirm, policy)
@@ -129,7 +134,7 @@ class ABSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_convperf_write_report(
         self,
-        rows: Sequence[Mapping[str, Any]],
+        rows: Sequence[CheckRow],
         report_dir: Path,
         machine_info: Mapping[str, Any],
         commit_info: Mapping[str, Any],
@@ -147,8 +152,7 @@ class ABSession:
 
         if not is_controller(self.config):
             return
-        rows = [row.to_dict() for row in self.config.stash[SESSION_KEY].rows]
-        lines = terminal_lines(rows)
+        lines = terminal_lines(self.config.stash[SESSION_KEY].rows)
         if lines:
             terminalreporter.write_sep("=", "convperf A/B")
             for line in lines:

@@ -2,35 +2,36 @@
 and REF's side added to ``results.json`` (pytest-benchmark's schema: one more benchmark per check,
 ``<key>[candidate@ref]``, in the check's group, so ``pytest-benchmark compare`` shows both sides).
 
-Input: result rows (``CheckRow.to_dict``) whose ``facts["ab"]`` an A/B run filled
+Input: result rows (``results.CheckRow``) whose ``facts["ab"]`` an A/B run filled
 (:mod:`pytest_convperf.ab_plugin`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_convperf.ab import ABResult
 from pytest_convperf.files import atomic_write
+from pytest_convperf.results import CheckRow
 
 
-def ab_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def ab_rows(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
     """The rows that carry an A/B, as ``{key, module, nodeid, ab, result}``, sorted by change (largest
     slowdown first)."""
     out = []
     for row in rows:
-        ab = (row.get("facts") or {}).get("ab")
+        ab = row.facts.get("ab")
         if not ab:
             continue
         result = ABResult.from_dict(ab["result"])
         out.append(
             {
-                "key": row.get("key"),
-                "module": row.get("module"),
-                "nodeid": row.get("nodeid"),
+                "key": row.key,
+                "module": row.module,
+                "nodeid": row.nodeid,
                 "ab": ab,
                 "result": result,
             }
@@ -46,7 +47,7 @@ def _speedup(value: Any, ci: Any) -> str:
     return f"{text} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else text
 
 
-def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+def markdown(rows: Sequence[CheckRow]) -> str:
     """The A/B table: check, verdict, t_A/t_REF with 95 % CI, both speedups over the reference."""
     data = ab_rows(rows)
     if not data:
@@ -78,7 +79,7 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def terminal_lines(rows: Sequence[CheckRow]) -> list[str]:
     data = ab_rows(rows)
     if not data:
         return []
@@ -92,7 +93,7 @@ def terminal_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> str | None:
+def plot(rows: Sequence[CheckRow], path: Path) -> str | None:
     """``ab.png``: t_A/t_REF per check with its 95 % CI (sorted by change); a note when not written."""
     data = ab_rows(rows)
     if not data:
@@ -129,9 +130,9 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> str | None:
     return None
 
 
-def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[CheckRow]) -> dict[str, Any]:
     """``results.json`` with REF's candidate added beside A's, and the A/B in every extra_info."""
-    from pytest_convperf.report_files import benchmark_json
+    from pytest_convperf.report_files import benchmark_entry
 
     by_group: dict[str, list[dict[str, Any]]] = {}
     for bench in results.get("benchmarks", []):
@@ -146,13 +147,18 @@ def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[Mapping[str, Any]
         ref_side = ab.get("ref_measurement")
         if template is None or not ref_side:
             continue
-        fake_row = {
-            "key": r["key"],
-            "module": r["module"],
-            "nodeid": r["nodeid"],
-            "comparison": {"candidate": ref_side, "n_rounds": ab["result"]["n_rounds"]},
-        }
-        ref_bench = benchmark_json([fake_row], machine_info={}, commit_info={}, when="")["benchmarks"][0]
+        # The same schema as A's benchmarks (report_files.benchmark_entry), from REF's measurement.
+        samples = ref_side.get("samples") or [ref_side["median"]]
+        mode, l2, n_rounds = ref_side.get("mode"), ref_side.get("l2"), ab["result"]["n_rounds"]
+        ref_bench = benchmark_entry(
+            (r["module"], r["key"], r["nodeid"]),
+            "candidate",
+            {},
+            mode=mode,
+            l2=l2,
+            samples=samples,
+            n_rounds=n_rounds,
+        )
         ref_bench.update(
             name=f"{r['key']}[candidate@ref]",
             fullname=f"{r['nodeid'] or r['key']}::candidate@{ab['ref']}",
@@ -163,7 +169,7 @@ def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[Mapping[str, Any]
     return results
 
 
-def write(report_dir: Path, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def write(report_dir: Path, rows: Sequence[CheckRow]) -> list[str]:
     """Write ab.md and ab.png and extend results.json (after the built-in reports); returns notes."""
     if not ab_rows(rows):
         return []

@@ -12,7 +12,6 @@ entry) and replace it atomically, so concurrent processes lose nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import yaml
 from pytest_convperf import baseline_yaml
 from pytest_convperf.entry import Entry, InvalidEntry, parse_entry
 from pytest_convperf.files import atomic_write, lock_for
+from pytest_convperf.slugs import resolve_machine, slugify
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -46,32 +46,6 @@ HEADER = "# pytest-convperf baselines; edit with: pytest --convperf --convperf-u
 # parsed in about 10 s on a loaded 2-core box. Anything larger is not a baseline file, and parsing
 # it took one run 12 minutes and 4 GB.
 MAX_FILE_BYTES = 4 * 2**20
-_SLUG_RE = re.compile(r"[^a-z0-9]+")
-
-
-def slugify(text: str) -> str:
-    """Lower-case; runs of other characters become one dash ('NVIDIA H100 80GB' -> 'nvidia-h100-80gb')."""
-    return _SLUG_RE.sub("-", text.lower()).strip("-")
-
-
-def resolve_machine(detected: str, override: str | None, aliases: Mapping[str, str]) -> str:
-    """The baseline folder: ``--convperf-machine`` if given, else the detected slug; then the alias map.
-
-    An empty slug is refused: ``--convperf-machine=`` must not fall back to the detected machine
-    (fake numbers would reach its folder), nor ``...`` write into the baselines root.
-    """
-    if override is not None and not slugify(override):
-        raise pytest.UsageError(
-            f"--convperf-machine={override!r} has no letters or digits, so it names no baseline folder; "
-            "give a machine slug such as 'ci-h100', or leave the option out to use the detected machine"
-        )
-    slug = slugify(override) if override is not None else detected
-    machine = slugify(aliases.get(slug, slug))
-    if not machine:
-        raise pytest.UsageError(
-            f"convperf_machine_aliases maps {slug!r} to an empty name; give the alias a machine slug"
-        )
-    return machine
 
 
 @dataclass(frozen=True)

@@ -22,36 +22,28 @@ from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_se
 from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.faults import CheckTimeout, deadline, device_errors
 from pytest_convperf.integrity import Finding, after_timing
-from pytest_convperf.parallel import timing_slot
+from pytest_convperf.pairing import ImplausibleTime, time_pair
 from pytest_convperf.profiling import candidate_kernels
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
-from pytest_convperf.roofline import roofline_facts
-from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
+from pytest_convperf.timing.rounds import StopRule
 from pytest_convperf.workload import (
     PHASES,
     Candidate,
-    InputSets,
     check_phase,
     correctness_settings,
-    memory_facts,
     perf_settings,
     phase_call,
-    reference_facts,
     trace_facts,
 )
 
 if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
-    from pytest_convperf.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.problem import Conv2dProblem
     from pytest_convperf.session import ConvperfSession
     from pytest_convperf.timing import Timer
 
 # Comparison facts a check's row carries in its own ``facts``.
 _ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
-
-
-class ImplausibleTime(AssertionError):
-    """A measured time below half the roofline floor: the kernel cannot have done its work."""
 
 
 class ConvperfFixture:
@@ -61,8 +53,6 @@ class ConvperfFixture:
         self.session = session
         self.request = request
         self._timer: Timer | None = None
-        # The candidate's last timed call of the latest first measurement: (its inputs, its output).
-        self._last_output: tuple[ConvInputs, object] | None = None
 
     # ---- collaborators --------------------------------------------------------------------------
     @property
@@ -124,93 +114,14 @@ class ConvperfFixture:
         ``cold``, ``warm`` or ``graph`` (forward only); ``rule`` overrides rounds and caps.
         Raises :class:`ImplausibleTime` for a time under half the roofline floor.
         """
-        return self._measure(candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule)[0]
+        timed = time_pair(
+            *self._where(), candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule
+        )
+        return timed.first
 
-    def _measure(
-        self,
-        candidate: Candidate,
-        problem: Conv2dProblem,
-        *,
-        reference: Candidate | None,
-        phase: str,
-        mode: str,
-        rule: StopRule | None,
-        inputs: ConvInputs | None = None,
-        stored_mode: str | None = None,
-    ) -> tuple[Comparison, Callable[[int], Comparison]]:
-        """Measure once; also return ``confirm(n_rounds)`` that re-times with ``n_rounds`` rounds.
-
-        ``inputs``: the check's inputs of the recorded seed (built here when not given). ``stored_mode``:
-        the entry's timing mode, which ``auto`` reuses (the confirm reuses the first run's: never mixed)."""
-        check_phase(phase)
-        device = self.device
-        device.ensure_usable()
-        ref_fn: Candidate = reference if reference is not None else F.conv2d
-        seed = stable_seed(problem)
-        if phase != "forward" and mode == "graph":
-            raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
-        facts: dict[str, Any] = {"seed": seed, "phase": phase, "machine": device.slug}
-        if phase != "forward" and mode == "auto":
-            mode = "cold" if device.is_cuda else mode
-            facts["mode_note"] = "gradient phases are timed without CUDA graphs"
-        timer = self.timer
-        base_rule = rule or StopRule.for_timer(timer)
-        if inputs is None:
-            inputs = problem.make_inputs(seed, device.torch_device)
-
-        def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
-            with (
-                device_errors(self.device, self.nodeid, problem.id),
-                perf_settings(problem, device) as settings,
-            ):
-                sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, inputs)
-                cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
-                ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes)
-                if phase != "forward":
-                    cand = Workload("candidate", cand.call)
-                    ref = Workload("reference", ref.call)
-                with timing_slot(self.request.config):  # under xdist: alone on a shared device
-                    comparison = measure_pair(
-                        timer,
-                        cand,
-                        ref,
-                        mode=mode,
-                        rule=the_rule,
-                        facts={**facts, **settings, **extra},
-                        stored_mode=sticky,
-                    )
-                self._last_output = sets.last_output()  # for integrity.after_timing
-            return self._sanity(comparison, problem)
-
-        # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
-        with timing_slot(self.request.config), device_errors(self.device, self.nodeid, problem.id):
-            extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
-            extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
-        first = run(base_rule, extra, stored_mode)
-
-        def confirm(n_rounds: int) -> Comparison:
-            return run(
-                base_rule.for_rounds(n_rounds, first.n_rounds),
-                {**extra, "confirm_of_rounds": first.n_rounds},
-                first.candidate.mode,
-            )
-
-        return first, confirm
-
-    def _sanity(self, comparison: Comparison, problem: Conv2dProblem) -> Comparison:
-        """The comparison with its roofline floor as a fact; :class:`ImplausibleTime` under half of it."""
-        bandwidth = self.device.copy_bandwidth()
-        floor = problem.min_bytes / bandwidth
-        for side, m in (("candidate", comparison.candidate), ("reference", comparison.reference)):
-            if m.median < 0.5 * floor:
-                raise ImplausibleTime(
-                    f"{side} median {m.median * 1e6:.3f} us on {problem.id} is under half the roofline floor "
-                    f"{floor * 1e6:.3f} us ({problem.min_bytes} bytes at the measured copy bandwidth "
-                    f"{bandwidth / 1e9:.1f} GB/s): the kernel did not do its work (did it launch, on the "
-                    "current stream, and write its whole output?)"
-                )
-        roofline = roofline_facts(problem.min_bytes, self.device)  # copy-BW and spec-peak floors
-        return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})
+    def _where(self) -> tuple[Timer, DeviceInfo, pytest.Config, str]:
+        """Where this test times: :func:`~pytest_convperf.pairing.time_pair`'s first four arguments."""
+        return self.timer, self.device, self.request.config, self.nodeid
 
     # ---- the check -----------------------------------------------------------------------------------
     def check(
@@ -296,7 +207,8 @@ class ConvperfFixture:
             self._record_failure(key, problem, phase, facts, found)
         entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
         sticky = entry.mode if mode == "auto" and entry is not None else None  # auto: time as stored
-        comparison, confirm = self._measure(
+        timed = time_pair(
+            *self._where(),
             candidate,
             problem,
             reference=reference,
@@ -306,9 +218,10 @@ class ConvperfFixture:
             inputs=inputs,
             stored_mode=sticky,
         )
+        comparison, confirm = timed.first, timed.confirm
         if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
             with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
-                found = after_timing(candidate, problem, inputs, self._last_output, seed, device, oracle)
+                found = after_timing(candidate, problem, inputs, timed.last_output, seed, device, oracle)
             self._record_failure(key, problem, phase, facts, found)
         if self.session.cfg.updating or (entry is not None and entry.kernels):  # which kernel changed
             call = phase_call(candidate, inputs, problem, phase, seed, device.torch_device)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 import pytest
 
 from pytest_convperf.multiplicity import DEFAULT_ALPHA, DEFAULT_METHOD, METHODS, Method
+from pytest_convperf.slugs import resolve_machine, slugify
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -165,8 +166,6 @@ def ini_pairs(text: str | None, key: str, form: str) -> list[tuple[str, str]]:
 
 def parse_aliases(text: str | None) -> dict[str, str]:
     """Parse ``slug = class`` lines (ini ``convperf_machine_aliases``); both sides are slugified."""
-    from pytest_convperf.baselines import slugify
-
     # Lookups use slugs (resolve_machine), so keys and targets are slugified the same way.
     form = "detected-slug = class-slug"
     aliases: dict[str, str] = {}
@@ -298,8 +297,6 @@ class ConvperfConfig:
         machine = raw(spec["convperf-machine"])
         aliases = parse_aliases(raw(spec["convperf-machine-aliases"]))
         if machine is not None:
-            from pytest_convperf.baselines import resolve_machine
-
             resolve_machine("", machine, aliases)  # refuses an empty slug now, before any test runs
         baselines = path(raw(spec["convperf-baselines"]) or "baselines")
         assert baselines is not None

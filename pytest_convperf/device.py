@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_convperf.baselines import slugify
+from pytest_convperf.slugs import slugify
 
 # NVML clocks-event (throttle) reason bits that mean the hardware slowed the SM clock down:
 # HW slowdown, SW thermal, HW thermal, HW power brake. SW power cap is recorded, not dropped:

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pytest_convperf.results import CheckRow
 
 Method = Literal["holm", "bh", "none"]
 METHODS: tuple[Method, ...] = ("holm", "bh", "none")
@@ -91,18 +94,18 @@ def family_p_value(verdict: str, p_value: float | None) -> float | None:
     return 1.0 if p_value is None else float(p_value)
 
 
-def check_id(row: Mapping[str, Any]) -> str:
+def check_id(row: CheckRow) -> str:
     """A check's name in the night's family: its test and its baseline key (one test may make several)."""
-    return f"{row.get('nodeid') or '?'} [{row.get('key') or '?'}]"
+    return f"{row.nodeid or '?'} [{row.key or '?'}]"
 
 
-def checks_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, float | None]]:
-    """``{check_id: (verdict, p_value)}`` from result rows (``row["decision"]`` is ``Decision.to_dict()``)."""
+def checks_from_rows(rows: Iterable[CheckRow]) -> dict[str, tuple[str, float | None]]:
+    """``{check_id: (verdict, p_value)}`` from result rows (``row.decision`` is ``Decision.to_dict()``)."""
     out: dict[str, tuple[str, float | None]] = {}
     for row in rows:
-        p = (row.get("decision") or {}).get("p_value")
+        p = (row.decision or {}).get("p_value")
         out[check_id(row)] = (
-            str(row.get("verdict")),
+            str(row.verdict),
             None if p is None else float(p),
         )
     return out

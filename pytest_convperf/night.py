@@ -7,16 +7,18 @@ warns instead), and here the controller decides over every check of the session
 (``multiplicity.control``). A FAIL it keeps stays FAIL and fails the session (exit status 1, the
 checks named in the terminal summary); one it does not keep becomes ``SUSPECT`` in every report,
 with its adjusted p-value. Why deferred and not failed at once: docs/statistics.md
-("How a night-wide FAIL reaches pytest"). Pure functions on row dicts; no torch, no pytest.
+("How a night-wide FAIL reaches pytest"). Pure functions on ``CheckRow``s; no torch, no pytest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pytest_convperf.multiplicity import Method, NightControl, check_id, checks_from_rows, control
+from pytest_convperf.results import CheckRow
 from pytest_convperf.verdict import CONFIRM_Q
 
 SUSPECT = "SUSPECT"
@@ -25,38 +27,40 @@ _NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
 
 
 def judge_night(
-    rows: Sequence[Mapping[str, Any]], *, method: Method, alpha: float
-) -> tuple[list[dict[str, Any]], NightControl]:
+    rows: Sequence[CheckRow], *, method: Method, alpha: float
+) -> tuple[list[CheckRow], NightControl]:
     """The rows as the night decided them, and the controller's answer.
 
     Every family row gains ``night`` (``adjusted_p``, ``kept``); a per-check FAIL the night does
-    not keep gets verdict ``SUSPECT`` and a message saying why. Other rows are unchanged copies.
+    not keep gets verdict ``SUSPECT`` and a message saying why. Other rows are returned as they are.
     """
     night = control(checks_from_rows(rows), method=method, alpha=alpha, per_check_alpha=1 - CONFIRM_Q)
     cleared = set(night.cleared)
-    out: list[dict[str, Any]] = []
+    out: list[CheckRow] = []
     for row in rows:
-        new = dict(row)
         ident = check_id(row)
         if ident in night.adjusted:
-            new["night"] = {
-                "method": method,
-                "alpha": alpha,
-                "adjusted_p": night.adjusted[ident],
-                "kept": ident in night.fails,
-            }
+            row = replace(
+                row,
+                night={
+                    "method": method,
+                    "alpha": alpha,
+                    "adjusted_p": night.adjusted[ident],
+                    "kept": ident in night.fails,
+                },
+            )
         if ident in cleared:
-            new["verdict"] = SUSPECT
-            new["message"] = (
+            message = (
                 f"SUSPECT: slower by its own rule but not significant across the night "
                 f"({_NAMES.get(method, method)}-adjusted p {night.adjusted[ident]:.3g} > {alpha:g} over "
-                f"{night.m} checks); not a failure. {row.get('message') or ''}"
+                f"{night.m} checks); not a failure. {row.message or ''}"
             ).strip()
-        out.append(new)
+            row = replace(row, verdict=SUSPECT, message=message)
+        out.append(row)
     return out, night
 
 
-def night_lines(night: NightControl, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def night_lines(night: NightControl, rows: Sequence[CheckRow]) -> list[str]:
     """Terminal and report lines: the expectation, then the FAILs the night kept and those it cleared."""
     lines = [night.summary()]
     by_id = {check_id(r): r for r in rows}

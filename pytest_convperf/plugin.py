@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_convperf.check import ConvperfFixture
     from pytest_convperf.cliff_search import CliffSearch
     from pytest_convperf.device import DeviceInfo
+    from pytest_convperf.results import CheckRow
     from pytest_convperf.sections import ReportSections
 
 MARKER = "convperf"
@@ -36,7 +37,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_convperf_write_report(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[CheckRow],
     report_dir: Path,
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],

@@ -18,13 +18,14 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_convperf import stats
 from pytest_convperf.report import ReportRow, fmt_time
+from pytest_convperf.results import CheckRow
 
 LIVE_INTERVAL_S = 0.25  # terminal redraws at most this often
 LINE_INTERVAL_S = 30.0  # without a terminal: one complete progress line per check at most this often
@@ -40,8 +41,8 @@ class Tally:
     warmup_rounds: int = 0
     log_ratios: list[float] = field(default_factory=list)
 
-    def observe(self, phase: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
-        if phase != "timing":
+    def observe(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        if stage != "timing":
             if self.stage != "warm-up" or index == 0:
                 self.warmup_rounds = 0
             self.stage = "warm-up"
@@ -70,7 +71,7 @@ class Tally:
         return line
 
 
-def verdict_text(row: Mapping[str, Any]) -> str:
+def verdict_text(row: CheckRow) -> str:
     """A check's final line:
     ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (63 rounds)``."""
     r = ReportRow.from_row(row)
@@ -96,8 +97,8 @@ class ProgressTimer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._timer, name)
 
-    def observe_round(self, phase: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
-        self._on_round(phase, index, names, times)
+    def observe_round(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        self._on_round(stage, index, names, times)
 
 
 class LiveProgress:
@@ -131,12 +132,12 @@ class LiveProgress:
         if not self.enabled:
             return timer
 
-        def on_round(phase: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        def on_round(stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
             if self._tally is None or self._tally.check != check or self._nodeid != nodeid:
                 # A terminal shows the check at once; a log gets a line only for a long check.
                 self._last = -math.inf if self.live else self.clock()
                 self._tally, self._nodeid, self._drawn = Tally(check), nodeid, False
-            self._tally.observe(phase, index, names, times)
+            self._tally.observe(stage, index, names, times)
             self._update()
 
         return ProgressTimer(timer, on_round)
@@ -162,7 +163,7 @@ class LiveProgress:
         else:
             tr.write_line(text)
 
-    def done(self, row: Mapping[str, Any], nodeid: str, *, after_status: bool = False) -> None:
+    def done(self, row: CheckRow, nodeid: str, *, after_status: bool = False) -> None:
         """The check's verdict line, replacing its live line (called once per recorded row).
 
         ``after_status``: pytest has just written the test's status letter on the current line

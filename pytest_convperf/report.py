@@ -1,6 +1,6 @@
 """Reports as data first, printing last: terminal lines, Markdown, pytest-benchmark JSON, history, plot.
 
-Input is the list of result rows the controller collected (dicts, see docs/architecture.md);
+Input is the list of result rows the controller collected (``results.CheckRow``);
 every function here is pure except the ``write_*`` ones, which write one file each.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_convperf.results import Verdict
+from pytest_convperf.results import CheckRow, Comparison, Measurement, Verdict
 
 # Most urgent first: what a reader must act on comes before what merely passed.
 VERDICT_ORDER: tuple[str, ...] = (
@@ -60,39 +60,47 @@ class ReportRow:
     deterministic: bool = False  # declared with check(deterministic=True): two runs agreed bitwise
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> ReportRow:
-        comp = row.get("comparison") or {}
-        decision = row.get("decision") or {}
-        final = decision.get("confirm") or comp
-        ratio = as_number(final.get("time_ratio"))
-        ci = final.get("time_ratio_ci")
-        base = as_number((row.get("baseline") or {}).get("time_ratio"))
+    def from_row(cls, row: CheckRow) -> ReportRow:
+        decision = row.decision or {}
+        final = final_comparison(row)
+        ratio = as_number(final.time_ratio) if final is not None else None
+        ci = final.time_ratio_ci if final is not None else None
+        base = as_number((row.baseline or {}).get("time_ratio"))
         dci = decision.get("delta_ci")
-        update = row.get("update") or {}
-        facts = final.get("facts") or comp.get("facts") or {}
-        cand_us = _us(final.get("candidate"))
+        update = row.update or {}
+        facts = (final.facts if final is not None else None) or (
+            row.comparison.facts if row.comparison is not None else {}
+        )
+        cand_us = _us(final.candidate if final is not None else None)
         return cls(
-            key=str(row.get("key", row.get("nodeid", "?"))),
-            module=str(row.get("module", "")),
-            nodeid=str(row.get("nodeid", "")),
-            verdict=str(row.get("verdict") or decision.get("verdict") or "UNDECIDED"),
-            message=str(row.get("message") or decision.get("message") or ""),
+            key=row.key or row.nodeid or "?",
+            module=row.module,
+            nodeid=row.nodeid,
+            verdict=str(row.verdict or decision.get("verdict") or "UNDECIDED"),
+            message=str(row.message or decision.get("message") or ""),
             speedup=1 / ratio if ratio else None,
             speedup_ci=(1 / ci[1], 1 / ci[0]) if ci and ci[0] and ci[1] else None,
             baseline_speedup=1 / base if base else None,
             delta=as_number(decision.get("delta")),
             delta_ci=(dci[0], dci[1]) if dci else None,
-            candidate_us=_us(final.get("candidate")),
-            reference_us=_us(final.get("reference")),
+            candidate_us=cand_us,
+            reference_us=_us(final.reference if final is not None else None),
             mde=as_number(decision.get("mde")),
-            n_rounds=final.get("n_rounds"),
+            n_rounds=final.n_rounds if final is not None else None,
             update=update.get("action") if update and update.get("action") != "skip" else None,
             quality=_quality_cell(row),
             roofline=_share(facts.get("roofline_floor_us"), cand_us),
             roofline_spec=_share(facts.get("roofline_spec_floor_us"), cand_us),
             spec=str(facts["roofline_spec"]) if facts.get("roofline_spec") else None,
-            deterministic=bool((row.get("facts") or {}).get("deterministic")),
+            deterministic=bool(row.facts.get("deterministic")),
         )
+
+
+def final_comparison(row: CheckRow) -> Comparison | None:
+    """The comparison a row's numbers come from: the confirm run when there was one, else the first."""
+    confirm = (row.decision or {}).get("confirm")
+    # The decision is the judgement's dict form (``Decision.to_dict``), its confirm a ``Comparison``'s.
+    return Comparison.from_dict(confirm) if confirm else row.comparison
 
 
 def _share(floor_us: Any, us: float | None) -> float | None:
@@ -100,13 +108,13 @@ def _share(floor_us: Any, us: float | None) -> float | None:
     return floor / us if floor is not None and us else None
 
 
-def row_quality(row: Mapping[str, Any]) -> dict[str, float]:
+def row_quality(row: CheckRow) -> dict[str, float]:
     """The row's quality metrics against the float conv (``rel_l2``, ``sqnr_db``), if any."""
-    metrics = row.get("extra_metrics") or {}
+    metrics = row.extra_metrics or {}
     return {k: float(metrics[k]) for k in ("rel_l2", "sqnr_db") if as_number(metrics.get(k)) is not None}
 
 
-def _quality_cell(row: Mapping[str, Any]) -> str | None:
+def _quality_cell(row: CheckRow) -> str | None:
     q = row_quality(row)
     if not q:
         return None
@@ -118,13 +126,13 @@ def _quality_cell(row: Mapping[str, Any]) -> str | None:
     return ", ".join(parts)
 
 
-def _us(meas: Any) -> float | None:
-    if isinstance(meas, Mapping) and as_number(meas.get("median")) is not None:
-        return float(meas["median"]) * 1e6
+def _us(meas: Measurement | None) -> float | None:
+    if meas is not None and as_number(meas.median) is not None:
+        return float(meas.median) * 1e6
     return None
 
 
-def grouped(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[ReportRow]]]:
+def grouped(rows: Iterable[CheckRow]) -> list[tuple[str, list[ReportRow]]]:
     """Rows grouped by verdict, most urgent group first, rows sorted by key."""
     groups: dict[str, list[ReportRow]] = {}
     for row in rows:
@@ -205,16 +213,16 @@ def roofline_note(rows: Sequence[ReportRow]) -> str | None:
     )
 
 
-def fake_timed(row: Mapping[str, Any]) -> bool:
+def fake_timed(row: CheckRow) -> bool:
     """Whether the row's check was timed by the fake timer (replayed durations)."""
-    return (row.get("facts") or {}).get("timer") == "fake"
+    return row.facts.get("timer") == "fake"
 
 
 def _recorded(rows: Sequence[ReportRow]) -> int:
     return sum(1 for r in rows if r.update == "write")
 
 
-def counts(rows: Sequence[Mapping[str, Any]]) -> str:
+def counts(rows: Sequence[CheckRow]) -> str:
     """``NEW 16 (16 recorded), FAIL 3 (3 recorded)``: the verdicts and, on an update run, what was stored."""
     parts = []
     for verdict, group in grouped(rows):
@@ -278,7 +286,7 @@ def _module_line(module: str, group: Sequence[ReportRow]) -> str:
     return f"  {module or '(no module)'}: {len(group)} new {checks}{span} ({state})"
 
 
-def terminal_lines(rows: Sequence[Mapping[str, Any]], *, verbose: int = 0) -> list[str]:
+def terminal_lines(rows: Sequence[CheckRow], *, verbose: int = 0) -> list[str]:
     """The terminal summary: one block per verdict, a line per check with a note under non-PASS
     rows; NEW checks (a first run's many) as one line per module unless ``verbose`` > 0."""
     out: list[str] = []
@@ -305,7 +313,7 @@ def terminal_lines(rows: Sequence[Mapping[str, Any]], *, verbose: int = 0) -> li
 
 
 def markdown(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[CheckRow],
     *,
     title: str = "convperf report",
     machine_info: Mapping[str, Any] | None = None,
@@ -358,7 +366,7 @@ def markdown(
     return "\n".join(lines)
 
 
-def junit_properties(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+def junit_properties(row: CheckRow) -> list[tuple[str, str]]:
     """Flat ``(name, value)`` pairs for JUnit ``<properties>`` (one set per check)."""
     r = ReportRow.from_row(row)
     prefix = f"convperf[{r.key}]"

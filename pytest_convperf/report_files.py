@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.files import atomic_write
-from pytest_convperf.report import SCHEMA, ReportRow, as_number, markdown, row_quality
+from pytest_convperf.report import SCHEMA, ReportRow, as_number, final_comparison, markdown, row_quality
+from pytest_convperf.results import CheckRow, ErrorStats
 
 
 def _stats(samples: Sequence[float]) -> dict[str, Any]:
@@ -30,7 +31,7 @@ def _stats(samples: Sequence[float]) -> dict[str, Any]:
 
 
 def benchmark_json(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[CheckRow],
     *,
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],
@@ -45,7 +46,7 @@ def benchmark_json(
 
     benchmarks: list[dict[str, Any]] = []
     for row in rows:
-        comp = row.get("comparison") or {}
+        comp = row.comparison
         r = ReportRow.from_row(row)
         extra = {
             "convperf_verdict": r.verdict,
@@ -54,38 +55,28 @@ def benchmark_json(
             "baseline_speedup": r.baseline_speedup,
             "delta": r.delta,
             "delta_ci": list(r.delta_ci) if r.delta_ci else None,
-            "time_ratio": comp.get("time_ratio"),
-            "se_log_ratio": comp.get("se"),
-            "n_rounds": comp.get("n_rounds"),
+            "time_ratio": comp.time_ratio if comp is not None else None,
+            "se_log_ratio": comp.se if comp is not None else None,
+            "n_rounds": comp.n_rounds if comp is not None else None,
             "mde": r.mde,
-            "problem": row.get("problem"),
-            "phase": row.get("phase"),
+            "problem": row.problem,
+            "phase": row.phase,
             "message": r.message,
         }
-        for side in ("candidate", "reference"):
-            meas = comp.get(side) or {}
-            samples = meas.get("samples") or ([meas["median"]] if "median" in meas else [])
-            if not samples:
-                continue
-            name = f"{r.key}[{side}]"
+        if comp is None:
+            continue
+        for side, meas in (("candidate", comp.candidate), ("reference", comp.reference)):
+            samples = list(meas.samples) or [meas.median]
             benchmarks.append(
-                {
-                    "group": f"{r.module}::{r.key}",
-                    "name": name,
-                    "fullname": f"{r.nodeid or r.key}::{side}",
-                    "params": None,
-                    "param": None,
-                    "extra_info": dict(extra, side=side, mode=meas.get("mode"), l2=meas.get("l2")),
-                    "options": {
-                        "timer": f"convperf {meas.get('mode', '?')}",
-                        "min_rounds": comp.get("n_rounds"),
-                        "max_time": None,
-                        "min_time": None,
-                        "disable_gc": False,
-                        "warmup": True,
-                    },
-                    "stats": _stats(samples),
-                }
+                benchmark_entry(
+                    (r.module, r.key, r.nodeid),
+                    side,
+                    extra,
+                    mode=meas.mode,
+                    l2=meas.l2,
+                    samples=samples,
+                    n_rounds=comp.n_rounds,
+                )
             )
     return {
         "machine_info": dict(machine_info),
@@ -96,49 +87,81 @@ def benchmark_json(
     }
 
 
-def history_records(
-    rows: Sequence[Mapping[str, Any]], *, when: str, commit: str | None
-) -> list[dict[str, Any]]:
+def benchmark_entry(
+    check: tuple[str, str, str],
+    side: str,
+    extra: Mapping[str, Any],
+    *,
+    mode: str | None,
+    l2: str | None,
+    samples: Sequence[float],
+    n_rounds: int | None,
+) -> dict[str, Any]:
+    """One benchmark of pytest-benchmark's schema: one ``side`` of a check (module, key, node id),
+    grouped by the check."""
+    module, key, nodeid = check
+    return {
+        "group": f"{module}::{key}",
+        "name": f"{key}[{side}]",
+        "fullname": f"{nodeid or key}::{side}",
+        "params": None,
+        "param": None,
+        "extra_info": dict(extra, side=side, mode=mode, l2=l2),
+        "options": {
+            "timer": f"convperf {mode or '?'}",
+            "min_rounds": n_rounds,
+            "max_time": None,
+            "min_time": None,
+            "disable_gc": False,
+            "warmup": True,
+        },
+        "stats": _stats(samples),
+    }
+
+
+def history_records(rows: Sequence[CheckRow], *, when: str, commit: str | None) -> list[dict[str, Any]]:
     """One JSON record per check per run (feeds trend plots and a persistence gate)."""
     out = []
     for row in rows:
         # The final comparison (the confirm run when there was one) gives ratio, se, rounds and us alike.
-        comp = (row.get("decision") or {}).get("confirm") or row.get("comparison") or {}
+        comp = final_comparison(row)
         r = ReportRow.from_row(row)
-        ratio = as_number(comp.get("time_ratio"))
+        ratio = as_number(comp.time_ratio) if comp is not None else None
         out.append(
             {
                 "schema": SCHEMA,
                 "when": when,
                 "commit": commit,
-                "machine": row.get("machine"),
-                "device_kind": row.get("device_kind"),
+                "machine": row.machine,
+                "device_kind": row.device_kind,
                 "module": r.module,
                 "key": r.key,
                 "verdict": r.verdict,
                 "time_ratio": ratio,
                 "ln_ratio": math.log(ratio) if ratio else None,
-                "se": comp.get("se"),
-                "n_rounds": comp.get("n_rounds"),
+                "se": comp.se if comp is not None else None,
+                "n_rounds": comp.n_rounds if comp is not None else None,
                 "delta": r.delta,
                 "us": {"candidate": r.candidate_us, "reference": r.reference_us},
-                "env": row.get("env"),
-                "timing": row.get("timing"),
-                "reference_backend": (row.get("facts") or {}).get("reference_backend"),
-                "correctness": _correctness(row.get("errors") or []),
+                "env": row.env,
+                "timing": row.timing,
+                "reference_backend": row.facts.get("reference_backend"),
+                "correctness": _correctness(row.errors),
                 "quality": row_quality(row),
-                "baselines_file": row.get("baselines_file"),
-                "load_avg": (comp.get("facts") or {}).get("load_avg"),  # the CPU timer's: calibrate
+                "baselines_file": row.baselines_file,
+                "load_avg": comp.facts.get("load_avg")
+                if comp is not None
+                else None,  # CPU timer's: calibrate
             }
         )
     return out
 
 
-def _correctness(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _correctness(errors: Sequence[ErrorStats]) -> dict[str, Any]:
     """Stored correctness for an entry: flat for one output, per output name for several."""
     if len(errors) == 1:
-        return {"max_abs": errors[0].get("max_abs"), "max_rel": errors[0].get("max_rel")}
-    return {str(e.get("name")): {"max_abs": e.get("max_abs"), "max_rel": e.get("max_rel")} for e in errors}
+        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
+    return {str(e.name): {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
 
 
 def plot_title(machine_info: Mapping[str, Any], when: str | None) -> str:
@@ -150,7 +173,7 @@ def plot_title(machine_info: Mapping[str, Any], when: str | None) -> str:
 
 
 def plot_speedups(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[CheckRow],
     path: Path,
     *,
     machine_info: Mapping[str, Any] | None = None,
@@ -208,7 +231,7 @@ def plot_speedups(
 
 def write_reports(
     report_dir: Path,
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[CheckRow],
     *,
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],
@@ -238,7 +261,9 @@ def write_reports(
             fh.write(md + "\n")
     payload = benchmark_json(rows, machine_info=machine_info, commit_info=commit_info, when=when)
     atomic_write(report_dir / "results.json", json.dumps(payload, indent=2, default=str) + "\n")
-    atomic_write(report_dir / "rows.json", json.dumps(list(rows), indent=1, default=str) + "\n")
+    atomic_write(
+        report_dir / "rows.json", json.dumps([row.to_dict() for row in rows], indent=1, default=str) + "\n"
+    )
     night_json = {**(night or {}), "change_points_new": change_points}
     atomic_write(report_dir / NIGHT_FILE, json.dumps(night_json, indent=1, default=str) + "\n")
     note = plot_speedups(rows, report_dir / "speedup.png", machine_info=machine_info, when=when)

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_convperf.stats import log_ratios
+
 # How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
 # L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
 MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
@@ -80,14 +82,19 @@ class Comparison:
         return math.log(self.time_ratio)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON-able form, with each raw sample once: ``log_ratios`` are the paired samples'
+        ratios, so they are left out and :meth:`from_dict` derives them again."""
+        out = asdict(self)
+        del out["log_ratios"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Comparison:
         data = dict(data)
         data["candidate"] = _measurement(data["candidate"])
         data["reference"] = _measurement(data["reference"])
-        data["log_ratios"] = tuple(data["log_ratios"])
+        data.pop("log_ratios", None)  # rows.json written before the ratios were derived
+        data["log_ratios"] = tuple(log_ratios(data["candidate"].samples, data["reference"].samples))
         data["time_ratio_ci"] = tuple(data["time_ratio_ci"])
         return cls(**data)
 
@@ -173,6 +180,8 @@ class CheckRow:
     decision: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     update: dict[str, Any] | None = None
+    # The night's decision at session end (``night.judge_night``: ``adjusted_p``, ``kept``, ...).
+    night: dict[str, Any] | None = None
 
     # Fields a row without a judgement leaves out of its dict (as rows always have).
     _JUDGED = ("machine", "baselines_file", "device_kind", "env", "timing", "decision", "baseline", "update")
@@ -194,6 +203,8 @@ class CheckRow:
             out["extra_metrics"] = dict(self.extra_metrics)
         if self.machine is not None:
             out.update({name: getattr(self, name) for name in self._JUDGED})
+        if self.night is not None:
+            out["night"] = self.night
         return out
 
     @classmethod
@@ -211,6 +222,7 @@ class CheckRow:
             message=str(data.get("message", "")),
             facts=dict(data.get("facts") or {}),
             extra_metrics=data.get("extra_metrics"),
+            night=data.get("night"),
             **{name: data.get(name) for name in cls._JUDGED},
         )
 

@@ -66,7 +66,7 @@ class ConvperfSession:
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
         # At session end (controller): the rows as the night decided them, and the controller's answer.
-        self.night_rows: list[dict[str, Any]] | None = None
+        self.night_rows: list[CheckRow] | None = None
         self.night: NightControl | None = None
         self.night_failed: list[str] = []
         self._finished = False
@@ -173,7 +173,7 @@ class ConvperfSession:
             journal.append(self.cfg.report_dir, row.to_dict())
         self.pending.setdefault(nodeid, []).append(row)
         if is_controller(self.config):
-            self.progress().done(row.to_dict(), nodeid)
+            self.progress().done(row, nodeid)
 
     def record_cliff(self, nodeid: str, change: dict[str, Any]) -> None:
         """A cliff search's pin/retire/keep decision, applied by the controller's update."""
@@ -192,11 +192,11 @@ class ConvperfSession:
 
             # Flat per-check results for JUnit <properties>: junitxml reads the teardown report,
             # which copies item.user_properties (so they also travel from xdist workers).
-            for row in dicts:
+            for row in rows:
                 item.user_properties.extend(junit_properties(row))
 
     def attach_sections(self, report: pytest.TestReport) -> None:
-        """Report sections added since the last report ride on this one (any phase: a module
+        """Report sections added since the last report ride on this one (setup, call or teardown: a module
         fixture adds its tables in the teardown of the module's last test)."""
         sections = self.sections.take()
         if sections:
@@ -207,9 +207,10 @@ class ConvperfSession:
         """Collect rows and sections from every report: our own, or those a worker sent to this controller."""
         for name, value in report.user_properties:
             if name == ROWS_PROPERTY and report.when == "call" and isinstance(value, list):
-                self.rows.extend(CheckRow.from_dict(row) for row in value)
+                rows = [CheckRow.from_dict(row) for row in value]
+                self.rows.extend(rows)
                 if hasattr(report, "node"):  # from an xdist worker: its verdict lines, on the controller
-                    for row in value:
+                    for row in rows:
                         self.progress().done(row, report.nodeid, after_status=True)
             elif name == CLIFFS_PROPERTY and report.when == "call" and isinstance(value, list):
                 self.cliffs.extend(value)
@@ -283,9 +284,7 @@ class ConvperfSession:
             lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
             self.rows.extend(CheckRow.from_dict(row) for row in lost)
         # The form rows.json and report plugins read, with the night's decision on speed FAILs.
-        rows, self.night = judge_night(
-            [row.to_dict() for row in self.rows], method=cfg.false_alarms, alpha=cfg.false_alarm_level
-        )
+        rows, self.night = judge_night(self.rows, method=cfg.false_alarms, alpha=cfg.false_alarm_level)
         self.night_rows = rows
         if cfg.false_alarms != "none":
             self.night_failed = _deferred_fails(rows, self.night)
@@ -306,9 +305,9 @@ class ConvperfSession:
             ):
                 self.notes += notes or []
 
-    def machine_info(self, rows: Sequence[Any]) -> dict[str, Any]:
+    def machine_info(self, rows: Sequence[CheckRow]) -> dict[str, Any]:
         """pytest-benchmark's ``machine_info`` with the device facts (GPU name, clocks, versions)."""
-        info: dict[str, Any] = {"machine": rows[0].get("machine") if rows else None}
+        info: dict[str, Any] = {"machine": rows[0].machine if rows else None}
         try:
             device = self.device_info()
         except Exception as exc:  # the report must not fail because the device cannot be queried again
@@ -329,7 +328,7 @@ class ConvperfSession:
             terminalreporter.write_line(f"convperf report section: {path}")
         if not self.cfg.enabled:
             return
-        rows = self.night_rows if self.night_rows is not None else [row.to_dict() for row in self.rows]
+        rows = self.night_rows if self.night_rows is not None else self.rows
         if not rows and not self.update_md:
             return
         from pytest_convperf.night import night_lines
@@ -369,7 +368,7 @@ class NightFail:
     outcome: str = "failed"
 
 
-def _deferred_fails(rows: Sequence[dict[str, Any]], night: NightControl) -> list[str]:
+def _deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:
     """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
     from pytest_convperf.multiplicity import check_id
 
@@ -377,7 +376,7 @@ def _deferred_fails(rows: Sequence[dict[str, Any]], night: NightControl) -> list
     return [
         check_id(r)
         for r in rows
-        if check_id(r) in kept and (r.get("update") or {}).get("action") not in ("write", "refused")
+        if check_id(r) in kept and (r.update or {}).get("action") not in ("write", "refused")
     ]
 
 

@@ -30,7 +30,7 @@ from pytest_convperf.cliffs import CliffChange, file_changes, render_md
 from pytest_convperf.env import timing_of
 from pytest_convperf.files import atomic_write
 from pytest_convperf.quality import QUALITY_KEYS
-from pytest_convperf.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.verdict import Decision, Policy
 
 if TYPE_CHECKING:
@@ -191,8 +191,8 @@ def commit_info(rootdir: Path) -> dict[str, Any]:
     }
 
 
-def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: Mapping[str, Any]) -> str:
-    decision = row.get("decision") or {}
+def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckRow) -> str:
+    decision = row.decision or {}
     ci = decision.get("delta_ci")
     new_y = new.to_yaml()
     if old:
@@ -218,13 +218,13 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: Mappin
         env = ", ".join(f"{k} {v}" for k, v in new_y["env"].items())
     reason = (new.updated or {}).get("reason", "")
     return (
-        f"| `{key}` | {row.get('verdict', '')} | {change} | {us} | {env} | "
+        f"| `{key}` | {row.verdict} | {change} | {us} | {env} | "
         f"{reason.replace('|', '/') if reason else ''} |"
     )
 
 
 def apply_updates(
-    cfg: ConvperfConfig, rows: Sequence[Mapping[str, Any]], out_dir: Path, cliffs: Sequence[CliffChange] = ()
+    cfg: ConvperfConfig, rows: Sequence[CheckRow], out_dir: Path, cliffs: Sequence[CliffChange] = ()
 ) -> Path | None:
     """Write ``convperf-update.md``, then every planned update (grouped per file); None when no update ran.
 
@@ -241,36 +241,37 @@ def apply_updates(
         updated["commit"] = commit
     if cfg.reason:
         updated["reason"] = cfg.reason
-    per_file: dict[tuple[str, str], dict[str, tuple[Entry, Mapping[str, Any]]]] = {}
+    per_file: dict[tuple[str, str], dict[str, tuple[Entry, CheckRow]]] = {}
     kept: list[str] = []
     refused: list[str] = []
     for row in rows:
-        plan = row.get("update") or {}
+        plan = row.update or {}
         action = plan.get("action")
-        label = f"`{row.get('key')}` ({row.get('module')}): {plan.get('why', '')}"
+        label = f"`{row.key}` ({row.module}): {plan.get('why', '')}"
         if action == "keep":
             kept.append(label)
         elif action == "refused":
             refused.append(label)
         if action != "write" or not plan.get("entry"):
             continue
-        entry = parse_entry(str(row["key"]), plan["entry"])
+        entry = parse_entry(row.key, plan["entry"])
         entry = dataclasses.replace(entry, updated=dict(updated) or None)
-        entries = per_file.setdefault((str(row["machine"]), str(row["module"])), {})
-        if str(row["key"]) in entries:
-            other = entries[str(row["key"])][1]
+        entries = per_file.setdefault((str(row.machine), row.module), {})
+        if row.key in entries:
+            other = entries[row.key][1]
             raise pytest.UsageError(
-                f"convperf: two tests record the same baseline key {row['key']!r} in "
-                f"{row['machine']}/{row['module']}.yaml: {other.get('nodeid')} and {row.get('nodeid')}; "
+                f"convperf: two tests record the same baseline key {row.key!r} in "
+                f"{row.machine}/{row.module}.yaml: {other.nodeid} and {row.nodeid}; "
                 "rename one of them (baseline files are chosen by test file name, so two test files "
                 "with the same name in different folders share one baseline file)"
             )
-        entries[str(row["key"])] = (entry, row)
+        entries[row.key] = (entry, row)
     pins, retired = file_changes(cliffs)
     for where, pinned in pins.items():  # a pinned cliff is a new entry with its ``cliff`` field
         for key, raw in pinned.items():
             entry = dataclasses.replace(parse_entry(key, raw), updated=dict(updated) or None)
-            per_file.setdefault(where, {})[key] = (entry, {"key": key, "verdict": "cliff"})
+            row = CheckRow(key, "", where[1], key, "forward", None, (), "cliff", "", machine=where[0])
+            per_file.setdefault(where, {})[key] = (entry, row)
     for where, keys in retired.items():  # retirement wins over a re-check's own update
         for key in keys:
             per_file.get(where, {}).pop(key, None)
@@ -299,7 +300,7 @@ def apply_updates(
 
 def render_update_md(
     cfg: ConvperfConfig,
-    per_file: Mapping[tuple[str, str], Mapping[str, tuple[Entry, Mapping[str, Any]]]],
+    per_file: Mapping[tuple[str, str], Mapping[str, tuple[Entry, CheckRow]]],
     kept: Sequence[str],
     refused: Sequence[str],
     commit: str | None,
@@ -318,7 +319,7 @@ def render_update_md(
             "|---|---|---|---|---|---|",
         ]
         for key, (entry, row) in sorted(entries.items()):
-            lines.append(_entry_line(key, row.get("baseline"), entry, row))
+            lines.append(_entry_line(key, row.baseline, entry, row))
         lines.append("")
     if not per_file:
         lines += ["No entry was written.", ""]

@@ -11,7 +11,7 @@
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_controls
 #endif
-#include "convperf_ns.h"
+#include "convperf/ns.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_depthwise
 #endif
-#include "convperf_ns.h"
+#include "convperf/ns.h"
 #include "depthwise.cuh"
 
 namespace {

@@ -12,7 +12,7 @@
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_edsr
 #endif
-#include "convperf_ns.h"
+#include "convperf/ns.h"
 
 namespace convperf_edsr {
 bool sep_conv_supports_channels(int C);

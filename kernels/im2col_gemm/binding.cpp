@@ -15,7 +15,7 @@
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_im2col_gemm
 #endif
-#include "convperf_ns.h"
+#include "convperf/ns.h"
 
 cudaError_t launch_im2col(int dtype, const void* x, void* col, int n, int c, int h, int w, int kh, int kw, int sh,
                           int sw, int ph, int pw, int dh, int dw, int wo, int row0, int rows, int64_t sn,

@@ -10,7 +10,7 @@
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_pcilt
 #endif
-#include "convperf_ns.h"
+#include "convperf/ns.h"
 
 cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, int w, int wp, float inv_step, int bits,
                                  cudaStream_t stream);

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.integration._lifecycle import Suite
+from tests.rows import check_row
 
 
 def test_partial_update_keeps_unselected_and_unknown_entries(
@@ -58,6 +59,6 @@ def test_one_bad_target_file_stops_the_update_before_any_write(tmp_path: Path) -
     bad.parent.mkdir(parents=True)
     bad.write_text("benchmarks: [\n")
     with pytest.raises(pytest.UsageError, match=r"test_b\.yaml"):
-        apply_updates(cfg, rows, tmp_path)
+        apply_updates(cfg, [check_row(row) for row in rows], tmp_path)
     assert not (tmp_path / "bl" / "box" / "test_a.yaml").exists()
     assert bad.read_text() == "benchmarks: [\n"

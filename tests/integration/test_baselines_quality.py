@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.integration._lifecycle import PROBLEM, Suite
+from tests.rows import check_row
 
 # The check's quality metrics come from $CONVPERF_TEST_REL_L2 (sqnr_db derived from it).
 QUALITY_SUITE = f"""
@@ -171,7 +172,7 @@ def test_calibrate_creates_entries_with_the_runs_quality(tmp_path: Path) -> None
         "machine": "box",
         "device_kind": "cpu",
     }
-    record = history_records([row], when="now", commit=None)[0]
+    record = history_records([check_row(row)], when="now", commit=None)[0]
     assert record["quality"] == {"rel_l2": 0.01, "sqnr_db": 40.0}
     path = tmp_path / "box" / "m.yaml"
     record["baselines_file"] = str(path)

@@ -11,6 +11,7 @@ import yaml
 
 from pytest_convperf.baselines import Entry, dump_text
 from tests.integration._lifecycle import subprocess_env
+from tests.rows import check_row
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +90,8 @@ def test_report_command_reprints_a_report_dir(pytester: pytest.Pytester) -> None
         }
     ]
     (pytester.path / "rep").mkdir()
-    (pytester.path / "rep" / "rows.json").write_text(json.dumps(rows))
+    # rows.json holds whole rows (CheckRow.to_dict), which `report` reads back with CheckRow.from_dict.
+    (pytester.path / "rep" / "rows.json").write_text(json.dumps([check_row(row).to_dict() for row in rows]))
     result = pytester.run(sys.executable, "-m", "pytest_convperf", "report", "rep")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["PASS (1)", "*m::k?p?  speedup 2.000x*"])

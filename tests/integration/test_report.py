@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from pytest_convperf.report import grouped, markdown, terminal_lines
 from pytest_convperf.report_files import plot_speedups
 from tests.integration._lifecycle import Suite
+from tests.rows import check_row
 
 
 def test_report_dir_files_and_junit(
@@ -70,27 +72,33 @@ def test_report_dir_files_and_junit(
     assert any(k.endswith(".speedup") and v == "2" for k, v in props.items())
 
 
-ROW = {
-    "key": "test_x[p]",
-    "module": "test_m",
-    "nodeid": "test_m.py::test_x[p]",
-    "verdict": "FAIL",
-    "message": "FAIL (confirmed): slower\nsecond line",
-    "comparison": {
-        "time_ratio": 0.6,
-        "time_ratio_ci": [0.59, 0.61],
-        "n_rounds": 21,
-        "se": 0.01,
-        "candidate": {"median": 6e-4, "samples": [6e-4]},
-        "reference": {"median": 1e-3, "samples": [1e-3]},
-    },
-    "decision": {"delta": 0.2, "delta_ci": [0.15, 0.25], "mde": 0.08},
-    "baseline": {"time_ratio": 0.5},
-}
+ROW = check_row(
+    {
+        "key": "test_x[p]",
+        "module": "test_m",
+        "nodeid": "test_m.py::test_x[p]",
+        "verdict": "FAIL",
+        "message": "FAIL (confirmed): slower\nsecond line",
+        "comparison": {
+            "time_ratio": 0.6,
+            "time_ratio_ci": [0.59, 0.61],
+            "n_rounds": 21,
+            "se": 0.01,
+            "candidate": {"median": 6e-4, "samples": [6e-4]},
+            "reference": {"median": 1e-3, "samples": [1e-3]},
+        },
+        "decision": {"delta": 0.2, "delta_ci": [0.15, 0.25], "mde": 0.08},
+        "baseline": {"time_ratio": 0.5},
+    }
+)
 
 
 def test_report_data_is_grouped_most_urgent_first() -> None:
-    rows = [ROW, {**ROW, "key": "test_y[p]", "verdict": "PASS"}, {**ROW, "key": "test_z", "verdict": "NEW"}]
+    rows = [
+        ROW,
+        dataclasses.replace(ROW, key="test_y[p]", verdict="PASS"),
+        dataclasses.replace(ROW, key="test_z", verdict="NEW"),
+    ]
     assert [v for v, _ in grouped(rows)] == ["FAIL", "NEW", "PASS"]
     lines = terminal_lines(rows)
     assert lines[0] == "FAIL (1)"
@@ -111,7 +119,7 @@ def test_plot_without_matplotlib_is_a_note(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_rows_timed_by_the_fake_timer_say_so() -> None:
-    fake = {**ROW, "facts": {"timer": "fake"}}
+    fake = dataclasses.replace(ROW, facts={"timer": "fake"})
     assert terminal_lines([fake])[0].startswith("timer: fake timer")
     assert "**fake timer**" in markdown([fake])
     assert not any("fake" in line for line in terminal_lines([ROW]))
@@ -128,7 +136,10 @@ def test_history_takes_ratio_and_times_from_the_same_final_comparison() -> None:
         "candidate": {"median": 7e-4, "samples": [7e-4]},
         "reference": {"median": 1e-3, "samples": [1e-3]},
     }
-    row = {**ROW, "decision": {**ROW["decision"], "confirm": confirm}}  # type: ignore[dict-item]
+    # The decision's confirm is a Comparison's dict form (Decision.to_dict).
+    full = check_row({"comparison": confirm}).comparison
+    assert full is not None
+    row = dataclasses.replace(ROW, decision={**(ROW.decision or {}), "confirm": full.to_dict()})
     (rec,) = history_records([row], when="now", commit=None)
     assert rec["time_ratio"] == pytest.approx(0.7) and rec["ln_ratio"] == pytest.approx(math.log(0.7))
     assert rec["us"] == {"candidate": pytest.approx(700.0), "reference": pytest.approx(1000.0)}

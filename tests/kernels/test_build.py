@@ -62,6 +62,15 @@ def test_hash_follows_sources_flags_and_archs(tmp_path: Path, ext_dir: Path) -> 
     assert base.build_dir == ext_dir / base.name
 
 
+def test_every_shared_header_is_in_every_family_hash() -> None:
+    # The shared headers sit in include/convperf/: a non-recursive listing once left them all unhashed,
+    # so an edit there reused every family's stale .so.
+    shared = {p for p in _build.SHARED_INCLUDE.rglob("*") if p.suffix in _build.HEADER_SUFFIXES}
+    assert {p.name for p in shared} >= {"ns.h", "convert.cuh", "dtype.h"}
+    for family in _build.families():
+        assert shared <= set(_build.make_spec(family).headers), family
+
+
 def test_same_hash_loads_from_cache_without_compiling(
     tmp_path: Path, ext_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -54,7 +54,7 @@ def test_the_namespace_macro_expands_before_torch_library_pastes_it(tmp_path: Pa
     src = tmp_path / "x.cpp"
     src.write_text(
         "#define TORCH_LIBRARY(ns, m) lib_##ns #ns\n#define TORCH_LIBRARY_IMPL(ns, k, m) impl_##ns##_##k\n"
-        '#ifndef CONVPERF_NS\n#define CONVPERF_NS convperf_fam\n#endif\n#include "convperf_ns.h"\n'
+        '#ifndef CONVPERF_NS\n#define CONVPERF_NS convperf_fam\n#endif\n#include "convperf/ns.h"\n'
         "CONVPERF_TORCH_LIBRARY(m)\nCONVPERF_TORCH_LIBRARY_IMPL(CUDA, m)\n"
     )
     inc = ["-I", str(_build.SHARED_INCLUDE)]
@@ -73,7 +73,7 @@ BINDING = """#include <torch/library.h>
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_twin
 #endif
-#include "convperf_ns.h"
+#include "convperf/ns.h"
 CONVPERF_TORCH_LIBRARY(m) { m.def("ident(Tensor x) -> Tensor"); }
 """
 CU = "__global__ void twin_kernel(float* x) { x[threadIdx.x] += 1.0f; }\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.baselines import Store, dump_text, merge_files, read_file, resolve_machine
+from tests.rows import check_row
 from tests.unit.test_baselines_store import KEY, MACHINE, make_entry, write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,7 +274,7 @@ def test_the_review_record_is_written_before_the_baselines(
 
     monkeypatch.setattr(Store, "write", broken)
     with pytest.raises(OSError):
-        updates.apply_updates(cfg, [row], tmp_path)
+        updates.apply_updates(cfg, [check_row(row)], tmp_path)
     md = (tmp_path / "convperf-update.md").read_text()
     assert "test_a" in md and "No space left on device" in md
 

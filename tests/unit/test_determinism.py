@@ -3,6 +3,7 @@ naming the output, the element and both values."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from pytest_convperf.correctness import stable_seed
 from pytest_convperf.determinism import bitwise_difference, nondeterminism
 from pytest_convperf.problem import Conv2dProblem
+from tests.rows import check_row
 
 P = Conv2dProblem(n=4, c_in=8, h=8, w=8, c_out=8, padding=(1, 1))
 
@@ -78,7 +80,7 @@ def test_bitwise_means_bitwise() -> None:
 def test_the_report_shows_deterministic_checks() -> None:
     from pytest_convperf.report import ReportRow, cells, terminal_lines
 
-    row: dict[str, Any] = {"key": "k", "module": "m", "verdict": "PASS", "facts": {"deterministic": True}}
+    row = check_row({"key": "k", "module": "m", "verdict": "PASS", "facts": {"deterministic": True}})
     assert cells(ReportRow.from_row(row))["check"] == "m::k (deterministic)"
-    assert cells(ReportRow.from_row({**row, "facts": {}}))["check"] == "m::k"
+    assert cells(ReportRow.from_row(dataclasses.replace(row, facts={})))["check"] == "m::k"
     assert any("m::k (deterministic)" in line for line in terminal_lines([row]))

@@ -21,6 +21,7 @@ from pytest_convperf.results import Comparison
 from pytest_convperf.timing.fake import FakeTimer
 from pytest_convperf.timing.rounds import StopRule, measure_pair
 from pytest_convperf.verdict import Stage, decide, default_policy
+from tests.rows import check_row
 
 P = [0.01, 0.04, 0.03, 0.005, 0.2]
 
@@ -110,7 +111,7 @@ def test_rows_feed_the_controller() -> None:
         {"nodeid": "t.py::b", "key": "b", "verdict": "PASS", "decision": {"p_value": None}},
         {"nodeid": "t.py::c", "key": "c", "verdict": "NEW"},
     ]
-    checks = checks_from_rows(rows)
+    checks = checks_from_rows([check_row(row) for row in rows])
     assert checks == {
         "t.py::a [a]": ("FAIL", 1e-7),
         "t.py::b [b]": ("PASS", None),

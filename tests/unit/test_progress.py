@@ -8,6 +8,7 @@ from typing import Any
 
 from pytest_convperf.progress import LiveProgress, Tally, verdict_text
 from pytest_convperf.report import counts, fmt_time, terminal_lines
+from tests.rows import check_row
 
 
 class Terminal:
@@ -36,21 +37,23 @@ class Terminal:
 def row(
     verdict: str = "NEW", key: str = "test_x[p]", module: str = "test_m", update: str | None = None
 ) -> Any:
-    return {
-        "key": key,
-        "module": module,
-        "nodeid": f"{module}.py::{key}",
-        "verdict": verdict,
-        "message": "NEW: no baseline entry; speedup 0.500x. Record it with --convperf-update-baselines",
-        "comparison": {
-            "time_ratio": 2.0,
-            "time_ratio_ci": [1.9, 2.1],
-            "n_rounds": 63,
-            "candidate": {"median": 2.073e-3},
-            "reference": {"median": 1.0e-3},
-        },
-        "update": {"action": update} if update else None,
-    }
+    return check_row(
+        {
+            "key": key,
+            "module": module,
+            "nodeid": f"{module}.py::{key}",
+            "verdict": verdict,
+            "message": "NEW: no baseline entry; speedup 0.500x. Record it with --convperf-update-baselines",
+            "comparison": {
+                "time_ratio": 2.0,
+                "time_ratio_ci": [1.9, 2.1],
+                "n_rounds": 63,
+                "candidate": {"median": 2.073e-3},
+                "reference": {"median": 1.0e-3},
+            },
+            "update": {"action": update} if update else None,
+        }
+    )
 
 
 class Clock:

@@ -12,7 +12,9 @@ import pytest
 
 from pytest_convperf.device import DeviceInfo
 from pytest_convperf.report import ReportRow, markdown, terminal_lines
+from pytest_convperf.results import CheckRow
 from pytest_convperf.roofline import roofline_facts, spec_peak
+from tests.rows import check_row
 
 GIB = 2**30
 
@@ -70,26 +72,28 @@ def test_an_unknown_gpu_or_a_cpu_has_no_spec_floor_and_says_so() -> None:
     assert cpu["roofline_floor_us"] == pytest.approx(0.1)
 
 
-def _row(cand_us: float, facts: dict[str, Any]) -> dict[str, Any]:
+def _row(cand_us: float, facts: dict[str, Any]) -> CheckRow:
     def meas(us: float) -> dict[str, Any]:
         return {"median": us * 1e-6, "samples": [us * 1e-6], "ci": [us * 1e-6] * 2, "n": 1}
 
-    return {
-        "key": "test_x@p",
-        "module": "test_m",
-        "nodeid": "test_m.py::test_x",
-        "verdict": "PASS",
-        "message": "PASS: ok",
-        "comparison": {
-            "candidate": meas(cand_us),
-            "reference": meas(2 * cand_us),
-            "time_ratio": 0.5,
-            "time_ratio_ci": [0.49, 0.51],
-            "n_rounds": 21,
-            "facts": facts,
-        },
-        "decision": {"verdict": "PASS"},
-    }
+    return check_row(
+        {
+            "key": "test_x@p",
+            "module": "test_m",
+            "nodeid": "test_m.py::test_x",
+            "verdict": "PASS",
+            "message": "PASS: ok",
+            "comparison": {
+                "candidate": meas(cand_us),
+                "reference": meas(2 * cand_us),
+                "time_ratio": 0.5,
+                "time_ratio_ci": [0.49, 0.51],
+                "n_rounds": 21,
+                "facts": facts,
+            },
+            "decision": {"verdict": "PASS"},
+        }
+    )
 
 
 def test_report_and_terminal_show_both_percentages_and_say_which_is_which() -> None:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from pytest_convperf.device import ClockSample, resolve_device
 from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.results import Comparison
 from pytest_convperf.timing import Job, TimerCallable, make_timer
 from pytest_convperf.timing.cpu import CpuTimer
 from pytest_convperf.timing.fake import FakeTimer
@@ -121,6 +122,17 @@ def test_noisy_ratio_runs_until_the_ci_target_is_met() -> None:
     assert cmp.time_ratio == pytest.approx(0.8, rel=0.01)
     assert 0 < cmp.se < 0.005
     assert len(cmp.log_ratios) == cmp.n_rounds
+
+
+def test_a_row_ships_each_raw_sample_once() -> None:
+    # The log ratios are the paired samples' ratios: the dict form (xdist, rows.json) leaves them out
+    # and reading it back derives the same ones.
+    cmp = measure_pair(FakeTimer(jittered(3, {"candidate": 0.8e-3, "reference": 1e-3}, 0.02)), noop, noop)
+    data = cmp.to_dict()
+    assert "log_ratios" not in data
+    assert len(data["candidate"]["samples"]) == len(data["reference"]["samples"]) == cmp.n_rounds
+    assert Comparison.from_dict(data) == cmp
+    assert Comparison.from_dict({**data, "log_ratios": [0.0]}) == cmp  # an older rows.json reads the same
 
 
 def test_target_is_one_percent_under_ten_microseconds() -> None:

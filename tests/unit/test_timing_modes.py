@@ -21,6 +21,7 @@ from pytest_convperf.timing import Job
 from pytest_convperf.timing.fake import FakeTimer
 from pytest_convperf.timing.rounds import StopRule, measure_pair
 from pytest_convperf.verdict import decide, default_policy
+from tests.rows import check_row
 
 RULE = StopRule(min_rounds=21, max_rounds=21)
 
@@ -180,7 +181,7 @@ def test_calibrate_folds_one_mode_and_records_it(tmp_path: Path) -> None:
             "device_kind": "cuda",
             "timing": timing,
         }
-        return history_records([row], when="now", commit=None)[0]
+        return history_records([check_row(row)], when="now", commit=None)[0]
 
     # Two graph runs and one cold run (auto flipped at the threshold): only the graph runs count.
     runs = [[record(0.5, "graph")], [record(0.9, "cold")], [record(0.52, "graph")]]

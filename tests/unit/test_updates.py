@@ -19,6 +19,7 @@ from pytest_convperf.updates import (
     render_update_md,
 )
 from pytest_convperf.verdict import Decision, default_policy
+from tests.rows import check_row
 from tests.unit.test_verdict import ENV, comparison
 
 CPU = default_policy("cpu")
@@ -87,7 +88,7 @@ def test_apply_updates_writes_entries_and_renders_the_review(tmp_path: Path) -> 
         },
         {"key": "test_y", "module": "test_mod", "update": {"action": "keep", "why": "in band"}},
     ]
-    path = apply_updates(cfg, rows, tmp_path)
+    path = apply_updates(cfg, [check_row(row) for row in rows], tmp_path)
     assert path == tmp_path / "convperf-update.md"
     stored = Store(cfg.baselines_dir, "box").get("test_mod", "test_x")
     assert stored is not None and stored.time_ratio == 0.5
@@ -95,7 +96,7 @@ def test_apply_updates_writes_entries_and_renders_the_review(tmp_path: Path) -> 
     text = path.read_text()
     assert "Reason: first record" in text and "`test_x` | NEW | (new) -> 0.5" in text
     assert "## Left as they are" in text and "`test_y` (test_mod): in band" in text
-    assert apply_updates(_cfg(tmp_path, set()), rows, tmp_path) is None
+    assert apply_updates(_cfg(tmp_path, set()), [check_row(row) for row in rows], tmp_path) is None
 
 
 def test_render_update_md_without_writes_says_so(tmp_path: Path) -> None:

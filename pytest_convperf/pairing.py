@@ -1,0 +1,144 @@
+"""The paired timing of one check: the facts taken once, the first measurement, its confirm.
+
+:func:`time_pair` measures a candidate against its reference on the check's inputs (under the
+timing slot and the perf settings of :mod:`pytest_convperf.workload`), and returns the first
+:class:`~pytest_convperf.results.Comparison` with ``confirm(n_rounds)``, which re-times the same
+pair with that many rounds (the confirm run is asked for in rounds from end to end). Every
+comparison passes the roofline sanity check (:func:`sanity`): a time under half the floor is
+:class:`ImplausibleTime`, and the floors are added as facts with ``dataclasses.replace``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch.nn.functional as F
+
+from pytest_convperf.correctness import stable_seed
+from pytest_convperf.faults import device_errors
+from pytest_convperf.parallel import timing_slot
+from pytest_convperf.results import Comparison
+from pytest_convperf.roofline import roofline_facts
+from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
+from pytest_convperf.workload import (
+    Candidate,
+    InputSets,
+    check_phase,
+    memory_facts,
+    perf_settings,
+    reference_facts,
+)
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_convperf.device import DeviceInfo
+    from pytest_convperf.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.timing import Timer
+
+__all__ = ["ImplausibleTime", "TimedPair", "sanity", "time_pair"]
+
+
+class ImplausibleTime(AssertionError):
+    """A measured time below half the roofline floor: the kernel cannot have done its work."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedPair:
+    """A first measurement, ``confirm(n_rounds)``, and the candidate's last timed call of the
+    first measurement (its inputs, its output) for :func:`pytest_convperf.integrity.after_timing`."""
+
+    first: Comparison
+    confirm: Callable[[int], Comparison]
+    last_output: tuple[ConvInputs, object] | None
+
+
+def time_pair(
+    timer: Timer,
+    device: DeviceInfo,
+    config: pytest.Config,
+    nodeid: str,
+    candidate: Candidate,
+    problem: Conv2dProblem,
+    *,
+    reference: Candidate | None,
+    phase: str,
+    mode: str,
+    rule: StopRule | None,
+    inputs: ConvInputs | None = None,
+    stored_mode: str | None = None,
+) -> TimedPair:
+    """Measure once; ``confirm(n_rounds)`` re-times with ``n_rounds`` rounds.
+
+    ``inputs``: the check's inputs of the recorded seed (built here when not given). ``stored_mode``:
+    the entry's timing mode, which ``auto`` reuses (the confirm reuses the first run's: never mixed)."""
+    check_phase(phase)
+    device.ensure_usable()
+    ref_fn: Candidate = reference if reference is not None else F.conv2d
+    seed = stable_seed(problem)
+    if phase != "forward" and mode == "graph":
+        raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
+    facts: dict[str, Any] = {"seed": seed, "phase": phase, "machine": device.slug}
+    if phase != "forward" and mode == "auto":
+        mode = "cold" if device.is_cuda else mode
+        facts["mode_note"] = "gradient phases are timed without CUDA graphs"
+    base_rule = rule or StopRule.for_timer(timer)
+    if inputs is None:
+        inputs = problem.make_inputs(seed, device.torch_device)
+    check_inputs = inputs
+    last: list[tuple[ConvInputs, object] | None] = [None]
+
+    def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
+        with device_errors(device, nodeid, problem.id), perf_settings(problem, device) as settings:
+            sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs)
+            cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
+            ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes)
+            if phase != "forward":
+                cand = Workload("candidate", cand.call)
+                ref = Workload("reference", ref.call)
+            with timing_slot(config):  # under xdist: alone on a shared device
+                comparison = measure_pair(
+                    timer,
+                    cand,
+                    ref,
+                    mode=mode,
+                    rule=the_rule,
+                    facts={**facts, **settings, **extra},
+                    stored_mode=sticky,
+                )
+            last[0] = sets.last_output()
+        return sanity(comparison, problem, device)
+
+    # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
+    with timing_slot(config), device_errors(device, nodeid, problem.id):
+        extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
+        extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
+    first = run(base_rule, extra, stored_mode)
+    first_output = last[0]
+
+    def confirm(n_rounds: int) -> Comparison:
+        return run(
+            base_rule.for_rounds(n_rounds, first.n_rounds),
+            {**extra, "confirm_of_rounds": first.n_rounds},
+            first.candidate.mode,
+        )
+
+    return TimedPair(first, confirm, first_output)
+
+
+def sanity(comparison: Comparison, problem: Conv2dProblem, device: DeviceInfo) -> Comparison:
+    """The comparison with its roofline floor as a fact; :class:`ImplausibleTime` under half of it."""
+    bandwidth = device.copy_bandwidth()
+    floor = problem.min_bytes / bandwidth
+    for side, m in (("candidate", comparison.candidate), ("reference", comparison.reference)):
+        if m.median < 0.5 * floor:
+            raise ImplausibleTime(
+                f"{side} median {m.median * 1e6:.3f} us on {problem.id} is under half the roofline floor "
+                f"{floor * 1e6:.3f} us ({problem.min_bytes} bytes at the measured copy bandwidth "
+                f"{bandwidth / 1e9:.1f} GB/s): the kernel did not do its work (did it launch, on the "
+                "current stream, and write its whole output?)"
+            )
+    roofline = roofline_facts(problem.min_bytes, device)  # copy-BW and spec-peak floors
+    return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})

@@ -1,0 +1,76 @@
+"""No import circle in ``pytest_convperf`` (issue 14), counting every import: module level,
+``TYPE_CHECKING`` blocks and imports inside functions alike (docs/architecture.md's layers)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+PACKAGE = Path(__file__).resolve().parents[2] / "pytest_convperf"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, name: str, is_package: bool) -> set[str]:
+    """Every module of the package that ``path`` imports anywhere in its body."""
+    top = name.split(".")[0]
+    here = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            # ``from pkg import module`` imports that module too.
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m == top or m.startswith(top + ".")}
+
+
+def import_graph(root: Path) -> nx.DiGraph:
+    paths = {module_name(p, root): p for p in root.rglob("*.py")}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(paths)
+    for name, path in paths.items():
+        for target in imports_of(path, name, path.name == "__init__.py"):
+            # A package's ``__init__`` is what ``import pkg`` runs; only edges between real modules count.
+            if target in paths and target != name:
+                graph.add_edge(name, target)
+    return graph
+
+
+def circles(graph: nx.DiGraph) -> list[list[str]]:
+    # A module importing its own package's ``__init__`` (which imports it back) is Python's normal
+    # package pattern, not a circle between two modules: drop the edges into a parent package.
+    plain = nx.DiGraph((a, b) for a, b in graph.edges if not a.startswith(b + "."))
+    return [sorted(c) for c in nx.simple_cycles(plain)]
+
+
+def test_the_plugin_has_no_import_circle() -> None:
+    graph = import_graph(PACKAGE)
+    assert graph.number_of_edges() > 50  # the parser sees the package's imports at all
+    found = circles(graph)
+    assert not found, "import circles (break each by moving the shared part down a layer):\n" + "\n".join(
+        " -> ".join(c) for c in found
+    )
+
+
+def test_a_circle_through_type_checking_and_a_function_is_found(tmp_path: Path) -> None:
+    # Negative control: the same check on a package with a circle hidden from a plain import.
+    pkg = tmp_path / "pytest_convperf"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pytest_convperf.b import B\n"
+    )
+    (pkg / "b.py").write_text("def f():\n    from . import c\n")
+    (pkg / "c.py").write_text("def g():\n    import pytest_convperf.a\n")
+    assert circles(import_graph(pkg)) == [["pytest_convperf.a", "pytest_convperf.b", "pytest_convperf.c"]]
