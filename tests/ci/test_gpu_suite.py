@@ -6,28 +6,19 @@ the parts that a dry run on a CPU cannot show failing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.ci.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "scripts" / "gpu_suite.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_suite"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gs = _load()
+gs = load_script(ROOT / "scripts" / "gpu_suite.py")
 
 
 def test_worst_case_per_check_comes_from_the_gpu_stop_rule() -> None:
