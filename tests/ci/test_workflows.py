@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.ci.scripts import load_script as script
+from tools.ab_scratch import git
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -327,22 +328,14 @@ def _baseline(ratio: float, reason: str | None = None, cudnn: int = 92400) -> st
 def test_baseline_review_shows_old_and_new_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_convperf import review
 
-    def git(*args: str) -> None:
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            check=True,
-            capture_output=True,
-        )
-
     folder = tmp_path / "baselines" / "nvidia-h100"
     folder.mkdir(parents=True)
-    git("init", "-q")
+    git(tmp_path, "init", "-q")
     (folder / "test_dw.yaml").write_text(_baseline(0.61))
-    git("add", ".")
-    git("commit", "-q", "-m", "base")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "base")
     (folder / "test_dw.yaml").write_text(_baseline(0.671, reason="fp32 accumulate", cudnn=92500))
-    git("commit", "-q", "-am", "slower")
+    git(tmp_path, "commit", "-q", "-am", "slower")
     monkeypatch.chdir(tmp_path)
     text = review.review("HEAD~1", "HEAD")
     assert "### `baselines/nvidia-h100/test_dw.yaml`" in text

@@ -14,6 +14,7 @@ import yaml
 import pytest_convperf.check
 import pytest_convperf.timing.cpu
 import pytest_convperf.timing.fake  # noqa: F401
+from tools.cpu_false_alarm import SUITE as CPU_FALSE_ALARM_SUITE
 
 MACHINE = "testbox"
 PROBLEM = "Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)"
@@ -139,25 +140,8 @@ def subprocess_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", ":".join([str(REPO), *old]))
 
 
-CPU_SUITE = """
-import os
-
-import pytest
-
-from kernels._controls import cpu
-from kernels.depthwise import reference
-from pytest_convperf.problem import Conv2dProblem
-
-P = Conv2dProblem(n=1, c_in=32, h=56, w=56, c_out=32, kernel=3, padding=1, groups=32)
-SLOWED = os.environ.get("CONVPERF_TEST_SLOWED")
-CANDIDATE = cpu.slowed(float(SLOWED)) if SLOWED else reference.forward
-
-
-@pytest.mark.convperf
-@pytest.mark.parametrize("problem", [P], ids=str)
-def test_depthwise_cpu(convperf, problem):
-    convperf.check(CANDIDATE, problem)
-"""
+# The CPU suite that tools/cpu_false_alarm.py runs under load: the tests run the same one.
+CPU_SUITE = CPU_FALSE_ALARM_SUITE
 
 
 class CpuSuite(Suite):

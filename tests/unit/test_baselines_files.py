@@ -16,6 +16,7 @@ import pytest
 from pytest_convperf.baselines import Store, dump_text, merge_files, read_file, resolve_machine
 from tests.rows import check_row
 from tests.unit.test_baselines_store import KEY, MACHINE, make_entry, write
+from tools.ab_scratch import git
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -283,18 +284,10 @@ def test_review_reads_baseline_files_like_the_store(tmp_path: Path, monkeypatch:
     """``review`` shares the loader: a duplicate key or non-UTF-8 bytes are named, not a traceback."""
     from pytest_convperf import review
 
-    def git(*args: str) -> None:
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            check=True,
-            capture_output=True,
-        )
-
     path = write(tmp_path / "baselines", dump_text(MACHINE, {KEY: make_entry()}))
-    git("init", "-q")
-    git("add", ".")
-    git("commit", "-q", "-m", "base")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "base")
     monkeypatch.chdir(tmp_path)
     path.write_text(path.read_text().replace("noise: 0.007", "noise: 0.007\n    noise: 0.5"))
     assert "duplicate key 'noise' (line 6 and line 7)" in review.review("HEAD", None)
