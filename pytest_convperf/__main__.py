@@ -25,21 +25,19 @@ bisect GOOD BAD -- [pytest args]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
-import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.baselines import Entry, dump_text, merge_files, read_file
+from pytest_convperf.baselines import dump_text, merge_files
+from pytest_convperf.calibration import calibrate_records, write_calibration
 from pytest_convperf.env import load_avg
-from pytest_convperf.files import atomic_write, lock_for
-from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
+from pytest_convperf.files import atomic_write
+from pytest_convperf.rerun import plugin_args
 
 # pytest exit codes after which the runs are still usable (0 passed, 1 some tests failed,
 # 5 nothing collected is handled separately).
@@ -51,122 +49,6 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-# MAD -> SD of a normal distribution.
-MAD_TO_SD = 1.4826
-
-
-def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
-    """Between-run SD of the runs' median ln ratios, never under ``floor``.
-
-    Robust from 3 runs on: 1.4826 x the median absolute deviation, so one run under a load spike
-    (a neighbour's build) does not become the stored noise; two runs give their plain SD.
-    """
-    if len(ln_ratios) >= 3:
-        mid = statistics.median(ln_ratios)
-        sd = MAD_TO_SD * statistics.median(abs(x - mid) for x in ln_ratios)
-    else:
-        sd = statistics.stdev(ln_ratios) if len(ln_ratios) >= 2 else 0.0
-    return max(sd, floor)
-
-
-def calibrate_records(
-    runs: Sequence[Sequence[Mapping[str, Any]]], *, floor: float | None = None
-) -> dict[str, Any]:
-    """Fold K runs' history records into per-file entry updates; returns {file: {key: (entry fields)}}.
-
-    Pure: the caller writes. ``floor`` defaults to the device's (GPU 0.4 %, CPU measured).
-    """
-    by_check: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
-    for records in runs:
-        for rec in records:
-            if rec.get("ln_ratio") is None or not rec.get("baselines_file"):
-                continue
-            if rec.get("verdict") == "INCONCLUSIVE":  # unusable timing: never folded into noise
-                continue
-            ident = (str(rec["baselines_file"]), str(rec.get("machine")), str(rec["key"]))
-            by_check.setdefault(ident, []).append(rec)
-    out: dict[str, Any] = {}
-    for (file, machine, key), every in sorted(by_check.items()):
-        # Runs timed in another mode (auto near the CUDA-graph threshold) are not the same
-        # measurement: fold only the most common mode's runs (the first seen wins a tie).
-        modes = [(r.get("timing") or {}).get("mode") for r in every]
-        mode = max(dict.fromkeys(modes), key=modes.count)
-        recs = [r for r, m in zip(every, modes) if m == mode]
-        lns = [float(r["ln_ratio"]) for r in recs]
-        dev_floor = (
-            floor
-            if floor is not None
-            else (GPU_NOISE_FLOOR if recs[0].get("device_kind") == "cuda" else CPU_NOISE_FLOOR)
-        )
-        mid = sorted(recs, key=lambda r: float(r["ln_ratio"]))[len(recs) // 2]
-        out.setdefault(file, {"machine": machine, "checks": {}})["checks"][key] = {
-            "runs": len(lns),
-            "sd": statistics.stdev(lns) if len(lns) >= 2 else 0.0,
-            "noise": noise_of(lns, dev_floor),
-            "floor": dev_floor,
-            "time_ratio": math.exp(statistics.median(lns)),
-            "us": mid.get("us") or {},
-            "env": mid.get("env") or {},
-            "reference_backend": mid.get("reference_backend"),
-            "correctness": mid.get("correctness") or {},
-            "quality": mid.get("quality") or {},
-            "timing": mid.get("timing") or {},
-            "other_mode_runs": len(every) - len(recs),
-            "load_max": max((max(r.get("load_avg") or [0.0]) for r in recs), default=0.0),
-        }
-    return out
-
-
-def _write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    path = Path(file)
-    lines = []
-    with lock_for(path):
-        current = dict(read_file(path, machine).entries)
-        for key, c in checks.items():
-            old = current.get(key)
-            if old is not None:
-                current[key] = dataclasses.replace(old, noise=c["noise"], noise_runs=c["runs"])
-                what = "noise updated"
-            else:
-                us = c["us"]
-                if not us.get("candidate") or not us.get("reference"):
-                    lines.append(f"  {key}: no absolute times recorded; skipped")
-                    continue
-                current[key] = Entry(
-                    time_ratio=c["time_ratio"],
-                    noise=c["noise"],
-                    noise_runs=c["runs"],
-                    ref_runs=c["runs"],
-                    us_candidate=float(us["candidate"]),
-                    us_reference=float(us["reference"]),
-                    env=dict(c["env"]),
-                    reference_backend=c.get("reference_backend"),
-                    correctness={k: v for k, v in c.get("correctness", {}).items() if v is not None},
-                    quality={k: float(v) for k, v in (c.get("quality") or {}).items() if v is not None},
-                    mode=(c.get("timing") or {}).get("mode"),
-                    flush=(c.get("timing") or {}).get("flush"),
-                )
-                what = "new entry (median of the runs)"
-            left_out = c.get("other_mode_runs", 0)
-            lines.append(
-                f"  {key}: between-run SD {c['sd']:.2%} over {c['runs']} runs -> noise "
-                f"{c['noise']:.2%}{' (floor)' if c['noise'] > c['sd'] else ''}; {what}"
-                + (f"; {left_out} run(s) of another timing mode left out" if left_out else "")
-                + (f"; load average up to {c['load_max']:.1f}" if c.get("load_max") else "")
-            )
-        atomic_write(path, dump_text(machine, current))
-    return lines
-
-
-def plugin_args(pytest_args: Sequence[str]) -> list[str]:
-    """``-p pytest_convperf.plugin`` unless pytest loads it already (installed entry point, or given)."""
-    from importlib.metadata import entry_points
-
-    installed = any(ep.name == "convperf" for ep in entry_points(group="pytest11"))
-    given = any("pytest_convperf.plugin" in a for a in pytest_args)
-    return [] if installed or given else ["-p", "pytest_convperf.plugin"]
 
 
 def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
@@ -212,7 +94,7 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
         return 5
     for file, data in folded.items():
         print(f"{file}:")
-        for line in _write_calibration(file, data["machine"], data["checks"]):
+        for line in write_calibration(file, data["machine"], data["checks"]):
             print(line)
     return 0
 

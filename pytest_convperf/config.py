@@ -80,6 +80,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "holm",
     ),
     OptionSpec(
+        "convperf-confirm",
+        "where a speed FAIL is confirmed before the night decides it: fresh (again in a fresh pytest "
+        "process at session end, so this process's offset cannot confirm itself) or process (in this "
+        "process only); default fresh; used with --convperf-false-alarms=holm|bh, not while updating",
+        "fresh",
+    ),
+    OptionSpec(
         "convperf-false-alarm-level",
         "the night-wide level of --convperf-false-alarms, a fraction (default 0.05)",
         "0.05",
@@ -106,6 +113,17 @@ def _parse_device(value: str) -> Device:
             f"--convperf-device={value!r} is not allowed; use one of: {', '.join(DEVICES)}"
         )
     return value  # type: ignore[return-value]
+
+
+CONFIRM_WHERE = ("fresh", "process")
+
+
+def _parse_confirm(value: str) -> str:
+    if value not in CONFIRM_WHERE:
+        raise pytest.UsageError(
+            f"--convperf-confirm={value!r} is not allowed; use fresh (a fresh pytest process) or process"
+        )
+    return value
 
 
 def parse_update(value: str | None) -> frozenset[str]:
@@ -256,6 +274,8 @@ class ConvperfConfig:
     # Night-wide false-alarm control of speed FAILs (multiplicity.control), decided at session end.
     false_alarms: Method = DEFAULT_METHOD
     false_alarm_level: float = DEFAULT_ALPHA
+    # Where a speed FAIL is confirmed (fresh_confirm.py): "fresh" (a pytest subprocess) or "process".
+    confirm: str = "fresh"
     # Lowest speedup a family's worst-speedup search accepts (``convperf_speedup_floor``); absent: off.
     speedup_floors: Mapping[str, float] = field(default_factory=dict)
     rootdir: Path = Path(".")
@@ -322,6 +342,7 @@ class ConvperfConfig:
                 raw(spec["convperf-false-alarm-level"]), "convperf-false-alarm-level"
             )
             or DEFAULT_ALPHA,
+            confirm=_parse_confirm(raw(spec["convperf-confirm"]) or "fresh"),
             rootdir=rootdir,
         )
         if not enabled:

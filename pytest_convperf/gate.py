@@ -81,6 +81,29 @@ class Judgement:
             pytest.skip(decision.message)
 
 
+def decision_of(
+    comparison: Comparison,
+    old: Entry | None,
+    policy: Policy,
+    *,
+    confirm: Callable[[int], Comparison],
+    errors: Sequence[ErrorStats],
+    env: Mapping[str, str],
+    backend: str | None,
+    quality: Mapping[str, float],
+) -> Decision:
+    """``verdict.decide``, and a FAIL says which kernel changed (issue 18). Also the fresh-process
+    confirm's (``fresh_confirm``): the same rule, its confirm measured in another process."""
+    decision = decide(
+        comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
+    )
+    kernels = comparison.facts.get("kernels")  # the candidate's table tonight (check(), when asked)
+    moved = kerneldiff.describe(old.kernels if old is not None else None, kernels)
+    if moved and decision.verdict is Verdict.FAIL:
+        decision = dataclasses.replace(decision, message=f"{decision.message}\n{moved}")
+    return decision
+
+
 def judge(
     cfg: ConvperfConfig,
     store: Store,
@@ -102,14 +125,11 @@ def judge(
     old = store.get(module, key)
     policy = policy_for(cfg, device.kind, old)
     quality = dict(quality or {})
-    decision = decide(
+    decision = decision_of(
         comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
     )
     final = decision.confirm if decision.confirm is not None else comparison
-    kernels = comparison.facts.get("kernels")  # the candidate's table tonight (check(), when asked)
-    moved = kerneldiff.describe(old.kernels if old is not None else None, kernels)
-    if moved and decision.verdict is Verdict.FAIL:  # say which kernel changed (issue 18)
-        decision = dataclasses.replace(decision, message=f"{decision.message}\n{moved}")
+    kernels = comparison.facts.get("kernels")
     plan: UpdatePlan | None
     if comparison.inconclusive:
         # Decided for correctness/quality drift only: the timing must never be recorded.

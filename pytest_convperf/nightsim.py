@@ -4,14 +4,19 @@ Extends ``shared/reference/regression-sim.py`` (its noise model) to whole nights
 :mod:`pytest_convperf.multiplicity`. Per check, one measurement is ``n`` paired rounds of
 ``ln(t_cand / t_ref) = mu + drift + b + e_i``:
 
-- ``b`` is the per-process offset, ``sb * t5`` (unit variance), fresh for every measurement
-  (the confirm is a fresh measurement too);
+- ``b`` is the per-process offset, ``sb * t5`` (unit variance), drawn for every screen; the
+  in-process confirm keeps it, and a FAIL is confirmed again in a fresh process with its own
+  offset (``confirm_offset="fresh"``, the plugin's default ``--convperf-confirm=fresh``) or not
+  (``"shared"``: ``--convperf-confirm=process``);
 - ``e_i ~ N(0, cw)`` with 5 % outliers of 5x scale, skewed slow (70 % positive);
 - ``cw ~ U(0.01, cw_hi)`` and the true between-run SD ``sb ~ U(0.003, sb_hi)`` per check.
 
-The stored entry is what the project really makes: ``time_ratio`` the median of ``ref_runs``
-runs, ``noise`` the SD of ``noise_runs`` calibration runs, floored (so it is mis-estimated by
-sampling alone). On top: ``misestimated`` of the checks got noisier since calibration (their true
+The stored entry is what the project really makes: ``time_ratio`` the median of the ``ref_runs``
+runs of the recording session, ``noise`` from ``noise_runs`` calibration runs by
+:func:`~pytest_convperf.calibration.noise_of`, floored (so it is mis-estimated by sampling alone),
+and the ratio pooled with the calibration runs by :func:`~pytest_convperf.calibration.recentre`
+(``recentre``). The truth is the unchanged ratio (ln 0), so the stored ratio's own error is
+real. On top: ``misestimated`` of the checks got noisier since calibration (their true
 ``sb`` is ``noise_factor`` x what calibration saw), and every check drifts slowly since its
 baseline (at most ``max_drift``, under the tolerance: still not a regression). A false FAIL is a
 FAIL of a check whose true slowdown is within its tolerance.
@@ -29,16 +34,18 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from pytest_convperf.baselines import Entry
+from pytest_convperf.calibration import noise_of, recentre
+from pytest_convperf.fresh_confirm import FRESH_PROCESSES, across_processes
 from pytest_convperf.multiplicity import METHODS, Method, control
-from pytest_convperf.results import Comparison
+from pytest_convperf.results import Comparison, Verdict
 from pytest_convperf.timing.fake import FakeTimer
 from pytest_convperf.timing.rounds import StopRule, measure_pair
-from pytest_convperf.verdict import Policy, decide, default_policy
+from pytest_convperf.verdict import Decision, Policy, decide, default_policy
 
 REF_SECONDS = 1e-3
 # Warm-up of the fake timer: its three minimum calls and one window, then the cap (0 s) stops it.
@@ -54,8 +61,11 @@ class Scenario:
     rounds: int = 21
     cw_hi: float = 0.03
     sb_hi: float = 0.015
-    ref_runs: int = 5
+    ref_runs: int = 1
     noise_runs: int = 10
+    recentre: bool = True
+    confirm_offset: str = "fresh"
+    fresh_processes: int = FRESH_PROCESSES
     misestimated: float = 0.2
     noise_factor: float = 2.0
     max_drift: float = 0.01
@@ -94,20 +104,24 @@ class _Check:
         seen_sb = float(rng.uniform(0.003, sc.sb_hi))
         self.sb = seen_sb * (sc.noise_factor if rng.random() < sc.misestimated else 1.0)
         ref = self.run_medians(rng, sc.ref_runs, sc.rounds, seen_sb)
-        cal = self.run_medians(rng, sc.noise_runs, sc.rounds, seen_sb)
+        cal = [float(x) for x in self.run_medians(rng, sc.noise_runs, sc.rounds, seen_sb)]
+        noise = noise_of(cal, floor)
         self.entry = Entry(
             time_ratio=math.exp(float(np.median(ref))),
-            noise=max(float(np.std(cal, ddof=1)), floor),
+            noise=noise,
             us_candidate=REF_SECONDS * 1e6,
             us_reference=REF_SECONDS * 1e6,
             noise_runs=sc.noise_runs,
             ref_runs=sc.ref_runs,
         )
+        if sc.recentre:
+            centre = recentre(self.entry, cal, noise, same_commit=True)
+            self.entry = replace(self.entry, time_ratio=centre.time_ratio, ref_runs=centre.ref_runs)
         self.drift_rate = float(rng.uniform(-sc.max_drift, sc.max_drift)) / sc.nights_per_suite
 
-    def log_ratios(self, rng: np.random.Generator, n: int, mu: float, sb: float) -> np.ndarray:
-        b = sb * rng.standard_t(5) / math.sqrt(5 / 3)
-        return mu + b + _noise(rng, (n,), self.cw)
+    def offset(self, rng: np.random.Generator) -> float:
+        """One process's offset of the log ratio (the true, possibly mis-estimated, ``sb``)."""
+        return float(self.sb * rng.standard_t(5) / math.sqrt(5 / 3))
 
     def run_medians(self, rng: np.random.Generator, runs: int, n: int, sb: float) -> np.ndarray:
         """Median log ratio of ``runs`` runs of ``n`` rounds at mu = 0, each with its own offset
@@ -117,11 +131,11 @@ class _Check:
         return medians
 
 
-def measure(rng: np.random.Generator, check: _Check, mu: float, rounds: int) -> Comparison:
-    """One paired measurement through the fake timer and ``measure_pair`` (fresh process offset)."""
+def measure(rng: np.random.Generator, check: _Check, mu: float, rounds: int, offset: float) -> Comparison:
+    """One paired measurement through the fake timer and ``measure_pair`` at a process ``offset``."""
     # Warm-up samples are drawn from the same process, then exactly ``rounds`` timed rounds.
     total = rounds + _RULE.warmup_min_calls + _RULE.warmup_window
-    ln = check.log_ratios(rng, total, mu, check.sb)
+    ln = mu + offset + _noise(rng, (total,), check.cw)
     cand = REF_SECONDS * np.exp(ln)
 
     def times(name: str, index: int) -> float:
@@ -133,6 +147,22 @@ def measure(rng: np.random.Generator, check: _Check, mu: float, rounds: int) -> 
 
 def _noop() -> None:
     return None
+
+
+def judge_check(rng: np.random.Generator, check: _Check, mu: float, sc: Scenario, policy: Policy) -> Decision:
+    """One check as the plugin judges it: screen and confirm in one process (one offset), then,
+    under ``confirm_offset="fresh"``, a FAIL decided again with a confirm from a fresh process
+    (``fresh_confirm.rejudge``: the same rule, the other process's measurement)."""
+    b = check.offset(rng)
+    first = measure(rng, check, mu, sc.rounds, b)
+    dec = decide(first, check.entry, policy, confirm=lambda n: measure(rng, check, mu, n, b))
+    if sc.confirm_offset == "fresh" and dec.verdict is Verdict.FAIL:
+        n = policy.confirm_factor * sc.rounds
+        fresh = across_processes(
+            [measure(rng, check, mu, n, check.offset(rng)) for _ in range(sc.fresh_processes)]
+        )
+        dec = decide(first, check.entry, policy, confirm=lambda _n: fresh)
+    return dec
 
 
 def label(method: Method, alpha: float) -> str:
@@ -169,17 +199,14 @@ def run_nights(
         verdicts: dict[str, tuple[str, float | None]] = {}
         truly_slower: set[str] = set()
         for j, check in enumerate(suite):
-            mu = math.log(check.entry.time_ratio) + check.drift_rate * age
+            # The truth is relative to the unchanged ratio (ln 0), not to the stored estimate of it.
+            mu = check.drift_rate * age
             if j == bad:
                 mu += math.log1p(slowdown)
             key = f"c{j}"
-            if mu - math.log(check.entry.time_ratio) > tol:
+            if mu > tol:
                 truly_slower.add(key)
-
-            def confirm(n: int, check: _Check = check, mu: float = mu) -> Comparison:
-                return measure(rng, check, mu, n)
-
-            dec = decide(measure(rng, check, mu, scenario.rounds), check.entry, policy, confirm=confirm)
+            dec = judge_check(rng, check, mu, scenario, policy)
             verdicts[key] = (dec.verdict.value, dec.p_value)
         tally.gated += sum(v in ("PASS", "FAIL", "IMPROVED") for v, _ in verdicts.values())
         for m, a, name in labels:
@@ -207,12 +234,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slowdown", type=float, default=0.0, help="one check per night slower by this")
     parser.add_argument("--scenario", choices=("quiet", "nominal", "harsh"), default="nominal")
     parser.add_argument("--noise-runs", type=int, default=10, help="calibration runs behind each noise")
+    parser.add_argument(
+        "--ref-runs", type=int, default=1, help="runs of the recording session behind a ratio"
+    )
+    parser.add_argument(
+        "--no-recentre", action="store_true", help="keep the recorded ratio (calibrate before it pooled)"
+    )
+    parser.add_argument(
+        "--confirm-offset",
+        choices=("shared", "fresh"),
+        default="fresh",
+        help="fresh: a FAIL is confirmed again in a fresh process (--convperf-confirm=fresh, the default); "
+        "shared: the in-process confirm alone (--convperf-confirm=process)",
+    )
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--every", type=int, default=50, help="print the running figures every N nights")
     args = parser.parse_args(argv)
     hi = {"quiet": (0.02, 0.0075), "nominal": (0.03, 0.015), "harsh": (0.05, 0.03)}[args.scenario]
     sc = Scenario(
-        name=args.scenario, checks=args.checks, cw_hi=hi[0], sb_hi=hi[1], noise_runs=args.noise_runs
+        name=args.scenario,
+        checks=args.checks,
+        cw_hi=hi[0],
+        sb_hi=hi[1],
+        noise_runs=args.noise_runs,
+        ref_runs=args.ref_runs,
+        recentre=not args.no_recentre,
+        confirm_offset=args.confirm_offset,
     )
     print(f"scenario {sc}, alpha {args.alpha}, seed {args.seed}", flush=True)
 

@@ -74,9 +74,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         elif spec.name not in INI_ONLY:
             group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
         parser.addini(spec.ini, spec.help, type="string", default="")
-    from pytest_convperf import ab_plugin
+    from pytest_convperf import ab_plugin, fresh_confirm
 
     ab_plugin.add_option(group)
+    fresh_confirm.add_option(group)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -11,6 +11,7 @@ session end the controller alone applies the planned baseline updates
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import tempfile
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -20,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf import journal
+from pytest_convperf import fresh_confirm, journal
 from pytest_convperf.baselines import Store, resolve_machine, validate_files
 from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
 from pytest_convperf.files import check_output_paths
+from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
+from pytest_convperf.fresh_confirm import ConfirmRun
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
@@ -74,6 +77,11 @@ class ConvperfSession:
         self._progress: LiveProgress | None = None
 
     # ---- lazily built, heavy objects ---------------------------------------------------------
+    @functools.cached_property
+    def confirm_run(self) -> ConfirmRun | None:
+        """In the fresh pytest process that confirms the controller's speed FAILs: what to measure."""
+        return ConfirmRun.from_option(self.config.getoption(CONFIRM_RUN_OPTION, default=None))
+
     def device_info(self) -> DeviceInfo:
         if self._device is None:
             from pytest_convperf.device import resolve_device
@@ -283,6 +291,9 @@ class ConvperfSession:
         if cfg.report_dir is not None:  # rows of a worker that crashed after its check
             lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
             self.rows.extend(CheckRow.from_dict(row) for row in lost)
+        if fresh_confirm.applies(cfg):  # speed FAILs confirmed again, out of this process
+            self.rows, lines = fresh_confirm.confirm_fails(self.config, cfg, self.rows)
+            self.notes += lines
         # The form rows.json and report plugins read, with the night's decision on speed FAILs.
         rows, self.night = judge_night(self.rows, method=cfg.false_alarms, alpha=cfg.false_alarm_level)
         self.night_rows = rows

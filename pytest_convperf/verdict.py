@@ -3,6 +3,7 @@
 In log space, ``d = median ln(t_cand / t_ref) - ln(baseline ratio)``. Its standard deviation
 ``sigma`` combines the run's own standard error with the between-run noise of the entry: the
 new run and the stored run each carry that noise once, so ``sigma^2 = se^2 + noise^2 (1 + 1/ref_runs)``
+(``1/k`` instead of 1 for a confirm that is the mean of k fresh processes)
 (the noise is floored, 0.4 % on a GPU). A check is a suspect when the one-sided 95 % lower bound
 of ``d`` exceeds ``ln(1 + tolerance)``; it FAILs only when a fresh measurement with three times
 the rounds still exceeds it at 99.95 %. Checks too noisy to ever catch a ``max_mde`` regression
@@ -89,7 +90,9 @@ def _stage(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: f
     noise, noise_df = entry_noise(entry, policy)
     d = comparison.median_log_ratio - math.log(entry.time_ratio)
     se = comparison.se
-    noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
+    # A confirm measured in k fresh processes (fresh_confirm.across_processes) averages k offsets.
+    processes = max(1, int(comparison.facts.get("processes", 1)))
+    noise_var = noise * noise * (1 / processes + 1 / max(1, entry.ref_runs))
     var = se * se + noise_var
     # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
     se_df = max(1, comparison.n_rounds - 1)

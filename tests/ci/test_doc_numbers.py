@@ -1,10 +1,12 @@
-"""Numbers the docs quote are the numbers the code uses (issue 15: the CPU noise floor)."""
+"""Numbers the docs quote are the numbers the code uses (issue 15: the CPU noise floor; issue 18:
+the fresh processes of a confirm)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from pytest_convperf.fresh_confirm import FRESH_PROCESSES
 from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,3 +19,12 @@ def test_architecture_quotes_the_noise_floors_in_use() -> None:
     assert cpu and gpu, "docs/architecture.md no longer names the noise floors where this test looks"
     assert float(cpu.group(1)) / 100 == CPU_NOISE_FLOOR
     assert float(gpu.group(1)) / 100 == GPU_NOISE_FLOOR
+
+
+def test_the_docs_quote_the_fresh_processes_in_use() -> None:
+    stats = (REPO / "docs" / "statistics.md").read_text()
+    readme = (REPO / "README.md").read_text()
+    found = re.search(r"in \*\*(\d+) fresh pytest processes\*\*", stats)
+    again = re.search(r"end in (\d+) fresh pytest processes", readme)
+    assert found and again, "statistics.md or README.md no longer quote the fresh processes where this test looks"
+    assert int(found.group(1)) == int(again.group(1)) == FRESH_PROCESSES

@@ -158,8 +158,8 @@ def test_an_exact_variant_stores_infinite_sqnr(
 
 
 def test_calibrate_creates_entries_with_the_runs_quality(tmp_path: Path) -> None:
-    from pytest_convperf.__main__ import _write_calibration, calibrate_records
     from pytest_convperf.baselines import read_file
+    from pytest_convperf.calibration import calibrate_records, write_calibration
     from pytest_convperf.report_files import history_records
 
     row = {
@@ -177,7 +177,7 @@ def test_calibrate_creates_entries_with_the_runs_quality(tmp_path: Path) -> None
     path = tmp_path / "box" / "m.yaml"
     record["baselines_file"] = str(path)
     folded = calibrate_records([[record], [record]])
-    _write_calibration(str(path), "box", folded[str(path)]["checks"])
+    write_calibration(str(path), "box", folded[str(path)]["checks"])
     assert read_file(path).entries["k"].quality == {"rel_l2": 0.01, "sqnr_db": 40.0}
 
 

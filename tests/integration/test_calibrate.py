@@ -1,5 +1,6 @@
 """``python -m pytest_convperf calibrate``: K unchanged runs in subprocesses -> each entry's noise =
-between-run SD of ln(time ratio), with a floor; entries it did not have are created from the runs."""
+between-run SD of ln(time ratio), with a floor, and its ratio pooled with the runs when they agree;
+entries it did not have are created from the runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from pytest_convperf.__main__ import calibrate_records, noise_of
+from pytest_convperf.calibration import calibrate_records, noise_of
 from tests.integration._lifecycle import MACHINE, Suite, subprocess_env
 
 RATIOS = [0.50, 0.52, 0.48, 0.51]
@@ -36,7 +37,8 @@ def test_calibrate_stores_between_run_noise(
 ) -> None:
     suite = Suite(pytester, monkeypatch, plugin_args)
     subprocess_env(monkeypatch)
-    # test_a has an entry already (its ratio must stay); test_b has none (calibrate creates it).
+    # test_a has an entry already (the runs agree with it: its ratio is pooled with theirs);
+    # test_b has none (calibrate creates it).
     suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
     stored_ratio = suite.entries()[suite.key("test_a")]["time_ratio"]
     pytester.makeconftest(CONFTEST)
@@ -59,12 +61,12 @@ def test_calibrate_stores_between_run_noise(
     entries = suite.entries()
     a, b = entries[suite.key("test_a")], entries[suite.key("test_b")]
     assert a["noise"] == pytest.approx(expected, rel=1e-2) and a["noise_runs"] == len(RATIOS)
-    assert a["time_ratio"] == stored_ratio
+    median_ln = statistics.median(math.log(r) for r in RATIOS)
+    assert a["time_ratio"] == pytest.approx(math.exp((math.log(stored_ratio) + 4 * median_ln) / 5), rel=1e-3)
+    assert a["ref_runs"] == 1 + len(RATIOS)
     assert b["noise"] == pytest.approx(expected, rel=1e-2) and b["ref_runs"] == len(RATIOS)
     assert b["correctness"]["max_abs"] >= 0  # created entries carry what a recorded one does
-    assert b["time_ratio"] == pytest.approx(
-        math.exp(statistics.median(math.log(r) for r in RATIOS)), rel=1e-3
-    )
+    assert b["time_ratio"] == pytest.approx(math.exp(median_ln), rel=1e-3)
     result.stdout.fnmatch_lines([f"*between-run SD {sd:.2%} over 4 runs -> noise {expected:.2%}*"])
 
 

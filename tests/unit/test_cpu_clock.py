@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pytest_convperf.__main__ import calibrate_records, noise_of
+from pytest_convperf.calibration import calibrate_records, noise_of
 from pytest_convperf.device import resolve_device
 from pytest_convperf.results import MEASURED_MODES
 from pytest_convperf.timing import make_timer

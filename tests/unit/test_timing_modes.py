@@ -163,8 +163,8 @@ def test_timing_of_records_the_flush_for_cold_timings_only() -> None:
 
 
 def test_calibrate_folds_one_mode_and_records_it(tmp_path: Path) -> None:
-    from pytest_convperf.__main__ import _write_calibration, calibrate_records
     from pytest_convperf.baselines import read_file
+    from pytest_convperf.calibration import calibrate_records, write_calibration
     from pytest_convperf.report_files import history_records
 
     path = tmp_path / "box" / "m.yaml"
@@ -188,7 +188,7 @@ def test_calibrate_folds_one_mode_and_records_it(tmp_path: Path) -> None:
     check = calibrate_records(runs)[str(path)]["checks"]["k"]
     assert check["runs"] == 2 and check["other_mode_runs"] == 1
     assert check["time_ratio"] == pytest.approx(math.sqrt(0.5 * 0.52))
-    lines = _write_calibration(str(path), "box", calibrate_records(runs)[str(path)]["checks"])
+    lines = write_calibration(str(path), "box", calibrate_records(runs)[str(path)]["checks"])
     assert "1 run(s) of another timing mode left out" in lines[0]
     entry = read_file(path).entries["k"]
     assert (entry.mode, entry.flush) == ("graph", None)

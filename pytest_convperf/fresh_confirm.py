@@ -1,0 +1,255 @@
+"""The confirm of a speed FAIL in a fresh process (DESIGN §7, regression-anchors §4 step 3).
+
+A check's screen and its in-process confirm share the process they run in, and with it the
+process's offset of the time ratio (the between-run noise: allocation, code placement, clocks).
+When that offset is what made the screen slow, the in-process confirm agrees with it, and the
+night's false-alarm control gets a p-value that is not independent of the screen that selected
+it. The night simulation measures the cost: with the in-process confirm alone, 47 of 100 nights of
+500 unchanged checks had a false FAIL at Holm 0.05 (docs/statistics.md).
+
+So, under night-wide control (``--convperf-false-alarms=holm|bh``, where speed FAILs are decided
+at session end anyway) and ``--convperf-confirm=fresh`` (the default), the controller re-runs the
+tests of the session's speed FAILs in ``FRESH_PROCESSES`` fresh ``pytest`` subprocesses, one
+after the other, with
+``--convperf-confirm-run=PLAN``. There, :meth:`ConvperfFixture.gate` measures each listed check's
+confirm (3x the screen's rounds) and appends it to the plan's output instead of judging it. The
+controller then decides each FAIL again by the same rule (``gate.decision_of``), with the mean
+of the fresh measurements (:func:`across_processes`) as its confirm: it stays FAIL (and goes to
+the night's controller with the fresh p-value) or is cleared. A check no subprocess measured
+keeps its in-process verdict, and its message says why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_convperf.entry import parse_entry
+from pytest_convperf.rerun import forwarded_args, plugin_args, subprocess_env
+from pytest_convperf.results import CheckRow, Comparison, Measurement, Verdict
+from pytest_convperf.verdict import CONFIRM_FACTOR
+
+OPTION = "convperf_confirm_run"
+# Fresh processes per confirm: their offsets average, so the gate charges noise^2 / 2 for the
+# confirm instead of noise^2. In the night simulation this lifts night-1 detection of a 10 %
+# regression from 88 % (one process) to the figures of docs/statistics.md at no false-alarm cost.
+FRESH_PROCESSES = 2
+# Seconds the subprocess may take per check on top of its start (imports, collection, kernel loads).
+_START_S = 120.0
+_PER_CHECK_S = 300.0
+
+
+def add_option(group: Any) -> None:
+    group.addoption(
+        "--convperf-confirm-run",
+        default=None,
+        dest=OPTION,
+        metavar="PLAN",
+        help="internal: the fresh-process confirm of a session's speed FAILs (a JSON plan written by "
+        "the controller); measures the listed checks' confirm and judges nothing",
+    )
+
+
+@dataclass(frozen=True)
+class ConfirmRun:
+    """The subprocess side: which checks to measure with how many rounds, and where to append them."""
+
+    rounds: Mapping[str, int]
+    out: Path
+
+    @classmethod
+    def from_option(cls, value: str | None) -> ConfirmRun | None:
+        if value is None:
+            return None
+        plan = json.loads(Path(value).read_text(encoding="utf-8"))
+        return cls({str(k): int(v) for k, v in plan["rounds"].items()}, Path(plan["out"]))
+
+    def measure(self, module: str, key: str, confirm: Callable[[int], Comparison]) -> None:
+        """Measure the check's confirm if it is listed; one JSON line per check, appended at once."""
+        ident = check_ident(module, key)
+        rounds = self.rounds.get(ident)
+        if rounds is None:
+            return
+        fresh = confirm(rounds)
+        with open(self.out, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"check": ident, "comparison": fresh.to_dict()}, default=str) + "\n")
+
+
+def check_ident(module: str, key: str) -> str:
+    """A check across the session: keys are unique per suite module only."""
+    return f"{module}::{key}"
+
+
+def across_processes(comparisons: Sequence[Comparison]) -> Comparison:
+    """The confirms of k fresh processes as one: the mean of their median log ratios (each
+    process's offset counts once, so ``verdict`` charges ``noise^2 / k``), their rounds together."""
+    if len(comparisons) == 1:
+        return comparisons[0]
+    k = len(comparisons)
+    mean_ln = sum(c.median_log_ratio for c in comparisons) / k
+    se = math.sqrt(sum(c.se * c.se for c in comparisons)) / k
+
+    def joined(side: Sequence[Measurement]) -> Measurement:
+        samples = tuple(x for m in side for x in m.samples)
+        medians = [m.median for m in side]
+        # ci: the spread of the processes' medians (each process's own ci is in its comparison).
+        return replace(side[0], samples=samples, median=statistics.median(samples), n=len(samples),
+                       ci=(min(medians), max(medians)), dropped=sum(m.dropped for m in side))  # fmt: skip
+
+    first = comparisons[0]
+    return replace(
+        first,
+        candidate=joined([c.candidate for c in comparisons]),
+        reference=joined([c.reference for c in comparisons]),
+        log_ratios=tuple(x for c in comparisons for x in c.log_ratios),
+        time_ratio=math.exp(mean_ln),
+        time_ratio_ci=(math.exp(mean_ln - 1.96 * se), math.exp(mean_ln + 1.96 * se)),
+        se=se,
+        n_rounds=sum(c.n_rounds for c in comparisons),
+        dropped_rounds=sum(c.dropped_rounds for c in comparisons),
+        noisy=any(c.noisy for c in comparisons),
+        facts={**first.facts, "processes": k, "process_ratios": [c.time_ratio for c in comparisons]},
+    )
+
+
+def applies(cfg: Any) -> bool:
+    """Fresh confirms run at session end under night-wide control, unless baselines are being written."""
+    return bool(cfg.enabled and cfg.confirm == "fresh" and cfg.false_alarms != "none" and not cfg.updating)
+
+
+def suspects(rows: Sequence[CheckRow]) -> list[CheckRow]:
+    """The session's speed FAILs (decided by a timing stage, with a comparison to confirm)."""
+    return [
+        row
+        for row in rows
+        if row.verdict == Verdict.FAIL.value
+        and row.comparison is not None
+        and (row.decision or {}).get("stage") in ("screen", "confirm")
+        and row.baseline is not None
+    ]
+
+
+def run_subprocess(config: Any, rows: Sequence[CheckRow]) -> tuple[dict[str, Comparison], str | None]:
+    """Measure ``rows``' confirms in one fresh pytest process: {key: comparison}, and a note on failure."""
+    nodeids = list(dict.fromkeys(row.nodeid for row in rows))
+    rounds = {
+        check_ident(row.module, row.key): CONFIRM_FACTOR * row.comparison.n_rounds
+        for row in rows
+        if row.comparison is not None
+    }
+    with tempfile.TemporaryDirectory(prefix="convperf-confirm-") as tmp:
+        out = Path(tmp) / "confirm.jsonl"
+        plan = Path(tmp) / "plan.json"
+        plan.write_text(json.dumps({"rounds": rounds, "out": str(out)}), encoding="utf-8")
+        forwarded = forwarded_args(config)
+        xdist_off = ["-n", "0"] if config.pluginmanager.hasplugin("xdist") else []
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *plugin_args(forwarded),
+            *nodeids,
+            *forwarded,
+            *xdist_off,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--convperf-confirm-run={plan}",
+        ]
+        timeout = _START_S + _PER_CHECK_S * len(rounds)
+        try:
+            proc = subprocess.run(
+                cmd,
+                cwd=str(config.invocation_params.dir),
+                env=subprocess_env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            failed = (
+                None if proc.returncode in (0, 1) else f"the fresh pytest process exited {proc.returncode}"
+            )
+        except subprocess.TimeoutExpired:
+            failed = f"the fresh pytest process ran over {timeout:.0f} s and was stopped"
+            proc = None
+        got: dict[str, Comparison] = {}
+        if out.exists():
+            for line in out.read_text(encoding="utf-8").splitlines():
+                record = json.loads(line)
+                got[str(record["check"])] = Comparison.from_dict(record["comparison"])
+    if failed and proc is not None:
+        tail = ((proc.stdout or "")[-800:] + (proc.stderr or "")[-800:]).strip()
+        failed = f"{failed}: {tail}" if tail else failed
+    return got, failed
+
+
+def rejudge(row: CheckRow, fresh: Comparison, cfg: Any) -> CheckRow:
+    """The row decided again by the same rule, with the fresh-process measurement as its confirm."""
+    from pytest_convperf.gate import decision_of, policy_for
+    from pytest_convperf.updates import quality_of
+
+    assert row.comparison is not None and row.baseline is not None
+    old = parse_entry(row.key, row.baseline)
+    decision = decision_of(
+        row.comparison,
+        old,
+        policy_for(cfg, row.device_kind or "cpu", old),
+        confirm=lambda _n: fresh,
+        errors=row.errors,
+        env=row.env or {},
+        backend=row.comparison.facts.get("reference_backend"),
+        quality=quality_of(row.extra_metrics or {}),
+    )
+    here = row.message.splitlines()[0] if row.message else ""
+    k = int(fresh.facts.get("processes", 1))
+    if decision.verdict is Verdict.FAIL:
+        message = (
+            f"{decision.message}\n(confirmed again in {k} fresh pytest process(es); in this process: {here})"
+        )
+    else:
+        message = (
+            f"{decision.message}\n(cleared by {k} fresh pytest process(es); this process's own confirm "
+            f"had said: {here})"
+        )
+    return replace(row, verdict=decision.verdict.value, message=message, decision=decision.to_dict())
+
+
+def confirm_fails(config: Any, cfg: Any, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
+    """The rows with every speed FAIL confirmed in a fresh process; terminal lines saying what ran."""
+    todo = suspects(rows)
+    if not todo:
+        return list(rows), []
+    runs = [run_subprocess(config, todo) for _ in range(FRESH_PROCESSES)]
+    failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None
+    redone: dict[str, CheckRow] = {}
+    for row in todo:
+        ident = check_ident(row.module, row.key)
+        usable = [got[ident] for got, _ in runs if ident in got and not got[ident].inconclusive]
+        measured = [got[ident] for got, _ in runs if ident in got]
+        fresh = across_processes(usable) if usable else (measured[0] if measured else None)
+        if fresh is not None and not fresh.inconclusive:
+            redone[ident] = rejudge(row, fresh, cfg)
+        else:
+            why = failed or (
+                f"unusable ({fresh.inconclusive})"
+                if fresh is not None
+                else "the test did not reach this check"
+            )
+            note = f"\n(not confirmed in a fresh process: {why}; this process's confirm stands)"
+            redone[ident] = replace(row, message=f"{row.message}{note}")
+    cleared = sum(r.verdict != Verdict.FAIL.value for r in redone.values())
+    lines = [
+        f"{len(todo)} speed FAIL(s) confirmed again in fresh pytest processes ({FRESH_PROCESSES}): "
+        f"{len(todo) - cleared} still FAIL, {cleared} cleared" + (f" ({failed})" if failed else "")
+    ]
+    chosen = {id(row) for row in todo}
+    return [redone[check_ident(r.module, r.key)] if id(r) in chosen else r for r in rows], lines

@@ -1,0 +1,120 @@
+"""Calibration re-centres a stored ratio on its runs when they agree with it, and never absorbs a change.
+
+Why it matters: an entry recorded by one session carries its own error, noise^2 / ref_runs with
+ref_runs 1, in every later gate's sigma; docs/statistics.md measures what pooling buys.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_convperf.baselines import Entry, dump_text, read_file
+from pytest_convperf.calibration import recentre, write_calibration
+
+NOISE = 0.01
+# Five runs around ln(0.5): median exactly ln(0.5), spread of the order of NOISE.
+RUNS = [math.log(0.5) + d for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
+
+
+def _entry(ratio: float, ref_runs: int = 1, **kw: object) -> Entry:
+    return Entry(time_ratio=ratio, noise=NOISE, us_candidate=5.0, us_reference=10.0, ref_runs=ref_runs, **kw)  # type: ignore[arg-type]
+
+
+def test_agreeing_runs_are_pooled_with_the_stored_ratio_by_their_counts() -> None:
+    # 0.505 is 1 % above the runs' median: inside 2.576 x 1 % x sqrt(1 + 1/5).
+    out = recentre(_entry(0.505), RUNS, NOISE, same_commit=False)
+    assert out.moved and out.ref_runs == 6
+    # (1 x ln 0.505 + 5 x ln 0.5) / 6, by hand: 0.5 x 1.01^(1/6).
+    assert out.time_ratio == pytest.approx(0.5 * 1.01 ** (1 / 6), rel=1e-9)
+    assert "pooled with the 5 runs: 1 -> 6 runs" in out.why
+
+
+def test_a_stored_ratio_with_more_runs_weighs_more() -> None:
+    out = recentre(_entry(0.505, ref_runs=15), RUNS, NOISE, same_commit=False)
+    assert out.ref_runs == 20
+    assert out.time_ratio == pytest.approx(0.5 * 1.01 ** (15 / 20), rel=1e-9)
+
+
+def test_runs_of_another_commit_that_disagree_leave_the_ratio_alone_and_say_why() -> None:
+    # 10 % away with a 1 % noise at another commit: the candidate may have changed; never absorbed.
+    out = recentre(_entry(0.55), RUNS, NOISE, same_commit=False)
+    assert not out.moved and out.time_ratio == 0.55 and out.ref_runs == 1
+    assert "beyond the noise" in out.why and "--convperf-update-baselines" in out.why
+
+
+def test_runs_of_the_recording_commit_replace_an_outlier_recording() -> None:
+    # Same code: one recorded run against five that agree with each other; the one was the outlier.
+    out = recentre(_entry(0.55), RUNS, NOISE, same_commit=True)
+    assert out.moved and out.time_ratio == pytest.approx(0.5) and out.ref_runs == 5
+    assert "recorded run was the outlier" in out.why
+
+
+def test_too_few_runs_do_not_move_the_ratio() -> None:
+    out = recentre(_entry(0.505), RUNS[:2], NOISE, same_commit=True)
+    assert not out.moved and out.time_ratio == 0.505 and "too few" in out.why
+
+
+def _check(lns: list[float], mode: str | None = None, commit: str = "b2") -> dict[str, object]:
+    return {
+        "commit": commit,
+        "runs": len(lns),
+        "sd": NOISE,
+        "noise": NOISE,
+        "ln_ratios": lns,
+        "time_ratio": math.exp(sorted(lns)[len(lns) // 2]),
+        "us": {"candidate": 5.0, "reference": 10.0},
+        "env": {"torch": "2.11.0"},
+        "timing": {"mode": mode} if mode else {},
+    }
+
+
+def test_write_calibration_pools_and_repeated_calibration_accumulates(tmp_path: Path) -> None:
+    # Recorded at commit a1, calibrated at b2: agreeing runs pool; this never needs the commit.
+    path = tmp_path / "box" / "m.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        dump_text("box", {"k": _entry(0.505, env={"torch": "2.11.0"}, updated={"commit": "a1"})}),
+        encoding="utf-8",
+    )
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS)})
+    entry = read_file(path).entries["k"]
+    assert entry.ref_runs == 6 and entry.noise_runs == 5 and "pooled" in lines[0]
+    write_calibration(str(path), "box", {"k": _check(RUNS)})
+    assert read_file(path).entries["k"].ref_runs == 11
+
+
+@pytest.mark.parametrize(
+    ("stored", "runs_mode", "runs_env"),
+    [
+        ({"mode": "graph"}, "cold", "2.11.0"),  # timed another way: not the same measurement
+        ({}, None, "2.14.1"),  # another torch: the ratio may have moved for a reason
+    ],
+)
+def test_runs_of_another_mode_or_env_update_the_noise_only(
+    tmp_path: Path, stored: dict[str, str], runs_mode: str | None, runs_env: str
+) -> None:
+    path = tmp_path / "box" / "m.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        dump_text("box", {"k": _entry(0.505, env={"torch": "2.11.0"}, **stored)}), encoding="utf-8"
+    )
+    check = _check(RUNS, runs_mode)
+    check["env"] = {"torch": runs_env}
+    lines = write_calibration(str(path), "box", {"k": check})
+    entry = read_file(path).entries["k"]
+    assert entry.time_ratio == 0.505 and entry.ref_runs == 1 and entry.noise_runs == 5
+    assert "another mode or env" in lines[0]
+
+
+def test_write_calibration_replaces_only_at_the_recording_commit(tmp_path: Path) -> None:
+    path = tmp_path / "box" / "m.yaml"
+    path.parent.mkdir()
+    stored = {"k": _entry(0.55, env={"torch": "2.11.0"}, updated={"commit": "a1"})}
+    path.write_text(dump_text("box", stored), encoding="utf-8")
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="b2")})
+    assert read_file(path).entries["k"].time_ratio == 0.55 and "another commit" in lines[0]
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1")})
+    assert read_file(path).entries["k"].time_ratio == pytest.approx(0.5) and "outlier" in lines[0]

@@ -1,0 +1,61 @@
+"""The fresh-process confirm's pure parts: k processes' confirms as one, the noise the gate charges
+for them, and which rows are speed FAILs to confirm again (the subprocess itself:
+tests/integration/test_fresh_confirm.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from pytest_convperf.fresh_confirm import across_processes, suspects
+from pytest_convperf.results import CheckRow
+from pytest_convperf.verdict import _stage
+from tests.unit.test_verdict import GPU, comparison, entry
+
+
+def test_processes_average_their_median_log_ratios_and_keep_every_round() -> None:
+    a, b = comparison(0.50, se=0.003, n=63), comparison(0.52, se=0.004, n=63)
+    both = across_processes([a, b])
+    assert both.time_ratio == pytest.approx(math.sqrt(0.50 * 0.52))
+    assert both.se == pytest.approx(math.sqrt(0.003**2 + 0.004**2) / 2)
+    assert both.n_rounds == 126 and len(both.log_ratios) == 126 and both.candidate.n == 126
+    assert both.facts["processes"] == 2 and both.facts["process_ratios"] == [0.50, 0.52]
+    assert across_processes([a]) is a
+
+
+def test_the_gate_charges_the_mean_of_k_processes_noise_over_k() -> None:
+    stored = entry(0.5, noise=0.01, ref_runs=31)
+    one = comparison(0.55, se=0.002, n=126)
+    two = dataclasses.replace(one, facts={"processes": 2})
+    s1, s2 = _stage("confirm", one, stored, GPU, 0.9995), _stage("confirm", two, stored, GPU, 0.9995)
+    assert s1.sigma**2 == pytest.approx(0.002**2 + 0.01**2 * (1 + 1 / 31))
+    assert s2.sigma**2 == pytest.approx(0.002**2 + 0.01**2 * (1 / 2 + 1 / 31))
+
+
+def _row(verdict: str, stage: str | None, *, baseline: bool = True) -> CheckRow:
+    return CheckRow(
+        key=f"k-{verdict}-{stage}",
+        nodeid="t.py::test",
+        module="t",
+        problem="p",
+        phase="forward",
+        comparison=comparison(0.6),
+        errors=(),
+        verdict=verdict,
+        message="",
+        decision={"stage": stage},
+        baseline={"time_ratio": 0.5} if baseline else None,
+    )
+
+
+def test_only_speed_fails_with_a_baseline_are_confirmed_again() -> None:
+    rows = [
+        _row("FAIL", "confirm"),
+        _row("FAIL", "screen"),
+        _row("FAIL", "drift"),  # a correctness drift is not a speed question
+        _row("PASS", "screen"),
+        _row("FAIL", "confirm", baseline=False),
+    ]
+    assert [r.key for r in suspects(rows)] == ["k-FAIL-confirm", "k-FAIL-screen"]
