@@ -168,7 +168,7 @@ def run_subprocess(config: Any, rows: Sequence[CheckRow]) -> tuple[dict[str, Com
         try:
             proc = subprocess.run(
                 cmd,
-                cwd=str(config.invocation_params.dir),
+                cwd=str(config.rootpath),  # node ids are relative to the rootdir
                 env=subprocess_env(),
                 capture_output=True,
                 text=True,

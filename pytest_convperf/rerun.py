@@ -26,7 +26,16 @@ _NOT_FORWARDED = frozenset(
     }
 )
 # pytest-level options that decide what is collected and how (pairs "-p X" or "--opt=X").
-_PYTEST_PAIRS = ("-p", "-c", "-o", "--override-ini", "--rootdir", "--confcutdir", "--hypothesis-profile")
+_PYTEST_PAIRS = (
+    "-p",
+    "-c",
+    "-o",
+    "--override-ini",
+    "--rootdir",
+    "--confcutdir",
+    "--hypothesis-profile",
+    "--hypothesis-seed",
+)
 
 
 def plugin_args(pytest_args: Sequence[str]) -> list[str]:

@@ -26,5 +26,5 @@ def test_the_docs_quote_the_fresh_processes_in_use() -> None:
     readme = (REPO / "README.md").read_text()
     found = re.search(r"in \*\*(\d+) fresh pytest processes\*\*", stats)
     again = re.search(r"end in (\d+) fresh pytest processes", readme)
-    assert found and again, "statistics.md or README.md no longer quote the fresh processes where this test looks"
+    assert found and again, "statistics.md or README.md no longer quote the fresh processes here"
     assert int(found.group(1)) == int(again.group(1)) == FRESH_PROCESSES
