@@ -73,6 +73,9 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
                 *pytest_args,
                 "--convperf",
                 f"--convperf-report={run_dir}",
+                # One process per run: a fresh-process confirm's mean of 2 processes would halve
+                # the offset variance this run is there to measure.
+                "--convperf-confirm=process",
                 "-p",
                 "no:cacheprovider",
                 "-q",

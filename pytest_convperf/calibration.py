@@ -5,10 +5,11 @@ the rule, pure except for :func:`write_calibration`).
 Why re-centre: the gate's sigma carries the stored ratio's own error, ``noise^2 / ref_runs``. An
 entry recorded by one session has ``ref_runs`` 1, so half of sigma^2 is the baseline's error;
 pooling it with the K calibration runs takes that term to ``noise^2 / (1 + K)``. With 30 runs
-this lifts the night-1 detection of a 10 % regression in the night simulation from 67 % to 91 %
-(docs/statistics.md). Calibration runs that disagree with the stored ratio beyond the noise mean
-the candidate or the machine changed since recording: the ratio is then left as is (a change is
-recorded by ``--convperf-update-baselines``, with its review rules, never absorbed here).
+this lifts the night-1 detection of a 10 % regression in the night simulation from 76.5 % to
+95.7 % (docs/statistics.md §3). Runs that disagree with the stored ratio are a recording outlier
+when they measured the same code (the runs replace it), and a possible change otherwise: the ratio
+is then left as is (a change is recorded by ``--convperf-update-baselines``, with its review
+rules, never absorbed here).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from pytest_convperf.baselines import Entry, dump_text, read_file
 from pytest_convperf.files import atomic_write, lock_for
-from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
+from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR, default_policy
 
 # MAD -> SD of a normal distribution.
 MAD_TO_SD = 1.4826
@@ -47,16 +48,20 @@ class Recentred:
     why: str
 
 
-def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_commit: bool) -> Recentred:
+def recentre(
+    old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code: bool, tolerance: float
+) -> Recentred:
     """The stored ratio after K unchanged runs: pooled with their median, replaced, or kept.
 
     Agreeing runs are pooled, ``old.time_ratio`` worth ``old.ref_runs`` runs, the K runs' median
     worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, verdict._stage; for the
     heavy-tailed t5 offsets of the night simulation a median is as efficient as a mean). Runs that
-    disagree beyond the noise are kept apart from the ratio unless they were measured at the
-    commit the entry was recorded at (``same_commit``): then the one recorded run was the outlier
-    (same code, K runs against one) and the runs' median replaces it. At another commit the
-    candidate may have changed, and a change is recorded by an update with its review, never here.
+    disagree beyond the noise are kept apart from the ratio unless they measured the code the
+    entry was recorded from (``same_code``: the same commit, no uncommitted code;
+    ``updates.code_state``): then the one recorded run was the outlier (same code, K runs against
+    one) and the runs' median replaces it. At other code the candidate may have changed, and a
+    change is recorded by an update with its review, never here: there even agreeing runs are
+    pooled only while they sit within half the ``tolerance`` of the stored ratio.
     """
     k = len(ln_ratios)
     if k < MIN_RECENTRE_RUNS:
@@ -67,25 +72,28 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_commi
     mid = statistics.median(ln_ratios)
     shift = mid - math.log(old.time_ratio)
     se = noise * math.sqrt(1 / old_runs + 1 / k)
-    if abs(shift) > AGREE_Z * se:
+    limit = AGREE_Z * se if same_code else min(AGREE_Z * se, math.log1p(tolerance) / 2)
+    if abs(shift) > limit:
         apart = (
             f"the runs' median {math.exp(mid):.4g} is {shift:+.2%} from the stored {old.time_ratio:.4g}, "
-            f"beyond the noise ({AGREE_Z:g} x {se:.2%})"
+            f"beyond {limit:.2%} ({AGREE_Z:g} x the noise {se:.2%}"
+            + ("" if same_code else f", at most half the {tolerance:.0%} tolerance")
+            + ")"
         )
-        if same_commit:
+        if same_code:
             return Recentred(
                 math.exp(mid),
                 k,
                 True,
-                f"ratio replaced: {apart} at the commit it was recorded at, so the recorded run was "
-                f"the outlier; now the median of the {k} runs",
+                f"ratio replaced: {apart}, measuring the code it was recorded from, so the recorded "
+                f"run was the outlier; now the median of the {k} runs",
             )
         return Recentred(
             old.time_ratio,
             old.ref_runs,
             False,
-            f"ratio kept: {apart}: the candidate or the machine changed since it was recorded "
-            "(another commit); record a change with --convperf-update-baselines",
+            f"ratio kept: {apart}: the candidate or the machine may have changed since it was "
+            "recorded (other code); record a change with --convperf-update-baselines",
         )
     pooled = (old_runs * math.log(old.time_ratio) + k * mid) / (old_runs + k)
     return Recentred(
@@ -97,23 +105,28 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_commi
     )
 
 
+def spike_free(ln_ratios: Sequence[float]) -> list[float]:
+    """The runs without load spikes: from 3 runs on, those within ``OUTLIER_SDS`` robust SDs
+    (1.4826 x MAD) of the median; all of them when the MAD is 0 (over half the runs agree exactly)."""
+    if len(ln_ratios) < 3:
+        return list(ln_ratios)
+    mid = statistics.median(ln_ratios)
+    robust = MAD_TO_SD * statistics.median(abs(x - mid) for x in ln_ratios)
+    if robust == 0:
+        return list(ln_ratios)
+    return [x for x in ln_ratios if abs(x - mid) <= OUTLIER_SDS * robust]
+
+
 def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
     """Between-run SD of the runs' median ln ratios, never under ``floor``.
 
-    From 3 runs on, runs further than ``OUTLIER_SDS`` robust SDs (1.4826 x MAD) from the median
-    are left out and the plain SD of the rest is the noise: one run under a load spike (a
-    neighbour's build) does not become the stored noise, and clean runs keep the SD's efficiency.
-    The MAD alone is only 37 % efficient: stored as the noise with ``noise_runs - 1`` degrees of
-    freedom, it made the p-values of the night too small (docs/statistics.md, the simulation).
+    The plain SD of the :func:`spike_free` runs: one run under a load spike (a neighbour's build)
+    does not become the stored noise, and clean runs keep the SD's efficiency. The MAD alone is
+    only 37 % efficient: stored as the noise with ``noise_runs - 1`` degrees of freedom, it made
+    the p-values of the night too small (docs/statistics.md, the simulation).
     """
-    if len(ln_ratios) >= 3:
-        mid = statistics.median(ln_ratios)
-        robust = MAD_TO_SD * statistics.median(abs(x - mid) for x in ln_ratios)
-        kept = [x for x in ln_ratios if abs(x - mid) <= OUTLIER_SDS * robust]
-        sd = statistics.stdev(kept) if len(kept) >= 2 else robust
-    else:
-        sd = statistics.stdev(ln_ratios) if len(ln_ratios) >= 2 else 0.0
-    return max(sd, floor)
+    kept = spike_free(ln_ratios)
+    return max(statistics.stdev(kept) if len(kept) >= 2 else 0.0, floor)
 
 
 def calibrate_records(
@@ -148,13 +161,15 @@ def calibrate_records(
         mid = sorted(recs, key=lambda r: float(r["ln_ratio"]))[len(recs) // 2]
         out.setdefault(file, {"machine": machine, "checks": {}})["checks"][key] = {
             "runs": len(lns),
+            "noise_runs": len(spike_free(lns)),  # the noise's degrees of freedom + 1
             "sd": statistics.stdev(lns) if len(lns) >= 2 else 0.0,
             "noise": noise_of(lns, dev_floor),
             "floor": dev_floor,
             "time_ratio": math.exp(statistics.median(lns)),
             "ln_ratios": lns,
-            # One commit for all runs, or None: a ratio is replaced only by runs of its own commit.
-            "commit": commits.pop() if len(commits := {r.get("commit") for r in recs}) == 1 else None,
+            # One code state for all runs, or None: only runs of the entry's own code replace it.
+            "code": codes.pop() if len(codes := {r.get("code") for r in recs}) == 1 else None,
+            "device_kind": recs[0].get("device_kind"),
             "us": mid.get("us") or {},
             "env": mid.get("env") or {},
             "reference_backend": mid.get("reference_backend"),
@@ -165,6 +180,11 @@ def calibrate_records(
             "load_max": max((max(r.get("load_avg") or [0.0]) for r in recs), default=0.0),
         }
     return out
+
+
+def _same_code(old: Entry, code: Any) -> bool:
+    """The runs measured the committed code the entry was recorded from (no uncommitted code)."""
+    return isinstance(code, str) and not code.endswith("+dirty") and (old.updated or {}).get("code") == code
 
 
 def _same_timing(old: Entry, c: Mapping[str, Any]) -> bool:
@@ -191,8 +211,8 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
                         old,
                         c["ln_ratios"],
                         c["noise"],
-                        same_commit=c.get("commit") is not None
-                        and (old.updated or {}).get("commit") == c.get("commit"),
+                        same_code=_same_code(old, c.get("code")),
+                        tolerance=old.tolerance or default_policy(str(c.get("device_kind"))).tolerance,
                     )
                     if _same_timing(old, c)
                     else Recentred(
@@ -202,7 +222,7 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
                 current[key] = dataclasses.replace(
                     old,
                     noise=c["noise"],
-                    noise_runs=c["runs"],
+                    noise_runs=c.get("noise_runs", c["runs"]),
                     time_ratio=centre.time_ratio,
                     ref_runs=centre.ref_runs,
                 )
@@ -215,7 +235,7 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
                 current[key] = Entry(
                     time_ratio=c["time_ratio"],
                     noise=c["noise"],
-                    noise_runs=c["runs"],
+                    noise_runs=c.get("noise_runs", c["runs"]),
                     ref_runs=c["runs"],
                     us_candidate=float(us["candidate"]),
                     us_reference=float(us["reference"]),

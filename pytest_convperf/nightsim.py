@@ -115,7 +115,9 @@ class _Check:
             ref_runs=sc.ref_runs,
         )
         if sc.recentre:
-            centre = recentre(self.entry, cal, noise, same_commit=True)
+            centre = recentre(
+                self.entry, cal, noise, same_code=True, tolerance=default_policy(sc.device).tolerance
+            )
             self.entry = replace(self.entry, time_ratio=centre.time_ratio, ref_runs=centre.ref_runs)
         self.drift_rate = float(rng.uniform(-sc.max_drift, sc.max_drift)) / sc.nights_per_suite
 
@@ -149,20 +151,24 @@ def _noop() -> None:
     return None
 
 
-def judge_check(rng: np.random.Generator, check: _Check, mu: float, sc: Scenario, policy: Policy) -> Decision:
-    """One check as the plugin judges it: screen and confirm in one process (one offset), then,
-    under ``confirm_offset="fresh"``, a FAIL decided again with a confirm from a fresh process
-    (``fresh_confirm.rejudge``: the same rule, the other process's measurement)."""
+def judge_check(
+    rng: np.random.Generator, check: _Check, mu: float, sc: Scenario, policy: Policy
+) -> tuple[Decision, Decision]:
+    """One check as the plugin judges it: (in this process, after the fresh-process confirm).
+
+    Screen and confirm in one process (one offset): what ``--convperf-false-alarms=none`` decides
+    on. Under ``confirm_offset="fresh"`` a FAIL is decided again with the mean of
+    ``fresh_processes`` fresh-process confirms (``fresh_confirm.rejudge``: the same rule)."""
     b = check.offset(rng)
     first = measure(rng, check, mu, sc.rounds, b)
-    dec = decide(first, check.entry, policy, confirm=lambda n: measure(rng, check, mu, n, b))
-    if sc.confirm_offset == "fresh" and dec.verdict is Verdict.FAIL:
-        n = policy.confirm_factor * sc.rounds
-        fresh = across_processes(
-            [measure(rng, check, mu, n, check.offset(rng)) for _ in range(sc.fresh_processes)]
-        )
-        dec = decide(first, check.entry, policy, confirm=lambda _n: fresh)
-    return dec
+    here = decide(first, check.entry, policy, confirm=lambda n: measure(rng, check, mu, n, b))
+    if sc.confirm_offset != "fresh" or here.verdict is not Verdict.FAIL:
+        return here, here
+    n = policy.confirm_factor * sc.rounds
+    fresh = across_processes(
+        [measure(rng, check, mu, n, check.offset(rng)) for _ in range(sc.fresh_processes)]
+    )
+    return here, decide(first, check.entry, policy, confirm=lambda _n: fresh)
 
 
 def label(method: Method, alpha: float) -> str:
@@ -197,6 +203,7 @@ def run_nights(
             suite = [_Check(rng, scenario, policy.noise_floor) for _ in range(scenario.checks)]
         bad = int(rng.integers(len(suite))) if slowdown > 0 else -1
         verdicts: dict[str, tuple[str, float | None]] = {}
+        alone: dict[str, tuple[str, float | None]] = {}
         truly_slower: set[str] = set()
         for j, check in enumerate(suite):
             # The truth is relative to the unchanged ratio (ln 0), not to the stored estimate of it.
@@ -206,11 +213,13 @@ def run_nights(
             key = f"c{j}"
             if mu > tol:
                 truly_slower.add(key)
-            dec = judge_check(rng, check, mu, scenario, policy)
-            verdicts[key] = (dec.verdict.value, dec.p_value)
+            here, final = judge_check(rng, check, mu, scenario, policy)
+            verdicts[key] = (final.verdict.value, final.p_value)
+            alone[key] = (here.verdict.value, here.p_value)  # "none": no fresh-process confirm
         tally.gated += sum(v in ("PASS", "FAIL", "IMPROVED") for v, _ in verdicts.values())
         for m, a, name in labels:
-            night_ctl = control(verdicts, method=m, alpha=a, per_check_alpha=1 - policy.confirm_q)
+            judged = alone if m == "none" else verdicts
+            night_ctl = control(judged, method=m, alpha=a, per_check_alpha=1 - policy.confirm_q)
             false = [k for k in night_ctl.fails if k not in truly_slower]
             tally.false_nights[name] += bool(false)
             tally.false_fails[name] += len(false)

@@ -119,7 +119,9 @@ def benchmark_entry(
     }
 
 
-def history_records(rows: Sequence[CheckRow], *, when: str, commit: str | None) -> list[dict[str, Any]]:
+def history_records(
+    rows: Sequence[CheckRow], *, when: str, commit: str | None, code: str | None = None
+) -> list[dict[str, Any]]:
     """One JSON record per check per run (feeds trend plots and a persistence gate)."""
     out = []
     for row in rows:
@@ -132,6 +134,7 @@ def history_records(rows: Sequence[CheckRow], *, when: str, commit: str | None) 
                 "schema": SCHEMA,
                 "when": when,
                 "commit": commit,
+                "code": code,  # updates.code_state: the commit, "+dirty" with uncommitted code
                 "machine": row.machine,
                 "device_kind": row.device_kind,
                 "module": r.module,
@@ -248,7 +251,9 @@ def write_reports(
     notes: list[str] = []
     commit = commit_info.get("id")
     with open(report_dir / "history.jsonl", "a", encoding="utf-8") as fh:
-        for rec in history_records(rows, when=when, commit=str(commit) if commit else None):
+        code = commit_info.get("code")
+        records = history_records(rows, when=when, commit=str(commit) if commit else None, code=code)
+        for rec in records:
             fh.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
     change_points, cp_note = new_change_point_lines(report_dir)
     notes += [f"change point new tonight: {line}" for line in change_points]

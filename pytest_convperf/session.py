@@ -229,7 +229,7 @@ class ConvperfSession:
     @pytest.hookimpl(tryfirst=True)  # before xdist starts workers that would journal
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Stop the run (``UsageError``) before any test when an output folder cannot be written."""
-        if self.cfg.enabled and is_controller(self.config):
+        if self.cfg.enabled and is_controller(self.config) and self.confirm_run is None:
             check_output_paths(self.cfg)
             if self.cfg.report_dir is not None:
                 journal.start(self.cfg.report_dir)
@@ -278,8 +278,8 @@ class ConvperfSession:
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write planned baseline updates, convperf-update.md and the report (controller only)."""
-        if self._finished or not is_controller(self.config):
-            return
+        if self._finished or not is_controller(self.config) or self.confirm_run is not None:
+            return  # a fresh-process confirm writes its measurements only (fresh_confirm.ConfirmRun)
         self._finished = True
         self.section_paths = write_sections(self.report_dir(), self.all_sections)
         if not self.cfg.enabled:
@@ -291,7 +291,7 @@ class ConvperfSession:
         if cfg.report_dir is not None:  # rows of a worker that crashed after its check
             lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
             self.rows.extend(CheckRow.from_dict(row) for row in lost)
-        if fresh_confirm.applies(cfg):  # speed FAILs confirmed again, out of this process
+        if fresh_confirm.applies(cfg) and session.exitstatus != pytest.ExitCode.INTERRUPTED:
             self.rows, lines = fresh_confirm.confirm_fails(self.config, cfg, self.rows)
             self.notes += lines
         # The form rows.json and report plugins read, with the night's decision on speed FAILs.
@@ -310,7 +310,7 @@ class ConvperfSession:
                 rows=rows,
                 report_dir=cfg.report_dir,
                 machine_info=self.machine_info(rows),
-                commit_info=commit_info(cfg.rootdir),
+                commit_info=commit_info(cfg),
                 when=when,
                 night=self.night.to_dict(),
             ):

@@ -180,15 +180,33 @@ def git(rootdir: Path, *args: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def commit_info(rootdir: Path) -> dict[str, Any]:
-    """pytest-benchmark's ``commit_info``: id, branch, dirty (empty values outside git)."""
+def commit_info(cfg: ConvperfConfig) -> dict[str, Any]:
+    """pytest-benchmark's ``commit_info``: id, branch, dirty (empty values outside git), and ``code``
+    (:func:`code_state`)."""
+    rootdir = cfg.rootdir
     status = git(rootdir, "status", "--porcelain")
     return {
         "id": git(rootdir, "rev-parse", "--short", "HEAD"),
         "branch": git(rootdir, "rev-parse", "--abbrev-ref", "HEAD"),
         "dirty": bool(status),
         "project": rootdir.name,
+        "code": code_state(cfg),
     }
+
+
+def code_state(cfg: ConvperfConfig) -> str | None:
+    """HEAD's short hash, with ``+dirty`` when files other than baselines and reports changed: what
+    "the same code" means to ``calibrate`` replacing an outlier recording (calibration.recentre).
+    Baseline files are left out, since recording them is what dirties the tree before calibrating."""
+    head = git(cfg.rootdir, "rev-parse", "--short", "HEAD")
+    if head is None:
+        return None
+    spec = ["--", "."]
+    for folder in (cfg.baselines_dir, cfg.report_dir):
+        if folder is not None and folder.resolve().is_relative_to(cfg.rootdir.resolve()):
+            spec.append(f":(exclude){folder.resolve().relative_to(cfg.rootdir.resolve()).as_posix()}")
+    changed = git(cfg.rootdir, "status", "--porcelain", *spec)
+    return f"{head}+dirty" if changed else head
 
 
 def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckRow) -> str:
@@ -239,6 +257,7 @@ def apply_updates(
     updated: dict[str, str] = {}
     if commit:
         updated["commit"] = commit
+        updated["code"] = code_state(cfg) or commit
     if cfg.reason:
         updated["reason"] = cfg.reason
     per_file: dict[tuple[str, str], dict[str, tuple[Entry, CheckRow]]] = {}

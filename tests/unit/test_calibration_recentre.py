@@ -25,7 +25,7 @@ def _entry(ratio: float, ref_runs: int = 1, **kw: object) -> Entry:
 
 def test_agreeing_runs_are_pooled_with_the_stored_ratio_by_their_counts() -> None:
     # 0.505 is 1 % above the runs' median: inside 2.576 x 1 % x sqrt(1 + 1/5).
-    out = recentre(_entry(0.505), RUNS, NOISE, same_commit=False)
+    out = recentre(_entry(0.505), RUNS, NOISE, same_code=False, tolerance=0.05)
     assert out.moved and out.ref_runs == 6
     # (1 x ln 0.505 + 5 x ln 0.5) / 6, by hand: 0.5 x 1.01^(1/6).
     assert out.time_ratio == pytest.approx(0.5 * 1.01 ** (1 / 6), rel=1e-9)
@@ -33,33 +33,41 @@ def test_agreeing_runs_are_pooled_with_the_stored_ratio_by_their_counts() -> Non
 
 
 def test_a_stored_ratio_with_more_runs_weighs_more() -> None:
-    out = recentre(_entry(0.505, ref_runs=15), RUNS, NOISE, same_commit=False)
+    out = recentre(_entry(0.505, ref_runs=15), RUNS, NOISE, same_code=False, tolerance=0.05)
     assert out.ref_runs == 20
     assert out.time_ratio == pytest.approx(0.5 * 1.01 ** (15 / 20), rel=1e-9)
 
 
 def test_runs_of_another_commit_that_disagree_leave_the_ratio_alone_and_say_why() -> None:
     # 10 % away with a 1 % noise at another commit: the candidate may have changed; never absorbed.
-    out = recentre(_entry(0.55), RUNS, NOISE, same_commit=False)
+    out = recentre(_entry(0.55), RUNS, NOISE, same_code=False, tolerance=0.05)
     assert not out.moved and out.time_ratio == 0.55 and out.ref_runs == 1
-    assert "beyond the noise" in out.why and "--convperf-update-baselines" in out.why
+    assert "2.576 x the noise" in out.why and "--convperf-update-baselines" in out.why
+
+
+def test_at_other_code_a_shift_over_half_the_tolerance_is_never_pooled() -> None:
+    # Inside the noise band (2.576 x 1 % x 1.1 = 2.8 %) but over half a 2 % tolerance: a small
+    # regression could hide there, so it is left for an update's review.
+    out = recentre(_entry(0.505), RUNS, NOISE, same_code=False, tolerance=0.02)
+    assert not out.moved and out.time_ratio == 0.505 and "half the 2% tolerance" in out.why
 
 
 def test_runs_of_the_recording_commit_replace_an_outlier_recording() -> None:
     # Same code: one recorded run against five that agree with each other; the one was the outlier.
-    out = recentre(_entry(0.55), RUNS, NOISE, same_commit=True)
+    out = recentre(_entry(0.55), RUNS, NOISE, same_code=True, tolerance=0.05)
     assert out.moved and out.time_ratio == pytest.approx(0.5) and out.ref_runs == 5
     assert "recorded run was the outlier" in out.why
 
 
 def test_too_few_runs_do_not_move_the_ratio() -> None:
-    out = recentre(_entry(0.505), RUNS[:2], NOISE, same_commit=True)
+    out = recentre(_entry(0.505), RUNS[:2], NOISE, same_code=True, tolerance=0.05)
     assert not out.moved and out.time_ratio == 0.505 and "too few" in out.why
 
 
 def _check(lns: list[float], mode: str | None = None, commit: str = "b2") -> dict[str, object]:
     return {
-        "commit": commit,
+        "code": commit,
+        "device_kind": "cpu",
         "runs": len(lns),
         "sd": NOISE,
         "noise": NOISE,
@@ -76,7 +84,9 @@ def test_write_calibration_pools_and_repeated_calibration_accumulates(tmp_path: 
     path = tmp_path / "box" / "m.yaml"
     path.parent.mkdir()
     path.write_text(
-        dump_text("box", {"k": _entry(0.505, env={"torch": "2.11.0"}, updated={"commit": "a1"})}),
+        dump_text(
+            "box", {"k": _entry(0.505, env={"torch": "2.11.0"}, updated={"commit": "a1", "code": "a1"})}
+        ),
         encoding="utf-8",
     )
     lines = write_calibration(str(path), "box", {"k": _check(RUNS)})
@@ -109,12 +119,38 @@ def test_runs_of_another_mode_or_env_update_the_noise_only(
     assert "another mode or env" in lines[0]
 
 
-def test_write_calibration_replaces_only_at_the_recording_commit(tmp_path: Path) -> None:
+def test_write_calibration_replaces_only_at_the_recording_code(tmp_path: Path) -> None:
     path = tmp_path / "box" / "m.yaml"
     path.parent.mkdir()
-    stored = {"k": _entry(0.55, env={"torch": "2.11.0"}, updated={"commit": "a1"})}
+    stored = {"k": _entry(0.55, env={"torch": "2.11.0"}, updated={"commit": "a1", "code": "a1"})}
     path.write_text(dump_text("box", stored), encoding="utf-8")
     lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="b2")})
-    assert read_file(path).entries["k"].time_ratio == 0.55 and "another commit" in lines[0]
+    assert read_file(path).entries["k"].time_ratio == 0.55 and "other code" in lines[0]
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1+dirty")})
+    assert read_file(path).entries["k"].time_ratio == 0.55 and "other code" in lines[0]
     lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1")})
     assert read_file(path).entries["k"].time_ratio == pytest.approx(0.5) and "outlier" in lines[0]
+
+
+def test_code_state_ignores_baselines_and_reports_but_not_code(tmp_path: Path) -> None:
+    from pytest_convperf.config import ConvperfConfig
+    from pytest_convperf.updates import code_state
+    from tools.ab_scratch import git
+
+    git(tmp_path, "init", "-q")
+    (tmp_path / "kernel.py").write_text("x = 1\n")
+    (tmp_path / "baselines" / "box").mkdir(parents=True)
+    (tmp_path / "baselines" / "box" / "m.yaml").write_text("a: 1\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = git(tmp_path, "rev-parse", "--short", "HEAD").strip()
+    cfg = ConvperfConfig(rootdir=tmp_path, baselines_dir=tmp_path / "baselines", report_dir=tmp_path / "report")
+    assert code_state(cfg) == head
+    # Recording baselines (and writing a report) before calibrating does not make it other code ...
+    (tmp_path / "baselines" / "box" / "m.yaml").write_text("a: 2\n")
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "history.jsonl").write_text("{}\n")
+    assert code_state(cfg) == head
+    # ... an uncommitted kernel edit does.
+    (tmp_path / "kernel.py").write_text("x = 2\n")
+    assert code_state(cfg) == f"{head}+dirty"
