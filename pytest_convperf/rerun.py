@@ -52,12 +52,13 @@ def forwarded_args(config: Any) -> list[str]:
     file applies by itself: the re-run starts in the same folder)."""
     out: list[str] = []
     args = list(config.invocation_params.args)
+    here = Path(config.invocation_params.dir)
     for i, arg in enumerate(args):
         for name in _PYTEST_PAIRS:
             if arg == name and i + 1 < len(args):
-                out += [arg, str(args[i + 1])]
+                out += [arg, _absolute(name, str(args[i + 1]), here)]
             elif name.startswith("--") and arg.startswith(name + "="):
-                out.append(arg)
+                out.append(f"{name}={_absolute(name, arg[len(name) + 1 :], here)}")
     for spec in OPTIONS:
         if spec.name in _NOT_FORWARDED:
             continue
@@ -66,6 +67,14 @@ def forwarded_args(config: Any) -> list[str]:
             continue
         out.append(spec.flag if value is True else f"{spec.flag}={value}")
     return out
+
+
+# Options whose value is a path relative to where pytest started (the re-run starts elsewhere).
+_PATH_OPTIONS = frozenset({"-c", "--rootdir", "--confcutdir"})
+
+
+def _absolute(name: str, value: str, here: Path) -> str:
+    return str(here / value) if name in _PATH_OPTIONS and not Path(value).is_absolute() else value
 
 
 def subprocess_env() -> dict[str, str]:

@@ -144,7 +144,9 @@ def test_code_state_ignores_baselines_and_reports_but_not_code(tmp_path: Path) -
     git(tmp_path, "add", "-A")
     git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
     head = git(tmp_path, "rev-parse", "--short", "HEAD").strip()
-    cfg = ConvperfConfig(rootdir=tmp_path, baselines_dir=tmp_path / "baselines", report_dir=tmp_path / "report")
+    cfg = ConvperfConfig(
+        rootdir=tmp_path, baselines_dir=tmp_path / "baselines", report_dir=tmp_path / "report"
+    )
     assert code_state(cfg) == head
     # Recording baselines (and writing a report) before calibrating does not make it other code ...
     (tmp_path / "baselines" / "box" / "m.yaml").write_text("a: 2\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,31 @@ def test_only_speed_fails_with_a_baseline_are_confirmed_again() -> None:
         _row("FAIL", "confirm", baseline=False),
     ]
     assert [r.key for r in suspects(rows)] == ["k-FAIL-confirm", "k-FAIL-screen"]
+
+
+def test_a_rerun_inherits_convperf_options_and_absolute_paths_but_no_outputs(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pytest_convperf.rerun import forwarded_args
+
+    given = {"convperf": True, "convperf_device": "cpu", "convperf_report": "r", "convperf_tolerance": "0.05"}
+    config = SimpleNamespace(
+        invocation_params=SimpleNamespace(
+            args=("sub/t.py", "-c", "sub/pytest.ini", "-p", "myplugin", "--rootdir=.", "-k", "x"),
+            dir=tmp_path,
+        ),
+        getoption=lambda name, default=None: given.get(name, default),
+    )
+    out = forwarded_args(config)
+    assert out[:6] == [
+        "-c",
+        str(tmp_path / "sub/pytest.ini"),
+        "-p",
+        "myplugin",
+        f"--rootdir={tmp_path / '.'}",
+        "--convperf",
+    ]
+    assert "--convperf-device=cpu" in out and "--convperf-tolerance=0.05" in out
+    assert (
+        not any(a.startswith("--convperf-report") for a in out) and "-k" not in out and "sub/t.py" not in out
+    )
