@@ -122,8 +122,8 @@ def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
 
     The plain SD of the :func:`spike_free` runs: one run under a load spike (a neighbour's build)
     does not become the stored noise, and clean runs keep the SD's efficiency. The MAD alone is
-    only 37 % efficient: stored as the noise with ``noise_runs - 1`` degrees of freedom, it made
-    the p-values of the night too small (docs/statistics.md, the simulation).
+    only 37 % efficient: stored as the noise with ``noise_runs - 1`` degrees of freedom (the gate's
+    t quantiles), it would claim more than it knows.
     """
     kept = spike_free(ln_ratios)
     return max(statistics.stdev(kept) if len(kept) >= 2 else 0.0, floor)

@@ -32,8 +32,10 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+import pytest
+
+from pytest_convperf.config import ConvperfConfig
 from pytest_convperf.entry import parse_entry
 from pytest_convperf.rerun import forwarded_args, plugin_args, subprocess_env
 from pytest_convperf.results import CheckRow, Comparison, Measurement, Verdict
@@ -49,7 +51,7 @@ _START_S = 120.0
 _PER_CHECK_S = 300.0
 
 
-def add_option(group: Any) -> None:
+def add_option(group: pytest.OptionGroup) -> None:
     group.addoption(
         "--convperf-confirm-run",
         default=None,
@@ -122,7 +124,7 @@ def across_processes(comparisons: Sequence[Comparison]) -> Comparison:
     )
 
 
-def applies(cfg: Any) -> bool:
+def applies(cfg: ConvperfConfig) -> bool:
     """Fresh confirms run at session end under night-wide control, unless baselines are being written."""
     return bool(cfg.enabled and cfg.confirm == "fresh" and cfg.false_alarms != "none" and not cfg.updating)
 
@@ -139,7 +141,9 @@ def suspects(rows: Sequence[CheckRow]) -> list[CheckRow]:
     ]
 
 
-def run_subprocess(config: Any, rows: Sequence[CheckRow]) -> tuple[dict[str, Comparison], str | None]:
+def run_subprocess(
+    config: pytest.Config, rows: Sequence[CheckRow]
+) -> tuple[dict[str, Comparison], str | None]:
     """Measure ``rows``' confirms in one fresh pytest process: {check: comparison}, and a note on failure."""
     nodeids = list(dict.fromkeys(row.nodeid for row in rows))
     rounds = {
@@ -208,7 +212,7 @@ def _run(cmd: Sequence[str], cwd: Path, timeout: float, log: Path) -> str | None
     return f"the fresh pytest process exited {code}" + (f": {tail}" if tail else "")
 
 
-def rejudge(row: CheckRow, fresh: Comparison, cfg: Any) -> CheckRow:
+def rejudge(row: CheckRow, fresh: Comparison, cfg: ConvperfConfig) -> CheckRow:
     """The row decided again by the same rule, with the fresh-process measurement as its confirm."""
     from pytest_convperf.gate import decision_of, policy_for
     from pytest_convperf.updates import quality_of
@@ -239,7 +243,9 @@ def rejudge(row: CheckRow, fresh: Comparison, cfg: Any) -> CheckRow:
     return replace(row, verdict=decision.verdict.value, message=message, decision=decision.to_dict())
 
 
-def confirm_fails(config: Any, cfg: Any, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
+def confirm_fails(
+    config: pytest.Config, cfg: ConvperfConfig, rows: Sequence[CheckRow]
+) -> tuple[list[CheckRow], list[str]]:
     """The rows with every speed FAIL confirmed in fresh processes; terminal lines saying what ran.
 
     Never raises: a confirm that could not run leaves the in-process verdicts standing, and says so.
@@ -254,7 +260,7 @@ def confirm_fails(config: Any, cfg: Any, rows: Sequence[CheckRow]) -> tuple[list
 
 
 def _confirm(
-    config: Any, cfg: Any, rows: Sequence[CheckRow], todo: Sequence[CheckRow]
+    config: pytest.Config, cfg: ConvperfConfig, rows: Sequence[CheckRow], todo: Sequence[CheckRow]
 ) -> tuple[list[CheckRow], list[str]]:
     runs = [run_subprocess(config, todo) for _ in range(FRESH_PROCESSES)]
     failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+import pytest
 
 import pytest_convperf
 from pytest_convperf.config import OPTIONS
@@ -47,7 +48,7 @@ def plugin_args(pytest_args: Sequence[str]) -> list[str]:
     return [] if installed or given else ["-p", "pytest_convperf.plugin"]
 
 
-def forwarded_args(config: Any) -> list[str]:
+def forwarded_args(config: pytest.Config) -> list[str]:
     """This session's command-line convperf options and the pytest pairs a re-run needs (the ini
     file applies by itself: the re-run starts in the same folder)."""
     out: list[str] = []

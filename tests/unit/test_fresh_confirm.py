@@ -75,7 +75,7 @@ def test_a_rerun_inherits_convperf_options_and_absolute_paths_but_no_outputs(tmp
         ),
         getoption=lambda name, default=None: given.get(name, default),
     )
-    out = forwarded_args(config)
+    out = forwarded_args(config)  # type: ignore[arg-type]
     assert out[:6] == [
         "-c",
         str(tmp_path / "sub/pytest.ini"),
