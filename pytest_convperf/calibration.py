@@ -6,10 +6,9 @@ Why re-centre: the gate's sigma carries the stored ratio's own error, ``noise^2 
 entry recorded by one session has ``ref_runs`` 1, so half of sigma^2 is the baseline's error;
 pooling it with the K calibration runs takes that term to ``noise^2 / (1 + K)``. With 30 runs
 this lifts the night-1 detection of a 10 % regression in the night simulation from 76.5 % to
-95.7 % (docs/statistics.md §3). Runs that disagree with the stored ratio are a recording outlier
-when they measured the same code (the runs replace it), and a possible change otherwise: the ratio
-is then left as is (a change is recorded by ``--convperf-update-baselines``, with its review
-rules, never absorbed here).
+95.7 % (docs/statistics.md §3). Only runs of the recording's own code move the ratio; runs of
+other code leave it as is (a change is recorded by ``--convperf-update-baselines``, with its
+review rules, never absorbed here).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import Any
 
 from pytest_convperf.baselines import Entry, dump_text, read_file
 from pytest_convperf.files import atomic_write, lock_for
-from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR, default_policy
+from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
 # MAD -> SD of a normal distribution.
 MAD_TO_SD = 1.4826
@@ -48,22 +47,30 @@ class Recentred:
     why: str
 
 
-def recentre(
-    old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code: bool, tolerance: float
-) -> Recentred:
+def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code: bool) -> Recentred:
     """The stored ratio after K unchanged runs: pooled with their median, replaced, or kept.
 
+    Only runs of the code the entry was recorded from (``same_code``: the same commit, no
+    uncommitted change to tracked files outside the baselines and reports;
+    ``updates.code_state``) move the ratio: the runs and the recording measured the same thing.
     Agreeing runs are pooled, ``old.time_ratio`` worth ``old.ref_runs`` runs, the K runs' median
     worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, verdict._stage; for the
     heavy-tailed t5 offsets of the night simulation a median is as efficient as a mean). Runs that
-    disagree beyond the noise are kept apart from the ratio unless they measured the code the
-    entry was recorded from (``same_code``: the same commit, no uncommitted code;
-    ``updates.code_state``): then the one recorded run was the outlier (same code, K runs against
-    one) and the runs' median replaces it. At other code the candidate may have changed, and a
-    change is recorded by an update with its review, never here: there even agreeing runs are
-    pooled only while they sit within half the ``tolerance`` of the stored ratio.
+    disagree beyond 2.576 x the noise of the difference replace it: K runs against one, the
+    recorded run was the outlier. At other code the ratio is kept whatever the runs say: the
+    candidate may have changed, and even a change inside the noise, pooled night after night,
+    would ratchet into the baseline; a change is recorded by an update, with its review.
     """
     k = len(ln_ratios)
+    if not same_code:
+        return Recentred(
+            old.time_ratio,
+            old.ref_runs,
+            False,
+            "ratio kept: the runs measured other code than the recording (another commit, or "
+            "uncommitted changes); calibrate at the recorded commit to re-centre it, or record a "
+            "change with --convperf-update-baselines",
+        )
     if k < MIN_RECENTRE_RUNS:
         return Recentred(
             old.time_ratio, old.ref_runs, False, f"ratio kept: {k} run(s) are too few to move it"
@@ -72,28 +79,14 @@ def recentre(
     mid = statistics.median(ln_ratios)
     shift = mid - math.log(old.time_ratio)
     se = noise * math.sqrt(1 / old_runs + 1 / k)
-    limit = AGREE_Z * se if same_code else min(AGREE_Z * se, math.log1p(tolerance) / 2)
-    if abs(shift) > limit:
-        apart = (
-            f"the runs' median {math.exp(mid):.4g} is {shift:+.2%} from the stored {old.time_ratio:.4g}, "
-            f"beyond {limit:.2%} ({AGREE_Z:g} x the noise {se:.2%}"
-            + ("" if same_code else f", at most half the {tolerance:.0%} tolerance")
-            + ")"
-        )
-        if same_code:
-            return Recentred(
-                math.exp(mid),
-                k,
-                True,
-                f"ratio replaced: {apart}, measuring the code it was recorded from, so the recorded "
-                f"run was the outlier; now the median of the {k} runs",
-            )
+    if abs(shift) > AGREE_Z * se:
         return Recentred(
-            old.time_ratio,
-            old.ref_runs,
-            False,
-            f"ratio kept: {apart}: the candidate or the machine may have changed since it was "
-            "recorded (other code); record a change with --convperf-update-baselines",
+            math.exp(mid),
+            k,
+            True,
+            f"ratio replaced: the runs' median {math.exp(mid):.4g} is {shift:+.2%} from the stored "
+            f"{old.time_ratio:.4g}, beyond {AGREE_Z:g} x the noise {se:.2%}, measuring the code it was "
+            f"recorded from, so the recorded run was the outlier; now the median of the {k} runs",
         )
     pooled = (old_runs * math.log(old.time_ratio) + k * mid) / (old_runs + k)
     return Recentred(
@@ -169,7 +162,6 @@ def calibrate_records(
             "ln_ratios": lns,
             # One code state for all runs, or None: only runs of the entry's own code replace it.
             "code": codes.pop() if len(codes := {r.get("code") for r in recs}) == 1 else None,
-            "device_kind": recs[0].get("device_kind"),
             "us": mid.get("us") or {},
             "env": mid.get("env") or {},
             "reference_backend": mid.get("reference_backend"),
@@ -207,13 +199,7 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
             old = current.get(key)
             if old is not None:
                 centre = (
-                    recentre(
-                        old,
-                        c["ln_ratios"],
-                        c["noise"],
-                        same_code=_same_code(old, c.get("code")),
-                        tolerance=old.tolerance or default_policy(str(c.get("device_kind"))).tolerance,
-                    )
+                    recentre(old, c["ln_ratios"], c["noise"], same_code=_same_code(old, c.get("code")))
                     if _same_timing(old, c)
                     else Recentred(
                         old.time_ratio, old.ref_runs, False, "ratio kept: timed in another mode or env"

@@ -142,7 +142,7 @@ def suspects(rows: Sequence[CheckRow]) -> list[CheckRow]:
 
 
 def run_subprocess(
-    config: pytest.Config, rows: Sequence[CheckRow]
+    config: pytest.Config, rows: Sequence[CheckRow], *, checks: int = 0
 ) -> tuple[dict[str, Comparison], str | None]:
     """Measure ``rows``' confirms in one fresh pytest process: {check: comparison}, and a note on failure."""
     nodeids = list(dict.fromkeys(row.nodeid for row in rows))
@@ -173,7 +173,7 @@ def run_subprocess(
             "-q",
             f"--convperf-confirm-run={plan}",
         ]
-        timeout = _START_S + _PER_CHECK_S * len(rounds)
+        timeout = _START_S + _PER_CHECK_S * max(checks, len(rounds))
         failed = _run(cmd, config.rootpath, timeout, Path(tmp) / "output.txt")
         got: dict[str, Comparison] = {}
         if out.exists():
@@ -188,8 +188,9 @@ def run_subprocess(
 
 def _run(cmd: Sequence[str], cwd: Path, timeout: float, log: Path) -> str | None:
     """Run ``cmd`` in its own process group (node ids are relative to the rootdir ``cwd``); None
-    when it ran to an end pytest reports, else why not. Output goes to a file, not a pipe, and a
-    timeout stops the whole group: a grandchild holding a pipe cannot hang the session end."""
+    when it ran to an end pytest reports, else why not. Output goes to a file, not a pipe. A
+    timeout, or Ctrl-C here, stops the whole group: a grandchild holding the GPU or a file cannot
+    outlive the session end."""
     with open(log, "w+", encoding="utf-8", errors="replace") as fh:
         proc = subprocess.Popen(
             cmd,
@@ -202,14 +203,32 @@ def _run(cmd: Sequence[str], cwd: Path, timeout: float, log: Path) -> str | None
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return f"the fresh pytest process ran over {timeout:.0f} s and was stopped"
+            _stop(proc)
+            return f"{TIMED_OUT} {timeout:.0f} s and was stopped"
+        except BaseException:
+            _stop(proc)
+            raise
         if code in (0, 1):  # tests passed or failed: the measurements are what counts
             return None
         fh.seek(0)
         tail = fh.read()[-1500:].strip()
     return f"the fresh pytest process exited {code}" + (f": {tail}" if tail else "")
+
+
+TIMED_OUT = "the fresh pytest process ran over"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the process and its group (its own session); only the process where groups do not exist."""
+    killpg = getattr(os, "killpg", None)
+    try:
+        if killpg is not None:
+            killpg(proc.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+        else:
+            proc.kill()
+    except ProcessLookupError:  # it ended on its own meanwhile
+        pass
+    proc.wait()
 
 
 def rejudge(row: CheckRow, fresh: Comparison, cfg: ConvperfConfig) -> CheckRow:
@@ -255,6 +274,8 @@ def confirm_fails(
         return list(rows), []
     try:
         return _confirm(config, cfg, rows, todo)
+    except KeyboardInterrupt:  # Ctrl-C at session end: the night is still judged and reported
+        return list(rows), ["speed FAILs not confirmed in a fresh process (interrupted)"]
     except Exception as exc:  # the session end must still judge the night and write its reports
         return list(rows), [f"speed FAILs not confirmed in a fresh process ({type(exc).__name__}: {exc})"]
 
@@ -262,7 +283,14 @@ def confirm_fails(
 def _confirm(
     config: pytest.Config, cfg: ConvperfConfig, rows: Sequence[CheckRow], todo: Sequence[CheckRow]
 ) -> tuple[list[CheckRow], list[str]]:
-    runs = [run_subprocess(config, todo) for _ in range(FRESH_PROCESSES)]
+    # The fresh process runs the suspects' whole tests: its time limit counts all their checks.
+    tests = {row.nodeid for row in todo}
+    checks = sum(row.nodeid in tests for row in rows)
+    runs: list[tuple[dict[str, Comparison], str | None]] = []
+    for _ in range(FRESH_PROCESSES):
+        runs.append(run_subprocess(config, todo, checks=checks))
+        if (runs[-1][1] or "").startswith(TIMED_OUT):  # a second one would hang as long
+            break
     failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None
     redone: dict[int, CheckRow] = {}
     for row in todo:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pytest_convperf.baselines import Entry
-from pytest_convperf.calibration import noise_of, recentre
+from pytest_convperf.calibration import noise_of, recentre, spike_free
 from pytest_convperf.fresh_confirm import FRESH_PROCESSES, across_processes
 from pytest_convperf.multiplicity import METHODS, Method, control
 from pytest_convperf.results import Comparison, Verdict
@@ -111,13 +111,11 @@ class _Check:
             noise=noise,
             us_candidate=REF_SECONDS * 1e6,
             us_reference=REF_SECONDS * 1e6,
-            noise_runs=sc.noise_runs,
+            noise_runs=len(spike_free(cal)),  # as calibrate stores it
             ref_runs=sc.ref_runs,
         )
         if sc.recentre:
-            centre = recentre(
-                self.entry, cal, noise, same_code=True, tolerance=default_policy(sc.device).tolerance
-            )
+            centre = recentre(self.entry, cal, noise, same_code=True)
             self.entry = replace(self.entry, time_ratio=centre.time_ratio, ref_runs=centre.ref_runs)
         self.drift_rate = float(rng.uniform(-sc.max_drift, sc.max_drift)) / sc.nights_per_suite
 

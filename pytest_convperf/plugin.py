@@ -6,12 +6,14 @@ Nothing here imports torch: fixtures import their implementation on first use, s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_convperf.config import CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig
+from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN
 from pytest_convperf.session import SESSION_KEY, ConvperfSession
 
 if TYPE_CHECKING:
@@ -91,6 +93,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     register_profiles()
     cfg = ConvperfConfig.from_pytest_config(config)
+    if config.getoption(CONFIRM_RUN, default=None):
+        # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it
+        # writes no report, trace or baseline of the controller's.
+        cfg = dataclasses.replace(cfg, report_dir=None, update=frozenset(), trace=False)
     config.stash[CONFIG_KEY] = cfg
     session = ConvperfSession(config, cfg)
     config.stash[SESSION_KEY] = session

@@ -30,6 +30,7 @@ _NOT_FORWARDED = frozenset(
 _PYTEST_PAIRS = (
     "-p",
     "-c",
+    "--config-file",
     "-o",
     "--override-ini",
     "--rootdir",
@@ -71,7 +72,7 @@ def forwarded_args(config: pytest.Config) -> list[str]:
 
 
 # Options whose value is a path relative to where pytest started (the re-run starts elsewhere).
-_PATH_OPTIONS = frozenset({"-c", "--rootdir", "--confcutdir"})
+_PATH_OPTIONS = frozenset({"-c", "--config-file", "--rootdir", "--confcutdir"})
 
 
 def _absolute(name: str, value: str, here: Path) -> str:

@@ -195,18 +195,33 @@ def commit_info(cfg: ConvperfConfig) -> dict[str, Any]:
 
 
 def code_state(cfg: ConvperfConfig) -> str | None:
-    """HEAD's short hash, with ``+dirty`` when files other than baselines and reports changed: what
-    "the same code" means to ``calibrate`` replacing an outlier recording (calibration.recentre).
-    Baseline files are left out, since recording them is what dirties the tree before calibrating."""
+    """HEAD's short hash, with ``+dirty`` when a tracked file outside the baselines and reports
+    folders has uncommitted changes: what "the same code" means to ``calibrate``
+    (calibration.recentre). Baseline files are left out, since recording them is what dirties the
+    tree before calibrating; untracked files are not looked at (``.hypothesis/``, reports). The
+    whole repository is looked at, wherever the rootdir sits in it. None when git cannot say."""
     head = git(cfg.rootdir, "rev-parse", "--short", "HEAD")
-    if head is None:
+    top = git(cfg.rootdir, "rev-parse", "--show-toplevel")
+    if head is None or top is None:
         return None
-    spec = ["--", "."]
+    spec = [":/"]
     for folder in (cfg.baselines_dir, cfg.report_dir):
-        if folder is not None and folder.resolve().is_relative_to(cfg.rootdir.resolve()):
-            spec.append(f":(exclude){folder.resolve().relative_to(cfg.rootdir.resolve()).as_posix()}")
-    changed = git(cfg.rootdir, "status", "--porcelain", *spec)
-    return f"{head}+dirty" if changed else head
+        if folder is not None and folder.resolve().is_relative_to(Path(top).resolve()):
+            spec.append(f":(top,exclude){folder.resolve().relative_to(Path(top).resolve()).as_posix()}")
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *spec],
+            cwd=cfg.rootdir,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:  # unknown is not clean: a ratio is then never replaced
+        return None
+    return f"{head}+dirty" if out.stdout.strip() else head
 
 
 def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckRow) -> str:
@@ -257,7 +272,9 @@ def apply_updates(
     updated: dict[str, str] = {}
     if commit:
         updated["commit"] = commit
-        updated["code"] = code_state(cfg) or commit
+        code = code_state(cfg)
+        if code is not None:
+            updated["code"] = code
     if cfg.reason:
         updated["reason"] = cfg.reason
     per_file: dict[tuple[str, str], dict[str, tuple[Entry, CheckRow]]] = {}

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_convperf.calibration import calibrate_records, noise_of
 from tests.integration._lifecycle import MACHINE, Suite, subprocess_env
+from tools.ab_scratch import git
 
 RATIOS = [0.50, 0.52, 0.48, 0.51]
 
@@ -37,6 +38,10 @@ def test_calibrate_stores_between_run_noise(
 ) -> None:
     suite = Suite(pytester, monkeypatch, plugin_args)
     subprocess_env(monkeypatch)
+    # A repository: the recording and the runs measure the same code (updates.code_state).
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", "test_suite.py")  # the code; the fake timer file changes per run
+    git(pytester.path, "commit", "-qm", "suite")
     # test_a has an entry already (the runs agree with it: its ratio is pooled with theirs);
     # test_b has none (calibrate creates it).
     suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
