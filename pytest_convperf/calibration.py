@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.baselines import Entry, dump_text, read_file
+from pytest_convperf.env import env_diff, timing_diff
 from pytest_convperf.files import atomic_write, lock_for
 from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
@@ -181,13 +182,7 @@ def _same_code(old: Entry, code: Any) -> bool:
 
 def _same_timing(old: Entry, c: Mapping[str, Any]) -> bool:
     """The runs measured what the entry stores: same timing mode and flush, no env key moved."""
-    timing = c.get("timing") or {}
-    if old.mode is not None and timing.get("mode") not in (None, old.mode):
-        return False
-    if old.flush is not None and timing.get("flush") not in (None, old.flush):
-        return False
-    env = c.get("env") or {}
-    return all(env[k] == v for k, v in old.env.items() if k in env)
+    return not timing_diff(old, c.get("timing") or {}) and not env_diff(old.env, c.get("env") or {})
 
 
 def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str, Any]]) -> list[str]:

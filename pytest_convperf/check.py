@@ -297,7 +297,7 @@ class ConvperfFixture:
         check_phase(phase)
         key = key if key is not None else self.key_for(name, phase)
         if self.session.confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
-            self.session.confirm_run.measure(self.module, key, confirm)
+            self.session.confirm_run.measure(self.nodeid, key, confirm)
             return comparison
         metrics = {k: float(v) for k, v in extra_metrics.items()} if extra_metrics else None
         timer_kind = (facts or {}).get("timer", getattr(self.timer, "kind", None))

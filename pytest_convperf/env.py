@@ -49,9 +49,9 @@ def timing_of(comparison: Comparison) -> dict[str, str]:
     return out
 
 
-def timing_diff(entry: Entry, comparison: Comparison) -> dict[str, tuple[str | None, str | None]]:
-    """Timing mode / L2 flush that differ from the entry's: {"mode": (stored, now)}; unknown never differs."""
-    now = timing_of(comparison)
+def timing_diff(entry: Entry, now: Mapping[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """Timing mode / L2 flush (``now``: :func:`timing_of`'s form) that differ from the entry's:
+    {"mode": (stored, now)}; unknown never differs."""
     out: dict[str, tuple[str | None, str | None]] = {}
     for key, old in (("mode", entry.mode), ("flush", entry.flush)):
         new = now.get(key)
@@ -70,7 +70,7 @@ def changes_since(
     diff = env_diff(entry.env, env)
     if backend is not None and entry.reference_backend is not None and backend != entry.reference_backend:
         diff["reference_backend"] = (entry.reference_backend, backend)
-    return timing_diff(entry, comparison), diff
+    return timing_diff(entry, timing_of(comparison)), diff
 
 
 def describe_changes(timing: Changes, env: Changes) -> str:

@@ -37,6 +37,7 @@ import pytest
 
 from pytest_convperf.config import ConvperfConfig
 from pytest_convperf.entry import parse_entry
+from pytest_convperf.multiplicity import check_id, check_name
 from pytest_convperf.rerun import forwarded_args, plugin_args, subprocess_env
 from pytest_convperf.results import CheckRow, Comparison, Measurement, Verdict
 from pytest_convperf.verdict import CONFIRM_FACTOR
@@ -76,20 +77,15 @@ class ConfirmRun:
         plan = json.loads(Path(value).read_text(encoding="utf-8"))
         return cls({str(k): int(v) for k, v in plan["rounds"].items()}, Path(plan["out"]))
 
-    def measure(self, module: str, key: str, confirm: Callable[[int], Comparison]) -> None:
+    def measure(self, nodeid: str, key: str, confirm: Callable[[int], Comparison]) -> None:
         """Measure the check's confirm if it is listed; one JSON line per check, appended at once."""
-        ident = check_ident(module, key)
+        ident = check_name(nodeid, key)
         rounds = self.rounds.get(ident)
         if rounds is None:
             return
         fresh = confirm(rounds)
         with open(self.out, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"check": ident, "comparison": fresh.to_dict()}, default=str) + "\n")
-
-
-def check_ident(module: str, key: str) -> str:
-    """A check across the session: keys are unique per suite module only."""
-    return f"{module}::{key}"
 
 
 def across_processes(comparisons: Sequence[Comparison]) -> Comparison:
@@ -147,9 +143,7 @@ def run_subprocess(
     """Measure ``rows``' confirms in one fresh pytest process: {check: comparison}, and a note on failure."""
     nodeids = list(dict.fromkeys(row.nodeid for row in rows))
     rounds = {
-        check_ident(row.module, row.key): CONFIRM_FACTOR * row.comparison.n_rounds
-        for row in rows
-        if row.comparison is not None
+        check_id(row): CONFIRM_FACTOR * row.comparison.n_rounds for row in rows if row.comparison is not None
     }
     with tempfile.TemporaryDirectory(prefix="convperf-confirm-") as tmp:
         out = Path(tmp) / "confirm.jsonl"
@@ -294,7 +288,7 @@ def _confirm(
     failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None
     redone: dict[int, CheckRow] = {}
     for row in todo:
-        ident = check_ident(row.module, row.key)
+        ident = check_id(row)
         usable = [got[ident] for got, _ in runs if ident in got and not got[ident].inconclusive]
         measured = [got[ident] for got, _ in runs if ident in got]
         if usable:

@@ -96,7 +96,12 @@ def family_p_value(verdict: str, p_value: float | None) -> float | None:
 
 def check_id(row: CheckRow) -> str:
     """A check's name in the night's family: its test and its baseline key (one test may make several)."""
-    return f"{row.nodeid or '?'} [{row.key or '?'}]"
+    return check_name(row.nodeid, row.key)
+
+
+def check_name(nodeid: str | None, key: str | None) -> str:
+    """:func:`check_id` from the parts, for code that has no row yet (a fresh-process confirm)."""
+    return f"{nodeid or '?'} [{key or '?'}]"
 
 
 def checks_from_rows(rows: Iterable[CheckRow]) -> dict[str, tuple[str, float | None]]:

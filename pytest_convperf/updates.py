@@ -169,15 +169,21 @@ def plan_update(
     return UpdatePlan("write", "updated", candidate, slower=slower)
 
 
-def git(rootdir: Path, *args: str) -> str | None:
-    """Output of a git command in ``rootdir``, or None outside a repository / without git."""
+def git_output(rootdir: Path, *args: str, timeout: float = 10) -> str | None:
+    """Stripped output of a git command in ``rootdir`` ("" when it printed nothing), or None when it
+    failed: outside a repository, without git, or over ``timeout``."""
     try:
         out = subprocess.run(
-            ["git", *args], cwd=rootdir, capture_output=True, text=True, timeout=10, check=False
+            ["git", *args], cwd=rootdir, capture_output=True, text=True, timeout=timeout, check=False
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git(rootdir: Path, *args: str) -> str | None:
+    """Output of a git command in ``rootdir``, or None outside a repository / without git / when empty."""
+    return git_output(rootdir, *args) or None
 
 
 def commit_info(cfg: ConvperfConfig) -> dict[str, Any]:
@@ -208,20 +214,12 @@ def code_state(cfg: ConvperfConfig) -> str | None:
     for folder in (cfg.baselines_dir, cfg.report_dir):
         if folder is not None and folder.resolve().is_relative_to(Path(top).resolve()):
             spec.append(f":(top,exclude){folder.resolve().relative_to(Path(top).resolve()).as_posix()}")
-    try:
-        out = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", *spec],
-            cwd=cfg.rootdir,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    changed = git_output(
+        cfg.rootdir, "status", "--porcelain", "--untracked-files=no", "--", *spec, timeout=30
+    )
+    if changed is None:  # unknown is not clean: a ratio is then never replaced
         return None
-    if out.returncode != 0:  # unknown is not clean: a ratio is then never replaced
-        return None
-    return f"{head}+dirty" if out.stdout.strip() else head
+    return f"{head}+dirty" if changed else head
 
 
 def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckRow) -> str:
