@@ -52,8 +52,8 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code:
     """The stored ratio after K unchanged runs: pooled with their median, replaced, or kept.
 
     Only runs of the code the entry was recorded from (``same_code``: the same commit, no
-    uncommitted change to tracked files outside the baselines and reports;
-    ``updates.code_state``) move the ratio: the runs and the recording measured the same thing.
+    uncommitted change and no untracked file outside the baselines and reports, no imported module
+    git does not track; ``updates.code_state``) move the ratio: the runs and the recording measured the same thing.
     Agreeing runs are pooled, ``old.time_ratio`` worth ``old.ref_runs`` runs, the K runs' median
     worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, verdict._stage; for the
     heavy-tailed t5 offsets of the night simulation a median is as efficient as a mean). Runs that
@@ -68,9 +68,9 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code:
             old.time_ratio,
             old.ref_runs,
             False,
-            "ratio kept: the runs measured other code than the recording (another commit, or "
-            "uncommitted changes); calibrate at the recorded commit to re-centre it, or record a "
-            "change with --convperf-update-baselines",
+            "ratio kept: the runs measured other code than the recording (another commit, uncommitted "
+            "changes, or files git does not track); calibrate at the recorded commit with a clean "
+            "tree to re-centre it, or record a change with --convperf-update-baselines",
         )
     if k < MIN_RECENTRE_RUNS:
         return Recentred(

@@ -39,14 +39,21 @@ def test_calibrate_stores_between_run_noise(
     suite = Suite(pytester, monkeypatch, plugin_args)
     subprocess_env(monkeypatch)
     # A repository: the recording and the runs measure the same code (updates.code_state).
+    # The conftest is code too (committed); the fake timer, its counter, pytester's output files and
+    # the caches under its $HOME are data (ignored): an untracked file would make the runs other
+    # code (updates.code_state).
+    pytester.makeconftest(CONFTEST)
+    (pytester.path / ".gitignore").write_text(
+        "\n".join(["fake-timer.json", "run-counter.txt", "__pycache__/", "stdout", "stderr", ".*/", ""])
+    )
     git(pytester.path, "init", "-q")
-    git(pytester.path, "add", "test_suite.py")  # the code; the fake timer file changes per run
+    git(pytester.path, "add", "test_suite.py", "conftest.py", ".gitignore")
     git(pytester.path, "commit", "-qm", "suite")
     # test_a has an entry already (the runs agree with it: its ratio is pooled with theirs);
-    # test_b has none (calibrate creates it).
+    # test_b has none (calibrate creates it). The recording is the conftest's run 0 (RATIOS[0]).
     suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
     stored_ratio = suite.entries()[suite.key("test_a")]["time_ratio"]
-    pytester.makeconftest(CONFTEST)
+    assert stored_ratio == pytest.approx(RATIOS[0])
     result = pytester.run(
         sys.executable,
         "-m",

@@ -152,3 +152,58 @@ def test_code_state_ignores_baselines_and_reports_but_not_code(tmp_path: Path) -
     # ... an uncommitted kernel edit does.
     (tmp_path / "kernel.py").write_text("x = 2\n")
     assert code_state(cfg) == f"{head}+dirty"
+
+
+def _repo(tmp_path: Path) -> tuple[object, str]:
+    """A repository with one committed kernel module; its config and HEAD."""
+    from pytest_convperf.config import ConvperfConfig
+    from tools.ab_scratch import git
+
+    git(tmp_path, "init", "-q")
+    (tmp_path / "kernel.py").write_text("x = 1\n")
+    (tmp_path / ".gitignore").write_text("build/\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    cfg = ConvperfConfig(rootdir=tmp_path, baselines_dir=tmp_path / "baselines", report_dir=None)
+    return cfg, git(tmp_path, "rev-parse", "--short", "HEAD").strip()
+
+
+def test_an_untracked_module_is_not_the_recorded_code(tmp_path: Path) -> None:
+    # Issue 25.2: a candidate in an untracked module became 30 % slower and calibrate, seeing a
+    # clean HEAD, re-centred the ratio onto the regression. An untracked file is code HEAD lacks.
+    from pytest_convperf.updates import code_state
+
+    cfg, head = _repo(tmp_path)
+    (tmp_path / "convperf-update.md").write_text("# review record\n")  # what an update writes
+    assert code_state(cfg) == head  # type: ignore[arg-type]
+    (tmp_path / "fast_conv.py").write_text("def candidate(*a): ...\n")
+    assert code_state(cfg) == f"{head}+dirty"  # type: ignore[arg-type]
+
+
+def test_an_imported_ignored_module_is_not_the_recorded_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # git status does not list an ignored file; a module of this process loaded from one is still
+    # code that no commit holds.
+    import importlib
+    import sys
+
+    from pytest_convperf.updates import code_state
+
+    cfg, head = _repo(tmp_path)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "gen_conv.py").write_text("y = 1\n")
+    assert code_state(cfg) == head  # type: ignore[arg-type]
+    monkeypatch.syspath_prepend(str(tmp_path / "build"))
+    importlib.import_module("gen_conv")
+    try:
+        assert code_state(cfg) == f"{head}+dirty"  # type: ignore[arg-type]
+    finally:
+        sys.modules.pop("gen_conv", None)
+    # A committed module imported by this process is the recorded code.
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("kernel")
+    try:
+        assert code_state(cfg) == head  # type: ignore[arg-type]
+    finally:
+        sys.modules.pop("kernel", None)
