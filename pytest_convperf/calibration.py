@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_convperf.baselines import Entry, dump_text, read_file
 from pytest_convperf.env import env_diff, timing_diff
+from pytest_convperf.results import entry_digest
 from pytest_convperf.files import atomic_write, lock_for
 from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
@@ -36,6 +37,10 @@ OUTLIER_SDS = 5.0
 AGREE_Z = 2.576
 # Fewer runs than this do not move a stored ratio (their median is not yet robust).
 MIN_RECENTRE_RUNS = 3
+# What a history record without the digest of its entry (``entry``) was judged against, and what a
+# check without an entry was.
+UNKNOWN_ENTRY = "unknown"
+NO_ENTRY = "none"
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,8 @@ def calibrate_records(
             "ln_ratios": lns,
             # One code state for all runs, or None: only runs of the entry's own code replace it.
             "code": codes.pop() if len(codes := {r.get("code") for r in recs}) == 1 else None,
+            # The entries the runs were judged against (a record without one: unknown).
+            "entry_seen": sorted({_judged_against(r) for r in every}),
             "us": mid.get("us") or {},
             "env": mid.get("env") or {},
             "reference_backend": mid.get("reference_backend"),
@@ -185,6 +192,19 @@ def _same_timing(old: Entry, c: Mapping[str, Any]) -> bool:
     return not timing_diff(old, c.get("timing") or {}) and not env_diff(old.env, c.get("env") or {})
 
 
+def _unchanged(old: Entry | None, c: Mapping[str, Any]) -> bool:
+    """The file still holds the entry every run was judged against (compare-and-swap under the
+    file's lock): an update recorded while the runs went on is never overwritten by runs of before."""
+    now = entry_digest(old.to_yaml()) if old is not None else NO_ENTRY
+    return list(c.get("entry_seen") or [UNKNOWN_ENTRY]) == [now]
+
+
+def _judged_against(rec: Mapping[str, Any]) -> str:
+    """The digest of the entry a history record's run was judged against (``results.entry_digest``)."""
+    seen = rec.get("entry", UNKNOWN_ENTRY)
+    return NO_ENTRY if seen is None else str(seen)
+
+
 def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str, Any]]) -> list[str]:
     path = Path(file)
     lines = []
@@ -192,6 +212,12 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
         current = dict(read_file(path, machine).entries)
         for key, c in checks.items():
             old = current.get(key)
+            if not _unchanged(old, c):
+                lines.append(
+                    f"  {key}: not written: the entry is not the one the runs were judged against "
+                    "(an update changed it while calibrate ran); run calibrate again"
+                )
+                continue
             if old is not None:
                 centre = (
                     recentre(old, c["ln_ratios"], c["noise"], same_code=_same_code(old, c.get("code")))

@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_convperf.files import atomic_write
 from pytest_convperf.report import SCHEMA, ReportRow, as_number, final_comparison, markdown, row_quality
-from pytest_convperf.results import CheckRow, ErrorStats
+from pytest_convperf.results import CheckRow, ErrorStats, entry_digest
 
 
 def _stats(samples: Sequence[float]) -> dict[str, Any]:
@@ -152,6 +152,7 @@ def history_records(
                 "correctness": _correctness(row.errors),
                 "quality": row_quality(row),
                 "baselines_file": row.baselines_file,
+                "entry": entry_digest(row.baseline),  # the entry it was judged against: calibrate
                 "load_avg": comp.facts.get("load_avg")
                 if comp is not None
                 else None,  # CPU timer's: calibrate

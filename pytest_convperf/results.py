@@ -7,6 +7,8 @@ controller, which receives them as dicts) can use them. Times are in seconds.
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -17,6 +19,16 @@ from pytest_convperf.stats import log_ratios
 # L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
 MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
 FLUSH_KINDS = ("read", "write")
+
+
+def entry_digest(stored: dict[str, Any] | None) -> str | None:
+    """A short digest of a stored entry's YAML form (``Entry.to_yaml``; a row's ``baseline``), None
+    for no entry: ``calibrate`` writes over an entry only while the file still holds the entry its
+    runs were judged against (history.jsonl's ``entry``)."""
+    if stored is None:
+        return None
+    text = json.dumps(stored, sort_keys=True, default=str, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.baselines import Entry, dump_text, read_file
-from pytest_convperf.calibration import recentre, write_calibration
+from pytest_convperf.calibration import calibrate_records, recentre, write_calibration
+from pytest_convperf.results import entry_digest
 
 NOISE = 0.01
 # Five runs around ln(0.5): median exactly ln(0.5), spread of the order of NOISE.
@@ -59,8 +60,16 @@ def test_too_few_runs_do_not_move_the_ratio() -> None:
     assert not out.moved and out.time_ratio == 0.505 and "too few" in out.why
 
 
-def _check(lns: list[float], mode: str | None = None, commit: str = "b2") -> dict[str, object]:
+def _seen(path: Path) -> list[str]:
+    """What runs judged against the entry ``k`` now in ``path`` say in their history records."""
+    return [str(entry_digest(read_file(path).entries["k"].to_yaml()))]
+
+
+def _check(
+    lns: list[float], mode: str | None = None, commit: str = "b2", *, seen: list[str]
+) -> dict[str, object]:
     return {
+        "entry_seen": seen,
         "code": commit,
         "device_kind": "cpu",
         "runs": len(lns),
@@ -84,10 +93,10 @@ def test_write_calibration_pools_and_repeated_calibration_accumulates(tmp_path: 
         ),
         encoding="utf-8",
     )
-    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1")})
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1", seen=_seen(path))})
     entry = read_file(path).entries["k"]
     assert entry.ref_runs == 6 and entry.noise_runs == 5 and "pooled" in lines[0]
-    write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1")})
+    write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1", seen=_seen(path))})
     assert read_file(path).entries["k"].ref_runs == 11
 
 
@@ -107,7 +116,7 @@ def test_runs_of_another_mode_or_env_update_the_noise_only(
         dump_text("box", {"k": _entry(0.505, env={"torch": "2.11.0"}, updated={"code": "a1"}, **stored)}),
         encoding="utf-8",
     )
-    check = _check(RUNS, runs_mode, commit="a1")
+    check = _check(RUNS, runs_mode, commit="a1", seen=_seen(path))
     check["env"] = {"torch": runs_env}
     lines = write_calibration(str(path), "box", {"k": check})
     entry = read_file(path).entries["k"]
@@ -120,11 +129,11 @@ def test_write_calibration_replaces_only_at_the_recording_code(tmp_path: Path) -
     path.parent.mkdir()
     stored = {"k": _entry(0.55, env={"torch": "2.11.0"}, updated={"commit": "a1", "code": "a1"})}
     path.write_text(dump_text("box", stored), encoding="utf-8")
-    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="b2")})
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="b2", seen=_seen(path))})
     assert read_file(path).entries["k"].time_ratio == 0.55 and "other code" in lines[0]
-    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1+dirty")})
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1+dirty", seen=_seen(path))})
     assert read_file(path).entries["k"].time_ratio == 0.55 and "other code" in lines[0]
-    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1")})
+    lines = write_calibration(str(path), "box", {"k": _check(RUNS, commit="a1", seen=_seen(path))})
     assert read_file(path).entries["k"].time_ratio == pytest.approx(0.5) and "outlier" in lines[0]
 
 
@@ -207,3 +216,67 @@ def test_an_imported_ignored_module_is_not_the_recorded_code(
         assert code_state(cfg) == head  # type: ignore[arg-type]
     finally:
         sys.modules.pop("kernel", None)
+
+
+def _records(entry: str | None, n: int = 5, *, code: str = "a1") -> list[list[dict[str, object]]]:
+    """``n`` calibrate runs of check ``k`` at ratio ~1.01, each judged against ``entry`` (a digest)."""
+    return [
+        [
+            {
+                "ln_ratio": math.log(1.01) + d,
+                "baselines_file": "f.yaml",
+                "machine": "box",
+                "key": "k",
+                "device_kind": "cpu",
+                "code": code,
+                "entry": entry,
+                "us": {"candidate": 10.1, "reference": 10.0},
+                "env": {"torch": "2.11.0"},
+            }
+        ]
+        for d in (-0.002, 0.0, 0.002, 0.001, -0.001)[:n]
+    ]
+
+
+def _write(path: Path, ratio: float, reason: str | None = None) -> Entry:
+    updated = {"commit": "a1", "code": "a1", **({"reason": reason} if reason else {})}
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(
+        dump_text("box", {"k": _entry(ratio, env={"torch": "2.11.0"}, updated=updated)}), encoding="utf-8"
+    )
+    return read_file(path).entries["k"]
+
+
+def test_calibrate_never_overwrites_an_entry_recorded_while_its_runs_went_on(tmp_path: Path) -> None:
+    # Issue 25.2: beside an update, calibrate replaced that update's deliberately recorded 1.32 (with
+    # a reason) by 1.01 from runs that began before it. The runs say which entry they were judged
+    # against; the file must still hold it (compare-and-swap under the file's lock).
+    path = tmp_path / "box" / "m.yaml"
+    before = _write(path, 1.012)
+    folded = calibrate_records(_records(entry_digest(before.to_yaml())))
+    recorded = _write(path, 1.32, reason="the new tiling is slower on small shapes, accepted")
+    lines = write_calibration(str(path), "box", folded["f.yaml"]["checks"])
+    assert read_file(path).entries["k"] == recorded
+    assert "not the one the runs were judged against" in lines[0] and "calibrate again" in lines[0]
+    # The same runs against the entry still in the file do move it (same code, agreeing runs).
+    folded = calibrate_records(_records(entry_digest(recorded.to_yaml())))
+    write_calibration(str(path), "box", folded["f.yaml"]["checks"])
+    assert read_file(path).entries["k"].time_ratio == pytest.approx(1.01, rel=1e-3)
+
+
+def test_runs_judged_against_different_entries_or_none_known_write_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "box" / "m.yaml"
+    now = _write(path, 1.012)
+    runs = _records(entry_digest(now.to_yaml()), 3) + _records("0123456789abcdef", 2)  # changed mid-way
+    for records in (runs, _records(None), [[{k: v for k, v in r[0].items() if k != "entry"}] for r in runs]):
+        lines = write_calibration(str(path), "box", calibrate_records(records)["f.yaml"]["checks"])
+        assert read_file(path).entries["k"] == now and "not written" in lines[0]
+    # Runs of a check without an entry do not overwrite one an update created meanwhile ...
+    path2 = tmp_path / "box" / "n.yaml"
+    path2.write_text(dump_text("box", {}), encoding="utf-8")
+    folded = calibrate_records(_records(None))["f.yaml"]["checks"]
+    write_calibration(str(path2), "box", folded)
+    assert read_file(path2).entries["k"].ref_runs == 5  # ... but create it when none came
+    created = read_file(path2).entries["k"]
+    write_calibration(str(path2), "box", folded)
+    assert read_file(path2).entries["k"] == created
