@@ -29,7 +29,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,13 @@ _USABLE_EXIT = (0, 1)
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "history.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """A calibrate run's history records; a line that cannot be read is named and skipped."""
+    from pytest_convperf.jsonl import read_objects
+
+    objects, skipped = read_objects(run_dir / "history.jsonl")
+    for line in skipped:
+        print(f"calibrate: {line}", file=sys.stderr)
+    return [rec for _, rec in objects]
 
 
 def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
@@ -125,14 +128,18 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from pytest_convperf import journal
+    from pytest_convperf.jsonl import summary
     from pytest_convperf.report import markdown, terminal_lines
-    from pytest_convperf.results import CheckRow
 
-    path = Path(args.dir) / "rows.json"
-    dicts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    directory = Path(args.dir)
+    dicts, notes = _rows_json(directory / "rows.json")
     # A session that crashed wrote no rows.json: its journal holds every row it measured.
-    dicts += journal.missing(dicts, journal.read(Path(args.dir)))
-    rows = [CheckRow.from_dict(row) for row in dicts]
+    seen = {journal.ident(d) for _, d in dicts if isinstance(d, Mapping)}
+    objects, skipped = journal.read_named(directory)
+    dicts += [(f"{directory / journal.JOURNAL}:{n}", d) for n, d in objects if journal.ident(d) not in seen]
+    rows, problems = journal.usable_rows(dicts)
+    for line in summary([*notes, *skipped, *problems]):
+        print(f"report: {line}", file=sys.stderr)
     if not rows:
         print(
             f"report: no rows in {args.dir} (rows.json or {journal.JOURNAL}); write them with "
@@ -142,6 +149,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     print(markdown(rows) if args.markdown else "\n".join(terminal_lines(rows)))
     return 0
+
+
+def _rows_json(path: Path) -> tuple[list[tuple[str, Any]], list[str]]:
+    """(where, row) of each element of a ``rows.json``, or a note on why none was read from it."""
+    if not path.exists():
+        return [], []
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # cut off, not UTF-8, not JSON
+        return [], [f"{path}: not read ({type(exc).__name__}: {str(exc)[:120]}); the journal's rows are used"]
+    if not isinstance(data, list):
+        return [], [f"{path}: a JSON {type(data).__name__}, not a list of rows; the journal's rows are used"]
+    return [(f"{path}: row {i}", row) for i, row in enumerate(data)], []
 
 
 def cmd_history(args: argparse.Namespace) -> int:

@@ -23,8 +23,8 @@ from typing import Any
 
 from pytest_convperf.baselines import Entry, dump_text, read_file
 from pytest_convperf.env import env_diff, timing_diff
-from pytest_convperf.results import entry_digest
 from pytest_convperf.files import atomic_write, lock_for
+from pytest_convperf.results import entry_digest
 from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
 # MAD -> SD of a normal distribution.
@@ -58,7 +58,8 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code:
 
     Only runs of the code the entry was recorded from (``same_code``: the same commit, no
     uncommitted change and no untracked file outside the baselines and reports, no imported module
-    git does not track; ``updates.code_state``) move the ratio: the runs and the recording measured the same thing.
+    git does not track; ``updates.code_state``) move the ratio: the runs and the recording measured
+    the same thing.
     Agreeing runs are pooled, ``old.time_ratio`` worth ``old.ref_runs`` runs, the K runs' median
     worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, verdict._stage; for the
     heavy-tailed t5 offsets of the night simulation a median is as efficient as a mean). Runs that

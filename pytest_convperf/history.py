@@ -25,7 +25,6 @@ reported yet; it is new tonight when tonight is its ``persist``-th night. A step
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,9 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_convperf.jsonl import Skipped, finite, read_objects, summary
 from pytest_convperf.stats import t_quantile
 
 PERSIST = 3
+# A check 1e9 times slower or faster than its reference is no measurement: a record beyond it is
+# corrupt, and one such value would dominate a segment's mean.
+MAX_ABS_LN_RATIO = math.log(1e9)
 PENALTY = 5.0
 # Nights with a sub-0.1 % night-to-night SD still get a usable penalty (a flat series has sigma 0).
 SIGMA_FLOOR = 1e-3
@@ -82,32 +85,54 @@ class ChangePoint:
 Series = dict[tuple[str, str], list[Point]]
 
 
-def read_history(path: Path) -> Series:
-    """Series per (machine, key) from a ``history.jsonl`` file or a report directory holding one."""
+def read_history(path: Path) -> tuple[Series, list[Skipped]]:
+    """Series per (machine, key) from a ``history.jsonl`` file or a report directory holding one,
+    and the lines left out as unreadable (:mod:`pytest_convperf.jsonl`) or not a usable record
+    (:func:`record_problem`): the nightly workflow downloads this file, and one bad line must not
+    cost the others."""
     file = path / "history.jsonl" if path.is_dir() else path
     if not file.exists():
         raise FileNotFoundError(
             f"{file} not found; runs append to it with pytest --convperf --convperf-report={path}"
         )
-    return series_from_records(_lines(file))
+    objects, skipped = read_objects(file)
+    records = []
+    for n, rec in objects:
+        problem = record_problem(rec)
+        if problem is None:
+            records.append(rec)
+        else:
+            skipped.append(Skipped(file, n, problem))
+    return series_from_records(records), sorted(skipped, key=lambda s: s.line)
 
 
-def _lines(file: Path) -> Iterable[Mapping[str, Any]]:
-    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield json.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"{file}:{n}: not a JSON record ({exc}); remove or repair that line") from None
+def record_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a history record cannot be a point of a series (a wrong type, a NaN), or None.
+
+    A record without a ratio (a correctness failure) is no problem: it is simply not a point.
+    """
+    if not isinstance(rec.get("key"), str) or not rec["key"]:
+        return "no key (a non-empty string)"
+    for name in ("machine", "verdict", "when", "commit"):
+        if rec.get(name) is not None and not isinstance(rec[name], str):
+            return f"{name} is a {type(rec[name]).__name__}, not a string"
+    ln = rec.get("ln_ratio")
+    if ln is not None:
+        value = finite(ln)
+        if value is None:
+            return f"ln_ratio {ln!r} is not a finite number"
+        if abs(value) > MAX_ABS_LN_RATIO:
+            return f"ln_ratio {value:g} is no measured time ratio (over 1e9 x either way)"
+    return None
 
 
 def series_from_records(records: Iterable[Mapping[str, Any]]) -> Series:
-    """Group history records by (machine, key), in time order; unusable runs are left out."""
+    """Group history records by (machine, key), in time order; unusable runs and records with a
+    :func:`record_problem` are left out."""
     out: Series = {}
     for rec in records:
         ln = rec.get("ln_ratio")
-        if ln is None or rec.get("verdict") in ("INCONCLUSIVE", "CORRECTNESS_FAIL") or not rec.get("key"):
+        if ln is None or rec.get("verdict") in ("INCONCLUSIVE", "CORRECTNESS_FAIL") or record_problem(rec):
             continue
         ident = (str(rec.get("machine") or "unknown"), str(rec["key"]))
         out.setdefault(ident, []).append(
@@ -235,13 +260,14 @@ def plot_history(
 
 
 def run(directory: Path, *, persist: int = PERSIST, plot: bool = True) -> tuple[list[str], int]:
-    """The ``history`` subcommand: (output lines, exit code)."""
+    """The ``history`` subcommand: (output lines, exit code). Skipped lines are named first."""
     try:
-        series = read_history(directory)
+        series, skipped = read_history(directory)
         cps = all_change_points(series, persist=persist)
-    except (FileNotFoundError, ValueError, ImportError) as exc:
+    except (FileNotFoundError, ImportError) as exc:
         return [f"history: {exc}"], 2
-    lines = [c.line() for c in cps]
+    lines = [f"history: {line}" for line in summary(skipped)]
+    lines += [c.line() for c in cps]
     if not cps:
         lines.append(f"history: no change points in {len(series)} checks (steps count after {persist} runs)")
     if plot:

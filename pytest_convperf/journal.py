@@ -17,6 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_convperf.jsonl import Skipped, read_objects, summary
+from pytest_convperf.results import CheckRow
+
 JOURNAL = "rows.journal.jsonl"
 PREVIOUS = "rows.journal.previous.jsonl"
 
@@ -41,22 +44,58 @@ def append(report_dir: Path, row: Mapping[str, Any]) -> None:
 
 
 def read(report_dir: Path) -> list[dict[str, Any]]:
-    """The journal's rows; a line cut short by a crash is skipped."""
-    path = report_dir / JOURNAL
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    """The journal's rows; a line cut short by a crash (or otherwise unreadable) is skipped."""
+    return [row for _, row in read_named(report_dir)[0]]
+
+
+def read_named(report_dir: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[Skipped]]:
+    """The journal's rows with their line numbers, and the lines skipped (:func:`jsonl.read_objects`)."""
+    return read_objects(report_dir / JOURNAL)
+
+
+def usable_rows(dicts: Iterable[tuple[str, Mapping[str, Any]]]) -> tuple[list[CheckRow], list[str]]:
+    """The rows of ``(where, row dict)`` pairs that the reports can show, and one line per row left
+    out, naming ``where`` (file and line) and why: a row that does not convert (``CheckRow.from_dict``)
+    or does not render alone (terminal lines and Markdown) would otherwise stop the whole report."""
+    from pytest_convperf.report import markdown, terminal_lines
+
+    rows, problems = [], []
+    for where, data in dicts:
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            for name in ("facts", "decision", "baseline", "update", "night", "comparison"):
+                if data.get(name) is not None and not isinstance(data[name], Mapping):
+                    raise TypeError(f"{name} is a {type(data[name]).__name__}, not an object")
+            row = CheckRow.from_dict(dict(data))
+            # Rendered alone, and as UTF-8 (a lone surrogate in a name cannot be printed or written).
+            ("\n".join(terminal_lines([row])) + markdown([row])).encode("utf-8")
+        except Exception as exc:  # any field of any type: the row is named, the others are shown
+            why = f"{type(exc).__name__}: {str(exc)[:120]}"
+            problems.append(f"{where}: not a usable row ({why}); row skipped")
             continue
-    return rows
+        rows.append(row)
+    return rows, problems
+
+
+def lost_rows(report_dir: Path, received: set[tuple[str | None, ...]]) -> tuple[list[CheckRow], list[str]]:
+    """The controller's fold at session end: the journal's usable rows whose :func:`ident` is not
+    among those ``received`` through reports, and notes naming each line or row skipped (one bad
+    line must not cost the session's other rows and reports)."""
+    objects, skipped = read_named(report_dir)
+    where = report_dir / JOURNAL
+    lost, problems = usable_rows((f"{where}:{n}", row) for n, row in objects if ident(row) not in received)
+    return lost, [f"journal: {line}" for line in summary([*skipped, *problems])]
+
+
+def ident(row: Mapping[str, Any]) -> tuple[str | None, ...]:
+    """What makes a row one check's: its (node id, key); hashable whatever a bad line holds there."""
+    return tuple(
+        v if v is None or isinstance(v, str) else repr(v) for v in (row.get("nodeid"), row.get("key"))
+    )
 
 
 def missing(
     received: Iterable[Mapping[str, Any]], journal: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """Journal rows whose (node id, key) is not among the rows ``received`` through reports."""
-    seen = {(r.get("nodeid"), r.get("key")) for r in received}
-    return [dict(r) for r in journal if (r.get("nodeid"), r.get("key")) not in seen]
+    seen = {ident(r) for r in received}
+    return [dict(r) for r in journal if ident(r) not in seen]

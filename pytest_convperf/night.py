@@ -76,15 +76,21 @@ def night_lines(night: NightControl, rows: Sequence[CheckRow]) -> list[str]:
     return lines
 
 
-def new_change_point_lines(report_dir: Path) -> tuple[list[str], str | None]:
-    """Change points that became certain tonight (``history.jsonl`` already appended); a note on failure."""
+def new_change_point_lines(report_dir: Path) -> tuple[list[str], list[str]]:
+    """Change points that became certain tonight (``history.jsonl`` already appended), and notes: the
+    history's lines that were skipped, or why no change point was computed. Never raises: tonight's
+    report is written whatever an earlier run left in the history."""
     from pytest_convperf.history import all_change_points, read_history
+    from pytest_convperf.jsonl import summary
 
     try:
-        cps = all_change_points(read_history(report_dir))
-    except (FileNotFoundError, ValueError, ImportError) as exc:
-        return [], f"change points not computed: {exc}"
-    return [c.line() for c in cps if c.new], None
+        series, skipped = read_history(report_dir)
+        cps = all_change_points(series)
+    except (FileNotFoundError, ImportError) as exc:
+        return [], [f"change points not computed: {exc}"]
+    except Exception as exc:  # a history this code cannot handle must not cost the night's reports
+        return [], [f"change points not computed: {type(exc).__name__}: {exc}"]
+    return [c.line() for c in cps if c.new], [f"history.jsonl: {line}" for line in summary(skipped)]
 
 
 def night_markdown(night: Mapping[str, Any] | None, change_points: Sequence[str]) -> str:

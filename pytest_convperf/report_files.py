@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.files import atomic_write
+from pytest_convperf.jsonl import end_cut_line
 from pytest_convperf.report import SCHEMA, ReportRow, as_number, final_comparison, markdown, row_quality
 from pytest_convperf.results import CheckRow, ErrorStats, entry_digest
 
@@ -251,14 +252,16 @@ def write_reports(
     report_dir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     commit = commit_info.get("id")
-    with open(report_dir / "history.jsonl", "a", encoding="utf-8") as fh:
+    history = report_dir / "history.jsonl"
+    end_cut_line(history)  # a line an earlier run left cut short must not swallow tonight's first
+    with open(history, "a", encoding="utf-8") as fh:
         code = commit_info.get("code")
         records = history_records(rows, when=when, commit=str(commit) if commit else None, code=code)
         for rec in records:
             fh.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
-    change_points, cp_note = new_change_point_lines(report_dir)
+    change_points, cp_notes = new_change_point_lines(report_dir)
     notes += [f"change point new tonight: {line}" for line in change_points]
-    notes += [cp_note] if cp_note else []
+    notes += cp_notes
     md = markdown(rows, machine_info=machine_info) + "\n" + night_markdown(night, change_points)
     atomic_write(report_dir / "report.md", md + "\n")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -289,8 +289,9 @@ class ConvperfSession:
 
         cfg = self.cfg
         if cfg.report_dir is not None:  # rows of a worker that crashed after its check
-            lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
-            self.rows.extend(CheckRow.from_dict(row) for row in lost)
+            lost, notes = journal.lost_rows(cfg.report_dir, {(row.nodeid, row.key) for row in self.rows})
+            self.rows.extend(lost)
+            self.notes += notes
         if fresh_confirm.applies(cfg) and session.exitstatus != pytest.ExitCode.INTERRUPTED:
             self.rows, lines = fresh_confirm.confirm_fails(self.config, cfg, self.rows)
             self.notes += lines

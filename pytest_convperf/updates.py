@@ -210,13 +210,12 @@ def code_state(cfg: ConvperfConfig) -> str | None:
     """HEAD's short hash, with ``+dirty`` when the code may differ from that commit: what "the same
     code" means to ``calibrate`` (calibration.recentre).
 
-    Dirty: a tracked file with uncommitted changes, an untracked file git does not ignore (a new
-    module holding the candidate is code HEAD does not have), or a ``.py`` file inside the
-    repository that this process imported and git does not track (an ignored module). Left out:
-    the baselines and reports folders and ``convperf-update.md`` (recording them is what changes
-    the tree before calibrating), and what Python itself loads from its environment (a virtualenv
-    inside the repository). The whole repository is looked at, wherever the rootdir sits in it.
-    None when git cannot say (unknown is not clean: a ratio is then never replaced)."""
+    Dirty: an uncommitted change, an untracked file git does not ignore (a new candidate module),
+    or a ``.py`` file of the repository this process imported and git does not track (ignored).
+    Left out: the baselines and reports folders and ``convperf-update.md`` (recording them changes
+    the tree before calibrating), and Python's environment (a virtualenv inside the repository).
+    The whole repository counts, wherever the rootdir sits in it. None when git cannot say
+    (unknown is not clean: a ratio is then never replaced)."""
     head = git(cfg.rootdir, "rev-parse", "--short", "HEAD")
     top_text = git(cfg.rootdir, "rev-parse", "--show-toplevel")
     if head is None or top_text is None:

@@ -146,3 +146,33 @@ def test_history_takes_ratio_and_times_from_the_same_final_comparison() -> None:
     assert (rec["se"], rec["n_rounds"]) == (0.005, 63)
     (plain,) = history_records([ROW], when="now", commit=None)
     assert plain["time_ratio"] == pytest.approx(0.6) and plain["us"]["candidate"] == pytest.approx(600.0)
+
+
+def test_a_corrupt_downloaded_history_costs_no_report_of_the_night(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    # Issue 25.3: the nightly workflow downloads history.jsonl from an earlier run. Before, one
+    # line that is not a JSON object stopped the end of the session (AttributeError): rows.json,
+    # report.md, night.json and results.json were not written. Now each bad line is named in the
+    # terminal summary, and tonight's records start on a line of their own after a cut-off one.
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    report = pytester.path / "rep"
+    report.mkdir()
+    good = json.dumps({"key": "old", "machine": "testbox", "when": "2026-01-01", "ln_ratio": -0.69})
+    (report / "history.jsonl").write_bytes(
+        f"{good}\n[1, 2]\n".encode() + b'{"key": "old", "ln_ratio": NaN}\n' + good[:25].encode()
+    )
+    result = suite.run(f"--convperf-report={report}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*history.jsonl:2: a JSON list, not an object; line skipped*",
+            "*history.jsonl:3: ln_ratio nan is not a finite number; line skipped*",
+            "*history.jsonl:4: not JSON (JSONDecodeError*",
+        ]
+    )
+    for name in ("report.md", "results.json", "rows.json", "night.json"):
+        assert (report / name).stat().st_size > 0, name
+    lines = (report / "history.jsonl").read_bytes().split(b"\n")
+    tonight = [json.loads(line) for line in lines[4:] if line]
+    assert [r["key"].split("[")[0] for r in tonight] == ["test_a", "test_b"]

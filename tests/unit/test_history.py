@@ -110,9 +110,12 @@ def test_cli_prints_one_line_per_change_point_and_draws_the_plot(
 def test_cli_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["history", str(tmp_path), "--no-plot"]) == 2
     assert "history.jsonl not found" in capsys.readouterr().err
+    # A bad line is named (file, line, why) and skipped; the rest of the history is used (issue 25.3).
     (tmp_path / "history.jsonl").write_text('{"key": 1}\nnot json\n')
-    assert main(["history", str(tmp_path), "--no-plot"]) == 2
-    assert ":2: not a JSON record" in capsys.readouterr().err
+    assert main(["history", str(tmp_path), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert "history.jsonl:1: no key (a non-empty string); line skipped" in out
+    assert "history.jsonl:2: not JSON (JSONDecodeError" in out and "no change points in 0 checks" in out
 
 
 def test_without_ruptures_the_command_says_how_to_install_it(
@@ -121,4 +124,4 @@ def test_without_ruptures_the_command_says_how_to_install_it(
     d = _write(tmp_path, _records(_noisy(30, 0, step_at=20)))
     monkeypatch.setitem(sys.modules, "ruptures", None)
     with pytest.raises(ImportError, match=r"pip install 'pytest-convperf\[history\]'"):
-        all_change_points(read_history(d))
+        all_change_points(read_history(d)[0])
