@@ -112,14 +112,18 @@ def summary(skipped: Sequence[object]) -> list[str]:
 
 def end_cut_line(path: Path) -> None:
     """Before appending to ``path``: end a last line cut short by a crash, so the next record starts on
-    a line of its own (the cut line stays, and is skipped by :func:`read_objects`)."""
+    a line of its own (the cut line stays, and is skipped by :func:`read_objects`). The newline is
+    appended (``O_APPEND``), never written at an offset: a line another process appended meanwhile
+    costs at most a blank line, never a byte."""
     try:
-        with open(path, "rb+") as fh:
+        with open(path, "rb") as fh:
             size = fh.seek(0, os.SEEK_END)
             if size == 0:
                 return
             fh.seek(size - 1)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
+            if fh.read(1) == b"\n":
+                return
     except FileNotFoundError:
         return
+    with open(path, "ab") as out:
+        out.write(b"\n")
