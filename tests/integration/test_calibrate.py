@@ -115,3 +115,29 @@ def test_inconclusive_records_are_not_folded() -> None:
     runs = [[rec(-0.693, "PASS")], [rec(-0.693, "PASS")], [rec(0.5, "INCONCLUSIVE")]]
     check = calibrate_records(runs)["f.yaml"]["checks"]["k"]
     assert check["runs"] == 2 and check["sd"] == 0.0
+
+
+def test_calibrate_keeps_the_ratio_of_a_candidate_in_an_untracked_module(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    # Issue 25.2: the candidate lived in an untracked module that then became 30 % slower; calibrate
+    # saw a clean HEAD, said it measured the recorded code and replaced the ratio 1.012 -> 1.319.
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    subprocess_env(monkeypatch)
+    (pytester.path / ".gitignore").write_text(
+        "\n".join(["fake-timer.json", "__pycache__/", "stdout", "stderr", ".*/", ""])
+    )
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", "test_suite.py", ".gitignore")
+    git(pytester.path, "commit", "-qm", "suite")
+    (pytester.path / "fast_conv.py").write_text("def candidate(*args): ...\n")  # never committed
+    suite.set_ratio(1.012)
+    suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
+    suite.set_ratio(1.319)  # the untracked module's regression
+    result = pytester.run(
+        sys.executable, "-m", "pytest_convperf", "calibrate", "test_suite.py", "-k", "test_a",
+        f"--convperf-machine={MACHINE}", "--convperf-device=cpu", "--runs", "3", "--floor", "0.01",
+    )  # fmt: skip
+    assert result.ret == 0, result.stderr.str()
+    assert suite.entries()[suite.key("test_a")]["time_ratio"] == pytest.approx(1.012)
+    result.stdout.fnmatch_lines(["*ratio kept: the runs measured other code than the recording*"])
