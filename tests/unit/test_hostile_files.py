@@ -151,10 +151,13 @@ def _write_reports(d: Path) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("case", sorted(HISTORY_FILES) + sorted(HISTORY_FIELDS)[::7])
-def test_the_session_writes_its_reports_over_a_hostile_history(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(HISTORY_FILES) + sorted(HISTORY_FIELDS))
+def test_the_session_writes_its_reports_over_a_hostile_history(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Before: one bad line of an earlier run's history stopped the end of a normal session; only
-    # the journal survived.
+    # the journal survived. (speedup.png is drawn from tonight's rows alone: left out, for time.)
+    monkeypatch.setattr("pytest_convperf.report_files.plot_speedups", lambda *a, **k: None)
     data = HISTORY_FILES[case][0] if case in HISTORY_FILES else HISTORY_FIELDS[case]
     d = _seed(tmp_path, "history.jsonl", data)
     notes = _write_reports(d)
