@@ -17,6 +17,7 @@ import pytest
 from pytest_convperf import journal
 from pytest_convperf.__main__ import main
 from pytest_convperf.history import all_change_points, read_history
+from pytest_convperf.jsonl import read_objects
 from pytest_convperf.report_files import write_reports
 from tests.hostile_jsonl import field_cases, files
 from tests.rows import check_row
@@ -189,3 +190,16 @@ def test_the_session_folds_the_good_rows_of_a_hostile_journal(case: str, tmp_pat
     assert "test_a" in {r.key for r in lost} or case in ("empty file", "blank lines only")
     assert "test_b" not in {r.key for r in lost}
     assert all(n.startswith("journal: ") for n in notes)
+
+
+@pytest.mark.parametrize("case", sorted(HISTORY_FILES))
+def test_calibrate_reads_the_good_records_of_a_run_and_names_the_rest(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_convperf.__main__ import _records
+
+    data, good = HISTORY_FILES[case]
+    records = _records(_seed(tmp_path, "history.jsonl", data))
+    assert len([r for r in records if r.get("key") == "test_dw[x]"]) == good
+    _, skipped = read_objects(tmp_path / "history.jsonl")  # what is no JSON object (calibrate_records
+    assert capsys.readouterr().err.count("line skipped") == len(skipped)  # leaves out the rest)
