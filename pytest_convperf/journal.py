@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +91,3 @@ def ident(row: Mapping[str, Any]) -> tuple[str | None, ...]:
     return tuple(
         v if v is None or isinstance(v, str) else repr(v) for v in (row.get("nodeid"), row.get("key"))
     )
-
-
-def missing(
-    received: Iterable[Mapping[str, Any]], journal: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """Journal rows whose (node id, key) is not among the rows ``received`` through reports."""
-    seen = {ident(r) for r in received}
-    return [dict(r) for r in journal if ident(r) not in seen]

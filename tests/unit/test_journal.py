@@ -15,7 +15,12 @@ def test_rows_are_read_back_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
         f.write('{"nodeid": "t::c", "ke')  # the crash came mid-line
     rows = journal.read(tmp_path)
     assert [r["key"] for r in rows] == ["a", "b"]
-    assert journal.missing([{"nodeid": "t::a", "key": "a"}], rows) == [{"nodeid": "t::b", "key": "b"}]
+    lost, notes = journal.lost_rows(tmp_path, {("t::a", "a")})  # t::a came by its report
+    assert [r.key for r in lost] == ["b"]
+    (note,) = notes  # the torn line, named
+    assert note.startswith(f"journal: {tmp_path / journal.JOURNAL}:3: not JSON") and note.endswith(
+        "line skipped"
+    )
 
 
 def test_a_new_session_moves_the_last_journal_aside(tmp_path: Path) -> None:
