@@ -160,3 +160,12 @@ def test_bisect_without_a_step_says_so() -> None:
     revs = history(4)
     result = walk(revs, stepped(99, revs), log=lambda line: None)
     assert result.status == NO_STEP and "no step" in result.log[-1]
+
+
+@pytest.mark.parametrize("arg", ["--convperf-against=HEAD", "--convperf-against", "--convperf-report=out"])
+def test_bisect_refuses_an_option_it_sets_itself(arg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_convperf.bisect import main
+
+    assert main("HEAD~1", "HEAD", ["test_ab.py", arg, "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and arg.split("=")[0] in err and "drop it" in err
