@@ -169,3 +169,14 @@ def test_bisect_refuses_an_option_it_sets_itself(arg: str, capsys: pytest.Captur
     assert main("HEAD~1", "HEAD", ["test_ab.py", arg, "x"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and arg.split("=")[0] in err and "drop it" in err
+
+
+@pytest.mark.parametrize("spec", ["", "  "])
+def test_an_empty_against_is_a_usage_error_not_a_run_without_ab(spec: str) -> None:
+    from types import SimpleNamespace
+
+    from pytest_convperf import ab_plugin
+
+    config = SimpleNamespace(getoption=lambda name, default=None: spec, stash=pytest.Stash())
+    with pytest.raises(pytest.UsageError, match="--convperf-against is empty"):
+        ab_plugin.configure(config)  # type: ignore[arg-type]
