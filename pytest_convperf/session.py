@@ -281,7 +281,8 @@ class ConvperfSession:
         if self._finished or not is_controller(self.config) or self.confirm_run is not None:
             return  # a fresh-process confirm writes its measurements only (fresh_confirm.ConfirmRun)
         self._finished = True
-        self.section_paths = write_sections(self.report_dir(), self.all_sections)
+        if self.all_sections:  # the temporary report folder is made only when a file goes there
+            self.section_paths = write_sections(self.report_dir(), self.all_sections)
         if not self.cfg.enabled:
             return
         from pytest_convperf.night import judge_night

@@ -86,3 +86,20 @@ def test_sections_ride_on_the_next_report_and_are_written_once(tmp_path: Path) -
 def test_a_section_name_must_be_a_file_name() -> None:
     with pytest.raises(ValueError, match="plain file name"):
         ReportSections().section("../x.md", "text")
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_a_run_without_report_folder_or_sections_leaves_no_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    cfg = ConvperfConfig(enabled=enabled, baselines_dir=tmp_path / "bl", report_dir=None, rootdir=tmp_path)
+    plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
+    config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0, getoption=lambda *a, **k: None)
+    session = ConvperfSession(config, cfg)  # type: ignore[arg-type]
+    session.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK))  # type: ignore[arg-type]
+    assert list(tmp.iterdir()) == []
