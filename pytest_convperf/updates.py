@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import site
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +35,6 @@ from pytest_convperf.verdict import Decision, Policy
 
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
-
-# The review record of an update run (in the report folder, else the rootdir).
-UPDATE_MD = "convperf-update.md"
 
 # Update kinds (``--convperf-update-baselines``) that rewrite each verdict.
 UPDATE_KIND_FOR: dict[Verdict, str] = {
@@ -206,55 +201,25 @@ def commit_info(cfg: ConvperfConfig) -> dict[str, Any]:
 
 
 def code_state(cfg: ConvperfConfig) -> str | None:
-    """HEAD's short hash, with ``+dirty`` when the code may differ from that commit: what "the same
-    code" means to ``calibrate`` (calibration.recentre).
-
-    Dirty: a tracked file with uncommitted changes, an untracked file git does not ignore (a new
-    module holding the candidate is code HEAD does not have), or a ``.py`` file inside the
-    repository that this process imported and git does not track (an ignored module). Left out:
-    the baselines and reports folders and ``convperf-update.md`` (recording them is what changes
-    the tree before calibrating), and what Python itself loads from its environment (a virtualenv
-    inside the repository). The whole repository is looked at, wherever the rootdir sits in it.
-    None when git cannot say (unknown is not clean: a ratio is then never replaced)."""
+    """HEAD's short hash, with ``+dirty`` when a tracked file outside the baselines and reports
+    folders has uncommitted changes: what "the same code" means to ``calibrate``
+    (calibration.recentre). Baseline files are left out, since recording them is what dirties the
+    tree before calibrating; untracked files are not looked at (``.hypothesis/``, reports). The
+    whole repository is looked at, wherever the rootdir sits in it. None when git cannot say."""
     head = git(cfg.rootdir, "rev-parse", "--short", "HEAD")
-    top_text = git(cfg.rootdir, "rev-parse", "--show-toplevel")
-    if head is None or top_text is None:
+    top = git(cfg.rootdir, "rev-parse", "--show-toplevel")
+    if head is None or top is None:
         return None
-    top = Path(top_text).resolve()
     spec = [":/"]
-    for path in (cfg.baselines_dir, cfg.report_dir, cfg.rootdir / UPDATE_MD):
-        if path is not None and path.resolve().is_relative_to(top):
-            spec.append(f":(top,exclude){path.resolve().relative_to(top).as_posix()}")
+    for folder in (cfg.baselines_dir, cfg.report_dir):
+        if folder is not None and folder.resolve().is_relative_to(Path(top).resolve()):
+            spec.append(f":(top,exclude){folder.resolve().relative_to(Path(top).resolve()).as_posix()}")
     changed = git_output(
-        cfg.rootdir, "status", "--porcelain", "--untracked-files=all", "--", *spec, timeout=30
+        cfg.rootdir, "status", "--porcelain", "--untracked-files=no", "--", *spec, timeout=30
     )
-    if changed is None:
+    if changed is None:  # unknown is not clean: a ratio is then never replaced
         return None
-    if changed:
-        return f"{head}+dirty"
-    imported = _imported_sources(top)
-    if not imported:
-        return head
-    spec = [f":(top,literal){name}" for name in imported]
-    tracked = git_output(cfg.rootdir, "ls-files", "--full-name", "--", *spec, timeout=30)
-    if tracked is None:
-        return None
-    return head if set(tracked.splitlines()) >= set(imported) else f"{head}+dirty"
-
-
-def _imported_sources(top: Path) -> list[str]:
-    """The ``.py`` files of this process's modules inside the repository ``top`` (paths relative to
-    it), without those of the Python environment (a virtualenv may live inside the repository)."""
-    env = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, *site.getsitepackages()}}
-    out = set()
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if not isinstance(file, str) or not file.endswith(".py"):
-            continue
-        path = Path(file).resolve()
-        if path.is_relative_to(top) and not any(path.is_relative_to(e) for e in env):
-            out.add(path.relative_to(top).as_posix())
-    return sorted(out)
+    return f"{head}+dirty" if changed else head
 
 
 def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckRow) -> str:
@@ -348,7 +313,7 @@ def apply_updates(
     for machine, module in {*per_file, *retired}:
         read_file(Store(cfg.baselines_dir, machine).path(module), machine)
     # The review record first: a baseline written without it would reach git unexplained.
-    path = out_dir / UPDATE_MD
+    path = out_dir / "convperf-update.md"
     record = render_update_md(cfg, per_file, kept, refused, commit)
     record += "\n".join(render_md(cliffs, cfg.reason))
     atomic_write(path, record)
