@@ -16,6 +16,7 @@ from pytest_convperf.results import CheckRow, Comparison, Measurement, Verdict
 # Most urgent first: what a reader must act on comes before what merely passed.
 VERDICT_ORDER: tuple[str, ...] = (
     Verdict.CORRECTNESS_FAIL.value,
+    Verdict.TIMEOUT.value,
     Verdict.FAIL.value,
     "SUSPECT",  # a per-check FAIL the night's false-alarm control did not keep (night.py)
     Verdict.INCONCLUSIVE.value,

@@ -43,10 +43,69 @@ def test_a_hung_check_fails_on_its_time_limit(
     suite = Suite(pytester, monkeypatch, plugin_args)
     monkeypatch.delenv("CONVPERF_FAKE_TIMER")
     pytester.makepyfile(test_hang=HANG)
-    result = suite.run("test_hang.py", "--convperf-check-timeout=3")
+    report = pytester.path / "report"
+    result = suite.run("test_hang.py", "--convperf-check-timeout=3", f"--convperf-report={report}")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*ran past its 3 s limit and was stopped*--convperf-check-timeout*"])
+    result.stdout.fnmatch_lines(
+        ["*ran past its 3 s limit and was stopped during *(*)*--convperf-check-timeout*"]
+    )
     assert result.duration < 50
+    # The stopped check leaves its row: verdict, the limit, how far it got (issue 25.4).
+    (row,) = json.loads((report / "rows.json").read_text())
+    assert row["verdict"] == "TIMEOUT" and row["facts"]["timeout"]["limit_s"] == 3
+    # It hangs in the first measurement; a box loaded enough stops it in correctness already.
+    assert row["facts"]["timeout"]["stage"] in ("the first measurement", "correctness")
+    assert "TIMEOUT" in (report / "report.md").read_text()
+    assert [json.loads(line)["verdict"] for line in (report / "rows.journal.jsonl").open()] == ["TIMEOUT"]
+
+
+STUBBORN = """
+import signal
+import time
+
+import pytest
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
+CALLS = []
+
+
+def stubborn(x, w, b, *args):
+    CALLS.append(1)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)  # the check's alarm: ignored
+    if len(CALLS) > 2:  # correct in the correctness run, then hangs and swallows every stop
+        while True:
+            try:
+                time.sleep(60)
+            except BaseException:
+                pass
+    return F.conv2d(x, w, b, *args)
+
+
+def test_stubborn(convperf):
+    convperf.check(stubborn, P)
+"""
+
+
+def test_a_candidate_that_swallows_the_stop_is_ended_by_the_watchdog_with_its_row(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    Suite(pytester, monkeypatch, plugin_args)
+    subprocess_env(monkeypatch)
+    monkeypatch.delenv("CONVPERF_FAKE_TIMER")
+    pytester.makepyfile(test_stubborn=STUBBORN)
+    report = pytester.path / "report"
+    result = pytester.run(
+        sys.executable, "-m", "pytest", "test_stubborn.py", "--convperf", "--convperf-machine=testbox",
+        "--convperf-device=cpu", f"--convperf-report={report}", "--convperf-check-timeout=5",
+        "-p", "no:cacheprovider", "-p", "no:xdist", timeout=120,
+    )  # fmt: skip
+    assert result.ret == 124
+    result.stderr.fnmatch_lines(["*ran past its 5 s limit*did not stop*the process is ended (exit 124)*"])
+    (row,) = [json.loads(line) for line in (report / "rows.journal.jsonl").open()]
+    assert row["verdict"] == "TIMEOUT" and row["nodeid"].endswith("test_stubborn")
+    assert row["facts"]["timeout"]["limit_s"] == 5
 
 
 def test_the_default_limit_comes_from_the_round_caps() -> None:
