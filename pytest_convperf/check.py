@@ -164,7 +164,13 @@ class ConvperfFixture:
         recorded = len(self.session.pending.get(self.nodeid, []))
 
         def timeout_row(message: str) -> CheckRow:
-            stopped = {"limit_s": limit, "stage": self.progress.stage, "rounds": self.progress.describe()}
+            progress = self.progress
+            stopped = {
+                "limit_s": progress.limit(limit),
+                "stage": progress.stage,
+                "rounds": progress.describe(),
+                "slowest_call_s": progress.slowest_call_s,
+            }
             args = (problem.id, phase, None, (), Verdict.TIMEOUT.value, message, {"timeout": stopped})
             return CheckRow(self.key(problem, phase), self.nodeid, self.module, *args)
 

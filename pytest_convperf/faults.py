@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,18 +49,46 @@ class CheckTimeout(BaseException):
 EXIT_HUNG = 124  # the process's exit status when the watchdog ends it (timeout(1)'s convention)
 
 
+# A check calls its candidate (and reference) this often outside the round caps, which bound the
+# rest: correctness (2), memory facts (1), per measurement (screen and confirm) the warm-up's 3
+# minimum calls, a round of its first window and one round past its hard cap (2 x 5), integrity
+# after timing (3), kernel table (1). A slow candidate's limit grows by SLOW_MARGIN x these calls x
+# its slowest timed call, so that it completes with few rounds (judged by the few-rounds rule, a
+# FAIL with its numbers) instead of failing as hung.
+CALLS_OUTSIDE_CAPS = 17
+SLOW_MARGIN = 3.0
+MIN_EXTENSION_S = 1.0  # smaller extensions are not applied: a fast check's limit stays the one named
+
+
 @dataclass
 class CheckProgress:
-    """How far a check got: the stage it is in (set as it goes) and the rounds its timer ran."""
+    """How far a check got: the stage it is in (set as it goes), the rounds its timer ran and the
+    slowest call they timed (which extends the limit, :meth:`limit`)."""
 
     stage: str = "starting"
     rounds: Tally = field(default_factory=lambda: Tally(""))
+    slowest_call_s: float = 0.0
+    _last_round: float | None = None
 
     def at(self, stage: str) -> None:
         self.stage = stage
 
     def observe_round(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        """A timed round: its calls' times, and its wall time (the clock of the caps and the limit:
+        a CPU timer's thread time does not see a call that waits) over its calls."""
         self.rounds.observe(stage, index, names, times)
+        now = time.monotonic()
+        last, self._last_round = self._last_round, now
+        wall = (now - last) / max(1, len(times)) if index and last is not None else 0.0
+        self.slowest_call_s = max(self.slowest_call_s, wall, *times)
+
+    def extension_s(self) -> float:
+        extra = SLOW_MARGIN * CALLS_OUTSIDE_CAPS * self.slowest_call_s
+        return extra if extra >= MIN_EXTENSION_S else 0.0
+
+    def limit(self, seconds: float) -> float:
+        """The check's limit: ``seconds``, plus :meth:`extension_s` for a slow candidate."""
+        return seconds + self.extension_s()
 
     def describe(self) -> str:
         """``during the first measurement (timing, 4 rounds)``."""
@@ -74,21 +103,38 @@ def grace_s(limit: float) -> float:
 
 
 def timeout_message(what: str, seconds: float, progress: CheckProgress) -> str:
+    extra = progress.extension_s()
+    slow = (
+        f" ({seconds:g} s + {extra:.0f} s for {CALLS_OUTSIDE_CAPS} calls of its slowest, "
+        f"{progress.slowest_call_s:.3g} s)"
+        if extra
+        else ""
+    )
     return (
-        f"{what} ran past its {seconds:g} s limit and was stopped {progress.describe()}: a hung "
-        "candidate, or one far slower than its time caps allow. Raise it with "
-        "--convperf-check-timeout=SECONDS (ini convperf_check_timeout; 0 turns it off)"
+        f"{what} ran past its {progress.limit(seconds):.4g} s limit{slow} and was stopped "
+        f"{progress.describe()}: a hung candidate, or one far slower than its time caps allow. Raise "
+        "it with --convperf-check-timeout=SECONDS (ini convperf_check_timeout; 0 turns it off)"
     )
 
 
 def _watchdog(
-    seconds: float, done: threading.Event, message: Callable[[], str], on_overrun: Callable[[str], None]
+    seconds: float,
+    progress: CheckProgress,
+    done: threading.Event,
+    message: Callable[[], str],
+    on_overrun: Callable[[str], None],
 ) -> None:
     """Start the thread that ends the process when the check outlives its limit by :func:`grace_s`."""
+    start = time.monotonic()
 
     def watch() -> None:
-        if done.wait(seconds + grace_s(seconds)):
-            return
+        while True:
+            limit = progress.limit(seconds)
+            left = start + limit + grace_s(limit) - time.monotonic()
+            if left <= 0:
+                break
+            if done.wait(left):
+                return
         text = message()
         try:
             on_overrun(text)
@@ -97,7 +143,7 @@ def _watchdog(
             if stream is not None:
                 stream.write(
                     f"\nconvperf: {text}. The candidate did not stop (it caught the stop or ignored "
-                    f"SIGALRM) within {grace_s(seconds):g} s more: the process is ended (exit {EXIT_HUNG})\n"
+                    f"SIGALRM) within {grace_s(limit):g} s more: the process is ended (exit {EXIT_HUNG})\n"
                 )
                 stream.flush()
             os._exit(EXIT_HUNG)
@@ -112,8 +158,9 @@ def deadline(
     progress: CheckProgress | None = None,
     on_overrun: Callable[[str], None] | None = None,
 ) -> Iterator[str | None]:
-    """Raise :class:`CheckTimeout` in the main thread after ``seconds`` (0: no limit); with
-    ``on_overrun``, end the process if the check still runs :func:`grace_s` later (module docstring).
+    """Raise :class:`CheckTimeout` in the main thread after ``seconds`` (0: no limit), extended for a
+    slow candidate by ``progress`` (:meth:`CheckProgress.limit`); with ``on_overrun``, end the
+    process if the check still runs :func:`grace_s` later (module docstring).
 
     Yields None when the limit is armed, else why it is not.
     """
@@ -125,8 +172,9 @@ def deadline(
         return
     progress = progress if progress is not None else CheckProgress()
     done = threading.Event()
+    start = time.monotonic()
     if on_overrun is not None:
-        _watchdog(seconds, done, lambda: timeout_message(what, seconds, progress), on_overrun)
+        _watchdog(seconds, progress, done, lambda: timeout_message(what, seconds, progress), on_overrun)
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         try:  # the watchdog alone holds the limit
             yield "SIGALRM not armed (it needs the main thread of a Unix process); the watchdog is"
@@ -135,6 +183,10 @@ def deadline(
         return
 
     def on_alarm(signum: int, frame: FrameType | None) -> None:
+        left = start + progress.limit(seconds) - time.monotonic()
+        if left > 0:  # a slow candidate's limit grew since the alarm was set
+            signal.setitimer(signal.ITIMER_REAL, left)
+            return
         raise CheckTimeout(timeout_message(what, seconds, progress))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)

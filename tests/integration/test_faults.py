@@ -194,3 +194,55 @@ def test_a_segfault_under_xdist_fails_its_test_and_the_session_goes_on(
     result.stdout.fnmatch_lines(["*test_b_segfaults*crashed*"])
     rows = json.loads((report / "rows.json").read_text())
     assert sorted(r["nodeid"].split("::")[-1] for r in rows) == ["test_a", "test_c"]
+
+
+def test_the_limit_grows_for_a_slow_candidate_but_not_for_a_hung_one() -> None:
+    """A candidate of 0.2 s per call gets 3 x 17 x 0.2 s more than the limit; a stuck call none."""
+    import time
+
+    from pytest_convperf.faults import CheckProgress
+
+    slow = CheckProgress()
+    slow.observe_round("warm-up", 0, ("candidate", "reference"), (0.2, 0.001))
+    assert slow.limit(1.0) == pytest.approx(1.0 + 3 * 17 * 0.2)
+    with deadline(0.3, "slow", slow):
+        time.sleep(1.0)  # past 0.3 s, within the grown limit: not stopped
+    stuck = pytest.raises(CheckTimeout, match=r"its 0.3 s limit and was stopped during starting")
+    with stuck, deadline(0.3, "stuck", CheckProgress()):
+        time.sleep(5)
+
+
+SLOW = """
+import time
+
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
+
+
+def slow(x, w, b, *args):
+    time.sleep(0.3)  # every call: slow, never hung
+    return F.conv2d(x, w, b, *args)
+
+
+def test_slow(convperf):
+    convperf.check(slow, P)
+"""
+
+
+def test_a_slow_candidate_completes_with_its_numbers_instead_of_failing_as_hung(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    monkeypatch.delenv("CONVPERF_FAKE_TIMER")
+    monkeypatch.setenv("CONVPERF_CPU_THREADS", "2")  # the wall clock: a sleeping call counts
+    pytester.makepyfile(test_slow=SLOW)
+    report = pytester.path / "report"
+    result = suite.run("test_slow.py", "--convperf-check-timeout=3", f"--convperf-report={report}")
+    (row,) = json.loads((report / "rows.json").read_text())
+    assert row["verdict"] != "TIMEOUT", row["message"]
+    assert (
+        row["comparison"]["n_rounds"] >= 1 and row["comparison"]["time_ratio"] > 2
+    )  # its numbers: a slow candidate
+    result.assert_outcomes(passed=1)
