@@ -107,7 +107,9 @@ class ConvperfFixture:
             test = f"{cls.__name__}::{test}"
         if name not in test:
             test = f"{test}@{name}"
-        return test if phase == "forward" else f"{test}:{phase}"
+        key = test if phase == "forward" else f"{test}:{phase}"
+        # A lone surrogate ('\ud800' in a test id) cannot be stored in UTF-8 YAML: its escape is.
+        return key.encode("utf-8", "backslashreplace").decode("utf-8")
 
     # ---- timing ------------------------------------------------------------------------------------
     def measure(

@@ -88,7 +88,7 @@ class ReportRow:
             reference_us=_us(final.reference if final is not None else None),
             mde=as_number(decision.get("mde")),
             n_rounds=final.n_rounds if final is not None else None,
-            update=update.get("action") if update and update.get("action") != "skip" else None,
+            update=_update_state(update),
             quality=_quality_cell(row),
             roofline=_share(facts.get("roofline_floor_us"), cand_us),
             roofline_spec=_share(facts.get("roofline_spec_floor_us"), cand_us),
@@ -219,8 +219,26 @@ def fake_timed(row: CheckRow) -> bool:
     return row.facts.get("timer") == "fake"
 
 
+NOT_WRITTEN = "write planned, not written"
+
+
+def _update_state(update: Mapping[str, Any]) -> str | None:
+    """A row's update as shown: its action; a planned write that was never applied (a crashed
+    session's journal row, a failed file write) is :data:`NOT_WRITTEN`, never "write"."""
+    action = update.get("action")
+    if not action or action == "skip":
+        return None
+    if action == "write" and update.get("written") is not True:
+        return NOT_WRITTEN
+    return str(action)
+
+
 def _recorded(rows: Sequence[ReportRow]) -> int:
     return sum(1 for r in rows if r.update == "write")
+
+
+def _unwritten(rows: Sequence[ReportRow]) -> int:
+    return sum(1 for r in rows if r.update == NOT_WRITTEN)
 
 
 def counts(rows: Sequence[CheckRow]) -> str:
@@ -235,12 +253,14 @@ def counts(rows: Sequence[CheckRow]) -> str:
 def _heading(verdict: str, group: Sequence[ReportRow]) -> str:
     """A verdict block's heading; on an update run it says what was recorded, so that a FAIL
     whose new baseline was accepted (the test passes) tells one story with pytest's counts."""
-    n = _recorded(group)
+    n, lost = _recorded(group), _unwritten(group)
+    lost_text = f"{lost} planned as the new baseline but NOT written" if lost else ""
     if not n:
-        return f"{verdict} ({len(group)})"
+        return f"{verdict} ({len(group)})" + (f": {lost_text}" if lost else "")
     passes = "; these tests pass" if verdict not in (Verdict.NEW.value, Verdict.IMPROVED.value) else ""
     return (
         f"{verdict} ({len(group)}): {n} recorded as the new baseline by --convperf-update-baselines{passes}"
+        + (f"; {lost_text}" if lost else "")
     )
 
 
@@ -248,6 +268,8 @@ def _note(r: ReportRow) -> str:
     """The first line of a check's message; a recorded check says so instead of asking to record it."""
     if r.update == "write":
         return "recorded as the new baseline"
+    if r.update == NOT_WRITTEN:
+        return "planned as the new baseline but NOT written (the session did not finish its update)"
     return r.message.splitlines()[0] if r.message else ""
 
 

@@ -286,7 +286,7 @@ class ConvperfSession:
         if not self.cfg.enabled:
             return
         from pytest_convperf.night import judge_night
-        from pytest_convperf.updates import apply_updates, commit_info
+        from pytest_convperf.updates import apply_updates, commit_info, mark_written
 
         cfg = self.cfg
         if cfg.report_dir is not None:  # rows of a worker that crashed after its check
@@ -304,7 +304,14 @@ class ConvperfSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
         cliffs = [CliffChange.from_dict(change) for change in self.cliffs]
-        self.update_md = apply_updates(cfg, rows, out_dir, cliffs)
+        applied = apply_updates(cfg, rows, out_dir, cliffs)
+        if applied is not None:
+            # What was written, not only planned: the reports say "recorded" for these alone.
+            rows = self.night_rows = mark_written(rows, applied)
+            self.update_md = applied.path if applied.recorded else None
+            self.notes += [f"baseline update NOT written: {line}" for line in applied.failed]
+            if applied.failed and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if cfg.report_dir is not None and rows:
             when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             for notes in self.config.hook.pytest_convperf_write_report(

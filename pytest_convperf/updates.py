@@ -254,15 +254,52 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckR
     )
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What an update run wrote: its review record (``recorded``: whether it could be written), the
+    entries written as ``(machine, module, key)``, and one line per file that could not be."""
+
+    path: Path
+    recorded: bool
+    written: frozenset[tuple[str, str, str]]
+    failed: tuple[str, ...]
+
+
+def mark_written(rows: Sequence[CheckRow], applied: Applied | None) -> list[CheckRow]:
+    """The rows with ``update["written"]`` on each planned write: True only for an entry written.
+
+    A row whose write was planned but never applied (the session crashed before its end, so its row
+    comes from the journal; or the file write failed) then never reads as recorded."""
+    written = applied.written if applied is not None else frozenset()
+    out = []
+    for row in rows:
+        plan = row.update or {}
+        if plan.get("action") == "write":
+            done = (str(row.machine), row.module, row.key) in written
+            row = dataclasses.replace(row, update={**plan, "written": done})
+        out.append(row)
+    return out
+
+
 def apply_updates(
     cfg: ConvperfConfig, rows: Sequence[CheckRow], out_dir: Path, cliffs: Sequence[CliffChange] = ()
-) -> Path | None:
+) -> Applied | None:
     """Write ``convperf-update.md``, then every planned update (grouped per file); None when no update ran.
 
     ``cliffs``: the night's cliff changes (:mod:`pytest_convperf.cliffs`): pins are written like
     new entries, retired cliffs removed from their files, all of them listed for review.
-    The review record is written before the baselines (and says so if a baseline write then
-    fails), so a baseline change never lands without it.
+    The review record is written before the baselines, so a baseline change never lands without
+    it: when the record cannot be written (a full disk), no baseline is. A file that cannot be
+    written (``OSError``: ENOSPC, permissions) does not stop the others; each failure is one line
+    of :attr:`Applied.failed` and of the record's "Write failed" section.
     """
     if not cfg.updating:
         return None
@@ -278,6 +315,7 @@ def apply_updates(
     per_file: dict[tuple[str, str], dict[str, tuple[Entry, CheckRow]]] = {}
     kept: list[str] = []
     refused: list[str] = []
+    bad: list[str] = []
     for row in rows:
         plan = row.update or {}
         action = plan.get("action")
@@ -287,6 +325,9 @@ def apply_updates(
         elif action == "refused":
             refused.append(label)
         if action != "write" or not plan.get("entry"):
+            continue
+        if not _utf8(row.key):  # YAML cannot hold it: this entry is named, the others are written
+            bad.append(f"{row.key!r} ({row.module}) not written: its key is not UTF-8 (a lone surrogate)")
             continue
         entry = parse_entry(row.key, plan["entry"])
         entry = dataclasses.replace(entry, updated=dict(updated) or None)
@@ -316,20 +357,32 @@ def apply_updates(
     path = out_dir / "convperf-update.md"
     record = render_update_md(cfg, per_file, kept, refused, commit)
     record += "\n".join(render_md(cliffs, cfg.reason))
-    atomic_write(path, record)
-    for machine, module in sorted({*per_file, *retired}):
+    targets = sorted({*per_file, *retired})
+    try:
+        atomic_write(path, record)
+    except OSError as exc:
+        n = sum(len(per_file.get(t, {})) + len(retired.get(t, ())) for t in targets)
+        why = f"{path} could not be written ({exc}), so none of the {n} planned baseline changes was"
+        return Applied(path, False, frozenset(), (why,))
+    written: set[tuple[str, str, str]] = set()
+    failed: list[str] = list(bad)
+    for machine, module in targets:
         entries = per_file.get((machine, module), {})
         store = Store(cfg.baselines_dir, machine)
         try:
             store.write(module, {k: e for k, (e, _) in entries.items()}, retired.get((machine, module), ()))
-        except Exception as exc:
-            atomic_write(
-                path,
-                record + f"\n## Write failed\n\nWriting {store.path(module)} failed: {exc}. The files listed "
-                "before it were written; it and the files after it were not.\n",
-            )
-            raise
-    return path
+        except OSError as exc:
+            names = ", ".join(sorted(entries)) or "retired cliffs only"
+            failed.append(f"{store.path(module)} not written ({exc}): {len(entries)} entries ({names})")
+            continue
+        written.update((machine, module, key) for key in entries)
+    if failed:
+        section = "\n## Write failed\n\n" + "".join(f"- {line}\n" for line in failed)
+        try:
+            atomic_write(path, record + section + "\nEvery other file above was written.\n")
+        except OSError:
+            pass  # the terminal summary says it (session notes)
+    return Applied(path, True, frozenset(written), tuple(failed))
 
 
 def render_update_md(
