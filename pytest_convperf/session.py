@@ -178,7 +178,10 @@ class ConvperfSession:
         """Called once per check, after its judgement: journal the row (with ``--convperf-report``),
         and keep it until the test's report is made."""
         if self.cfg.report_dir is not None:
-            journal.append(self.cfg.report_dir, row.to_dict())
+            try:
+                journal.append(self.cfg.report_dir, row.to_dict())
+            except OSError as exc:  # a full disk: the row still reaches rows.json through the report
+                self.notes.append(f"journal: the row of {nodeid} ({row.key}) was not journalled: {exc}")
         self.pending.setdefault(nodeid, []).append(row)
         if is_controller(self.config):
             self.progress().done(row, nodeid)
@@ -282,7 +285,10 @@ class ConvperfSession:
             return  # a fresh-process confirm writes its measurements only (fresh_confirm.ConfirmRun)
         self._finished = True
         if self.all_sections:  # the temporary report folder is made only when a file goes there
-            self.section_paths = write_sections(self.report_dir(), self.all_sections)
+            try:
+                self.section_paths = write_sections(self.report_dir(), self.all_sections)
+            except OSError as exc:  # a full disk: said, and the updates and reports are still tried
+                self._not_written(session, "report sections", exc)
         if not self.cfg.enabled:
             return
         from pytest_convperf.night import judge_night
@@ -314,15 +320,24 @@ class ConvperfSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if cfg.report_dir is not None and rows:
             when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            for notes in self.config.hook.pytest_convperf_write_report(
-                rows=rows,
-                report_dir=cfg.report_dir,
-                machine_info=self.machine_info(rows),
-                commit_info=commit_info(cfg),
-                when=when,
-                night=self.night.to_dict(),
-            ):
-                self.notes += notes or []
+            try:
+                for notes in self.config.hook.pytest_convperf_write_report(
+                    rows=rows,
+                    report_dir=cfg.report_dir,
+                    machine_info=self.machine_info(rows),
+                    commit_info=commit_info(cfg),
+                    when=when,
+                    night=self.night.to_dict(),
+                ):
+                    self.notes += notes or []
+            except OSError as exc:
+                self._not_written(session, f"the reports in {cfg.report_dir}", exc)
+
+    def _not_written(self, session: pytest.Session, what: str, exc: OSError) -> None:
+        """A session-end write the disk refused: one note instead of a traceback, and the session fails."""
+        self.notes.append(f"{what} NOT (all) written: {exc}")
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def machine_info(self, rows: Sequence[CheckRow]) -> dict[str, Any]:
         """pytest-benchmark's ``machine_info`` with the device facts (GPU name, clocks, versions)."""
