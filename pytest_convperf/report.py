@@ -233,12 +233,8 @@ def _update_state(update: Mapping[str, Any]) -> str | None:
     return str(action)
 
 
-def _recorded(rows: Sequence[ReportRow]) -> int:
-    return sum(1 for r in rows if r.update == "write")
-
-
-def _unwritten(rows: Sequence[ReportRow]) -> int:
-    return sum(1 for r in rows if r.update == NOT_WRITTEN)
+def _recorded(rows: Sequence[ReportRow], state: str = "write") -> int:
+    return sum(1 for r in rows if r.update == state)
 
 
 def counts(rows: Sequence[CheckRow]) -> str:
@@ -253,15 +249,12 @@ def counts(rows: Sequence[CheckRow]) -> str:
 def _heading(verdict: str, group: Sequence[ReportRow]) -> str:
     """A verdict block's heading; on an update run it says what was recorded, so that a FAIL
     whose new baseline was accepted (the test passes) tells one story with pytest's counts."""
-    n, lost = _recorded(group), _unwritten(group)
-    lost_text = f"{lost} planned as the new baseline but NOT written" if lost else ""
-    if not n:
-        return f"{verdict} ({len(group)})" + (f": {lost_text}" if lost else "")
-    passes = "; these tests pass" if verdict not in (Verdict.NEW.value, Verdict.IMPROVED.value) else ""
-    return (
-        f"{verdict} ({len(group)}): {n} recorded as the new baseline by --convperf-update-baselines{passes}"
-        + (f"; {lost_text}" if lost else "")
-    )
+    n, lost = _recorded(group), _recorded(group, NOT_WRITTEN)
+    parts = [f"{lost} planned as the new baseline but NOT written"] if lost else []
+    if n:
+        passes = "; these tests pass" if verdict not in (Verdict.NEW.value, Verdict.IMPROVED.value) else ""
+        parts.insert(0, f"{n} recorded as the new baseline by --convperf-update-baselines{passes}")
+    return f"{verdict} ({len(group)})" + (f": {'; '.join(parts)}" if parts else "")
 
 
 def _note(r: ReportRow) -> str:

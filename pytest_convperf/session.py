@@ -15,7 +15,6 @@ import functools
 import tempfile
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -291,8 +290,9 @@ class ConvperfSession:
                 self._not_written(session, "report sections", exc)
         if not self.cfg.enabled:
             return
-        from pytest_convperf.night import judge_night
-        from pytest_convperf.updates import apply_updates, commit_info, mark_written
+        from pytest_convperf.night import deferred_fails, judge_night
+        from pytest_convperf.update_outcome import mark_written
+        from pytest_convperf.updates import apply_updates, commit_info
 
         cfg = self.cfg
         if cfg.report_dir is not None:  # rows of a worker that crashed after its check
@@ -305,7 +305,7 @@ class ConvperfSession:
         rows, self.night = judge_night(self.rows, method=cfg.false_alarms, alpha=cfg.false_alarm_level)
         self.night_rows = rows
         if cfg.false_alarms != "none":
-            self.night_failed = _deferred_fails(rows, self.night)
+            self.night_failed = deferred_fails(rows, self.night)
             if self.night_failed and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
@@ -365,7 +365,7 @@ class ConvperfSession:
         rows = self.night_rows if self.night_rows is not None else self.rows
         if not rows and not self.update_md:
             return
-        from pytest_convperf.night import night_lines
+        from pytest_convperf.night import NightFail, night_lines
         from pytest_convperf.report import counts, terminal_lines
 
         tr = terminalreporter
@@ -391,27 +391,6 @@ class ConvperfSession:
             tr.write_line(f"convperf report: {self.cfg.report_dir}")
         for note in self.notes:
             tr.write_line(f"note: {note}")
-
-
-@dataclass(frozen=True)
-class NightFail:
-    """A kept speed FAIL in pytest's terminal stats (counted in its last line; plugins read ``__dict__``)."""
-
-    nodeid: str
-    when: str = "call"
-    outcome: str = "failed"
-
-
-def _deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:
-    """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
-    from pytest_convperf.multiplicity import check_id
-
-    kept = set(night.fails)
-    return [
-        check_id(r)
-        for r in rows
-        if check_id(r) in kept and (r.update or {}).get("action") not in ("write", "refused")
-    ]
 
 
 SESSION_KEY = pytest.StashKey[ConvperfSession]()

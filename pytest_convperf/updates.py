@@ -31,6 +31,7 @@ from pytest_convperf.env import timing_of
 from pytest_convperf.files import atomic_write
 from pytest_convperf.quality import QUALITY_KEYS
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.update_outcome import Applied, utf8
 from pytest_convperf.verdict import Decision, Policy
 
 if TYPE_CHECKING:
@@ -254,41 +255,6 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckR
     )
 
 
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What an update run wrote: its review record (``recorded``: whether it could be written), the
-    entries written as ``(machine, module, key)``, and one line per file that could not be."""
-
-    path: Path
-    recorded: bool
-    written: frozenset[tuple[str, str, str]]
-    failed: tuple[str, ...]
-
-
-def mark_written(rows: Sequence[CheckRow], applied: Applied | None) -> list[CheckRow]:
-    """The rows with ``update["written"]`` on each planned write: True only for an entry written.
-
-    A row whose write was planned but never applied (the session crashed before its end, so its row
-    comes from the journal; or the file write failed) then never reads as recorded."""
-    written = applied.written if applied is not None else frozenset()
-    out = []
-    for row in rows:
-        plan = row.update or {}
-        if plan.get("action") == "write":
-            done = (str(row.machine), row.module, row.key) in written
-            row = dataclasses.replace(row, update={**plan, "written": done})
-        out.append(row)
-    return out
-
-
 def apply_updates(
     cfg: ConvperfConfig, rows: Sequence[CheckRow], out_dir: Path, cliffs: Sequence[CliffChange] = ()
 ) -> Applied | None:
@@ -326,7 +292,7 @@ def apply_updates(
             refused.append(label)
         if action != "write" or not plan.get("entry"):
             continue
-        if not _utf8(row.key):  # YAML cannot hold it: this entry is named, the others are written
+        if not utf8(row.key):  # YAML cannot hold it: this entry is named, the others are written
             bad.append(f"{row.key!r} ({row.module}) not written: its key is not UTF-8 (a lone surrogate)")
             continue
         entry = parse_entry(row.key, plan["entry"])

@@ -175,7 +175,7 @@ def test_a_lone_surrogate_in_a_key_does_not_cost_the_other_entries(tmp_path: Pat
 
 def test_a_planned_write_never_applied_is_not_reported_as_recorded() -> None:
     from pytest_convperf.report import terminal_lines
-    from pytest_convperf.updates import Applied, mark_written
+    from pytest_convperf.update_outcome import Applied, mark_written
 
     rows = [check_row(r) for r in _new_rows([("test_a", "test_1"), ("test_a", "test_2")])]
     crashed = "\n".join(terminal_lines(rows))  # journal rows of a session that died before its update
