@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf import fresh_confirm, journal
-from pytest_convperf.baselines import Store, resolve_machine, validate_files
+from pytest_convperf.baselines import Store, refuse_shared_keys, resolve_machine, validate_files
 from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
 from pytest_convperf.files import check_output_paths
 from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
@@ -246,12 +246,14 @@ class ConvperfSession:
         """
         if not self.cfg.enabled or not is_controller(self.config):
             return
-        modules = {
-            Path(str(item.path)).stem
+        items = [
+            item
             for item in session.items
             if item.get_closest_marker("convperf") is not None
             or "convperf" in getattr(item, "fixturenames", ())
-        }
+        ]
+        refuse_shared_keys(item.nodeid for item in items)
+        modules = {Path(str(item.path)).stem for item in items}
         if not modules:
             return
         try:
@@ -274,6 +276,7 @@ class ConvperfSession:
             return
         self._validated = True
         root = self.cfg.baselines_dir
+        refuse_shared_keys(ids)
         modules = {Path(nodeid.split("::")[0]).stem for nodeid in ids}
         validate_files(path for module in sorted(modules) for path in root.glob(f"*/{module}.yaml"))
 
