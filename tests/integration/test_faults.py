@@ -246,3 +246,22 @@ def test_a_slow_candidate_completes_with_its_numbers_instead_of_failing_as_hung(
         row["comparison"]["n_rounds"] >= 1 and row["comparison"]["time_ratio"] > 2
     )  # its numbers: a slow candidate
     result.assert_outcomes(passed=1)
+
+
+def test_after_a_segfault_report_does_not_claim_an_update_that_was_never_written(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    plugin_args: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 25.5: the journal's rows carry the planned write; the session died before writing it."""
+    from pytest_convperf.__main__ import main
+
+    result, report = _run_crash_suite(
+        pytester, monkeypatch, plugin_args, "-p", "no:xdist", "--convperf-update-baselines"
+    )
+    assert result.ret != 0 and not list(pytester.path.rglob("*.yaml"))  # no baseline was written
+    assert main(["report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "recorded as the new baseline" not in out
+    assert "NEW (1): 1 planned as the new baseline but NOT written" in out
