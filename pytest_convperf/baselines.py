@@ -222,9 +222,9 @@ def refuse_shared_keys(nodeids: Iterable[str]) -> None:
         other = seen.setdefault((Path(path).stem, test), nodeid)
         if other.partition("::")[0] != path:
             raise pytest.UsageError(
-                f"convperf: {other} and {nodeid} share the baseline file {Path(path).stem}.yaml (test files "
-                "of one name) and the test name, so their checks would read and write the same entries; "
-                "rename one of the tests or test files"
+                f"convperf: the same baseline key in two test files: {other} and {nodeid} (same-named "
+                f"files share {Path(path).stem}.yaml, the same test name gives the same key), so each "
+                "would be judged against the other's entry; rename one of the tests or test files"
             )
 
 
