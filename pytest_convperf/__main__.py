@@ -105,8 +105,23 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
     return 0
 
 
+def _merge_paths_problem(paths: Sequence[Path], output: Path) -> str | None:
+    """Why the inputs or ``-o`` cannot be used (one line with the fix), or None."""
+    for path in paths:
+        if not path.is_file():
+            what = "is a folder" if path.is_dir() else "does not exist"
+            return f"input {path} {what}; give baseline YAML files (baselines/<machine>/<module>.yaml)"
+    if output.is_dir():
+        return f"-o {output} is a folder; give the file to write, e.g. -o {output / paths[0].name}"
+    return None
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.files]
+    problem = _merge_paths_problem(paths, Path(args.output))
+    if problem is not None:
+        print(f"merge-baselines: {problem}", file=sys.stderr)
+        return 2
     # prefer=first: walk the files backwards and let the later (= earlier given) one win.
     order = list(reversed(paths)) if args.prefer == "first" else paths
     machine, merged, conflicts = merge_files(order, prefer_last=args.prefer is not None)

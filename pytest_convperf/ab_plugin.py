@@ -97,6 +97,7 @@ class ABSession:
         except CandidateLookupError as exc:
             self._fail(str(exc))
         device = fixture.device
+        fixture.progress.at(f"REF {self.ref.label}'s candidate's first call (--convperf-against)")
         try:  # one call first: a REF kernel that does not build fails here, named, not mid-timing
             phase_call(ref_fn, inputs, problem, phase, stable_seed(problem), device.torch_device)()
         except Exception as exc:
@@ -104,6 +105,7 @@ class ABSession:
         from pytest_convperf.pairing import time_pair  # imports torch: not at plugin load
 
         where = (fixture.timer, device, fixture.request.config, fixture.nodeid)  # as fixture.measure times
+        fixture.progress.at(f"timing against REF {self.ref.label}'s candidate (--convperf-against)")
         timed = time_pair(
             *where, candidate, problem, reference=ref_fn, phase=phase, mode=mode, rule=None, inputs=inputs
         )
@@ -111,6 +113,7 @@ class ABSession:
         cfg = fixture.session.cfg
         policy = ab_policy(device.kind, tolerance=cfg.tolerance, noise_floor=cfg.noise_floor)
         result = decide_ab(first, confirm, policy)
+        fixture.progress.at(f"timing REF {self.ref.label}'s candidate against the reference")
         ref_vs_reference = fixture.measure(ref_fn, problem, reference=reference, phase=phase, mode=mode)
         ref_meas = first.reference
         return {
@@ -168,9 +171,14 @@ AB_KEY = pytest.StashKey["ABSession | None"]()
 def configure(config: pytest.Config) -> None:
     """Set up the A/B when ``--convperf-against`` is given (a clear UsageError for a bad REF)."""
     spec = config.getoption(OPTION, default=None)
-    if not spec:
+    if spec is None:
         config.stash[AB_KEY] = None
         return
+    if not str(spec).strip():  # "--convperf-against=" (an unset variable) would run no A/B, silently
+        raise pytest.UsageError(
+            "--convperf-against is empty: give the revision to compare against (a branch, tag, hash or "
+            "HEAD~1), or drop the option"
+        )
     session = ABSession(config, str(spec))
     config.stash[AB_KEY] = session
     config.pluginmanager.register(session, "convperf-ab")

@@ -35,6 +35,7 @@ __all__ = [
     "parse_entry",
     "parse_text",
     "read_file",
+    "refuse_shared_keys",
     "resolve_machine",
     "slugify",
     "validate_files",
@@ -209,6 +210,22 @@ def validate_files(paths: Iterable[Path]) -> list[Path]:
     for path in existing:
         read_file(path)
     return existing
+
+
+def refuse_shared_keys(nodeids: Iterable[str]) -> None:
+    """``UsageError`` when two test files of one name in different folders hold a test of the same
+    name: they share one baseline file (chosen by the file's name) and their checks one key, so
+    each would be judged against the other's entry (a false FAIL). Checked before any test runs."""
+    seen: dict[tuple[str, str], str] = {}
+    for nodeid in nodeids:
+        path, _, test = nodeid.partition("::")
+        other = seen.setdefault((Path(path).stem, test), nodeid)
+        if other.partition("::")[0] != path:
+            raise pytest.UsageError(
+                f"convperf: the same baseline key in two test files: {other} and {nodeid} (same-named "
+                f"files share {Path(path).stem}.yaml, the same test name gives the same key), so each "
+                "would be judged against the other's entry; rename one of the tests or test files"
+            )
 
 
 class Store:

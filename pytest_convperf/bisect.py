@@ -137,9 +137,26 @@ def pytest_compare(repo: Path, checkouts: Checkouts, pytest_args: Sequence[str],
     return compare
 
 
+# Options bisect gives each run itself: the user's copy would replace the revision or the folder
+# bisect reads (a "--convperf-against=HEAD" made every step HEAD against HEAD: SAME, no step).
+OWN_OPTIONS = ("--convperf-against", "--convperf-report")
+
+
+def refuse_own_options(pytest_args: Sequence[str]) -> None:
+    """:class:`RevisionError` naming a pytest arg that would override what bisect sets per run."""
+    for arg in pytest_args:
+        name = arg.split("=", 1)[0]
+        if name in OWN_OPTIONS:
+            raise RevisionError(
+                f"{arg!r} conflicts with bisect, which sets {name} itself for every run (GOOD, BAD "
+                "and each midpoint); drop it from the pytest args after --"
+            )
+
+
 def main(good: str, bad: str, pytest_args: Sequence[str], cwd: Path | None = None) -> int:
     """The CLI: 0 first bad commit found, 2 AMBIGUOUS, 3 no step, 1 an error (printed)."""
     try:
+        refuse_own_options(pytest_args)
         repo = repo_root(cwd or Path.cwd())
         g, b = resolve(repo, good), resolve(repo, bad)
         commits = [g, *commits_between(repo, g, b)]

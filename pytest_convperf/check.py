@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
+from pytest_convperf import journal
 from pytest_convperf.ab_plugin import ab_session
 from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
 from pytest_convperf.determinism import nondeterminism
-from pytest_convperf.faults import CheckTimeout, deadline, device_errors
+from pytest_convperf.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.integrity import Finding, after_timing
 from pytest_convperf.pairing import ImplausibleTime, time_pair
 from pytest_convperf.profiling import candidate_kernels
+from pytest_convperf.progress import ProgressTimer
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.timing.rounds import StopRule
 from pytest_convperf.workload import (
@@ -53,6 +55,7 @@ class ConvperfFixture:
         self.session = session
         self.request = request
         self._timer: Timer | None = None
+        self.progress = CheckProgress()  # of the check running now: what a timeout row says
 
     # ---- collaborators --------------------------------------------------------------------------
     @property
@@ -63,10 +66,19 @@ class ConvperfFixture:
     def timer(self) -> Timer:
         """The ``convperf_timer`` fixture's timer (a conftest may override it with a fake)."""
         if self._timer is None:
-            # Watched by the live progress line (a proxy; the measurement is the timer's own).
-            self._timer = self.session.progress().wrap(
+            # Watched by the live progress line and the check's own progress (proxies; the
+            # measurement is the timer's own).
+            live = self.session.progress().wrap(
                 self.request.getfixturevalue("convperf_timer"), self.nodeid, str(self.request.node.name)
             )
+
+            def on_round(stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+                self.progress.observe_round(stage, index, names, times)
+                forward = getattr(live, "observe_round", None)
+                if forward is not None:
+                    forward(stage, index, names, times)
+
+            self._timer = ProgressTimer(live, on_round)
         assert self._timer is not None
         return self._timer
 
@@ -95,7 +107,9 @@ class ConvperfFixture:
             test = f"{cls.__name__}::{test}"
         if name not in test:
             test = f"{test}@{name}"
-        return test if phase == "forward" else f"{test}:{phase}"
+        key = test if phase == "forward" else f"{test}:{phase}"
+        # A lone surrogate ('\ud800' in a test id) cannot be stored in UTF-8 YAML: its escape is.
+        return key.encode("utf-8", "backslashreplace").decode("utf-8")
 
     # ---- timing ------------------------------------------------------------------------------------
     def measure(
@@ -144,12 +158,34 @@ class ConvperfFixture:
         the fp64 ``F.conv2d`` oracle (quantized/sparse variants: their fake-quant/pruned conv);
         ``extra_metrics`` (e.g. quality drift ``rel_l2``, ``sqnr_db``) go into the row as
         ``row["extra_metrics"]``. A check that runs past ``--convperf-check-timeout`` (default
-        from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung.
+        from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung with a TIMEOUT row.
         """
         cfg_limit = self.session.cfg.check_timeout
         limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
+        self.progress = CheckProgress()
+        recorded = len(self.session.pending.get(self.nodeid, []))
+
+        def timeout_row(message: str) -> CheckRow:
+            progress = self.progress
+            stopped = {
+                "limit_s": progress.limit(limit),
+                "stage": progress.stage,
+                "rounds": progress.describe(),
+                "slowest_call_s": progress.slowest_call_s,
+            }
+            args = (problem.id, phase, None, (), Verdict.TIMEOUT.value, message, {"timeout": stopped})
+            return CheckRow(self.key(problem, phase), self.nodeid, self.module, *args)
+
+        def on_overrun(message: str) -> None:  # the watchdog thread, before it ends the process
+            if self.session.cfg.report_dir is not None:
+                journal.append(self.session.cfg.report_dir, timeout_row(message).to_dict())
+            capman = self.request.config.pluginmanager.get_plugin("capturemanager")
+            if capman is not None:  # the watchdog's last line goes to the real stderr, not a capture
+                capman.suspend_global_capture(in_=False)
+
+        what = f"the convperf check of {problem.id} ({phase})"
         try:
-            with deadline(limit, f"the convperf check of {problem.id} ({phase})"):
+            with deadline(limit, what, self.progress, on_overrun):
                 return self._check(
                     candidate,
                     problem,
@@ -161,6 +197,8 @@ class ConvperfFixture:
                     deterministic=deterministic,
                 )
         except CheckTimeout as exc:
+            if len(self.session.pending.get(self.nodeid, [])) == recorded:  # not judged yet: its row
+                self.session.record(self.nodeid, timeout_row(str(exc)))
             pytest.fail(str(exc), pytrace=False)
 
     def _check(
@@ -182,6 +220,7 @@ class ConvperfFixture:
         key = self.key(problem, phase)
         # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
         inputs = problem.make_inputs(seed, device.torch_device)
+        self.progress.at("correctness")
         with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
             report = check_conv(
                 candidate,
@@ -202,11 +241,13 @@ class ConvperfFixture:
             errors = tuple(report.candidate_errors)
             self._record_failure(key, problem, phase, facts, Finding("", report.message(), errors, verdict))
         if deterministic:
+            self.progress.at("the determinism check")
             with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device):
                 found = nondeterminism(candidate, problem, phase, inputs, seed, device.torch_device)
             self._record_failure(key, problem, phase, facts, found)
         entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
         sticky = entry.mode if mode == "auto" and entry is not None else None  # auto: time as stored
+        self.progress.at("the first measurement")
         timed = time_pair(
             *self._where(),
             candidate,
@@ -220,10 +261,12 @@ class ConvperfFixture:
         )
         comparison, confirm = timed.first, timed.confirm
         if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
+            self.progress.at("the integrity check after timing")
             with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
                 found = after_timing(candidate, problem, inputs, timed.last_output, seed, device, oracle)
             self._record_failure(key, problem, phase, facts, found)
         if self.session.cfg.updating or (entry is not None and entry.kernels):  # which kernel changed
+            self.progress.at("the kernel table")
             call = phase_call(candidate, inputs, problem, phase, seed, device.torch_device)
             with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device):
                 kernels = candidate_kernels(call, device)
@@ -238,10 +281,12 @@ class ConvperfFixture:
         facts.update({k: v for k, v in comparison.facts.items() if k in _ROW_FACTS})
         ab = ab_session(self.request.config)
         if ab is not None:  # --convperf-against: the same candidate at REF, timed here (ab_plugin)
+            self.progress.at(f"the A/B against --convperf-against={ab.ref.label}")
             facts["ab"] = ab.compare(
                 self, candidate, problem, reference=reference, phase=phase, mode=mode, inputs=inputs,
                 a_speedup=(comparison.speedup, comparison.speedup_ci),
             )  # fmt: skip
+        self.progress.at("the judgement (its confirm measurement)")
         self.gate(
             comparison,
             name=problem.id,

@@ -13,6 +13,7 @@ the target, so a reader never sees half a file.
   other writer of that target can be in flight), so such leftovers never accumulate.
 - The written file gets the mode a plain ``open()`` would give it (``0o666 & ~umask``), not
   ``mkstemp``'s 0600.
+- Text that UTF-8 cannot encode (a lone surrogate in a test id) is written backslash-escaped.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def atomic_write(path: Path, text: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=folder)
         try:
             os.fchmod(fd, 0o666 & ~_umask())
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            # A lone surrogate (a test id such as '\ud800') is written as its escape, not a crash
+            # that loses the whole file (report.md, convperf-update.md with every other check).
+            with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())

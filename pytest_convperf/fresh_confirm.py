@@ -183,8 +183,8 @@ def run_subprocess(
 def _run(cmd: Sequence[str], cwd: Path, timeout: float, log: Path) -> str | None:
     """Run ``cmd`` in its own process group (node ids are relative to the rootdir ``cwd``); None
     when it ran to an end pytest reports, else why not. Output goes to a file, not a pipe. A
-    timeout, or Ctrl-C here, stops the whole group: a grandchild holding the GPU or a file cannot
-    outlive the session end."""
+    timeout, or Ctrl-C here, stops the whole group; so does a normal exit: a grandchild holding the
+    GPU or a file cannot outlive the session end."""
     with open(log, "w+", encoding="utf-8", errors="replace") as fh:
         proc = subprocess.Popen(
             cmd,
@@ -202,6 +202,7 @@ def _run(cmd: Sequence[str], cwd: Path, timeout: float, log: Path) -> str | None
         except BaseException:
             _stop(proc)
             raise
+        _stop(proc)  # the process is done; what it started (its group) is not left running
         if code in (0, 1):  # tests passed or failed: the measurements are what counts
             return None
         fh.seek(0)

@@ -32,15 +32,29 @@ def start(report_dir: Path) -> None:
 
 
 def append(report_dir: Path, row: Mapping[str, Any]) -> None:
-    """Append one row (its ``CheckRow.to_dict`` form) and flush it to disk."""
+    """Append one row (its ``CheckRow.to_dict`` form) and flush it to disk.
+
+    A full disk (ENOSPC) may take part of a line and then refuse the rest: the ``OSError`` is
+    raised (the caller names the row), and the next append first ends the cut line, so a failed row
+    never glues itself to the next one (which was then lost as well)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(row, default=str, allow_nan=True) + "\n").encode()
-    fd = os.open(report_dir / JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    fd = os.open(report_dir / JOURNAL, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
     try:
-        os.write(fd, line)
+        if _cut_short(fd):
+            line = b"\n" + line
+        rest = memoryview(line)
+        while rest:  # a short write is not an error: write what is left
+            rest = rest[os.write(fd, rest) :]
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _cut_short(fd: int) -> bool:
+    """Whether the journal ends inside a line (a write refused midway)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def read(report_dir: Path) -> list[dict[str, Any]]:

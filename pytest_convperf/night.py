@@ -13,7 +13,7 @@ with its adjusted p-value. Why deferred and not failed at once: docs/statistics.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +110,22 @@ def night_markdown(night: Mapping[str, Any] | None, change_points: Sequence[str]
     lines += [f"Change points new tonight: {len(change_points)}", ""]
     lines += [f"- {line}" for line in change_points]
     return "\n".join(lines).rstrip() + "\n"
+
+
+@dataclass(frozen=True)
+class NightFail:
+    """A kept speed FAIL in pytest's terminal stats (counted in its last line; plugins read ``__dict__``)."""
+
+    nodeid: str
+    when: str = "call"
+    outcome: str = "failed"
+
+
+def deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:
+    """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
+    kept = set(night.fails)
+    return [
+        check_id(r)
+        for r in rows
+        if check_id(r) in kept and (r.update or {}).get("action") not in ("write", "refused")
+    ]

@@ -16,6 +16,7 @@ from pytest_convperf.results import CheckRow, Comparison, Measurement, Verdict
 # Most urgent first: what a reader must act on comes before what merely passed.
 VERDICT_ORDER: tuple[str, ...] = (
     Verdict.CORRECTNESS_FAIL.value,
+    Verdict.TIMEOUT.value,
     Verdict.FAIL.value,
     "SUSPECT",  # a per-check FAIL the night's false-alarm control did not keep (night.py)
     Verdict.INCONCLUSIVE.value,
@@ -87,7 +88,7 @@ class ReportRow:
             reference_us=_us(final.reference if final is not None else None),
             mde=as_number(decision.get("mde")),
             n_rounds=final.n_rounds if final is not None else None,
-            update=update.get("action") if update and update.get("action") != "skip" else None,
+            update=_update_state(update),
             quality=_quality_cell(row),
             roofline=_share(facts.get("roofline_floor_us"), cand_us),
             roofline_spec=_share(facts.get("roofline_spec_floor_us"), cand_us),
@@ -218,8 +219,22 @@ def fake_timed(row: CheckRow) -> bool:
     return row.facts.get("timer") == "fake"
 
 
-def _recorded(rows: Sequence[ReportRow]) -> int:
-    return sum(1 for r in rows if r.update == "write")
+NOT_WRITTEN = "write planned, not written"
+
+
+def _update_state(update: Mapping[str, Any]) -> str | None:
+    """A row's update as shown: its action; a planned write that was never applied (a crashed
+    session's journal row, a failed file write) is :data:`NOT_WRITTEN`, never "write"."""
+    action = update.get("action")
+    if not action or action == "skip":
+        return None
+    if action == "write" and update.get("written") is not True:
+        return NOT_WRITTEN
+    return str(action)
+
+
+def _recorded(rows: Sequence[ReportRow], state: str = "write") -> int:
+    return sum(1 for r in rows if r.update == state)
 
 
 def counts(rows: Sequence[CheckRow]) -> str:
@@ -234,19 +249,20 @@ def counts(rows: Sequence[CheckRow]) -> str:
 def _heading(verdict: str, group: Sequence[ReportRow]) -> str:
     """A verdict block's heading; on an update run it says what was recorded, so that a FAIL
     whose new baseline was accepted (the test passes) tells one story with pytest's counts."""
-    n = _recorded(group)
-    if not n:
-        return f"{verdict} ({len(group)})"
-    passes = "; these tests pass" if verdict not in (Verdict.NEW.value, Verdict.IMPROVED.value) else ""
-    return (
-        f"{verdict} ({len(group)}): {n} recorded as the new baseline by --convperf-update-baselines{passes}"
-    )
+    n, lost = _recorded(group), _recorded(group, NOT_WRITTEN)
+    parts = [f"{lost} planned as the new baseline but NOT written"] if lost else []
+    if n:
+        passes = "; these tests pass" if verdict not in (Verdict.NEW.value, Verdict.IMPROVED.value) else ""
+        parts.insert(0, f"{n} recorded as the new baseline by --convperf-update-baselines{passes}")
+    return f"{verdict} ({len(group)})" + (f": {'; '.join(parts)}" if parts else "")
 
 
 def _note(r: ReportRow) -> str:
     """The first line of a check's message; a recorded check says so instead of asking to record it."""
     if r.update == "write":
         return "recorded as the new baseline"
+    if r.update == NOT_WRITTEN:
+        return "planned as the new baseline but NOT written (the session did not finish its update)"
     return r.message.splitlines()[0] if r.message else ""
 
 

@@ -158,6 +158,7 @@ class Verdict(str, enum.Enum):
     ADVISORY = "ADVISORY"
     INCONCLUSIVE = "INCONCLUSIVE"
     CORRECTNESS_FAIL = "CORRECTNESS_FAIL"
+    TIMEOUT = "TIMEOUT"  # stopped by --convperf-check-timeout; facts["timeout"] says how far it got
 
 
 @dataclass(frozen=True)

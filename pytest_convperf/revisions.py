@@ -2,14 +2,18 @@
 
 The user's checkout is never touched: a revision's sources come from ``git worktree add --detach``
 into a fresh temporary folder, removed (and ``git worktree prune``d) when the session ends, on an
-exception, on Ctrl-C and, as a last resort, at interpreter exit. Every failure is a
-:class:`RevisionError` naming the problem and the fix.
+exception, on Ctrl-C and, as a last resort, at interpreter exit. A process killed outright
+(``kill -9``) runs none of these: its folder holds an owner file (pid and host), and the next
+:class:`Checkouts` of the repository removes the worktrees whose owner on this host is gone
+(:func:`prune_stale`). Every failure is a :class:`RevisionError` naming the problem and the fix.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -119,6 +123,51 @@ def commits_between(root: Path, good: Revision, bad: Revision) -> list[Revision]
     return revs
 
 
+TEMP_PREFIX = "convperf-ab-"
+OWNER_FILE = "convperf-owner"  # "<pid> <host>" of the process whose worktrees the folder holds
+
+
+def _owner_alive(folder: Path) -> bool:
+    """Whether the process that made ``folder`` may still use it (unknown hosts count as alive)."""
+    try:
+        pid_text, host = (folder / OWNER_FILE).read_text(encoding="utf-8").split()
+        pid = int(pid_text)
+    except FileNotFoundError:
+        return False  # versions before the owner file: their run is long over
+    except (OSError, ValueError):
+        return True  # unreadable: leave it to its owner
+    if host != socket.gethostname():
+        return True  # a pid of another machine (a shared repository) cannot be checked here
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune_stale(root: Path) -> list[Path]:
+    """Remove the registered A/B worktrees of ``root`` whose process was killed; returns them.
+
+    Only worktrees in a ``convperf-ab-*`` folder are considered, and only when its owner (a
+    process on this host) is gone: a concurrent run's worktrees are left alone.
+    """
+    listing = _git(root, "worktree", "list", "--porcelain", check=False).stdout
+    removed = []
+    for line in listing.splitlines():
+        if not line.startswith("worktree "):
+            continue
+        tree = Path(line.removeprefix("worktree "))
+        if not tree.parent.name.startswith(TEMP_PREFIX) or _owner_alive(tree.parent):
+            continue
+        _git(root, "worktree", "remove", "--force", str(tree), check=False)
+        shutil.rmtree(tree.parent, ignore_errors=True)
+        removed.append(tree)
+    _git(root, "worktree", "prune", check=False)  # entries whose folder was deleted by hand
+    return removed
+
+
 class Checkouts:
     """Detached worktrees of revisions in temporary folders; :meth:`close` removes every one.
 
@@ -130,6 +179,7 @@ class Checkouts:
         self.root = root
         self._trees: dict[str, Path] = {}
         self._temp: Path | None = None
+        self.pruned = prune_stale(root)
         atexit.register(self.close)
 
     def path(self, rev: Revision) -> Path:
@@ -138,7 +188,9 @@ class Checkouts:
         if tree is not None:
             return tree
         if self._temp is None:
-            self._temp = Path(tempfile.mkdtemp(prefix="convperf-ab-"))
+            self._temp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+            # Written before any worktree is registered: a run killed later is known to be gone.
+            (self._temp / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
         tree = self._temp / rev.sha[:12]
         # Registered before git runs, so an interrupt during the checkout still cleans it up.
         self._trees[rev.sha] = tree

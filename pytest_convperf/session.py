@@ -15,14 +15,13 @@ import functools
 import tempfile
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_convperf import fresh_confirm, journal
-from pytest_convperf.baselines import Store, resolve_machine, validate_files
+from pytest_convperf.baselines import Store, refuse_shared_keys, resolve_machine, validate_files
 from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
 from pytest_convperf.files import check_output_paths
 from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
@@ -178,7 +177,10 @@ class ConvperfSession:
         """Called once per check, after its judgement: journal the row (with ``--convperf-report``),
         and keep it until the test's report is made."""
         if self.cfg.report_dir is not None:
-            journal.append(self.cfg.report_dir, row.to_dict())
+            try:
+                journal.append(self.cfg.report_dir, row.to_dict())
+            except OSError as exc:  # a full disk: the row still reaches rows.json through the report
+                self.notes.append(f"journal: the row of {nodeid} ({row.key}) was not journalled: {exc}")
         self.pending.setdefault(nodeid, []).append(row)
         if is_controller(self.config):
             self.progress().done(row, nodeid)
@@ -244,12 +246,14 @@ class ConvperfSession:
         """
         if not self.cfg.enabled or not is_controller(self.config):
             return
-        modules = {
-            Path(str(item.path)).stem
+        items = [
+            item
             for item in session.items
             if item.get_closest_marker("convperf") is not None
             or "convperf" in getattr(item, "fixturenames", ())
-        }
+        ]
+        refuse_shared_keys(item.nodeid for item in items)
+        modules = {Path(str(item.path)).stem for item in items}
         if not modules:
             return
         try:
@@ -272,6 +276,7 @@ class ConvperfSession:
             return
         self._validated = True
         root = self.cfg.baselines_dir
+        refuse_shared_keys(ids)
         modules = {Path(nodeid.split("::")[0]).stem for nodeid in ids}
         validate_files(path for module in sorted(modules) for path in root.glob(f"*/{module}.yaml"))
 
@@ -281,10 +286,15 @@ class ConvperfSession:
         if self._finished or not is_controller(self.config) or self.confirm_run is not None:
             return  # a fresh-process confirm writes its measurements only (fresh_confirm.ConfirmRun)
         self._finished = True
-        self.section_paths = write_sections(self.report_dir(), self.all_sections)
+        if self.all_sections:  # the temporary report folder is made only when a file goes there
+            try:
+                self.section_paths = write_sections(self.report_dir(), self.all_sections)
+            except OSError as exc:  # a full disk: said, and the updates and reports are still tried
+                self._not_written(session, "report sections", exc)
         if not self.cfg.enabled:
             return
-        from pytest_convperf.night import judge_night
+        from pytest_convperf.night import deferred_fails, judge_night
+        from pytest_convperf.update_outcome import mark_written
         from pytest_convperf.updates import apply_updates, commit_info
 
         cfg = self.cfg
@@ -299,23 +309,39 @@ class ConvperfSession:
         rows, self.night = judge_night(self.rows, method=cfg.false_alarms, alpha=cfg.false_alarm_level)
         self.night_rows = rows
         if cfg.false_alarms != "none":
-            self.night_failed = _deferred_fails(rows, self.night)
+            self.night_failed = deferred_fails(rows, self.night)
             if self.night_failed and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
         cliffs = [CliffChange.from_dict(change) for change in self.cliffs]
-        self.update_md = apply_updates(cfg, rows, out_dir, cliffs)
+        applied = apply_updates(cfg, rows, out_dir, cliffs)
+        if applied is not None:
+            # What was written, not only planned: the reports say "recorded" for these alone.
+            rows = self.night_rows = mark_written(rows, applied)
+            self.update_md = applied.path if applied.recorded else None
+            self.notes += [f"baseline update NOT written: {line}" for line in applied.failed]
+            if applied.failed and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if cfg.report_dir is not None and rows:
             when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            for notes in self.config.hook.pytest_convperf_write_report(
-                rows=rows,
-                report_dir=cfg.report_dir,
-                machine_info=self.machine_info(rows),
-                commit_info=commit_info(cfg),
-                when=when,
-                night=self.night.to_dict(),
-            ):
-                self.notes += notes or []
+            try:
+                for notes in self.config.hook.pytest_convperf_write_report(
+                    rows=rows,
+                    report_dir=cfg.report_dir,
+                    machine_info=self.machine_info(rows),
+                    commit_info=commit_info(cfg),
+                    when=when,
+                    night=self.night.to_dict(),
+                ):
+                    self.notes += notes or []
+            except OSError as exc:
+                self._not_written(session, f"the reports in {cfg.report_dir}", exc)
+
+    def _not_written(self, session: pytest.Session, what: str, exc: OSError) -> None:
+        """A session-end write the disk refused: one note instead of a traceback, and the session fails."""
+        self.notes.append(f"{what} NOT (all) written: {exc}")
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def machine_info(self, rows: Sequence[CheckRow]) -> dict[str, Any]:
         """pytest-benchmark's ``machine_info`` with the device facts (GPU name, clocks, versions)."""
@@ -343,7 +369,7 @@ class ConvperfSession:
         rows = self.night_rows if self.night_rows is not None else self.rows
         if not rows and not self.update_md:
             return
-        from pytest_convperf.night import night_lines
+        from pytest_convperf.night import NightFail, night_lines
         from pytest_convperf.report import counts, terminal_lines
 
         tr = terminalreporter
@@ -369,27 +395,6 @@ class ConvperfSession:
             tr.write_line(f"convperf report: {self.cfg.report_dir}")
         for note in self.notes:
             tr.write_line(f"note: {note}")
-
-
-@dataclass(frozen=True)
-class NightFail:
-    """A kept speed FAIL in pytest's terminal stats (counted in its last line; plugins read ``__dict__``)."""
-
-    nodeid: str
-    when: str = "call"
-    outcome: str = "failed"
-
-
-def _deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:
-    """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
-    from pytest_convperf.multiplicity import check_id
-
-    kept = set(night.fails)
-    return [
-        check_id(r)
-        for r in rows
-        if check_id(r) in kept and (r.update or {}).get("action") not in ("write", "refused")
-    ]
 
 
 SESSION_KEY = pytest.StashKey[ConvperfSession]()

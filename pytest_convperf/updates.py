@@ -34,6 +34,7 @@ from pytest_convperf.env import timing_of
 from pytest_convperf.files import atomic_write
 from pytest_convperf.quality import QUALITY_KEYS
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.update_outcome import Applied, utf8
 from pytest_convperf.verdict import Decision, Policy
 
 if TYPE_CHECKING:
@@ -292,13 +293,15 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckR
 
 def apply_updates(
     cfg: ConvperfConfig, rows: Sequence[CheckRow], out_dir: Path, cliffs: Sequence[CliffChange] = ()
-) -> Path | None:
+) -> Applied | None:
     """Write ``convperf-update.md``, then every planned update (grouped per file); None when no update ran.
 
     ``cliffs``: the night's cliff changes (:mod:`pytest_convperf.cliffs`): pins are written like
     new entries, retired cliffs removed from their files, all of them listed for review.
-    The review record is written before the baselines (and says so if a baseline write then
-    fails), so a baseline change never lands without it.
+    The review record is written before the baselines, so a baseline change never lands without
+    it: when the record cannot be written (a full disk), no baseline is. A file that cannot be
+    written (``OSError``: ENOSPC, permissions) does not stop the others; each failure is one line
+    of :attr:`Applied.failed` and of the record's "Write failed" section.
     """
     if not cfg.updating:
         return None
@@ -314,6 +317,7 @@ def apply_updates(
     per_file: dict[tuple[str, str], dict[str, tuple[Entry, CheckRow]]] = {}
     kept: list[str] = []
     refused: list[str] = []
+    bad: list[str] = []
     for row in rows:
         plan = row.update or {}
         action = plan.get("action")
@@ -323,6 +327,9 @@ def apply_updates(
         elif action == "refused":
             refused.append(label)
         if action != "write" or not plan.get("entry"):
+            continue
+        if not utf8(row.key):  # YAML cannot hold it: this entry is named, the others are written
+            bad.append(f"{row.key!r} ({row.module}) not written: its key is not UTF-8 (a lone surrogate)")
             continue
         entry = parse_entry(row.key, plan["entry"])
         entry = dataclasses.replace(entry, updated=dict(updated) or None)
@@ -352,20 +359,32 @@ def apply_updates(
     path = out_dir / UPDATE_MD
     record = render_update_md(cfg, per_file, kept, refused, commit)
     record += "\n".join(render_md(cliffs, cfg.reason))
-    atomic_write(path, record)
-    for machine, module in sorted({*per_file, *retired}):
+    targets = sorted({*per_file, *retired})
+    try:
+        atomic_write(path, record)
+    except OSError as exc:
+        n = sum(len(per_file.get(t, {})) + len(retired.get(t, ())) for t in targets)
+        why = f"{path} could not be written ({exc}), so none of the {n} planned baseline changes was"
+        return Applied(path, False, frozenset(), (why,))
+    written: set[tuple[str, str, str]] = set()
+    failed: list[str] = list(bad)
+    for machine, module in targets:
         entries = per_file.get((machine, module), {})
         store = Store(cfg.baselines_dir, machine)
         try:
             store.write(module, {k: e for k, (e, _) in entries.items()}, retired.get((machine, module), ()))
-        except Exception as exc:
-            atomic_write(
-                path,
-                record + f"\n## Write failed\n\nWriting {store.path(module)} failed: {exc}. The files listed "
-                "before it were written; it and the files after it were not.\n",
-            )
-            raise
-    return path
+        except OSError as exc:
+            names = ", ".join(sorted(entries)) or "retired cliffs only"
+            failed.append(f"{store.path(module)} not written ({exc}): {len(entries)} entries ({names})")
+            continue
+        written.update((machine, module, key) for key in entries)
+    if failed:
+        section = "\n## Write failed\n\n" + "".join(f"- {line}\n" for line in failed)
+        try:
+            atomic_write(path, record + section + "\nEvery other file above was written.\n")
+        except OSError:
+            pass  # the terminal summary says it (session notes)
+    return Applied(path, True, frozenset(written), tuple(failed))
 
 
 def render_update_md(

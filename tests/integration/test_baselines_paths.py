@@ -95,3 +95,21 @@ def test_non_utf8_baseline_file_is_a_usage_error(
     err = result.stderr.str()
     assert "not UTF-8" in err and str(suite.file) in err and "INTERNALERROR" not in err
     assert suite.file.read_bytes() == before
+
+
+def test_same_named_tests_in_same_named_files_of_two_folders_are_refused_before_any_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    """Issue 25.5: they share a baseline file and key, so each was judged against the other's entry."""
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    text = (pytester.path / "test_suite.py").read_text()
+    for folder in ("fast", "slow"):
+        (pytester.path / folder).mkdir()
+        (pytester.path / folder / "__init__.py").write_text("")
+        (pytester.path / folder / "test_suite.py").write_text(text)
+    result = suite.run("fast", "slow")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "fast/test_suite.py::test_a[" in err and "slow/test_suite.py::test_a[" in err
+    assert "rename one of the tests or test files" in err and "Traceback" not in err
+    suite.run("fast", "slow", "-k", "fast and test_a or slow and test_b").assert_outcomes(passed=2)

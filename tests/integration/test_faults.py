@@ -43,10 +43,69 @@ def test_a_hung_check_fails_on_its_time_limit(
     suite = Suite(pytester, monkeypatch, plugin_args)
     monkeypatch.delenv("CONVPERF_FAKE_TIMER")
     pytester.makepyfile(test_hang=HANG)
-    result = suite.run("test_hang.py", "--convperf-check-timeout=3")
+    report = pytester.path / "report"
+    result = suite.run("test_hang.py", "--convperf-check-timeout=3", f"--convperf-report={report}")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*ran past its 3 s limit and was stopped*--convperf-check-timeout*"])
+    result.stdout.fnmatch_lines(
+        ["*ran past its 3 s limit and was stopped during *(*)*--convperf-check-timeout*"]
+    )
     assert result.duration < 50
+    # The stopped check leaves its row: verdict, the limit, how far it got (issue 25.4).
+    (row,) = json.loads((report / "rows.json").read_text())
+    assert row["verdict"] == "TIMEOUT" and row["facts"]["timeout"]["limit_s"] == 3
+    # It hangs in the first measurement; a box loaded enough stops it in correctness already.
+    assert row["facts"]["timeout"]["stage"] in ("the first measurement", "correctness")
+    assert "TIMEOUT" in (report / "report.md").read_text()
+    assert [json.loads(line)["verdict"] for line in (report / "rows.journal.jsonl").open()] == ["TIMEOUT"]
+
+
+STUBBORN = """
+import signal
+import time
+
+import pytest
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
+CALLS = []
+
+
+def stubborn(x, w, b, *args):
+    CALLS.append(1)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)  # the check's alarm: ignored
+    if len(CALLS) > 2:  # correct in the correctness run, then hangs and swallows every stop
+        while True:
+            try:
+                time.sleep(60)
+            except BaseException:
+                pass
+    return F.conv2d(x, w, b, *args)
+
+
+def test_stubborn(convperf):
+    convperf.check(stubborn, P)
+"""
+
+
+def test_a_candidate_that_swallows_the_stop_is_ended_by_the_watchdog_with_its_row(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    Suite(pytester, monkeypatch, plugin_args)
+    subprocess_env(monkeypatch)
+    monkeypatch.delenv("CONVPERF_FAKE_TIMER")
+    pytester.makepyfile(test_stubborn=STUBBORN)
+    report = pytester.path / "report"
+    result = pytester.run(
+        sys.executable, "-m", "pytest", "test_stubborn.py", "--convperf", "--convperf-machine=testbox",
+        "--convperf-device=cpu", f"--convperf-report={report}", "--convperf-check-timeout=5",
+        "-p", "no:cacheprovider", "-p", "no:xdist", timeout=120,
+    )  # fmt: skip
+    assert result.ret == 124
+    result.stderr.fnmatch_lines(["*ran past its 5 s limit*did not stop*the process is ended (exit 124)*"])
+    (row,) = [json.loads(line) for line in (report / "rows.journal.jsonl").open()]
+    assert row["verdict"] == "TIMEOUT" and row["nodeid"].endswith("test_stubborn")
+    assert row["facts"]["timeout"]["limit_s"] == 5
 
 
 def test_the_default_limit_comes_from_the_round_caps() -> None:
@@ -135,3 +194,74 @@ def test_a_segfault_under_xdist_fails_its_test_and_the_session_goes_on(
     result.stdout.fnmatch_lines(["*test_b_segfaults*crashed*"])
     rows = json.loads((report / "rows.json").read_text())
     assert sorted(r["nodeid"].split("::")[-1] for r in rows) == ["test_a", "test_c"]
+
+
+def test_the_limit_grows_for_a_slow_candidate_but_not_for_a_hung_one() -> None:
+    """A candidate of 0.2 s per call gets 3 x 17 x 0.2 s more than the limit; a stuck call none."""
+    import time
+
+    from pytest_convperf.faults import CheckProgress
+
+    slow = CheckProgress()
+    slow.observe_round("warm-up", 0, ("candidate", "reference"), (0.2, 0.001))
+    assert slow.limit(1.0) == pytest.approx(1.0 + 3 * 17 * 0.2)
+    with deadline(0.3, "slow", slow):
+        time.sleep(1.0)  # past 0.3 s, within the grown limit: not stopped
+    stuck = pytest.raises(CheckTimeout, match=r"its 0.3 s limit and was stopped during starting")
+    with stuck, deadline(0.3, "stuck", CheckProgress()):
+        time.sleep(5)
+
+
+SLOW = """
+import time
+
+import torch.nn.functional as F
+from pytest_convperf.problem import Conv2dProblem
+
+P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
+
+
+def slow(x, w, b, *args):
+    time.sleep(0.3)  # every call: slow, never hung
+    return F.conv2d(x, w, b, *args)
+
+
+def test_slow(convperf):
+    convperf.check(slow, P)
+"""
+
+
+def test_a_slow_candidate_completes_with_its_numbers_instead_of_failing_as_hung(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    monkeypatch.delenv("CONVPERF_FAKE_TIMER")
+    monkeypatch.setenv("CONVPERF_CPU_THREADS", "2")  # the wall clock: a sleeping call counts
+    pytester.makepyfile(test_slow=SLOW)
+    report = pytester.path / "report"
+    result = suite.run("test_slow.py", "--convperf-check-timeout=3", f"--convperf-report={report}")
+    (row,) = json.loads((report / "rows.json").read_text())
+    assert row["verdict"] != "TIMEOUT", row["message"]
+    assert (
+        row["comparison"]["n_rounds"] >= 1 and row["comparison"]["time_ratio"] > 2
+    )  # its numbers: a slow candidate
+    result.assert_outcomes(passed=1)
+
+
+def test_after_a_segfault_report_does_not_claim_an_update_that_was_never_written(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    plugin_args: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 25.5: the journal's rows carry the planned write; the session died before writing it."""
+    from pytest_convperf.__main__ import main
+
+    result, report = _run_crash_suite(
+        pytester, monkeypatch, plugin_args, "-p", "no:xdist", "--convperf-update-baselines"
+    )
+    assert result.ret != 0 and not list(pytester.path.rglob("*.yaml"))  # no baseline was written
+    assert main(["report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "recorded as the new baseline" not in out
+    assert "NEW (1): 1 planned as the new baseline but NOT written" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,60 @@ def test_bisect_without_a_step_says_so() -> None:
     revs = history(4)
     result = walk(revs, stepped(99, revs), log=lambda line: None)
     assert result.status == NO_STEP and "no step" in result.log[-1]
+
+
+@pytest.mark.parametrize("arg", ["--convperf-against=HEAD", "--convperf-against", "--convperf-report=out"])
+def test_bisect_refuses_an_option_it_sets_itself(arg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_convperf.bisect import main
+
+    assert main("HEAD~1", "HEAD", ["test_ab.py", arg, "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and arg.split("=")[0] in err and "drop it" in err
+
+
+@pytest.mark.parametrize("spec", ["", "  "])
+def test_an_empty_against_is_a_usage_error_not_a_run_without_ab(spec: str) -> None:
+    from types import SimpleNamespace
+
+    from pytest_convperf import ab_plugin
+
+    config = SimpleNamespace(getoption=lambda name, default=None: spec, stash=pytest.Stash())
+    with pytest.raises(pytest.UsageError, match="--convperf-against is empty"):
+        ab_plugin.configure(config)  # type: ignore[arg-type]
+
+
+def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from pytest_convperf import ab_plugin
+    from pytest_convperf.faults import CheckProgress, CheckTimeout, deadline
+    from pytest_convperf.problem import Conv2dProblem
+    from pytest_convperf.revisions import Revision
+
+    def hangs(*args: object) -> None:
+        time.sleep(30)
+
+    monkeypatch.setattr(ab_plugin, "ref_candidate", lambda *args: hangs)
+    (tmp_path / "test_x.py").write_text("")
+    ab = ab_plugin.ABSession.__new__(ab_plugin.ABSession)
+    ab.repo, ab.ref = tmp_path, Revision("HEAD~1", "a" * 40, "slow")
+    ab.checkouts = SimpleNamespace(path=lambda rev: tmp_path)  # type: ignore[assignment]
+    node = SimpleNamespace(path=tmp_path / "test_x.py")
+    fixture = SimpleNamespace(
+        request=SimpleNamespace(node=node),
+        device=SimpleNamespace(torch_device="cpu"),
+        progress=CheckProgress(),
+    )
+    problem = Conv2dProblem(n=1, c_in=2, h=4, w=4, c_out=2, kernel=3, padding=1)
+    inputs = problem.make_inputs(1, "cpu")
+    stopped = pytest.raises(CheckTimeout, match=r"during REF HEAD~1 \(aaaaaaaaaa\)'s candidate")
+    with stopped, deadline(0.3, "the check", fixture.progress):
+        ab.compare(
+            fixture, F.conv2d, problem, reference=None, phase="forward", mode="auto", inputs=inputs,
+            a_speedup=(1.0, (1.0, 1.0)),
+        )  # fmt: skip

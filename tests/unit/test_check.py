@@ -136,3 +136,11 @@ def test_key_of_a_test_in_a_class_names_the_class() -> None:
     fixture.request.node.cls = TestA
     assert fixture.key(PROBLEM, "forward") == f"TestA::test_k[a]@{PROBLEM.id}"
     assert fixture.key(PROBLEM, "weight_grad") == f"TestA::test_k[a]@{PROBLEM.id}:weight_grad"
+
+
+def test_a_lone_surrogate_in_a_test_id_is_escaped_in_its_key() -> None:
+    fixture, _ = _fixture("cpu")
+    fixture.request.node.name = "test_k[\ud800]"
+    key = fixture.key(PROBLEM, "forward")
+    assert key == f"test_k[\\ud800]@{PROBLEM.id}"
+    key.encode("utf-8")  # storable in a baseline file

@@ -88,3 +88,33 @@ def test_a_rerun_inherits_convperf_options_and_absolute_paths_but_no_outputs(tmp
     assert (
         not any(a.startswith("--convperf-report") for a in out) and "-k" not in out and "sub/t.py" not in out
     )
+
+
+def test_a_grandchild_does_not_outlive_a_fresh_process_that_exits_normally(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from pytest_convperf.fresh_confirm import _run
+
+    pid_file = tmp_path / "grandchild.pid"
+    # The "fresh process" starts a sleeper (its child, our grandchild) and exits 0 at once.
+    spawn = (
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))"
+    )
+    assert _run([sys.executable, "-c", spawn], tmp_path, 30, tmp_path / "log.txt") is None
+    pid = int(pid_file.read_text())
+    for _ in range(100):  # killed: gone (reaped by init) or a zombie
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True)
+        if state.stdout.strip().startswith("Z"):
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    raise AssertionError("the grandchild of the fresh process still runs after it exited")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pytest_convperf import journal
 from pytest_convperf.__main__ import main
 
@@ -35,3 +37,45 @@ def test_report_reads_the_journal_of_a_crashed_session(tmp_path: Path, capsys) -
     journal.append(tmp_path, {"nodeid": "t::a", "key": "test_a", "module": "t", "verdict": "PASS"})
     assert main(["report", str(tmp_path)]) == 0
     assert "test_a" in capsys.readouterr().out
+
+
+def test_a_row_the_disk_refused_midway_does_not_take_the_next_row_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    real_write = os.write
+    calls = []
+
+    def full_disk(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:10]))  # a short write ...
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")  # ... then the disk is full
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        journal.append(tmp_path, {"nodeid": "t::a", "key": "a"})
+    journal.append(tmp_path, {"nodeid": "t::b", "key": "b"})  # space again
+    assert [r["key"] for r in journal.read(tmp_path)] == ["b"]
+
+
+def test_a_full_disk_costs_the_journal_line_not_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from tests.unit.test_session import _row, _session
+
+    def full(report_dir: Path, row: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal, "append", full)
+    session = _session(tmp_path)
+    session.config.workerinput = {}  # an xdist worker: no live progress line
+    session.record("t.py::test_k", _row())
+    assert session.pending["t.py::test_k"] == [_row()]
+    assert "was not journalled: [Errno 28] No space left on device" in session.notes[0]

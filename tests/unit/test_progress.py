@@ -51,7 +51,7 @@ def row(
                 "candidate": {"median": 2.073e-3},
                 "reference": {"median": 1.0e-3},
             },
-            "update": {"action": update} if update else None,
+            "update": {"action": update, "written": True} if update else None,  # as the controller marks it
         }
     )
 

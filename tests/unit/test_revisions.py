@@ -130,3 +130,28 @@ def test_lookup_errors_name_the_revision_and_the_path(repo: Path, monkeypatch: p
         candidate_path(pytest.approx, repo)
     for name in [m for m in sys.modules if m.startswith(alias_prefix(ref.sha))]:
         monkeypatch.delitem(sys.modules, name)
+
+
+def test_worktrees_of_a_killed_run_are_removed_by_the_next_and_a_live_runs_are_kept(repo: Path) -> None:
+    import atexit
+    import os
+    import subprocess
+
+    from pytest_convperf.revisions import Checkouts
+
+    killed, live = Checkouts(repo), Checkouts(repo)
+    stale = killed.path(resolve(repo, "HEAD~1"))
+    kept = live.path(resolve(repo, "HEAD~1"))
+    atexit.unregister(killed.close)  # kill -9: no clean-up of any kind runs
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    owner = stale.parent / "convperf-owner"
+    owner.write_text(owner.read_text().replace(str(os.getpid()), str(dead.pid)))
+    try:
+        nxt = Checkouts(repo)
+        listed = git(repo, "worktree", "list")
+        assert nxt.pruned == [stale] and not stale.parent.exists() and str(stale) not in listed
+        assert kept.is_dir() and str(kept) in listed
+    finally:
+        live.close()
+    assert git(repo, "worktree", "list").count("\n") == 1

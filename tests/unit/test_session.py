@@ -86,3 +86,42 @@ def test_sections_ride_on_the_next_report_and_are_written_once(tmp_path: Path) -
 def test_a_section_name_must_be_a_file_name() -> None:
     with pytest.raises(ValueError, match="plain file name"):
         ReportSections().section("../x.md", "text")
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_a_run_without_report_folder_or_sections_leaves_no_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    cfg = ConvperfConfig(enabled=enabled, baselines_dir=tmp_path / "bl", report_dir=None, rootdir=tmp_path)
+    plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
+    config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0, getoption=lambda *a, **k: None)
+    session = ConvperfSession(config, cfg)  # type: ignore[arg-type]
+    session.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK))  # type: ignore[arg-type]
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_full_disk_at_session_end_is_a_note_and_a_failed_session_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    def full(**kwargs: object) -> list[list[str]]:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    session = _session(tmp_path)
+    session.config.getoption = lambda *a, **k: None
+    session.config.hook = SimpleNamespace(pytest_convperf_write_report=full)
+    monkeypatch.setattr(session, "machine_info", lambda rows: {})
+    session.all_sections.append(Section("t.md", "| a |", None))
+    monkeypatch.setattr("pytest_convperf.session.write_sections", lambda *a: full())
+    session.rows.append(_row())
+    pytest_session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    session.pytest_sessionfinish(pytest_session)  # type: ignore[arg-type]
+    assert pytest_session.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert session.notes[0] == "report sections NOT (all) written: [Errno 28] No space left on device"
+    assert session.notes[-1].startswith(f"the reports in {tmp_path} NOT (all) written: [Errno 28]")

@@ -88,7 +88,10 @@ def test_apply_updates_writes_entries_and_renders_the_review(tmp_path: Path) -> 
         },
         {"key": "test_y", "module": "test_mod", "update": {"action": "keep", "why": "in band"}},
     ]
-    path = apply_updates(cfg, [check_row(row) for row in rows], tmp_path)
+    applied = apply_updates(cfg, [check_row(row) for row in rows], tmp_path)
+    assert applied is not None and applied.recorded and applied.failed == ()
+    assert applied.written == {("box", "test_mod", "test_x")}
+    path = applied.path
     assert path == tmp_path / "convperf-update.md"
     stored = Store(cfg.baselines_dir, "box").get("test_mod", "test_x")
     assert stored is not None and stored.time_ratio == 0.5
@@ -102,3 +105,82 @@ def test_apply_updates_writes_entries_and_renders_the_review(tmp_path: Path) -> 
 def test_render_update_md_without_writes_says_so(tmp_path: Path) -> None:
     text = render_update_md(_cfg(tmp_path, {"new"}), {}, [], ["`k` (m): slower"], None)
     assert "No entry was written." in text and "## Refused" in text
+
+
+def _new_rows(modules_keys: list[tuple[str, str]]) -> list[dict[str, object]]:
+    entry = Entry(time_ratio=0.5, noise=0.01, us_candidate=5.0, us_reference=10.0)
+    return [
+        {
+            "key": key,
+            "module": module,
+            "machine": "box",
+            "nodeid": f"{module}.py::{key}",
+            "verdict": "NEW",
+            "update": {"action": "write", "entry": entry.to_yaml(), "why": "new entry"},
+        }
+        for module, key in modules_keys
+    ]
+
+
+def test_a_full_disk_on_one_file_writes_the_others_and_names_what_was_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    real_write = Store.write
+
+    def full_for_a(self: Store, module: str, *args: object, **kwargs: object) -> bool:
+        if module == "test_a":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, module, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "write", full_for_a)
+    cfg = _cfg(tmp_path, {"new"})
+    rows = [check_row(r) for r in _new_rows([("test_a", "test_1"), ("test_b", "test_2")])]
+    applied = apply_updates(cfg, rows, tmp_path)
+    assert applied is not None and applied.written == {("box", "test_b", "test_2")}
+    (line,) = applied.failed
+    assert "test_a.yaml not written" in line and "No space left" in line and "test_1" in line
+    assert Store(cfg.baselines_dir, "box").get("test_b", "test_2") is not None
+    assert "## Write failed" in applied.path.read_text()
+
+
+def test_no_baseline_is_written_without_its_review_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from pytest_convperf import updates
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(updates, "atomic_write", full)
+    cfg = _cfg(tmp_path, {"new"})
+    applied = apply_updates(cfg, [check_row(r) for r in _new_rows([("test_a", "test_1")])], tmp_path)
+    assert applied is not None and not applied.recorded and applied.written == frozenset()
+    assert "none of the 1 planned baseline changes was" in applied.failed[0]
+    assert not Store(cfg.baselines_dir, "box").path("test_a").exists()
+
+
+def test_a_lone_surrogate_in_a_key_does_not_cost_the_other_entries(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, {"new"})
+    rows = [check_row(r) for r in _new_rows([("test_a", "test_x[\ud800]"), ("test_a", "test_y")])]
+    applied = apply_updates(cfg, rows, tmp_path)
+    assert applied is not None and applied.written == {("box", "test_a", "test_y")}
+    assert "'test_x[\\ud800]' (test_a) not written: its key is not UTF-8" in applied.failed[0]
+    assert Store(cfg.baselines_dir, "box").get("test_a", "test_y") is not None  # the file reads back
+    assert "## Write failed" in applied.path.read_text(encoding="utf-8")
+
+
+def test_a_planned_write_never_applied_is_not_reported_as_recorded() -> None:
+    from pytest_convperf.report import terminal_lines
+    from pytest_convperf.update_outcome import Applied, mark_written
+
+    rows = [check_row(r) for r in _new_rows([("test_a", "test_1"), ("test_a", "test_2")])]
+    crashed = "\n".join(terminal_lines(rows))  # journal rows of a session that died before its update
+    assert "recorded as the new baseline" not in crashed
+    assert "2 planned as the new baseline but NOT written" in crashed
+    applied = Applied(Path("u.md"), True, frozenset({("box", "test_a", "test_1")}), ())
+    one = "\n".join(terminal_lines(mark_written(rows, applied)))
+    assert "1 recorded as the new baseline" in one and "1 planned as the new baseline but NOT written" in one
