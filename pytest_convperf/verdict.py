@@ -65,7 +65,7 @@ GPU_NOISE_FLOOR = 0.004
 # --runs 8`` on the 2-core CI machine running alone: 3.4 / 3.9 / 5.1 % (median 3.9 %). Under
 # heavy load from other processes it reached 8.5 % (median of 4 sessions, up to 15 %): calibrate
 # stores the noise a machine really has, and the floor only keeps an entry from claiming less.
-CPU_NOISE_FLOOR = 0.04
+CPU_NOISE_FLOOR = 0.02
 GPU_MAX_MDE = 0.10
 # Relative to the CPU tolerance: a CPU check is gateable when it can catch a 25 % regression.
 CPU_MAX_MDE = 0.25
