@@ -81,9 +81,10 @@ def after_timing(
         if not all(e.ok for e in errors):
             return Finding.of(
                 f"STALE OUTPUT: the output of the last timed call on {problem.id} is wrong "
-                f"({_worst(errors)}): the candidate returned an earlier call's result or a tensor not "
-                "yet written when it returned. Return the finished result of each call (work on the "
-                "current stream).",
+                f"({_worst(errors)}): the candidate returned an earlier call's result (a result cached on "
+                "its inputs' pointers: each timed round writes fresh values into the same inputs) or a "
+                "tensor not yet written when it returned. Return the finished result of each call "
+                "(work on the current stream).",
                 errors,
             )
     saved = [t.detach().clone() if t is not None else None for t in inputs]
