@@ -102,3 +102,18 @@ def test_apply_updates_writes_entries_and_renders_the_review(tmp_path: Path) -> 
 def test_render_update_md_without_writes_says_so(tmp_path: Path) -> None:
     text = render_update_md(_cfg(tmp_path, {"new"}), {}, [], ["`k` (m): slower"], None)
     assert "No entry was written." in text and "## Refused" in text
+
+
+def test_an_implausible_improvement_needs_a_reason(tmp_path: Path) -> None:
+    # Issue 25: a cached-output cheat read IMPROVED -92.8 % and =improved recorded it.
+    old = Entry(time_ratio=1.0, noise=0.02, us_candidate=10.0, us_reference=10.0, env=dict(ENV), mode="fake")
+    cheat = new_entry(comparison(0.07318), old, CPU, env=ENV, backend=None, errors=())
+    refused = plan_update(_cfg(tmp_path, {"improved"}), _decision(Verdict.IMPROVED), old, cheat, CPU)
+    assert refused is not None and refused.action == "refused", refused
+    assert "13.66x faster than stored" in refused.why and "--convperf-reason" in refused.why
+    told = plan_update(_cfg(tmp_path, {"improved"}, reason="new kernel"), _decision(Verdict.IMPROVED), old, cheat, CPU)
+    assert told is not None and told.action == "write"
+    # A plausible improvement (-30 %) is recorded without a word, as before.
+    better = new_entry(comparison(0.7), old, CPU, env=ENV, backend=None, errors=())
+    plain = plan_update(_cfg(tmp_path, {"improved"}), _decision(Verdict.IMPROVED), old, better, CPU)
+    assert plain is not None and plain.action == "write"
