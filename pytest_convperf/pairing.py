@@ -93,8 +93,12 @@ def time_pair(
     def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
         with device_errors(device, nodeid, problem.id), perf_settings(problem, device) as settings:
             sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs)
-            cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0))
-            ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes, sets.refresh(1))
+            cand = Workload(
+                "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
+            )
+            ref = Workload(
+                "reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes, sets.refresh(1)
+            )
             if phase != "forward":
                 cand = Workload("candidate", cand.call)
                 ref = Workload("reference", ref.call)

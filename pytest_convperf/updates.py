@@ -374,5 +374,9 @@ def render_update_md(
     if kept:
         lines += ["## Left as they are (inside their noise band)", ""] + [f"- {k}" for k in kept] + [""]
     if refused:
-        lines += ["## Refused (slower, or implausibly faster, without --convperf-reason)", ""] + [f"- {k}" for k in refused] + [""]
+        lines += (
+            ["## Refused (slower, or implausibly faster, without --convperf-reason)", ""]
+            + [f"- {k}" for k in refused]
+            + [""]
+        )
     return "\n".join(lines)

@@ -34,7 +34,9 @@ def test_honest(convperf):
     )
     result = pytester.runpytest(*plugin_args, "--convperf", "--convperf-device=cpu")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*STALE OUTPUT: *earlier call's result (a result cached on its inputs' pointers*"])
+    result.stdout.fnmatch_lines(
+        ["*STALE OUTPUT: *earlier call's result (a result cached on its inputs' pointers*"]
+    )
     rows = {r["nodeid"].split("::")[1]: r for r in _rows(pytester)}
     assert rows["test_cheat"]["verdict"] == "CORRECTNESS_FAIL"
     assert rows["test_cheat"]["facts"]["integrity"] == "STALE OUTPUT"

@@ -111,7 +111,9 @@ def test_an_implausible_improvement_needs_a_reason(tmp_path: Path) -> None:
     refused = plan_update(_cfg(tmp_path, {"improved"}), _decision(Verdict.IMPROVED), old, cheat, CPU)
     assert refused is not None and refused.action == "refused", refused
     assert "13.66x faster than stored" in refused.why and "--convperf-reason" in refused.why
-    told = plan_update(_cfg(tmp_path, {"improved"}, reason="new kernel"), _decision(Verdict.IMPROVED), old, cheat, CPU)
+    told = plan_update(
+        _cfg(tmp_path, {"improved"}, reason="new kernel"), _decision(Verdict.IMPROVED), old, cheat, CPU
+    )
     assert told is not None and told.action == "write"
     # A plausible improvement (-30 %) is recorded without a word, as before.
     better = new_entry(comparison(0.7), old, CPU, env=ENV, backend=None, errors=())
