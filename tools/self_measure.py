@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SUITE = """
 import json
@@ -55,7 +56,7 @@ def load_avg() -> str:
         return "unknown"
 
 
-def session(folder: Path, measurements: int, index: int) -> list[dict[str, object]]:
+def session(folder: Path, measurements: int, index: int) -> list[dict[str, Any]]:
     out = folder / f"session{index}.jsonl"
     env = {**os.environ, "SELF_MEASUREMENTS": str(measurements), "SELF_OUT": str(out)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),) if p)
@@ -76,14 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     print(f"busy loops: {args.busy}; load average before: {load_avg()}", flush=True)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             (folder / "test_self.py").write_text(SUITE)
             for s in range(args.sessions):
                 for r in session(folder, args.measurements, s):
-                    lo, hi = r["ci"]  # type: ignore[misc]
+                    lo, hi = r["ci"]
                     print(f"session {s} measurement {r['i']}: ratio {r['ratio']:.4f} CI [{lo:.4f}, {hi:.4f}]"
                           f" rounds {r['n']}{' noisy' if r['noisy'] else ''}", flush=True)  # fmt: skip
                     rows.append(r)
@@ -92,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             p.kill()
             p.wait()
     print(f"load average after: {load_avg()}")
-    ratios = [float(r["ratio"]) for r in rows]  # type: ignore[arg-type]
+    ratios = [float(r["ratio"]) for r in rows]
     within = sum(abs(x - 1) <= args.bound for x in ratios)
-    covering = sum(float(r["ci"][0]) <= 1.0 <= float(r["ci"][1]) for r in rows)  # type: ignore[index]
+    covering = sum(float(r["ci"][0]) <= 1.0 <= float(r["ci"][1]) for r in rows)
     print(
         f"ratios {min(ratios):.4f}-{max(ratios):.4f}; within {args.bound:.0%} of 1: {within}/{len(rows)}; "
         f"CI covers 1: {covering}/{len(rows)}"
