@@ -56,9 +56,9 @@ def test_record_calibrate_pass_then_a_30_percent_slower_candidate_fails(
     unchanged.assert_outcomes(passed=1)
     out = unchanged.stdout.str()
     assert "ADVISORY" not in out, out
-    unchanged.stdout.fnmatch_lines(["*PASS*"])
+    unchanged.stdout.fnmatch_lines(["*  PASS  test_a*"])
     suite.set_ratio(0.65)  # 30 % slower
     slower = suite.run("-k", "test_a", "--convperf-false-alarms=none")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED, slower.stdout.str()
-    slower.stdout.fnmatch_lines(["*FAIL*"])
+    slower.stdout.fnmatch_lines(["*  FAIL  test_a*", "*FAIL (confirmed): slower than the baseline*"])
     assert "ADVISORY" not in slower.stdout.str()
