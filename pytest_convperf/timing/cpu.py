@@ -19,9 +19,9 @@ mmap and trim thresholds (:mod:`.allocator`), without which a conv against itsel
 Tricks the thread clock would miss (issue 25 item 1) are failed as :class:`TimingTrick`:
 a call that changes torch's thread count (checked after every call, and restored), and, in mode
 ``cpu-thread``, a side whose calls spend CPU time on other threads of the process (work moved to
-a worker thread; ``time.process_time_ns`` against the thread clock, summed over a measurement,
-the median per call beyond the other side's by :data:`OTHER_THREADS_MARGIN` of its own thread
-time).
+a worker thread; ``time.process_time_ns`` against the thread clock around each call: the
+median call's share after warm-up beyond the other side's by :data:`OTHER_THREADS_MARGIN` of its
+own thread time).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ CLOCKS: dict[str, tuple[str, str, Callable[[], int]]] = {
 # 20 calls' time, and bursts on a loaded box landed 56-73 % on one side's sum over 10 rounds;
 # a worker-thread cheat's share is sustained, every call.
 OTHER_THREADS_MARGIN = 0.5
-# Rounds after warm-up before the shares are judged.
+# Rounds after warm-up before the shares are judged, and between judgements (a median per round
+# of a 2000-round measurement would sort 2000 numbers each round).
 OTHER_THREADS_MIN_ROUNDS = 10
 
 
@@ -125,7 +126,8 @@ class CpuTimer:
         return {name: statistics.median(v) for name, v in self._cpu.items() if v}
 
     def _check_other_threads(self) -> None:
-        if len(self._cpu) < 2 or min(len(v) for v in self._cpu.values()) < OTHER_THREADS_MIN_ROUNDS:
+        n = min((len(v) for v in self._cpu.values()), default=0)
+        if len(self._cpu) < 2 or n < OTHER_THREADS_MIN_ROUNDS or n % OTHER_THREADS_MIN_ROUNDS:
             return
         share = self.other_threads_share()
         for name, mine in share.items():
