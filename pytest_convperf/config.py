@@ -70,7 +70,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "convperf-noise-floor",
-        "lowest between-run noise (SD of ln ratio) assumed for any entry (default 0.004 GPU, 0.04 CPU)",
+        "lowest between-run noise (SD of ln ratio) assumed for any entry (default 0.004 GPU, 0.02 CPU)",
     ),
     OptionSpec("convperf-strict", "fail checks that have no baseline (NEW) instead of passing", is_flag=True),
     OptionSpec(

@@ -11,6 +11,10 @@ compute during timing. After the first timed measurement :func:`after_timing` ch
    caches results keyed on input pointers (or shapes) returns the old result and fails.
 3. **aliased**: the last timed call's output again: if the call in step 2 changed it, the
    candidate returns a buffer that later calls overwrite.
+4. **cached output**: one more call on the same values as step 2: an output in the same storage
+   as step 2's (still held, so no allocator could have reused it) is a stored result returned
+   again (a cache keyed on pointers plus a few values, issue 25 item 1). The timing itself gives
+   such a cache nothing to hit: every round's input values are fresh (``InputSets.refresh``).
 
 The check's input values are restored afterwards (the confirm run times them again). Forward
 phase only: a gradient phase's timed call returns gradients that step 1 cannot compare without
@@ -20,7 +24,7 @@ the forward (its correctness was checked before timing).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -77,20 +81,20 @@ def after_timing(
         if not all(e.ok for e in errors):
             return Finding.of(
                 f"STALE OUTPUT: the output of the last timed call on {problem.id} is wrong "
-                f"({_worst(errors)}): the candidate returned an earlier call's result or a tensor not "
-                "yet written when it returned. Return the finished result of each call (work on the "
-                "current stream).",
+                f"({_worst(errors)}): the candidate returned an earlier call's result (a result cached on "
+                "its inputs' pointers: each timed round writes fresh values into the same inputs) or a "
+                "tensor not yet written when it returned. Return the finished result of each call "
+                "(work on the current stream).",
                 errors,
             )
     saved = [t.detach().clone() if t is not None else None for t in inputs]
     fresh = problem.make_inputs(seed + FRESH_SEED_OFFSET, device)
-    pin = ieee_fp32() if problem.dtype == "fp32" else nullcontext()
     try:
         with torch.no_grad():
             for dst, src in zip(inputs, fresh):
                 if dst is not None and src is not None:
                     dst.copy_(src)
-        with pin, torch.no_grad():
+        with _pinned(problem), torch.no_grad():
             out = candidate(inputs.input, inputs.weight, inputs.bias, *problem.conv_args())
         errors = output_errors(out, problem, inputs, seed=seed, device=device, oracle=oracle)
         if not all(e.ok for e in errors):
@@ -107,9 +111,30 @@ def after_timing(
                 "the candidate was called again: it returns a buffer that later calls overwrite. Return "
                 "a new tensor from each call."
             )
+        with _pinned(problem), torch.no_grad():
+            again = candidate(inputs.input, inputs.weight, inputs.bias, *problem.conv_args())
+        if _same_storage(out, again):
+            return Finding.of(
+                f"CACHED OUTPUT: two calls on the same input values of {problem.id} returned the same "
+                "tensor (one storage, the first still held): the candidate returns a stored result "
+                "instead of computing it (a cache keyed on its inputs' pointers or values). Return a new "
+                "tensor from each call."
+            )
     finally:
         with torch.no_grad():
             for dst, old in zip(inputs, saved):
                 if dst is not None and old is not None:
                     dst.copy_(old)
     return None
+
+
+def _pinned(problem: Conv2dProblem) -> AbstractContextManager[object]:
+    """IEEE fp32 for an fp32 problem (as correctness ran it); a fresh context per call."""
+    return ieee_fp32() if problem.dtype == "fp32" else nullcontext()
+
+
+def _same_storage(a: object, b: object) -> bool:
+    """Two outputs in one storage: ``b`` came while ``a`` was alive, so no allocator could reuse it."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.numel() == 0:
+        return False
+    return bool(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())

@@ -93,22 +93,29 @@ def time_pair(
     def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
         with device_errors(device, nodeid, problem.id), perf_settings(problem, device) as settings:
             sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs)
-            cand = Workload("candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes)
-            ref = Workload("reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes)
+            cand = Workload(
+                "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
+            )
+            ref = Workload(
+                "reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes, sets.refresh(1)
+            )
             if phase != "forward":
                 cand = Workload("candidate", cand.call)
                 ref = Workload("reference", ref.call)
-            with timing_slot(config):  # under xdist: alone on a shared device
-                comparison = measure_pair(
-                    timer,
-                    cand,
-                    ref,
-                    mode=mode,
-                    rule=the_rule,
-                    facts={**facts, **settings, **extra},
-                    stored_mode=sticky,
-                )
-            last[0] = sets.last_output()
+            try:
+                with timing_slot(config):  # under xdist: alone on a shared device
+                    comparison = measure_pair(
+                        timer,
+                        cand,
+                        ref,
+                        mode=mode,
+                        rule=the_rule,
+                        facts={**facts, **settings, **extra},
+                        stored_mode=sticky,
+                    )
+            finally:
+                seen = sets.restore()  # the check's own values back (integrity, the confirm)
+            last[0] = sets.last_output(seen)
         return sanity(comparison, problem, device)
 
     # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.

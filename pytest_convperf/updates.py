@@ -37,6 +37,11 @@ from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.update_outcome import Applied, utf8
 from pytest_convperf.verdict import Decision, Policy
 
+# A recorded ratio falling to under 1/2 of the stored one needs --convperf-reason: cheats that
+# reached IMPROVED read 0.07-0.2x of their baseline (issue 25 item 1); a real 2x speedup deserves
+# the sentence that says what changed.
+IMPLAUSIBLE_SPEEDUP = 2.0
+
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
 
@@ -158,6 +163,15 @@ def plan_update(
             f"(+-{band:.2%}) of the stored {old.time_ratio:.4g}; entry left as is",
         )
     slower = shift > band or drift
+    if shift < -math.log(IMPLAUSIBLE_SPEEDUP) and not cfg.reason:
+        return UpdatePlan(
+            "refused",
+            f"recording a ratio {old.time_ratio:.4g} -> {candidate.time_ratio:.4g} "
+            f"({math.exp(-shift):.2f}x faster than stored; over {IMPLAUSIBLE_SPEEDUP:g}x is implausible "
+            "without a word: a cached result, or work the timer cannot see?) needs "
+            "--convperf-reason=TEXT (stored with the entry for reviewers); the baseline was not changed",
+            candidate,
+        )
     if slower and not cfg.reason:
         what = (
             "a lower quality against the float conv"
@@ -415,5 +429,9 @@ def render_update_md(
     if kept:
         lines += ["## Left as they are (inside their noise band)", ""] + [f"- {k}" for k in kept] + [""]
     if refused:
-        lines += ["## Refused (slower without --convperf-reason)", ""] + [f"- {k}" for k in refused] + [""]
+        lines += (
+            ["## Refused (slower, or implausibly faster, without --convperf-reason)", ""]
+            + [f"- {k}" for k in refused]
+            + [""]
+        )
     return "\n".join(lines)

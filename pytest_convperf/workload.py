@@ -151,6 +151,13 @@ class InputSets:
     The reference times copies (``reference_inputs``) of the candidate's: a candidate that writes
     its inputs in place (correctness fails it, but a timing-only ``measure`` does not check) must
     not change what the reference computes on.
+
+    Fresh values each round (forward, floating point): :meth:`refresh` is each side's untimed
+    ``Workload.refresh``; before round k it writes ``base + c_k`` into set 0's input (``c_k`` a
+    different small constant each round, the same for both sides), so a candidate caching its
+    output on the input's pointer and a few of its values misses every round, as the reference
+    never can (issue 25 item 1). Adding a constant costs one pass over the input, outside the
+    timed region, and changes no kernel's work. :meth:`restore` puts the check's values back.
     """
 
     def __init__(
@@ -171,12 +178,50 @@ class InputSets:
         # The last output of each side's calls, per input set (forward: ``phase_call(keep=)``).
         self.kept: list[tuple[list[object], list[object]]] = []
         self._grow(1, first)
+        x = first.input
+        fresh = phase == "forward" and x.is_floating_point()
+        self._base: torch.Tensor | None = x.detach().clone() if fresh else None
+        self._refreshed = [0, 0]  # rounds refreshed per side: round k of both sides gets c_k
 
-    def last_output(self) -> tuple[ConvInputs, object] | None:
+    def refresh(self, side: int) -> Callable[[int], object] | None:
+        """Side ``side``'s untimed refresh of set 0's input before each round (None: not refreshed)."""
+        base = self._base
+        if base is None:
+            return None
+        target = (self.inputs if side == 0 else self.reference_inputs)[0].input
+
+        def refresh(_round: int) -> None:
+            k = self._refreshed[side] = self._refreshed[side] + 1
+            # Golden-ratio steps: every round's constant differs; |c| <= 1/8 keeps values in range.
+            c = ((k * 0.6180339887498949) % 1.0 - 0.5) / 4
+            with torch.no_grad():
+                torch.add(base, c, out=target)
+
+        return refresh
+
+    def restore(self) -> ConvInputs | None:
+        """Put the check's own values back; returns a copy of set 0's inputs as the last round saw
+        them (what the last kept output was computed from), None when nothing was refreshed."""
+        if self._base is None or self._refreshed == [0, 0]:
+            return None
+        first = self.inputs[0]
+        seen = ConvInputs(first.input.detach().clone(), first.weight, first.bias)
+        with torch.no_grad():
+            first.input.copy_(self._base)
+            self.reference_inputs[0].input.copy_(self._base)
+        self._refreshed = [0, 0]
+        return seen
+
+    def last_output(self, seen: ConvInputs | None = None) -> tuple[ConvInputs, object] | None:
         """The input set and output of the candidate's most recent call, when one is known.
 
-        With several sets (graph mode rotates) only a single called set is unambiguous."""
-        called = [(self.inputs[i], kept[0][0]) for i, kept in enumerate(self.kept) if kept[0][0] is not None]
+        With several sets (graph mode rotates) only a single called set is unambiguous. ``seen``:
+        set 0's inputs as the last round saw them (:meth:`restore`), when they were refreshed."""
+        called = [
+            (seen if i == 0 and seen is not None else self.inputs[i], kept[0][0])
+            for i, kept in enumerate(self.kept)
+            if kept[0][0] is not None
+        ]
         return called[0] if len(called) == 1 else None
 
     def _grow(self, k: int, first: ConvInputs | None = None) -> None:

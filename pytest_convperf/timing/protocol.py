@@ -29,6 +29,8 @@ class Job:
 
     ``flush`` asks the timer to evict L2 before the sample (outside the timed region).
     ``mode`` and ``l2`` describe the job for the report (``Measurement.mode``/``.l2``).
+    ``before(round_index)``, when set, runs before each round that times this job, outside the
+    timed region (fresh input values: :meth:`pytest_convperf.workload.InputSets.refresh`).
     """
 
     name: str
@@ -37,6 +39,7 @@ class Job:
     flush: bool = True
     mode: str = "cold"
     l2: str = "flushed"
+    before: Callable[[int], object] | None = None
 
 
 @runtime_checkable

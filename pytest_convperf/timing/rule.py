@@ -106,10 +106,12 @@ class Workload:
 
     ``rotation(k)`` returns ``k`` zero-argument calls on ``k`` distinct input sets of
     ``bytes_per_call`` bytes each (so a CUDA graph can cycle over more than 2 x L2);
-    without it, graph mode replays the same inputs and reports L2 as warm.
+    without it, graph mode replays the same inputs and reports L2 as warm. ``refresh(round)``
+    runs before every round, untimed (:attr:`pytest_convperf.timing.protocol.Job.before`).
     """
 
     name: str
     call: Callable[[], object]
     rotation: Callable[[int], Sequence[Callable[[], object]]] | None = None
     bytes_per_call: int = 0
+    refresh: Callable[[int], object] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_convperf import stats
@@ -48,6 +48,10 @@ def run_round(timer: Timer, jobs: Sequence[Job], round_index: int, stage: str) -
     """One round in alternating order; samples returned in job order. ``stage``: warm-up or timing."""
     order = _order(len(jobs), round_index)
     try:
+        for k in order:  # untimed: fresh input values for this round (a cache on values misses)
+            before = jobs[k].before
+            if before is not None:
+                before(round_index)
         times = timer.run_round([jobs[k] for k in order])
     except TimedCallError:
         raise
@@ -114,7 +118,7 @@ def prepare(
     if mode not in MODES:
         raise ValueError(f"timing mode {mode!r} is not one of {', '.join(MODES)}")
     base = "warm" if mode == "warm" else "cold"
-    jobs = [timer.job(w.name, w.call, base) for w in workloads]
+    jobs = [replace(timer.job(w.name, w.call, base), before=w.refresh) for w in workloads]
     warm = warm_up(timer, jobs, rule)
     want_graph = mode == "graph"
     if mode == "auto":

@@ -1,5 +1,7 @@
 """A check whose candidate caches on input pointers passes correctness, is timed, then fails with a
-CORRECTNESS_FAIL row saying so; the honest candidate beside it passes (fake timer calling the jobs)."""
+CORRECTNESS_FAIL row saying so; the honest candidate beside it passes (fake timer calling the jobs).
+Every timed round writes fresh values into the same inputs (``InputSets.refresh``), so the last
+timed call of a pointer cache returns an earlier round's result: STALE OUTPUT names it."""
 
 from __future__ import annotations
 
@@ -32,10 +34,12 @@ def test_honest(convperf):
     )
     result = pytester.runpytest(*plugin_args, "--convperf", "--convperf-device=cpu")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*CACHED RESULT: after timing, new values written into the same input*"])
+    result.stdout.fnmatch_lines(
+        ["*STALE OUTPUT: *earlier call's result (a result cached on its inputs' pointers*"]
+    )
     rows = {r["nodeid"].split("::")[1]: r for r in _rows(pytester)}
     assert rows["test_cheat"]["verdict"] == "CORRECTNESS_FAIL"
-    assert rows["test_cheat"]["facts"]["integrity"] == "CACHED RESULT"
+    assert rows["test_cheat"]["facts"]["integrity"] == "STALE OUTPUT"
     assert rows["test_honest"]["verdict"] == "NEW"
 
 

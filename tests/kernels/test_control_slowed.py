@@ -1,9 +1,9 @@
 """Negative control (issue 5): the correct CPU twin slowed by 25 % (kernels._controls.cpu.slowed) is
 reported FAIL against the unslowed candidate's baseline. Real CPU timing, no fake timer.
 
-The gate runs with a 2 % noise floor (--convperf-noise-floor=0.02): against a one-run baseline the
-default CPU floor (4 %, the measured between-run noise) makes a 25 % regression ADVISORY, which
-test_baselines_options shows; test_false_alarm shows the default floor never fails an unchanged one."""
+The gate runs with a 2 % noise floor (--convperf-noise-floor=0.02, the default CPU floor since the
+harness's allocator bias was removed, issue 24; before, 4 % made a 25 % regression ADVISORY against
+a one-run baseline); test_false_alarm shows the default floor never fails an unchanged one."""
 
 from __future__ import annotations
 

@@ -184,3 +184,20 @@ def test_a_planned_write_never_applied_is_not_reported_as_recorded() -> None:
     applied = Applied(Path("u.md"), True, frozenset({("box", "test_a", "test_1")}), ())
     one = "\n".join(terminal_lines(mark_written(rows, applied)))
     assert "1 recorded as the new baseline" in one and "1 planned as the new baseline but NOT written" in one
+
+
+def test_an_implausible_improvement_needs_a_reason(tmp_path: Path) -> None:
+    # Issue 25: a cached-output cheat read IMPROVED -92.8 % and =improved recorded it.
+    old = Entry(time_ratio=1.0, noise=0.02, us_candidate=10.0, us_reference=10.0, env=dict(ENV), mode="fake")
+    cheat = new_entry(comparison(0.07318), old, CPU, env=ENV, backend=None, errors=())
+    refused = plan_update(_cfg(tmp_path, {"improved"}), _decision(Verdict.IMPROVED), old, cheat, CPU)
+    assert refused is not None and refused.action == "refused", refused
+    assert "13.66x faster than stored" in refused.why and "--convperf-reason" in refused.why
+    told = plan_update(
+        _cfg(tmp_path, {"improved"}, reason="new kernel"), _decision(Verdict.IMPROVED), old, cheat, CPU
+    )
+    assert told is not None and told.action == "write"
+    # A plausible improvement (-30 %) is recorded without a word, as before.
+    better = new_entry(comparison(0.7), old, CPU, env=ENV, backend=None, errors=())
+    plain = plan_update(_cfg(tmp_path, {"improved"}), _decision(Verdict.IMPROVED), old, better, CPU)
+    assert plain is not None and plain.action == "write"
