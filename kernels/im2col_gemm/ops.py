@@ -13,18 +13,32 @@ column buffer under ``workspace_bytes``. Variants: :func:`lsq_forward` (int8 GEM
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from kernels import _build
-from kernels.im2col_gemm import columns, variants
+from kernels.im2col_gemm import columns, lsq_triton, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
 from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry, with_bias
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
 
 FAMILY = "im2col_gemm"
+LSQ_VARIANTS = ("v1", "v2")
+LSQ_VARIANT_ENV = "CONVPERF_LSQ_VARIANT"
+
+
+def lsq_variant() -> str:
+    """``$CONVPERF_LSQ_VARIANT`` (read on every call, so one process can time both): ``v1`` is the int8
+    im2col column buffer + ``torch._int_mm`` (cuBLASLt) + torch elementwise passes; ``v2`` (default)
+    is :mod:`kernels.im2col_gemm.lsq_triton`, 3 launches and no column buffer (on the CPU it runs
+    under Triton's interpreter)."""
+    value = os.environ.get(LSQ_VARIANT_ENV, "v2")
+    if value not in LSQ_VARIANTS:
+        raise ValueError(f"{LSQ_VARIANT_ENV}={value!r} must be one of {', '.join(LSQ_VARIANTS)}")
+    return value
 
 
 def _register_cpp_rules() -> None:
@@ -353,6 +367,11 @@ class _LSQInt(torch.autograd.Function):
         ctx.save_for_backward(x, weight, bias, sx, sw)
         ctx.conf = (a, bits, workspace_bytes)
         # Steps stay tensors (CPU 0-d for Python floats): no host sync, capturable in a CUDA graph.
+        if lsq_variant() == "v2":  # scales, bias and the cast in the GEMM's epilogue
+            fused: torch.Tensor = lsq_triton.conv(
+                x, weight, bias, a, act_step=sx, weight_step=sw, bits=bits, accumulate=False
+            )
+            return fused
         acc = variants.lsq_accumulate(
             x, weight, a, workspace_bytes, im2col, act_step=sx, weight_step=sw, bits=bits
         )
@@ -427,7 +446,19 @@ def _lsq_accumulate(
     bits: int = 8,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
-    """int32 accumulators of the quantized conv: CUDA int8 im2col + ``torch._int_mm``."""
+    """int32 accumulators of the quantized conv: the implicit int8 GEMM (v2) or CUDA int8 im2col +
+    ``torch._int_mm`` (v1); see :func:`lsq_variant`."""
+    if lsq_variant() == "v2":
+        return lsq_triton.conv(
+            x,
+            weight,
+            None,
+            a,
+            act_step=step_tensor(act_step),
+            weight_step=step_tensor(weight_step),
+            bits=bits,
+            accumulate=True,
+        )
     return variants.lsq_accumulate(
         x, weight, a, workspace_bytes, im2col, act_step=act_step, weight_step=weight_step, bits=bits
     )

@@ -1,0 +1,265 @@
+"""LSQ int8 conv as 3 Triton launches: quantize+pack x, quantize+pack w, implicit GEMM on int8 tensor cores.
+
+Why Triton: ``tl.dot`` on int8 operands lowers to the int8 tensor-core instructions (``mma.sync ...
+.s8`` on sm_80, ``wgmma ... .s8`` on sm_90) without hand-written ``mma`` code or CUTLASS headers that
+would have to travel to a GPU machine without a package index; the same kernel source runs on the CPU
+under Triton's interpreter (``InterpretedFunction``), so its int32 accumulators are checked there
+against the exact oracle; and ``triton.compile`` emits its PTX/cubin for sm_90 without a GPU, so
+``python -m kernels.sass im2col_gemm`` can show its tensor-core instructions.
+
+Layouts (codes in int8, ``CGP`` = channels per group rounded up to 32, the pad holds zeros):
+- x codes ``[N, H, W, G, CGP]`` (channels last: a GEMM row's K slice of one tap is contiguous);
+- w codes ``[C_out, KH, KW, CGP]`` (= ``[G, COG, KH*KW*CGP]``, K contiguous as int8 MMAs want).
+The GEMM is M = N*HO*WO output pixels x N = COG output channels per group, K = KH*KW*CGP, walked
+one (tap, channel block) at a time straight from the packed x: no column buffer exists. Its
+epilogue writes either the int32 accumulators or ``acc * (s_x * s_w) + bias`` cast to the output
+dtype, both in NCHW.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+
+from kernels.im2col_gemm.chunking import out_size
+from kernels.im2col_gemm.conv_args import ConvArgs
+from kernels.quant import qrange
+
+K_ALIGN = 32  # int8 MMAs take K in steps of 32
+INT32_LIMIT = 2**31 - 1
+# round-half-even by adding and subtracting 1.5 * 2**23: exact for |v| <= 2**22 (the clamped codes are)
+ROUND_MAGIC = 12582912.0
+
+
+def _quantize_pack(
+    src,  # noqa: ANN001 - triton pointer
+    dst,  # noqa: ANN001
+    step,  # noqa: ANN001 - float, or a pointer to the 0-d float32 step when STEP_PTR
+    n_rows,  # noqa: ANN001 - N for x, C_out for w
+    c_per_group,  # noqa: ANN001
+    hw,  # noqa: ANN001
+    s_row,  # noqa: ANN001 - element strides of the source: row (n or c_out), channel, pixel
+    s_c,  # noqa: ANN001
+    s_p,  # noqa: ANN001
+    QN: tl.constexpr,
+    QP: tl.constexpr,
+    G: tl.constexpr,
+    CGP: tl.constexpr,
+    STEP_PTR: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+) -> None:
+    """codes = rhe(clamp(float32(v) * (1/step))) of a [rows, G*cg, hw] tensor into [rows, hw, G, CGP]."""
+    row = tl.program_id(2)
+    rp = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    rc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)  # padded channel index over G*CGP
+    grp = rc // CGP
+    ci = rc % CGP
+    c_ok = (ci < c_per_group) & (grp < G)
+    p_ok = rp < hw
+    if STEP_PTR:
+        inv = tl.math.div_rn(1.0, tl.load(step))  # correctly rounded, as torch.reciprocal
+    else:
+        inv = step  # the host passes the float32 reciprocal
+    src_off = row.to(tl.int64) * s_row + (grp * c_per_group + ci)[None, :] * s_c + rp[:, None] * s_p
+    v = tl.load(src + src_off, mask=p_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+    v = v * inv
+    v = tl.minimum(tl.maximum(v, QN), QP)  # clamp before rounding: same codes, integer bounds
+    v = (v + ROUND_MAGIC) - ROUND_MAGIC
+    dst_off = (row.to(tl.int64) * hw + rp[:, None]) * (G * CGP) + rc[None, :]
+    tl.store(dst + dst_off, v.to(tl.int8), mask=p_ok[:, None] & (rc < G * CGP)[None, :])
+
+
+def _implicit_gemm(
+    xq,  # noqa: ANN001 - [N, H, W, G, CGP] int8
+    wq,  # noqa: ANN001 - [G*COG, KH, KW, CGP] int8
+    out,  # noqa: ANN001 - [N, G*COG, HO, WO]: int32 (STORE_ACC) or the output dtype
+    bias,  # noqa: ANN001
+    s_x,  # noqa: ANN001 - floats, or pointers when STEP_PTR
+    s_w,  # noqa: ANN001
+    n_img,  # noqa: ANN001
+    h,  # noqa: ANN001
+    w,  # noqa: ANN001
+    ho,  # noqa: ANN001
+    wo,  # noqa: ANN001
+    cog,  # noqa: ANN001
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    DH: tl.constexpr,
+    DW: tl.constexpr,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    G: tl.constexpr,
+    CGP: tl.constexpr,
+    STORE_ACC: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    STEP_PTR: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+) -> None:
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    grp = tl.program_id(2)
+    hwo = ho * wo
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output pixel over N*HO*WO
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output channel within the group
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < n_img * hwo
+    n_ok = rn < cog
+    img = rm // hwo
+    pix = rm % hwo
+    oy = pix // wo
+    ox = pix % wo
+    co = grp * cog + rn
+    w_rows = co.to(tl.int64) * (KH * KW * CGP)
+    acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)  # tl.full: tl.zeros is a jit function the interpreter only runs when TRITON_INTERPRET was set at import
+    C_STEPS: tl.constexpr = CGP // BLOCK_K
+    # One flat loop over (tap, channel block) so the compiler pipelines the loads into the MMAs.
+    for step in range(0, KH * KW * C_STEPS):
+        tap = step // C_STEPS  # constexpr divisors: multiply-shift, no runtime division
+        c0 = (step % C_STEPS) * BLOCK_K
+        iy = oy * SH - PH + (tap // KW) * DH
+        ix = ox * SW - PW + (tap % KW) * DW
+        ok = m_ok & (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
+        a_row = ((img.to(tl.int64) * h + iy) * w + ix) * (G * CGP) + grp * CGP + c0
+        a = tl.load(xq + a_row[:, None] + rk[None, :], mask=ok[:, None], other=0)
+        b = tl.load(wq + w_rows[None, :] + tap * CGP + c0 + rk[:, None], mask=n_ok[None, :], other=0)
+        acc = tl.dot(a, b, acc)
+    out_off = (img.to(tl.int64) * (G * cog) * hwo + pix)[:, None] + co[None, :].to(tl.int64) * hwo
+    mask = m_ok[:, None] & n_ok[None, :]
+    if STORE_ACC:
+        tl.store(out + out_off, acc, mask=mask)
+    else:
+        if STEP_PTR:
+            scale = tl.load(s_x) * tl.load(s_w)
+        else:
+            scale = s_x * s_w
+        y = acc.to(tl.float32) * scale
+        if HAS_BIAS:
+            y = y + tl.load(bias + co, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(out + out_off, y.to(out.dtype.element_ty), mask=mask)
+
+
+# The same source, compiled (CUDA tensors) or run by Triton's interpreter (CPU tensors).
+KERNELS: dict[str, Callable[..., None]] = {"quantize_pack": _quantize_pack, "implicit_gemm": _implicit_gemm}
+_compiled: dict[tuple[str, bool], Any] = {}
+
+
+def kernel(name: str, interpret: bool) -> Any:
+    """The jitted kernel ``name``: a ``JITFunction`` for the GPU, an ``InterpretedFunction`` on the CPU."""
+    key = (name, interpret)
+    if key not in _compiled:
+        fn = KERNELS[name]
+        _compiled[key] = InterpretedFunction(fn) if interpret else triton.jit(fn)
+    return _compiled[key]
+
+
+def padded_channels(cg: int) -> int:
+    return -(-cg // K_ALIGN) * K_ALIGN
+
+
+def _block_k(cgp: int) -> int:
+    return next(b for b in (128, 64, 32) if cgp % b == 0)
+
+
+def _by_value(step: torch.Tensor, device: torch.device, by_value: bool | None) -> bool:
+    """Pass a step as its float value (a CPU step with device tensors: no host-device copy, no sync)
+    or as a pointer (a step on the tensors' device, which the kernel reads). ``by_value`` forces one
+    (the CPU tests run both)."""
+    return step.device != device if by_value is None else by_value
+
+
+def _step_arg(step: torch.Tensor, device: torch.device, by_value: bool | None) -> tuple[Any, bool]:
+    """``(argument, is_pointer)`` of a 0-d float32 step."""
+    if _by_value(step, device, by_value):
+        return float(step), False
+    return step.to(device), True  # already there unless forced (a 4-byte copy, not a kernel)
+
+
+def _inv_arg(step: torch.Tensor, device: torch.device, by_value: bool | None) -> tuple[Any, bool]:
+    """``1/step`` by value (float32 reciprocal, as ``quant.inv_step``), or the step's pointer (the kernel
+    divides with ``div_rn``, correctly rounded as well)."""
+    if _by_value(step, device, by_value):
+        return float(torch.reciprocal(step.float())), False
+    return step.to(device), True
+
+
+def quantize_pack(
+    t: torch.Tensor, step: torch.Tensor, bits: int, groups: int, *, by_value: bool | None = None
+) -> torch.Tensor:
+    """Codes of ``t`` ``[rows, C, H, W]`` (any strides) as ``[rows, H, W, groups, CGP]`` int8."""
+    qn, qp = qrange(bits)
+    rows, c, h, w = t.shape
+    cg = c // groups
+    cgp = padded_channels(cg)
+    hw = h * w
+    out = torch.empty((rows, h, w, groups, cgp), dtype=torch.int8, device=t.device)
+    if t.stride(2) != w * t.stride(3):  # pixels must be one strided run (NCHW and channels_last are)
+        t = t.contiguous()
+    inv, ptr = _inv_arg(step, t.device, by_value)
+    block_p, block_c = 64, 32
+    grid = (triton.cdiv(hw, block_p), triton.cdiv(groups * cgp, block_c), rows)
+    kernel("quantize_pack", t.device.type == "cpu")[grid](
+        t, out, inv, rows, cg, hw, t.stride(0), t.stride(1), t.stride(3),
+        QN=qn, QP=qp, G=groups, CGP=cgp, STEP_PTR=ptr, BLOCK_P=block_p, BLOCK_C=block_c,
+    )  # fmt: skip
+    return out
+
+
+def conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
+    *,
+    act_step: torch.Tensor,
+    weight_step: torch.Tensor,
+    bits: int,
+    accumulate: bool,
+    steps_by_value: bool | None = None,
+) -> torch.Tensor:
+    """int32 accumulators (``accumulate``) or ``acc * s_x * s_w + bias`` in x's dtype, NCHW.
+
+    ``steps_by_value``: None passes the steps as floats when they are not on x's device and as
+    pointers when they are; True/False force one way (tests).
+    """
+    n, c, h, w = x.shape
+    cout = weight.shape[0]
+    g = a.groups
+    cg, cog = c // g, cout // g
+    kh, kw = a.kernel
+    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
+    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
+    if n * ho * wo * g >= INT32_LIMIT or cout * ho * wo >= INT32_LIMIT:
+        raise ValueError(
+            f"lsq v2: {n}x{cout}x{ho}x{wo} outputs exceed the kernel's 32-bit pixel index; split the batch "
+            "or use CONVPERF_LSQ_VARIANT=v1"
+        )
+    by_value = steps_by_value
+    if by_value is None and act_step.device != weight_step.device:
+        by_value = False  # one step is on the device: the kernels read both through pointers
+    xq = quantize_pack(x, act_step, bits, g, by_value=by_value)
+    wq = quantize_pack(weight, weight_step, bits, 1, by_value=by_value)  # [C_out, KH, KW, 1, CGP]: a filter's cg channels
+    cgp = padded_channels(cg)
+    out = torch.empty(
+        (n, cout, ho, wo), dtype=torch.int32 if accumulate else x.dtype, device=x.device
+    )
+    sx, sx_ptr = _step_arg(act_step, x.device, by_value)
+    sw, _ = _step_arg(weight_step, x.device, by_value)
+    block_m, block_n = 128, max(16, min(128, triton.next_power_of_2(cog)))
+    grid = (triton.cdiv(n * ho * wo, block_m), triton.cdiv(cog, block_n), g)
+    kernel("implicit_gemm", x.device.type == "cpu")[grid](
+        xq, wq, out, bias if bias is not None else out, sx, sw, n, h, w, ho, wo, cog,
+        SH=a.stride[0], SW=a.stride[1], PH=a.padding[0], PW=a.padding[1], DH=a.dilation[0], DW=a.dilation[1],
+        KH=kh, KW=kw, G=g, CGP=cgp, STORE_ACC=accumulate, HAS_BIAS=bias is not None, STEP_PTR=sx_ptr,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=_block_k(cgp),
+    )  # fmt: skip
+    return out

@@ -1,0 +1,107 @@
+"""Count the device kernels and allocations one call would issue, on the CPU (no GPU, no compute).
+
+The call runs on ``meta`` tensors: every torch op still goes through the dispatcher, where a
+``TorchDispatchMode`` sees it. An op that produces a meta tensor without being a view, an ``empty``
+or a metadata op is one kernel launch on a GPU; every new (non-view) meta output is an allocation.
+Ops on CPU tensors (e.g. a 0-d step's reciprocal) are host work and not counted. Triton kernels and
+the CUDA im2col cannot run on meta: :func:`stub_triton` and :func:`stub_im2col` replace their launch
+with a record of it (name, and the output the real op allocates), so their call sites still count.
+What this cannot see: work inside one launch (cuBLAS may run a split-K reduction as a second kernel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ALLOC_ONLY = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"}
+NO_LAUNCH = ALLOC_ONLY | {"detach", "alias", "lift_fresh", "_local_scalar_dense", "set_", "resize_"}
+
+
+@dataclass
+class Record:
+    launches: list[str] = field(default_factory=list)
+    allocations: list[tuple[str, int]] = field(default_factory=list)  # (op, bytes)
+
+    def big_allocations(self, limit: int, exempt: tuple[torch.Tensor, ...] = ()) -> list[tuple[str, int]]:
+        """Allocations above ``limit`` bytes other than the sizes of ``exempt`` (the call's outputs)."""
+        sizes = {t.numel() * t.element_size() for t in exempt}
+        return [(op, b) for op, b in self.allocations if b > limit and b not in sizes]
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, rec: Record) -> None:
+        super().__init__()
+        self.rec = rec
+        self.paused = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self.paused:
+            return out
+        name = func.overloadpacket.__name__
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
+        if not any(t.device.type == "meta" for t in outs):
+            return out
+        if func.is_view or name in ("view", "_unsafe_view", "as_strided", "expand", "t", "transpose"):
+            return out
+        mutable = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+        if not mutable:
+            for t in outs:
+                self.rec.allocations.append((name, t.numel() * t.element_size()))
+        if name not in NO_LAUNCH:
+            self.rec.launches.append(name)
+        return out
+
+
+@contextmanager
+def counting() -> Iterator[tuple[Record, _Mode]]:
+    rec = Record()
+    mode = _Mode(rec)
+    with mode:
+        yield rec, mode
+
+
+@contextmanager
+def paused(mode: _Mode) -> Iterator[None]:
+    mode.paused = True
+    try:
+        yield
+    finally:
+        mode.paused = False
+
+
+def stub_triton(monkeypatch: pytest.MonkeyPatch, module: Any, rec: Record) -> None:
+    """``module.kernel(name, interpret)[grid](...)`` records one launch named ``triton:<name>``."""
+
+    def kernel(name: str, interpret: bool) -> Any:
+        class Launcher:
+            def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+                def launch(*args: Any, **kwargs: Any) -> None:
+                    rec.launches.append(f"triton:{name}")
+
+                return launch
+
+        return Launcher()
+
+    monkeypatch.setattr(module, "kernel", kernel)
+
+
+def stub_im2col(monkeypatch: pytest.MonkeyPatch, ops: Any, rec: Record, mode: _Mode) -> None:
+    """``ops.im2col`` (one CUDA kernel on a GPU) records one launch and allocates its column buffer."""
+    real = ops.columns.im2col
+
+    def im2col(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        with paused(mode):
+            shape_of = real(torch.empty(x.shape, dtype=torch.float32, device="meta"), *args, **kwargs)
+        rec.launches.append("im2col")
+        out = torch.empty(shape_of.shape, dtype=x.dtype, device=x.device)  # counted as its allocation
+        return out
+
+    monkeypatch.setattr(ops, "im2col", im2col)
