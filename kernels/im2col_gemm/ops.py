@@ -6,7 +6,8 @@ The CUDA ops (``torch.ops.convperf_im2col_gemm.im2col`` / ``col2im``) load on fi
 
 :func:`forward` is the custom op ``convperf_im2col_gemm_py::conv2d`` whose backward
 (``conv2d_backward``) rebuilds the columns chunk by chunk, so forward and backward both keep the
-column buffer under ``workspace_bytes``. Variants: :func:`lsq_forward` (int8 GEMM through
+column buffer under ``workspace_bytes``
+(default 24 MiB: within L2). Variants: :func:`lsq_forward` (int8 GEMM through
 ``torch._int_mm``; LSQ gradients), :func:`lsq_accumulate`, :func:`sparse_forward`,
 :func:`structured_forward`.
 """
@@ -262,7 +263,11 @@ def _conv2d_backward(
             nb, g, k, -1
         )
         gyc = gy[ch.n0 : ch.n1, :, ch.r0 : ch.r1].reshape(nb, g, cog, rows * wo)
-        dw += torch.matmul(gyc, col.transpose(2, 3)).sum(0, dtype=torch.float32)
+        if col.dtype == dw.dtype:  # fp32: accumulate in place, no [nb, g, cog, K] per-sample buffer to sum
+            for i in range(nb):
+                dw.baddbmm_(gyc[i], col[i].transpose(1, 2))
+        else:  # fp16/bf16: per-sample products summed in fp32 (baddbmm_ needs one dtype)
+            dw += torch.matmul(gyc, col.transpose(2, 3)).sum(0, dtype=torch.float32)
         gcol = torch.matmul(wmat_t, gyc).view(nb, g * k, rows * wo)
         if banded:
             lo, hi = input_rows(ch.r0, ch.r1, h, a.kernel[0], a.stride[0], a.padding[0], a.dilation[0])
@@ -337,7 +342,8 @@ def _forward(
     """conv2d by im2col + GEMM (signature of ``F.conv2d``), differentiable.
 
     The column buffer is built for chunks of the batch (bands of output rows when one sample is
-    larger) so it never exceeds ``workspace_bytes`` (default 256 MiB), in forward and backward.
+    larger) so it never exceeds ``workspace_bytes`` (default 24 MiB, within an H100's L2), in forward and
+    backward.
     """
     out: torch.Tensor = _conv2d(
         x, weight, bias, list(a.stride), list(a.padding), list(a.dilation), a.groups, workspace_bytes

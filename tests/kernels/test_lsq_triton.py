@@ -152,4 +152,17 @@ def test_fp32_forward_keeps_its_column_buffer_in_l2(monkeypatch: pytest.MonkeyPa
     cols = [bytes_ for op, bytes_ in rec.allocations if op == "empty"]
     assert cols and max(cols) <= L2_BYTES, rec.allocations
     assert rec.big_allocations(L2_BYTES, exempt=(y,)) == []
-    assert "add" not in rec.launches and "add_" not in rec.launches, rec.launches  # bias in the GEMM
+
+
+@pytest.mark.parametrize("shape", EDSR_SHAPES)
+def test_fp32_weight_grad_has_no_per_sample_buffer(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]) -> None:
+    n, c, h, w_ = shape
+    x = torch.empty(n, c, h, w_, device="meta")
+    w = torch.empty(c, c, 3, 3, device="meta")
+    with launch_count.counting() as (rec, mode), torch.no_grad():
+        launch_count.stub_im2col(monkeypatch, ops, rec, mode)
+        monkeypatch.setattr(ops, "col2im", lambda col, shape, *a: torch.empty(shape[0], shape[1], a[-1], shape[3], device="meta"))
+        ops._conv2d_backward._init_fn(torch.empty(n, c, h, w_, device="meta"), x, w, [1, 1], [1, 1], [1, 1], 1,
+                                      ops.DEFAULT_WORKSPACE_BYTES, False)  # fmt: skip
+    assert "sum" not in rec.launches, rec.launches  # the per-sample [nb, C_out, K] products summed
+    assert max(b for _, b in rec.allocations if _ == "empty") <= L2_BYTES
