@@ -31,9 +31,13 @@ from kernels.im2col_gemm.conv_args import ConvArgs
 from kernels.quant import qrange
 
 K_ALIGN = 32  # int8 MMAs take K in steps of 32
+# Launch options of the GEMM (the SASS report compiles the same): 2 warpgroups for a 128-row tile,
+# 3 stages of 128x128 int8 A and B tiles = 96 KiB of shared memory.
+GEMM_OPTIONS = {"num_warps": 8, "num_stages": 3}
+BLOCK_M = 128
 INT32_LIMIT = 2**31 - 1
 # round-half-even by adding and subtracting 1.5 * 2**23: exact for |v| <= 2**22 (the clamped codes are)
-ROUND_MAGIC = 12582912.0
+ROUND_MAGIC = tl.constexpr(12582912.0)
 
 
 def _quantize_pack(
@@ -119,7 +123,7 @@ def _implicit_gemm(
     oy = pix // wo
     ox = pix % wo
     co = grp * cog + rn
-    w_rows = co.to(tl.int64) * (KH * KW * CGP)
+    w_rows = co * (KH * KW * CGP)  # 32-bit offsets (the host checks every tensor's size): fewer registers
     acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)  # tl.full: tl.zeros is a jit function the interpreter only runs when TRITON_INTERPRET was set at import
     C_STEPS: tl.constexpr = CGP // BLOCK_K
     # One flat loop over (tap, channel block) so the compiler pipelines the loads into the MMAs.
@@ -129,11 +133,11 @@ def _implicit_gemm(
         iy = oy * SH - PH + (tap // KW) * DH
         ix = ox * SW - PW + (tap % KW) * DW
         ok = m_ok & (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
-        a_row = ((img.to(tl.int64) * h + iy) * w + ix) * (G * CGP) + grp * CGP + c0
+        a_row = ((img * h + iy) * w + ix) * (G * CGP) + grp * CGP + c0
         a = tl.load(xq + a_row[:, None] + rk[None, :], mask=ok[:, None], other=0)
         b = tl.load(wq + w_rows[None, :] + tap * CGP + c0 + rk[:, None], mask=n_ok[None, :], other=0)
         acc = tl.dot(a, b, acc)
-    out_off = (img.to(tl.int64) * (G * cog) * hwo + pix)[:, None] + co[None, :].to(tl.int64) * hwo
+    out_off = (img * (G * cog) * hwo + pix)[:, None] + co[None, :] * hwo
     mask = m_ok[:, None] & n_ok[None, :]
     if STORE_ACC:
         tl.store(out + out_off, acc, mask=mask)
@@ -238,28 +242,49 @@ def conv(
     kh, kw = a.kernel
     ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
     wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
-    if n * ho * wo * g >= INT32_LIMIT or cout * ho * wo >= INT32_LIMIT:
-        raise ValueError(
-            f"lsq v2: {n}x{cout}x{ho}x{wo} outputs exceed the kernel's 32-bit pixel index; split the batch "
-            "or use CONVPERF_LSQ_VARIANT=v1"
-        )
+    cgp = padded_channels(cg)
+    sizes = {"output": n * cout * ho * wo, "packed input": n * h * w * g * cgp, "packed weight": cout * kh * kw * cgp}
+    for what, size in sizes.items():
+        if size >= INT32_LIMIT:
+            raise ValueError(
+                f"lsq v2: the {what} has {size} elements, beyond the kernel's 32-bit offsets; split the batch "
+                "or use CONVPERF_LSQ_VARIANT=v1"
+            )
     by_value = steps_by_value
     if by_value is None and act_step.device != weight_step.device:
         by_value = False  # one step is on the device: the kernels read both through pointers
     xq = quantize_pack(x, act_step, bits, g, by_value=by_value)
     wq = quantize_pack(weight, weight_step, bits, 1, by_value=by_value)  # [C_out, KH, KW, 1, CGP]: a filter's cg channels
-    cgp = padded_channels(cg)
     out = torch.empty(
         (n, cout, ho, wo), dtype=torch.int32 if accumulate else x.dtype, device=x.device
     )
     sx, sx_ptr = _step_arg(act_step, x.device, by_value)
     sw, _ = _step_arg(weight_step, x.device, by_value)
-    block_m, block_n = 128, max(16, min(128, triton.next_power_of_2(cog)))
+    block_m, block_n = BLOCK_M, max(16, min(128, triton.next_power_of_2(cog)))
     grid = (triton.cdiv(n * ho * wo, block_m), triton.cdiv(cog, block_n), g)
     kernel("implicit_gemm", x.device.type == "cpu")[grid](
         xq, wq, out, bias if bias is not None else out, sx, sw, n, h, w, ho, wo, cog,
         SH=a.stride[0], SW=a.stride[1], PH=a.padding[0], PW=a.padding[1], DH=a.dilation[0], DW=a.dilation[1],
         KH=kh, KW=kw, G=g, CGP=cgp, STORE_ACC=accumulate, HAS_BIAS=bias is not None, STEP_PTR=sx_ptr,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=_block_k(cgp),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=_block_k(cgp), **GEMM_OPTIONS,
     )  # fmt: skip
     return out
+
+
+def sass_specs() -> list[tuple[str, Callable[..., None], dict[str, str], dict[str, Any], dict[str, int]]]:
+    """What ``python -m kernels.sass im2col_gemm`` compiles: (name, source, signature, constexprs,
+    options) of each kernel at the seed problem's configuration (256 channels, 48x48, 3x3, fp16 out).
+    A signature entry ``"*i8:16"`` / ``"i32:16"`` marks an argument divisible by 16, as Triton's launcher
+    specializes it for the seed problem (aligned allocations, sizes 48 and 256)."""
+    q_sig = {"src": "*fp16:16", "dst": "*i8:16", "step": "fp32", "n_rows": "i32:16", "c_per_group": "i32:16"}
+    q_sig |= {"hw": "i32:16", "s_row": "i32:16", "s_c": "i32:16"}  # s_p == 1: the launcher makes it a constant
+    q_const = {"s_p": 1, "QN": -128, "QP": 127, "G": 1, "CGP": 256, "STEP_PTR": False, "BLOCK_P": 64, "BLOCK_C": 32}
+    g_sig = {"xq": "*i8:16", "wq": "*i8:16", "out": "*fp16:16", "bias": "*fp16:16", "s_x": "fp32", "s_w": "fp32"}
+    g_sig |= {k: "i32:16" for k in ("n_img", "h", "w", "ho", "wo", "cog")}
+    g_const = {"SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "KH": 3, "KW": 3, "G": 1, "CGP": 256}
+    g_const |= {"STORE_ACC": False, "HAS_BIAS": True, "STEP_PTR": False}
+    g_const |= {"BLOCK_M": BLOCK_M, "BLOCK_N": 128, "BLOCK_K": 128}
+    return [
+        ("quantize_pack", _quantize_pack, q_sig, q_const, {"num_warps": 4}),
+        ("implicit_gemm", _implicit_gemm, g_sig, g_const, dict(GEMM_OPTIONS)),
+    ]
