@@ -110,3 +110,28 @@ def test_gate_wants_vector_loads_where_the_layout_allows() -> None:
 def test_gate_that_matches_nothing_fails() -> None:
     (problem,) = sass.check([_kernel("other<float>", ["EXIT"])], GATE)
     assert "checked nothing" in problem
+
+
+def test_gate_wants_tensor_cores_where_asked() -> None:
+    gate = (sass.Gate(pattern=r"^triton:gemm$", no_int_div=False, tensor_cores=True),)
+    simt = _kernel("triton:gemm", ["LDGSTS.E.128", "IMAD", "FFMA", "EXIT"])  # a GEMM on the CUDA cores
+    (problem,) = sass.check([simt], gate)
+    assert "no tensor-core instruction" in problem
+    wgmma = _kernel("triton:gemm", ["LDGSTS.E.128", "IGMMA.64x128x32.S8.S8", "EXIT"])
+    assert wgmma.mix.tensor == {"IGMMA": 1}
+    assert sass.check([wgmma], gate) == []
+
+
+def test_the_int8_implicit_gemm_compiles_to_igmma() -> None:
+    """The LSQ v2 GEMM as Triton compiles it for sm_90 (no GPU needed): IGMMA in its K loop, no spills."""
+    pytest.importorskip("triton")
+    try:
+        sass.cuobjdump_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    kernels = {k.pretty: k for k in sass.analyze_triton(sass.TRITON_SPECS["im2col_gemm"], "90")}
+    gemm = kernels["triton:implicit_gemm"]
+    assert any(lp.mix.tensor.get("IGMMA") for lp in gemm.loops())
+    assert gemm.stack == 0 and gemm.registers > 0
+    assert not kernels["triton:quantize_pack"].mix.tensor
+    assert sass.check(list(kernels.values()), sass.GATES["im2col_gemm"]) == []
