@@ -5,9 +5,11 @@ a cubin (nvcc) and to PTX, disassembles the cubin with ``cuobjdump`` (CUDA's, or
 wheel ships) and prints per kernel: registers, occupancy on the arch, and for the whole kernel and
 each loop (a backward branch) the instruction mix: global loads by width, integer-division
 sequences, FFMAs, shared-memory traffic and tensor-core instructions (HMMA/IMMA/HGMMA/IGMMA).
-Families with Triton kernels (``TRITON_SPECS``) add them, compiled by ``triton.compile`` for the arch. ``--gate`` fails (exit 1) when a kernel under a
-``Gate`` holds an integer div/rem (PTX ``div``/``rem`` on integers, or the SASS ``I2F.*.RP`` that
-opens every inlined integer division) or lacks the vector global loads its layout allows.
+Families with Triton kernels (``TRITON_SPECS``) add them, compiled by ``triton.compile`` for the
+arch. ``--gate`` fails (exit 1) when a kernel under a ``Gate`` holds an integer div/rem (PTX
+``div``/``rem`` on integers, or the SASS ``I2F.*.RP`` that opens every inlined integer division),
+lacks the vector global loads its layout allows, or (``tensor_cores``) issues no tensor-core
+instruction.
 
 This is static analysis: counts are instructions in the binary, not issued instructions; the
 per-shape figures built on them (``kernels.depthwise.model``) are predictions, not measurements.
@@ -291,7 +293,11 @@ def analyze_triton(module: str, arch: str = "90") -> list[KernelSass]:
         jit = triton.jit(fn)
         signature = {a: ("constexpr" if a in consts else sig[a].split(":")[0]) for a in jit.arg_names}
         # "<type>:16": divisible by 16, as the launcher specializes aligned pointers and such sizes
-        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if sig.get(a, "").endswith(":16")}
+        attrs = {
+            (i,): [["tt.divisibility", 16]]
+            for i, a in enumerate(jit.arg_names)
+            if sig.get(a, "").endswith(":16")
+        }
         consts_at = {(jit.arg_names.index(k),): v for k, v in consts.items()}
         src = ASTSource(jit, signature, constexprs=consts_at, attrs=attrs)
         compiled = triton.compile(src, target=GPUTarget("cuda", int(arch), 32), options=options)
@@ -340,7 +346,9 @@ GATES: dict[str, tuple[Gate, ...]] = {
     # The int8 implicit GEMM (LSQ v2) must run on the tensor cores; its runtime divisions are in the
     # prologue (pixel -> n, oy, ox once per thread), the K loop divides by constexprs only.
     "im2col_gemm": (
-        Gate(pattern=r"^triton:implicit_gemm$", no_int_div=False, tensor_cores=True, why="LSQ int8 GEMM (v2)"),
+        Gate(
+            pattern=r"^triton:implicit_gemm$", no_int_div=False, tensor_cores=True, why="LSQ int8 GEMM (v2)"
+        ),
     ),
 }
 
@@ -385,7 +393,11 @@ def report(kernels: Sequence[KernelSass], arch: str) -> str:
         lines.append(
             f"    regs {k.registers:3d}  occupancy(256-thread blocks, no smem) {occ:4.0%}  "
             f"ptx int div/rem {k.ptx_int_divs}  tensor cores: {'yes' if k.mix.tensor else 'no'}"
-            + (f" (ptx mma {k.ptx_mma}), smem {k.shared_static} B, stack {k.stack} B" if k.pretty.startswith("triton:") else "")
+            + (
+                f" (ptx mma {k.ptx_mma}), smem {k.shared_static} B, stack {k.stack} B"
+                if k.pretty.startswith("triton:")
+                else ""
+            )
         )
         lines.append(f"    all   {k.mix.brief()}")
         for i, lp in enumerate(k.loops()):

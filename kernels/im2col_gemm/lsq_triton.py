@@ -40,16 +40,16 @@ INT32_LIMIT = 2**31 - 1
 ROUND_MAGIC = tl.constexpr(12582912.0)
 
 
-def _quantize_pack(
-    src,  # noqa: ANN001 - triton pointer
-    dst,  # noqa: ANN001
-    step,  # noqa: ANN001 - float, or a pointer to the 0-d float32 step when STEP_PTR
-    n_rows,  # noqa: ANN001 - N for x, C_out for w
-    c_per_group,  # noqa: ANN001
-    hw,  # noqa: ANN001
-    s_row,  # noqa: ANN001 - element strides of the source: row (n or c_out), channel, pixel
-    s_c,  # noqa: ANN001
-    s_p,  # noqa: ANN001
+def _quantize_pack(  # type: ignore[no-untyped-def]  # Triton reads the annotations: pointers stay bare
+    src,
+    dst,
+    step,
+    n_rows,
+    c_per_group,
+    hw,
+    s_row,
+    s_c,
+    s_p,
     QN: tl.constexpr,
     QP: tl.constexpr,
     G: tl.constexpr,
@@ -58,7 +58,11 @@ def _quantize_pack(
     BLOCK_P: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ) -> None:
-    """codes = rhe(clamp(float32(v) * (1/step))) of a [rows, G*cg, hw] tensor into [rows, hw, G, CGP]."""
+    """codes = rhe(clamp(float32(v) * (1/step))) of a [rows, G*cg, hw] tensor into [rows, hw, G, CGP].
+
+    ``step``: the float32 reciprocal by value, or (``STEP_PTR``) a pointer to the 0-d step;
+    ``s_row``/``s_c``/``s_p``: element strides of the source's row (n or c_out), channel and pixel.
+    """
     row = tl.program_id(2)
     rp = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     rc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)  # padded channel index over G*CGP
@@ -66,7 +70,7 @@ def _quantize_pack(
     ci = rc % CGP
     c_ok = (ci < c_per_group) & (grp < G)
     p_ok = rp < hw
-    if STEP_PTR:
+    if STEP_PTR:  # noqa: SIM108 - a compile-time branch of the kernel
         inv = tl.math.div_rn(1.0, tl.load(step))  # correctly rounded, as torch.reciprocal
     else:
         inv = step  # the host passes the float32 reciprocal
@@ -79,19 +83,19 @@ def _quantize_pack(
     tl.store(dst + dst_off, v.to(tl.int8), mask=p_ok[:, None] & (rc < G * CGP)[None, :])
 
 
-def _implicit_gemm(
-    xq,  # noqa: ANN001 - [N, H, W, G, CGP] int8
-    wq,  # noqa: ANN001 - [G*COG, KH, KW, CGP] int8
-    out,  # noqa: ANN001 - [N, G*COG, HO, WO]: int32 (STORE_ACC) or the output dtype
-    bias,  # noqa: ANN001
-    s_x,  # noqa: ANN001 - floats, or pointers when STEP_PTR
-    s_w,  # noqa: ANN001
-    n_img,  # noqa: ANN001
-    h,  # noqa: ANN001
-    w,  # noqa: ANN001
-    ho,  # noqa: ANN001
-    wo,  # noqa: ANN001
-    cog,  # noqa: ANN001
+def _implicit_gemm(  # type: ignore[no-untyped-def]  # Triton reads the annotations: pointers stay bare
+    xq,
+    wq,
+    out,
+    bias,
+    s_x,
+    s_w,
+    n_img,
+    h,
+    w,
+    ho,
+    wo,
+    cog,
     SH: tl.constexpr,
     SW: tl.constexpr,
     PH: tl.constexpr,
@@ -109,6 +113,9 @@ def _implicit_gemm(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ) -> None:
+    """One 128-pixel x BLOCK_N-channel tile of group ``program_id(2)``: ``xq`` [N, H, W, G, CGP] and
+    ``wq`` [G*COG, KH, KW, CGP] int8 codes; ``out`` [N, G*COG, HO, WO] int32 (``STORE_ACC``) or the
+    output dtype; ``s_x``/``s_w`` floats or (``STEP_PTR``) pointers; ``bias`` unused without HAS_BIAS."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     grp = tl.program_id(2)
@@ -124,7 +131,9 @@ def _implicit_gemm(
     ox = pix % wo
     co = grp * cog + rn
     w_rows = co * (KH * KW * CGP)  # 32-bit offsets (the host checks every tensor's size): fewer registers
-    acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)  # tl.full: tl.zeros is a jit function the interpreter only runs when TRITON_INTERPRET was set at import
+    acc = tl.full(
+        (BLOCK_M, BLOCK_N), 0, tl.int32
+    )  # tl.full: tl.zeros is a jit function the interpreter only runs when TRITON_INTERPRET was set at import
     C_STEPS: tl.constexpr = CGP // BLOCK_K
     # One flat loop over (tap, channel block) so the compiler pipelines the loads into the MMAs.
     for step in range(0, KH * KW * C_STEPS):
@@ -142,7 +151,7 @@ def _implicit_gemm(
     if STORE_ACC:
         tl.store(out + out_off, acc, mask=mask)
     else:
-        if STEP_PTR:
+        if STEP_PTR:  # noqa: SIM108 - a compile-time branch of the kernel
             scale = tl.load(s_x) * tl.load(s_w)
         else:
             scale = s_x * s_w
@@ -243,21 +252,25 @@ def conv(
     ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
     wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
     cgp = padded_channels(cg)
-    sizes = {"output": n * cout * ho * wo, "packed input": n * h * w * g * cgp, "packed weight": cout * kh * kw * cgp}
+    sizes = {
+        "output": n * cout * ho * wo,
+        "packed input": n * h * w * g * cgp,
+        "packed weight": cout * kh * kw * cgp,
+    }
     for what, size in sizes.items():
         if size >= INT32_LIMIT:
             raise ValueError(
-                f"lsq v2: the {what} has {size} elements, beyond the kernel's 32-bit offsets; split the batch "
-                "or use CONVPERF_LSQ_VARIANT=v1"
+                f"lsq v2: the {what} has {size} elements, beyond the kernel's 32-bit offsets; split the "
+                "batch or use CONVPERF_LSQ_VARIANT=v1"
             )
     by_value = steps_by_value
     if by_value is None and act_step.device != weight_step.device:
         by_value = False  # one step is on the device: the kernels read both through pointers
     xq = quantize_pack(x, act_step, bits, g, by_value=by_value)
-    wq = quantize_pack(weight, weight_step, bits, 1, by_value=by_value)  # [C_out, KH, KW, 1, CGP]: a filter's cg channels
-    out = torch.empty(
-        (n, cout, ho, wo), dtype=torch.int32 if accumulate else x.dtype, device=x.device
-    )
+    wq = quantize_pack(
+        weight, weight_step, bits, 1, by_value=by_value
+    )  # [C_out, KH, KW, 1, CGP]: a filter's cg channels
+    out = torch.empty((n, cout, ho, wo), dtype=torch.int32 if accumulate else x.dtype, device=x.device)
     sx, sx_ptr = _step_arg(act_step, x.device, by_value)
     sw, _ = _step_arg(weight_step, x.device, by_value)
     block_m, block_n = BLOCK_M, max(16, min(128, triton.next_power_of_2(cog)))
@@ -277,9 +290,29 @@ def sass_specs() -> list[tuple[str, Callable[..., None], dict[str, str], dict[st
     A signature entry ``"*i8:16"`` / ``"i32:16"`` marks an argument divisible by 16, as Triton's launcher
     specializes it for the seed problem (aligned allocations, sizes 48 and 256)."""
     q_sig = {"src": "*fp16:16", "dst": "*i8:16", "step": "fp32", "n_rows": "i32:16", "c_per_group": "i32:16"}
-    q_sig |= {"hw": "i32:16", "s_row": "i32:16", "s_c": "i32:16"}  # s_p == 1: the launcher makes it a constant
-    q_const = {"s_p": 1, "QN": -128, "QP": 127, "G": 1, "CGP": 256, "STEP_PTR": False, "BLOCK_P": 64, "BLOCK_C": 32}
-    g_sig = {"xq": "*i8:16", "wq": "*i8:16", "out": "*fp16:16", "bias": "*fp16:16", "s_x": "fp32", "s_w": "fp32"}
+    q_sig |= {
+        "hw": "i32:16",
+        "s_row": "i32:16",
+        "s_c": "i32:16",
+    }  # s_p == 1: the launcher makes it a constant
+    q_const = {
+        "s_p": 1,
+        "QN": -128,
+        "QP": 127,
+        "G": 1,
+        "CGP": 256,
+        "STEP_PTR": False,
+        "BLOCK_P": 64,
+        "BLOCK_C": 32,
+    }
+    g_sig = {
+        "xq": "*i8:16",
+        "wq": "*i8:16",
+        "out": "*fp16:16",
+        "bias": "*fp16:16",
+        "s_x": "fp32",
+        "s_w": "fp32",
+    }
     g_sig |= {k: "i32:16" for k in ("n_img", "h", "w", "ho", "wo", "cog")}
     g_const = {"SH": 1, "SW": 1, "PH": 1, "PW": 1, "DH": 1, "DW": 1, "KH": 3, "KW": 3, "G": 1, "CGP": 256}
     g_const |= {"STORE_ACC": False, "HAS_BIAS": True, "STEP_PTR": False}

@@ -31,14 +31,15 @@ LSQ_VARIANTS = ("v1", "v2")
 LSQ_VARIANT_ENV = "CONVPERF_LSQ_VARIANT"
 
 
-def lsq_variant() -> str:
-    """``$CONVPERF_LSQ_VARIANT`` (read on every call, so one process can time both): ``v1`` is the int8
-    im2col column buffer + ``torch._int_mm`` (cuBLASLt) + torch elementwise passes; ``v2`` (default)
-    is :mod:`kernels.im2col_gemm.lsq_triton`, 3 launches and no column buffer (on the CPU it runs
-    under Triton's interpreter)."""
-    value = os.environ.get(LSQ_VARIANT_ENV, "v2")
+def lsq_variant(variant: str | None = None) -> str:
+    """``variant``, else ``$CONVPERF_LSQ_VARIANT`` (read on every call, so one process can time both):
+    ``v1`` is the int8 im2col column buffer + ``torch._int_mm`` (cuBLASLt) + torch elementwise
+    passes; ``v2`` (default) is :mod:`kernels.im2col_gemm.lsq_triton`, 3 launches and no column
+    buffer (on the CPU it runs under Triton's interpreter)."""
+    value = variant if variant is not None else os.environ.get(LSQ_VARIANT_ENV, "v2")
     if value not in LSQ_VARIANTS:
-        raise ValueError(f"{LSQ_VARIANT_ENV}={value!r} must be one of {', '.join(LSQ_VARIANTS)}")
+        where = "variant" if variant is not None else LSQ_VARIANT_ENV
+        raise ValueError(f"{where}={value!r} must be one of {', '.join(LSQ_VARIANTS)}")
     return value
 
 
@@ -369,11 +370,12 @@ class _LSQInt(torch.autograd.Function):
         a: ConvArgs,
         bits: int,
         workspace_bytes: int,
+        variant: str,
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight, bias, sx, sw)
         ctx.conf = (a, bits, workspace_bytes)
         # Steps stay tensors (CPU 0-d for Python floats): no host sync, capturable in a CUDA graph.
-        if lsq_variant() == "v2":  # scales, bias and the cast in the GEMM's epilogue
+        if variant == "v2":  # scales, bias and the cast in the GEMM's epilogue
             fused: torch.Tensor = lsq_triton.conv(
                 x, weight, bias, a, act_step=sx, weight_step=sw, bits=bits, accumulate=False
             )
@@ -414,6 +416,7 @@ class _LSQInt(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -431,14 +434,16 @@ def _lsq_forward(
     weight_step: Step | None = None,
     bits: int = 8,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+    variant: str | None = None,
 ) -> torch.Tensor:
-    """LSQ-quantized conv with a real int8 GEMM (``torch._int_mm``) and exact int32 accumulation.
+    """LSQ-quantized conv on an int8 GEMM, exact int32 accumulation (``variant``: :func:`lsq_variant`).
 
     Output ``acc * s_x * s_w + bias`` in the input's dtype; steps default to LSQ's data init; the
     backward applies LSQ's straight-through and step gradients. Reference: ``reference.lsq_forward``.
     """
     sx, sw = _step_tensor(act_step, x, bits), _step_tensor(weight_step, weight, bits)
-    out: torch.Tensor = _LSQInt.apply(x, weight, bias, sx, sw, a, bits, workspace_bytes)
+    chosen = lsq_variant(variant)
+    out: torch.Tensor = _LSQInt.apply(x, weight, bias, sx, sw, a, bits, workspace_bytes, chosen)
     return out
 
 
@@ -451,10 +456,11 @@ def _lsq_accumulate(
     weight_step: Step,
     bits: int = 8,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+    variant: str | None = None,
 ) -> torch.Tensor:
     """int32 accumulators of the quantized conv: the implicit int8 GEMM (v2) or CUDA int8 im2col +
     ``torch._int_mm`` (v1); see :func:`lsq_variant`."""
-    if lsq_variant() == "v2":
+    if lsq_variant(variant) == "v2":
         return lsq_triton.conv(
             x,
             weight,

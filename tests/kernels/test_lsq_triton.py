@@ -93,7 +93,9 @@ def test_a_planted_defect_in_the_implicit_gemm_is_caught(monkeypatch: pytest.Mon
     assert planted != src, "the planted defect no longer applies: update the control"
     scope = dict(vars(lsq_triton))
     exec(compile(planted, "<planted _implicit_gemm>", "exec"), scope)
-    monkeypatch.setitem(lsq_triton._compiled, ("implicit_gemm", True), InterpretedFunction(scope["_implicit_gemm"]))
+    monkeypatch.setitem(
+        lsq_triton._compiled, ("implicit_gemm", True), InterpretedFunction(scope["_implicit_gemm"])
+    )
     problem = Conv2dProblem(n=1, c_in=8, h=6, w=6, c_out=8, kernel=(3, 3), padding=(1, 1))
     x, w, _ = problem.make_inputs(seed=3)
     acc = lsq_triton.conv(x, w, None, _args(problem), act_step=step_tensor(SA), weight_step=step_tensor(SW),
@@ -102,7 +104,10 @@ def test_a_planted_defect_in_the_implicit_gemm_is_caught(monkeypatch: pytest.Mon
 
 
 def test_variant_switch_names_the_choices() -> None:
-    with lsq_variant("v3"), pytest.raises(ValueError, match=r"CONVPERF_LSQ_VARIANT='v3' must be one of v1, v2"):
+    with (
+        lsq_variant("v3"),
+        pytest.raises(ValueError, match=r"CONVPERF_LSQ_VARIANT='v3' must be one of v1, v2"),
+    ):
         ops.lsq_variant()
 
 
@@ -141,7 +146,9 @@ EDSR_SHAPES = [(16, 64, 48, 48), (1, 64, 256, 256)]
 
 
 @pytest.mark.parametrize("shape", EDSR_SHAPES)
-def test_fp32_forward_keeps_its_column_buffer_in_l2(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]) -> None:
+def test_fp32_forward_keeps_its_column_buffer_in_l2(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
+) -> None:
     n, c, h, w_ = shape
     x = torch.empty(n, c, h, w_, device="meta")
     w = torch.empty(c, c, 3, 3, device="meta")
@@ -155,14 +162,30 @@ def test_fp32_forward_keeps_its_column_buffer_in_l2(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("shape", EDSR_SHAPES)
-def test_fp32_weight_grad_has_no_per_sample_buffer(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]) -> None:
+def test_fp32_weight_grad_has_no_per_sample_buffer(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
+) -> None:
     n, c, h, w_ = shape
     x = torch.empty(n, c, h, w_, device="meta")
     w = torch.empty(c, c, 3, 3, device="meta")
     with launch_count.counting() as (rec, mode), torch.no_grad():
         launch_count.stub_im2col(monkeypatch, ops, rec, mode)
-        monkeypatch.setattr(ops, "col2im", lambda col, shape, *a: torch.empty(shape[0], shape[1], a[-1], shape[3], device="meta"))
-        ops._conv2d_backward._init_fn(torch.empty(n, c, h, w_, device="meta"), x, w, [1, 1], [1, 1], [1, 1], 1,
-                                      ops.DEFAULT_WORKSPACE_BYTES, False)  # fmt: skip
+        monkeypatch.setattr(
+            ops,
+            "col2im",
+            lambda col, shape, *a: torch.empty(shape[0], shape[1], a[-1], shape[3], device="meta"),
+        )
+        gy = torch.empty(n, c, h, w_, device="meta")
+        ops._conv2d_backward._init_fn(gy, x, w, [1, 1], [1, 1], [1, 1], 1, ops.DEFAULT_WORKSPACE_BYTES, False)
     assert "sum" not in rec.launches, rec.launches  # the per-sample [nb, C_out, K] products summed
     assert max(b for _, b in rec.allocations if _ == "empty") <= L2_BYTES
+
+
+def test_sweep_plan_lists_both_int8_variants_and_both_workspaces() -> None:
+    from kernels.im2col_gemm import sweep_plan
+
+    cases = sweep_plan.cases()
+    seen = {(c.variant, c.problem_id) for c in cases}
+    assert len(seen) == len(cases) == 8
+    assert {c.variant for c in cases} == {"lsq_v1", "lsq_v2", "chunk24MiB", "chunk256MiB"}
+    assert all(Conv2dProblem.from_id(c.problem_id).id == c.problem_id for c in cases)
