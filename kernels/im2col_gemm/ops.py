@@ -210,10 +210,9 @@ def _conv2d(
         col = im2col(x[ch.n0 : ch.n1], a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows).view(
             nb, g, k, -1
         )
-        if rows == ho:  # write the GEMM straight into the output
-            torch.matmul(wmat, col, out=out[ch.n0 : ch.n1].view(nb, g, cog, rows * wo))
-        else:
-            out[ch.n0 : ch.n1, :, ch.r0 : ch.r1] = torch.matmul(wmat, col).view(nb, -1, rows, wo)
+        # Write the GEMM straight into the output; a band of rows is a strided matrix of it
+        # ([cog, rows * wo] with row stride ho * wo), which cuBLAS writes without a temporary.
+        torch.matmul(wmat, col, out=out[ch.n0 : ch.n1, :, ch.r0 : ch.r1].view(nb, g, cog, rows * wo))
     if bias is not None:
         out.add_(bias.view(1, -1, 1, 1))
     return out

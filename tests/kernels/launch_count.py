@@ -28,6 +28,13 @@ NO_LAUNCH = ALLOC_ONLY | {"detach", "alias", "lift_fresh", "_local_scalar_dense"
 class Record:
     launches: list[str] = field(default_factory=list)
     allocations: list[tuple[str, int]] = field(default_factory=list)  # (op, bytes)
+    # per launch, the bytes of every tensor it reads or writes, each once: the HBM traffic if nothing
+    # stays in L2 between launches (an upper bound; within a launch re-reads are not counted)
+    traffic: list[int] = field(default_factory=list)
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(self.traffic)
 
     def big_allocations(self, limit: int, exempt: tuple[torch.Tensor, ...] = ()) -> list[tuple[str, int]]:
         """Allocations above ``limit`` bytes other than the sizes of ``exempt`` (the call's outputs)."""
@@ -57,7 +64,15 @@ class _Mode(TorchDispatchMode):
                 self.rec.allocations.append((name, t.numel() * t.element_size()))
         if name not in NO_LAUNCH:
             self.rec.launches.append(name)
+            flat = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+            seen = {id(t) for t in flat}
+            self.rec.traffic.append(_nbytes(flat) + _nbytes([t for t in outs if id(t) not in seen]))
         return out
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the meta tensors (a 0-d CPU step is a kernel argument, not traffic)."""
+    return sum(t.numel() * t.element_size() for t in tensors if t.device.type == "meta")
 
 
 @contextmanager
@@ -85,6 +100,8 @@ def stub_triton(monkeypatch: pytest.MonkeyPatch, module: Any, rec: Record) -> No
             def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
                 def launch(*args: Any, **kwargs: Any) -> None:
                     rec.launches.append(f"triton:{name}")
+                    tensors = {id(a): a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+                    rec.traffic.append(_nbytes(list(tensors.values())))
 
                 return launch
 
@@ -102,6 +119,7 @@ def stub_im2col(monkeypatch: pytest.MonkeyPatch, ops: Any, rec: Record, mode: _M
             shape_of = real(torch.empty(x.shape, dtype=torch.float32, device="meta"), *args, **kwargs)
         rec.launches.append("im2col")
         out = torch.empty(shape_of.shape, dtype=x.dtype, device=x.device)  # counted as its allocation
+        rec.traffic.append(_nbytes([x, out]))
         return out
 
     monkeypatch.setattr(ops, "im2col", im2col)

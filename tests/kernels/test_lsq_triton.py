@@ -132,11 +132,15 @@ def test_int8_v2_is_three_launches_without_a_big_buffer(monkeypatch: pytest.Monk
     rec, y = _count_lsq(monkeypatch, "v2")
     assert rec.launches == ["triton:quantize_pack", "triton:quantize_pack", "triton:implicit_gemm"]
     assert rec.big_allocations(L2_BYTES, exempt=(y,)) == []
+    # x (fp16) -> codes, w -> codes, codes + w codes + bias -> output: 1.5x the problem's minimum bytes
+    assert rec.bytes_moved <= 1.6 * SEED.replace(dtype="fp16").min_bytes, rec.traffic
 
 
 def test_int8_v1_counts_are_what_v2_removes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The control: the counter sees v1's many launches and its column buffer (> 24 MB)."""
     rec, y = _count_lsq(monkeypatch, "v1")
+    v2, _ = _count_lsq(monkeypatch, "v2")
+    assert rec.bytes_moved > 10 * v2.bytes_moved, (rec.bytes_moved, v2.bytes_moved)
     assert len(rec.launches) > 10, rec.launches
     assert "im2col" in rec.launches and "_int_mm" in rec.launches
     assert rec.big_allocations(L2_BYTES, exempt=(y,)), rec.allocations
