@@ -277,7 +277,7 @@ def analyze(cu_file: Path, arch: str = "90") -> list[KernelSass]:
 
 # Families with Triton kernels: a module whose ``sass_specs()`` lists (name, source function,
 # signature, constexprs, launch options) per kernel; ``triton.compile`` builds them without a GPU.
-TRITON_SPECS = {"im2col_gemm": "kernels.im2col_gemm.lsq_triton"}
+TRITON_SPECS = {"im2col_gemm": ("kernels.im2col_gemm.lsq_triton", "kernels.im2col_gemm.implicit_triton")}
 
 
 def analyze_triton(module: str, arch: str = "90") -> list[KernelSass]:
@@ -423,8 +423,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         kernels: list[KernelSass] = []
         for cu in sorted(folder.glob("*.cu")):
             kernels += analyze(cu, args.arch)
-        if family in TRITON_SPECS:
-            kernels += analyze_triton(TRITON_SPECS[family], args.arch)
+        for module in TRITON_SPECS.get(family, ()):
+            kernels += analyze_triton(module, args.arch)
         shown = [k for k in kernels if re.search(args.filter, k.pretty)]
         print(f"== {family} (sm_{args.arch}, {len(kernels)} kernels, static SASS: not a GPU measurement)")
         print(report(shown, args.arch))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from kernels import _build
-from kernels.im2col_gemm import columns, lsq_triton, variants
+from kernels.im2col_gemm import columns, implicit_triton, lsq_triton, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
 from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry, with_bias
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
@@ -352,6 +352,49 @@ def _forward(
 
 
 forward = conv2d_entry(_forward, check=_check_device)
+
+
+class _Implicit(torch.autograd.Function):
+    """Forward: the Triton implicit GEMM (one launch). Backward: the chunked im2col backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        a: ConvArgs,
+        workspace: int,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.conf = (a, workspace, bias is not None)
+        return implicit_triton.conv(x, weight, bias, a)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        a, workspace, has_bias = ctx.conf
+        dx, dw, db = _conv2d_backward(
+            grad, x, weight, list(a.stride), list(a.padding), list(a.dilation), a.groups, workspace, has_bias
+        )
+        return dx, dw, (db if has_bias else None), None, None
+
+
+def _implicit_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
+    *,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+) -> torch.Tensor:
+    """conv2d as one implicit GEMM (no column buffer, bias in the epilogue; fp32 in IEEE FMAs), the
+    backward through the chunked im2col path (``workspace_bytes``)."""
+    out: torch.Tensor = _Implicit.apply(x, weight, bias, a, workspace_bytes)
+    return out
+
+
+implicit_forward = conv2d_entry(_implicit_forward, check=_check_device)
 
 
 # ---- variants --------------------------------------------------------------------------------

@@ -92,22 +92,26 @@ def paused(mode: _Mode) -> Iterator[None]:
         mode.paused = False
 
 
+class Launcher:
+    """Stands in for a jitted Triton kernel: ``launcher[grid](...)`` records one launch named
+    ``triton:<name>`` and the bytes of its tensor arguments, and runs nothing."""
+
+    def __init__(self, rec: Record, name: str) -> None:
+        self.rec = rec
+        self.name = name
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            self.rec.launches.append(f"triton:{self.name}")
+            tensors = {id(a): a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+            self.rec.traffic.append(_nbytes(list(tensors.values())))
+
+        return launch
+
+
 def stub_triton(monkeypatch: pytest.MonkeyPatch, module: Any, rec: Record) -> None:
-    """``module.kernel(name, interpret)[grid](...)`` records one launch named ``triton:<name>``."""
-
-    def kernel(name: str, interpret: bool) -> Any:
-        class Launcher:
-            def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
-                def launch(*args: Any, **kwargs: Any) -> None:
-                    rec.launches.append(f"triton:{name}")
-                    tensors = {id(a): a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
-                    rec.traffic.append(_nbytes(list(tensors.values())))
-
-                return launch
-
-        return Launcher()
-
-    monkeypatch.setattr(module, "kernel", kernel)
+    """``module.kernel(name, interpret)`` returns a :class:`Launcher` for ``name``."""
+    monkeypatch.setattr(module, "kernel", lambda name, interpret: Launcher(rec, name))
 
 
 def stub_im2col(monkeypatch: pytest.MonkeyPatch, ops: Any, rec: Record, mode: _Mode) -> None:

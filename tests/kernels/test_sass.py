@@ -129,7 +129,7 @@ def test_the_int8_implicit_gemm_compiles_to_igmma() -> None:
         sass.cuobjdump_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    kernels = {k.pretty: k for k in sass.analyze_triton(sass.TRITON_SPECS["im2col_gemm"], "90")}
+    kernels = {k.pretty: k for k in sass.analyze_triton("kernels.im2col_gemm.lsq_triton", "90")}
     gemm = kernels["triton:implicit_gemm"]
     assert any(lp.mix.tensor.get("IGMMA") for lp in gemm.loops())
     assert gemm.stack == 0 and gemm.registers > 0
