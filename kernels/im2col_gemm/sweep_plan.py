@@ -25,7 +25,12 @@ EDSR = (
 # Predicted µs on an H100 SXM (docs/tuning-log.md), written before the GPU measures.
 INT8_PREDICTED_US = {"v1": 290.0, "v2": 47.0}
 FP32_WORKSPACES = {"chunk24MiB": 24 * 1024 * 1024, "chunk256MiB": 256 * 1024 * 1024}
-FP32_PREDICTED_US = {("chunk24MiB", 0): 65.0, ("chunk24MiB", 1): 106.0}
+FP32_PREDICTED_US = {
+    ("chunk24MiB", 0): 65.0,
+    ("chunk24MiB", 1): 106.0,
+    ("implicit", 0): 60.0,
+    ("implicit", 1): 105.0,
+}
 
 
 def _lsq_call(problem: Conv2dProblem, variant: str, device: str) -> Call:
@@ -47,6 +52,16 @@ def _fp32_call(problem: Conv2dProblem, workspace: int, device: str) -> Call:
     def call() -> object:
         with torch.no_grad():
             return ops.forward(x, w, b, *problem.conv_args(), workspace_bytes=workspace)
+
+    return call
+
+
+def _implicit_call(problem: Conv2dProblem, device: str) -> Call:
+    x, w, b = problem.make_inputs(seed=0, device=device)
+
+    def call() -> object:
+        with torch.no_grad():
+            return ops.implicit_forward(x, w, b, *problem.conv_args())
 
     return call
 
