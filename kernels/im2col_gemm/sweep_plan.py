@@ -2,7 +2,8 @@
 
 int8 LSQ on the seed problem (both layouts): ``v1`` (im2col + ``_int_mm`` + torch passes) against
 ``v2`` (Triton, 3 launches). fp32 on the EDSR shapes: the column buffer bounded to 24 MiB (the
-default, within L2) against 256 MiB (the old default: one buffer through HBM). Predictions: the
+default, within L2) against 256 MiB (the old default: one buffer through HBM), and the implicit
+GEMM (one Triton launch, no column buffer). Predictions: the
 roofline in ``docs/tuning-log.md`` (H100 SXM).
 """
 
@@ -80,4 +81,8 @@ def cases() -> list[Case]:
             out.append(
                 Case(FAMILY, name, p.id, "forward", p.min_bytes, make, FP32_PREDICTED_US.get((name, i)))
             )
+        make = functools.partial(_implicit_call, p)
+        out.append(
+            Case(FAMILY, "implicit", p.id, "forward", p.min_bytes, make, FP32_PREDICTED_US[("implicit", i)])
+        )
     return out

@@ -190,6 +190,6 @@ def test_sweep_plan_lists_both_int8_variants_and_both_workspaces() -> None:
 
     cases = sweep_plan.cases()
     seen = {(c.variant, c.problem_id) for c in cases}
-    assert len(seen) == len(cases) == 8
-    assert {c.variant for c in cases} == {"lsq_v1", "lsq_v2", "chunk24MiB", "chunk256MiB"}
+    assert len(seen) == len(cases) == 10
+    assert {c.variant for c in cases} == {"lsq_v1", "lsq_v2", "chunk24MiB", "chunk256MiB", "implicit"}
     assert all(Conv2dProblem.from_id(c.problem_id).id == c.problem_id for c in cases)
