@@ -330,6 +330,9 @@ class Gate:
     no_int_div: bool = True
     # template-argument regex (on the demangled name) of instances whose layout allows vector loads
     vector_when: str = ""
+    # "kernel": no integer div/rem anywhere (PTX and SASS); "loops": none inside a loop (SASS), so
+    # per-block index math in the prologue is allowed
+    int_div_scope: str = "kernel"
     tensor_cores: bool = False  # must issue tensor-core instructions (SASS HMMA/IMMA/HGMMA/IGMMA)
     why: str = ""
 
@@ -345,6 +348,11 @@ GATES: dict[str, tuple[Gate, ...]] = {
     ),
     # The int8 implicit GEMM (LSQ v2) must run on the tensor cores; its runtime divisions are in the
     # prologue (pixel -> n, oy, ox once per thread), the K loop divides by constexprs only.
+    # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
+    # runs once per block).
+    "pcilt": (
+        Gate(pattern=r"lut_tiled_kernel<", int_div_scope="loops", why="PCILT tiled staging/lookup loops"),
+    ),
     "im2col_gemm": (
         Gate(
             pattern=r"^triton:implicit_gemm$", no_int_div=False, tensor_cores=True, why="LSQ int8 GEMM (v2)"
@@ -363,7 +371,14 @@ def check(kernels: Sequence[KernelSass], gates: Sequence[Gate]) -> list[str]:
                 continue
             gated += 1
             mix = k.mix
-            if g.no_int_div and (k.ptx_int_divs or mix.int_div or mix.calls):
+            if g.no_int_div and g.int_div_scope == "loops":
+                looped = [lp for lp in k.loops() if lp.mix.int_div or lp.mix.calls]
+                if looped:
+                    problems.append(
+                        f"{k.pretty}: integer division sequences or calls inside {len(looped)} loop(s) "
+                        f"(first at {looped[0].start:#x}); walk the loop with strides instead of div/rem"
+                    )
+            elif g.no_int_div and (k.ptx_int_divs or mix.int_div or mix.calls):
                 problems.append(
                     f"{k.pretty}: {k.ptx_int_divs} integer div/rem in PTX, {mix.int_div} division sequences "
                     f"and {mix.calls} out-of-line calls (a 64-bit division's slow path) in SASS; divide by "

@@ -141,18 +141,27 @@ __global__ void __launch_bounds__(kTile* kTile) lut_tiled_kernel(const uint32_t*
 
   for (int ci = 0; ci < g.cg; ++ci) {
     const uint32_t* plane = packed + ((ni * g.c) + grp * g.cg + ci) * static_cast<int64_t>(g.h) * g.wp;
-    for (int e = tid; e < in_th * in_tw; e += kTile * kTile) {
-      const int iy = iy_base + e / in_tw, ix = ix_base + e % in_tw;
-      int code = zero_code;
-      if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) code = unpack(plane + static_cast<int64_t>(iy) * g.wp, ix, g.bits);
-      s_in[e] = static_cast<uint8_t>(code);
+    // Staging loops walk rows and columns (tables: channel block and entry) with the thread's own
+    // (ty, tx) / tid strides, so no runtime division or remainder is left in them.
+    for (int r = ty; r < in_th; r += kTile) {
+      const int iy = iy_base + r;
+      const bool row_ok = iy >= 0 && iy < g.h;
+      for (int cc = tx; cc < in_tw; cc += kTile) {
+        const int ix = ix_base + cc;
+        int code = zero_code;
+        if (row_ok && ix >= 0 && ix < g.w) code = unpack(plane + static_cast<int64_t>(iy) * g.wp, ix, g.bits);
+        s_in[r * in_tw + cc] = static_cast<uint8_t>(code);
+      }
     }
     if (TABLES_IN_SMEM) {
-      for (int e = tid; e < tab_elems; e += kTile * kTile) {
-        const int j = e / (taps * levels);
-        const int rest = e % (taps * levels);
+      const int row_elems = taps * levels;
+#pragma unroll
+      for (int j = 0; j < CO_BLOCK; ++j) {
         const int co = co0 + j;
-        s_tab[e] = co < co_end ? tables[((static_cast<int64_t>(co) * g.cg + ci) * taps) * levels + rest] : TableT(0);
+        for (int e = tid; e < row_elems; e += kTile * kTile) {
+          s_tab[j * row_elems + e] =
+              co < co_end ? tables[(static_cast<int64_t>(co) * g.cg + ci) * row_elems + e] : TableT(0);
+        }
       }
     }
     __syncthreads();

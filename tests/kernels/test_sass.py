@@ -135,3 +135,16 @@ def test_the_int8_implicit_gemm_compiles_to_igmma() -> None:
     assert gemm.stack == 0 and gemm.registers > 0
     assert not kernels["triton:quantize_pack"].mix.tensor
     assert sass.check(list(kernels.values()), sass.GATES["im2col_gemm"]) == []
+
+
+def test_loop_scoped_gate_allows_prologue_divisions_only() -> None:
+    gate = (sass.Gate(pattern=r"lut<", int_div_scope="loops"),)
+    prologue = ["I2F.U32.RP", "MUFU.RCP", "LDS", "IADD3", "BRA", "EXIT"]  # a division, then a loop
+    k = _kernel("lut<float>", prologue, ptx_divs=1)
+    k.instrs[4] = sass.Instr(64, "", "BRA", "0x20")  # the loop: LDS, IADD3
+    assert sass.check([k], gate) == []
+    looped = ["LDS", "I2F.U32.RP", "BRA", "EXIT"]
+    k2 = _kernel("lut<float>", looped)
+    k2.instrs[2] = sass.Instr(32, "", "BRA", "0x0")
+    (problem,) = sass.check([k2], gate)
+    assert "inside 1 loop" in problem
