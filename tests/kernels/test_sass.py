@@ -148,3 +148,11 @@ def test_loop_scoped_gate_allows_prologue_divisions_only() -> None:
     k2.instrs[2] = sass.Instr(32, "", "BRA", "0x0")
     (problem,) = sass.check([k2], gate)
     assert "inside 1 loop" in problem
+
+
+def test_pcilt_sweep_plan_lists_tiled_and_naive_per_bit_width() -> None:
+    from kernels.pcilt import sweep_plan
+
+    cases = sweep_plan.cases()
+    assert {c.variant for c in cases} >= {f"{k}_{b}bit" for k in ("tiled", "naive") for b in (2, 4, 8)}
+    assert len({(c.variant, c.problem_id) for c in cases}) == len(cases) == 8
