@@ -27,11 +27,12 @@ DEPTHWISE = (
 def _call(problem: Conv2dProblem, bits: int, kind: str, device: str) -> Call:
     x, w, b = problem.make_inputs(seed=0, device=device)
     step = default_act_step(x, bits)
-    opts = {"naive": kind == "naive", "prepacked": kind == "prepacked"}
+    naive, prepacked = kind == "naive", kind == "prepacked"
 
     def call() -> object:
         with torch.no_grad():
-            return ops.forward(x, w, b, *problem.conv_args(), bits=bits, act_step=step, **opts)
+            args = problem.conv_args()
+            return ops.forward(x, w, b, *args, bits=bits, act_step=step, naive=naive, prepacked=prepacked)
 
     return call
 
