@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from kernels import _build
-from kernels.im2col_gemm import columns, implicit_triton, lsq_triton, variants
+from kernels.im2col_gemm import columns, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
 from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry, with_bias
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
@@ -368,6 +368,8 @@ class _Implicit(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.conf = (a, workspace, bias is not None)
+        from kernels.im2col_gemm import implicit_triton  # Triton only where a Triton variant runs
+
         return implicit_triton.conv(x, weight, bias, a)
 
     @staticmethod
@@ -418,6 +420,8 @@ class _LSQInt(torch.autograd.Function):
         ctx.conf = (a, bits, workspace_bytes)
         # Steps stay tensors (CPU 0-d for Python floats): no host sync, capturable in a CUDA graph.
         if variant == "v2":  # scales, bias and the cast in the GEMM's epilogue
+            from kernels.im2col_gemm import lsq_triton  # Triton only where a Triton variant runs
+
             fused: torch.Tensor = lsq_triton.conv(
                 x, weight, bias, a, act_step=sx, weight_step=sw, bits=bits, accumulate=False
             )
@@ -503,6 +507,8 @@ def _lsq_accumulate(
     """int32 accumulators of the quantized conv: the implicit int8 GEMM (v2) or CUDA int8 im2col +
     ``torch._int_mm`` (v1); see :func:`lsq_variant`."""
     if lsq_variant(variant) == "v2":
+        from kernels.im2col_gemm import lsq_triton  # Triton only where a Triton variant runs
+
         return lsq_triton.conv(
             x,
             weight,

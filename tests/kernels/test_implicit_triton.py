@@ -12,6 +12,8 @@ import inspect
 import pytest
 import torch
 from hypothesis import given, settings
+
+pytest.importorskip("triton", reason="the Triton variants need triton (the suite extra)")
 from triton.runtime.interpreter import InterpretedFunction
 
 from kernels.im2col_gemm import implicit_triton, ops

@@ -17,6 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
+
+pytest.importorskip("triton", reason="the Triton variants need triton (the suite extra)")
 from triton.runtime.interpreter import InterpretedFunction
 
 from kernels.im2col_gemm import lsq_triton, ops
