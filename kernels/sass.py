@@ -348,11 +348,6 @@ GATES: dict[str, tuple[Gate, ...]] = {
     ),
     # The int8 implicit GEMM (LSQ v2) must run on the tensor cores; its runtime divisions are in the
     # prologue (pixel -> n, oy, ox once per thread), the K loop divides by constexprs only.
-    # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
-    # runs once per block).
-    "pcilt": (
-        Gate(pattern=r"lut_tiled_kernel<", int_div_scope="loops", why="PCILT tiled staging/lookup loops"),
-    ),
     "im2col_gemm": (
         Gate(
             pattern=r"^triton:implicit_gemm$", no_int_div=False, tensor_cores=True, why="LSQ int8 GEMM (v2)"
