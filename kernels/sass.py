@@ -346,6 +346,9 @@ GATES: dict[str, tuple[Gate, ...]] = {
             why="NCHW tiled forward / input grad (v2)",
         ),
     ),
+    # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
+    # runs once per block).
+    "pcilt": (Gate(pattern=r"lut_tiled_kernel<", int_div_scope="loops", why="PCILT tiled loops"),),
     # The int8 implicit GEMM (LSQ v2) must run on the tensor cores; its runtime divisions are in the
     # prologue (pixel -> n, oy, ox once per thread), the K loop divides by constexprs only.
     "im2col_gemm": (
