@@ -4,9 +4,12 @@
 a cubin (nvcc) and to PTX, disassembles the cubin with ``cuobjdump`` (CUDA's, or the one triton's
 wheel ships) and prints per kernel: registers, occupancy on the arch, and for the whole kernel and
 each loop (a backward branch) the instruction mix: global loads by width, integer-division
-sequences, FFMAs and shared-memory traffic. ``--gate`` fails (exit 1) when a kernel under a
-``Gate`` holds an integer div/rem (PTX ``div``/``rem`` on integers, or the SASS ``I2F.*.RP`` that
-opens every inlined integer division) or lacks the vector global loads its layout allows.
+sequences, FFMAs, shared-memory traffic and tensor-core instructions (HMMA/IMMA/HGMMA/IGMMA).
+Families with Triton kernels (``TRITON_SPECS``) add them, compiled by ``triton.compile`` for the
+arch. ``--gate`` fails (exit 1) when a kernel under a ``Gate`` holds an integer div/rem (PTX
+``div``/``rem`` on integers, or the SASS ``I2F.*.RP`` that opens every inlined integer division),
+lacks the vector global loads its layout allows, or (``tensor_cores``) issues no tensor-core
+instruction.
 
 This is static analysis: counts are instructions in the binary, not issued instructions; the
 per-shape figures built on them (``kernels.depthwise.model``) are predictions, not measurements.
@@ -33,6 +36,9 @@ SM90_REGS = 65536
 SM90_MAX_THREADS = 2048
 SM90_MAX_BLOCKS = 32
 REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256
+# SASS opcodes of the tensor cores: warp-level MMA (sm_80: HMMA fp16/bf16/tf32, IMMA int8) and
+# warpgroup MMA (sm_90 wgmma: HGMMA, IGMMA int8, QGMMA fp8).
+TENSOR_CORE_OPS = ("HMMA", "IMMA", "HGMMA", "IGMMA", "QGMMA")
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class Mix:
     lds: int = 0
     sts: int = 0
     bar: int = 0
+    tensor: dict[str, int] = field(default_factory=dict)  # tensor-core instructions by opcode base
 
     def add(self, ins: Instr) -> None:
         self.total += 1
@@ -85,6 +92,8 @@ class Mix:
             self.sts += 1
         elif base == "BAR":
             self.bar += 1
+        elif base in TENSOR_CORE_OPS:
+            self.tensor[base] = self.tensor.get(base, 0) + 1
 
     @property
     def loads(self) -> int:
@@ -98,7 +107,8 @@ class Mix:
         ldg = " ".join(f"{w}b:{n}" for w, n in sorted(self.ldg.items())) or "-"
         return (
             f"{self.total:5d} ins  ldg[{ldg}]  ffma {self.ffma}  lds/sts {self.lds}/{self.sts}  "
-            f"idiv {self.int_div}  call {self.calls}"
+            f"idiv {self.int_div}  call {self.calls}  tensor-core "
+            f"{' '.join(f'{k}:{n}' for k, n in sorted(self.tensor.items())) or 'none'}"
         )
 
 
@@ -121,6 +131,8 @@ class KernelSass:
     shared_static: int = 0
     ptx_int_divs: int = 0
     pretty: str = ""
+    ptx_mma: int = 0  # PTX mma.sync / wgmma.mma_async instructions (filled for Triton kernels)
+    stack: int = 0  # bytes of stack (spills) per thread (filled for Triton kernels)
 
     @property
     def mix(self) -> Mix:
@@ -263,6 +275,50 @@ def analyze(cu_file: Path, arch: str = "90") -> list[KernelSass]:
     return out
 
 
+# Families with Triton kernels: a module whose ``sass_specs()`` lists (name, source function,
+# signature, constexprs, launch options) per kernel; ``triton.compile`` builds them without a GPU.
+TRITON_SPECS = {"im2col_gemm": ("kernels.im2col_gemm.lsq_triton", "kernels.im2col_gemm.implicit_triton")}
+
+
+def analyze_triton(module: str, arch: str = "90") -> list[KernelSass]:
+    """Compile each Triton kernel of ``module`` for ``sm_<arch>`` and return its static facts; the
+    demangled name is ``triton:<name>``."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    out = []
+    tool = str(cuobjdump_path())
+    for name, fn, sig, consts, options in importlib.import_module(module).sass_specs():
+        jit = triton.jit(fn)
+        signature = {a: ("constexpr" if a in consts else sig[a].split(":")[0]) for a in jit.arg_names}
+        # "<type>:16": divisible by 16, as the launcher specializes aligned pointers and such sizes
+        attrs = {
+            (i,): [["tt.divisibility", 16]]
+            for i, a in enumerate(jit.arg_names)
+            if sig.get(a, "").endswith(":16")
+        }
+        consts_at = {(jit.arg_names.index(k),): v for k, v in consts.items()}
+        src = ASTSource(jit, signature, constexprs=consts_at, attrs=attrs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", int(arch), 32), options=options)
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = Path(tmp) / "k.cubin"
+            cubin.write_bytes(compiled.asm["cubin"])
+            sass = parse_sass(_run([tool, "-sass", str(cubin)]))
+            usage = _run([tool, "-res-usage", str(cubin)])
+        ptx = compiled.asm["ptx"]
+        divs = ptx_int_divs(ptx)
+        for mangled, instrs in sass.items():
+            m = re.search(rf"Function {re.escape(mangled)}:.*?REG:(\d+)\s+STACK:(\d+)", usage, re.S)
+            regs, stack = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+            ks = KernelSass(mangled, instrs, regs, int(compiled.metadata.shared), divs.get(mangled, 0))
+            ks.stack = stack
+            ks.pretty = f"triton:{name}"
+            ks.ptx_mma = len(re.findall(r"^\s*(?:@!?%p\d+\s+)?(?:wgmma\.mma_async|mma\.sync)", ptx, re.M))
+            out.append(ks)
+    return out
+
+
 # ---- the gate -------------------------------------------------------------------------------------
 
 
@@ -274,6 +330,10 @@ class Gate:
     no_int_div: bool = True
     # template-argument regex (on the demangled name) of instances whose layout allows vector loads
     vector_when: str = ""
+    # "kernel": no integer div/rem anywhere (PTX and SASS); "loops": none inside a loop (SASS), so
+    # per-block index math in the prologue is allowed
+    int_div_scope: str = "kernel"
+    tensor_cores: bool = False  # must issue tensor-core instructions (SASS HMMA/IMMA/HGMMA/IGMMA)
     why: str = ""
 
 
@@ -284,6 +344,16 @@ GATES: dict[str, tuple[Gate, ...]] = {
             pattern=r"fwd_tile_nchw_v2<",
             vector_when=r", [12]>",  # StageMode kStageRows4 / kStagePlanes4
             why="NCHW tiled forward / input grad (v2)",
+        ),
+    ),
+    # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
+    # runs once per block).
+    "pcilt": (Gate(pattern=r"lut_tiled_kernel<", int_div_scope="loops", why="PCILT tiled loops"),),
+    # The int8 implicit GEMM (LSQ v2) must run on the tensor cores; its runtime divisions are in the
+    # prologue (pixel -> n, oy, ox once per thread), the K loop divides by constexprs only.
+    "im2col_gemm": (
+        Gate(
+            pattern=r"^triton:implicit_gemm$", no_int_div=False, tensor_cores=True, why="LSQ int8 GEMM (v2)"
         ),
     ),
 }
@@ -299,11 +369,23 @@ def check(kernels: Sequence[KernelSass], gates: Sequence[Gate]) -> list[str]:
                 continue
             gated += 1
             mix = k.mix
-            if g.no_int_div and (k.ptx_int_divs or mix.int_div or mix.calls):
+            if g.no_int_div and g.int_div_scope == "loops":
+                looped = [lp for lp in k.loops() if lp.mix.int_div or lp.mix.calls]
+                if looped:
+                    problems.append(
+                        f"{k.pretty}: integer division sequences or calls inside {len(looped)} loop(s) "
+                        f"(first at {looped[0].start:#x}); walk the loop with strides instead of div/rem"
+                    )
+            elif g.no_int_div and (k.ptx_int_divs or mix.int_div or mix.calls):
                 problems.append(
                     f"{k.pretty}: {k.ptx_int_divs} integer div/rem in PTX, {mix.int_div} division sequences "
                     f"and {mix.calls} out-of-line calls (a 64-bit division's slow path) in SASS; divide by "
                     "host-computed magic numbers (FastDiv) or compile-time constants"
+                )
+            if g.tensor_cores and not mix.tensor:
+                problems.append(
+                    f"{k.pretty}: no tensor-core instruction (HMMA/IMMA/HGMMA/IGMMA) in its SASS; "
+                    "its GEMM runs on the CUDA cores"
                 )
             if g.vector_when and re.search(g.vector_when, k.pretty):
                 staged = [lp for lp in k.loops() if lp.mix.loads]
@@ -323,7 +405,12 @@ def report(kernels: Sequence[KernelSass], arch: str) -> str:
         lines.append(f"{k.pretty[:150]}")
         lines.append(
             f"    regs {k.registers:3d}  occupancy(256-thread blocks, no smem) {occ:4.0%}  "
-            f"ptx int div/rem {k.ptx_int_divs}"
+            f"ptx int div/rem {k.ptx_int_divs}  tensor cores: {'yes' if k.mix.tensor else 'no'}"
+            + (
+                f" (ptx mma {k.ptx_mma}), smem {k.shared_static} B, stack {k.stack} B"
+                if k.pretty.startswith("triton:")
+                else ""
+            )
         )
         lines.append(f"    all   {k.mix.brief()}")
         for i, lp in enumerate(k.loops()):
@@ -349,6 +436,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         kernels: list[KernelSass] = []
         for cu in sorted(folder.glob("*.cu")):
             kernels += analyze(cu, args.arch)
+        for module in TRITON_SPECS.get(family, ()):
+            kernels += analyze_triton(module, args.arch)
         shown = [k for k in kernels if re.search(args.filter, k.pretty)]
         print(f"== {family} (sm_{args.arch}, {len(kernels)} kernels, static SASS: not a GPU measurement)")
         print(report(shown, args.arch))

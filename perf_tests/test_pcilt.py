@@ -6,8 +6,9 @@
 * Perf (``--convperf``): seed 003's case (1 x 64 x 224 x 224 -> 128, 3x3) per bit width, timed
   paired against ``F.conv2d`` (cuDNN fp32, TF32 off) with the memory of both and the table memory
   next to the weight memory (``pcilt.md``: seed 003's comparison); the tiled kernel against the
-  naive one-thread-per-output kernel (goal >= 5x); depthwise PCILT with packed 4-bit inputs
-  against the fp32 native depthwise conv on the two large depthwise seed shapes (goal >= 1.5x).
+  naive one-thread-per-output kernel (goal >= 5x at 2/4 bits, >= 2x at 8); depthwise PCILT with
+  packed 4-bit inputs against our own fp32 depthwise kernel on the two large depthwise seed shapes
+  (goal >= 1.5x; F.conv2d on a CPU).
   On a CPU the candidate is the PyTorch gather reference and shapes are scaled down (the table
   says how); the kernel-vs-kernel comparison needs a GPU.
 """
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernels.depthwise import ops as depthwise_ops
 from kernels.pcilt import ops, reference
 from kernels.pcilt.tables import memory_report
 from kernels.quant import quality
@@ -68,6 +70,7 @@ SEED_TABLE = Table(
         "rel_l2/sqnr_db: drift of the quantized output from the float conv."
     ],
 )
+TILED_GOALS = {2: 5.0, 4: 5.0, 8: 2.0}  # tiled vs naive PCILT kernel on an H100 (issue 28)
 KERNEL_TABLE = Table(
     "PCILT kernels: tiled (shared-memory tables, packed codes) vs naive and vs native conv",
     ("comparison", "problem", "candidate s", "reference s", "speedup", "goal (H100)", "goal met"),
@@ -198,7 +201,8 @@ def test_seed_case(
 )
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_tiled_vs_naive_kernel(bits: int, convperf: Any, tables: dict[str, Table]) -> None:
-    """The shared-memory tiled kernel against the one-thread-per-output kernel (goal >= 5x on an H100)."""
+    """The shared-memory tiled kernel against the one-thread-per-output kernel (goal on an H100: >= 5x at
+    2 and 4 bits, >= 2x at 8 bits)."""
     candidate, oracle = bind(SEED_CASE, True, bits=bits)
     naive, _ = bind(SEED_CASE, True, bits=bits, naive=True)
     x, w, _ = SEED_CASE.make_inputs(stable_seed(SEED_CASE), "cuda")
@@ -216,7 +220,7 @@ def test_tiled_vs_naive_kernel(bits: int, convperf: Any, tables: dict[str, Table
         f"{kernel} vs naive, {bits}-bit (candidate: {kernel} kernel)",
         SEED_CASE.id,
         cmp,
-        5.0,
+        TILED_GOALS[bits],
         measured=kernel == "tiled",
         why="the tiled kernel cannot run here; naive ran",
     )
@@ -228,15 +232,20 @@ def test_tiled_vs_naive_kernel(bits: int, convperf: Any, tables: dict[str, Table
 def test_depthwise_packed_4bit(
     problem: Conv2dProblem, convperf: Any, convperf_device: DeviceInfo, tables: dict[str, Table]
 ) -> None:
-    """Depthwise PCILT (packed 4-bit inputs) vs fp32 native depthwise (goal >= 1.5x on an H100)."""
+    """Depthwise PCILT (packed 4-bit inputs) vs our own fp32 depthwise kernel (``kernels.depthwise``; goal
+    on an H100 >= 1.5x); on a CPU, against F.conv2d."""
     gpu = _gpu(convperf_device)
     p = problem if gpu else problem.replace(**CPU_DW_SCALE)
     # Inputs arrive packed (as a previous quantized layer would hand them over): packing is done
     # once per input set, outside the timed calls after the warm-up.
     candidate, oracle = bind(p, gpu, bits=4, prepacked=True)
     with torch.no_grad():
-        cmp = convperf.check(candidate, p, oracle=oracle)
-    label = "depthwise, packed 4-bit inputs, vs F.conv2d fp32" + ("" if gpu else " (CPU, scaled; reference)")
+        if gpu:
+            cmp = convperf.check(candidate, p, reference=depthwise_ops.forward, oracle=oracle)
+        else:
+            cmp = convperf.check(candidate, p, oracle=oracle)
+    against = "our fp32 depthwise kernel" if gpu else "F.conv2d fp32 (CPU, scaled; reference)"
+    label = f"depthwise, packed 4-bit inputs, vs {against}"
     tables[KERNEL_TABLE.title].rows.append(_kernel_row(label, p.id, cmp, 1.5, measured=gpu))
     w = torch.randn(p.weight_shape)
     # Exact bytes of the real int32 tables: 2^4 entries of 4 bytes per weight.

@@ -27,7 +27,7 @@ struct Geometry {
   int row0, rows;        // band of output rows held by the column buffer
 };
 
-// One thread per (n, c, band row, ox); it writes the kh*kw column entries of its output pixel.
+// One thread per (n, c, band row, ox); it writes the kh*kw column entries of its output pixel (layouts with sl == 1).
 // Consecutive threads take consecutive ox, so reads of x and writes of col (sl == 1) coalesce.
 template <typename T, typename Index>
 __global__ void __launch_bounds__(256) im2col_kernel(const T* __restrict__ x, T* __restrict__ col,
@@ -58,6 +58,34 @@ __global__ void __launch_bounds__(256) im2col_kernel(const T* __restrict__ x, T*
         cp += sk;
       }
     }
+  }
+}
+
+// K-contiguous layouts (sk == 1, "nlk": the int8 GEMM's): one thread per column element with k
+// fastest, so consecutive threads write consecutive bytes. The pixel-per-thread kernel above would
+// have consecutive threads writing addresses K elements apart (2304 B for 256 channels x 3x3 int8).
+template <typename T, typename Index>
+__global__ void __launch_bounds__(256) im2col_kfast_kernel(const T* __restrict__ x, T* __restrict__ col,
+                                                           Geometry g, int64_t sn, int64_t sl) {
+  const int kk = g.kh * g.kw;
+  const Index k_count = static_cast<Index>(g.c) * kk;
+  const Index length = static_cast<Index>(g.rows) * g.wo;
+  const Index total = static_cast<Index>(g.n) * length * k_count;
+  for (Index idx = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index k = idx % k_count;
+    Index t = idx / k_count;
+    const Index l = t % length;
+    const Index ni = t / length;
+    const int ci = static_cast<int>(k / kk);
+    const int tap = static_cast<int>(k % kk);
+    const int ky = tap / g.kw, kx = tap % g.kw;
+    const int r = static_cast<int>(l / g.wo), ox = static_cast<int>(l % g.wo);
+    const int iy = (g.row0 + r) * g.sh - g.ph + ky * g.dh;
+    const int ix = ox * g.sw - g.pw + kx * g.dw;
+    T v = from_f<T>(0.0f);
+    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) v = x[((ni * g.c + ci) * g.h + iy) * g.w + ix];
+    col[ni * sn + l * sl + k] = v;
   }
 }
 
@@ -110,8 +138,16 @@ cudaError_t im2col_typed(const void* x, void* col, const Geometry& g, int64_t sn
   const int64_t extent = static_cast<int64_t>(g.n) * g.c * g.h * g.w;
   const int64_t col_extent = (g.n - 1) * sn + (static_cast<int64_t>(g.c) * g.kh * g.kw - 1) * sk +
                              (static_cast<int64_t>(g.rows) * g.wo - 1) * sl + 1;
-  const bool small = extent < INT32_MAX && col_extent < INT32_MAX && total < INT32_MAX;
-  if (small) {
+  const bool small = extent < INT32_MAX && col_extent < INT32_MAX && total * g.kh * g.kw < INT32_MAX;
+  if (sk == 1) {  // K contiguous: the k-fastest mapping keeps the writes coalesced
+    if (small) {
+      im2col_kfast_kernel<T, int32_t><<<grid_for(total * g.kh * g.kw), 256, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(col), g, sn, sl);
+    } else {
+      im2col_kfast_kernel<T, int64_t><<<grid_for(total * g.kh * g.kw), 256, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(col), g, sn, sl);
+    }
+  } else if (small) {
     im2col_kernel<T, int32_t><<<grid_for(total), 256, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(col),
                                                                    g, sn, sk, sl);
   } else {

@@ -6,13 +6,15 @@ The CUDA ops (``torch.ops.convperf_im2col_gemm.im2col`` / ``col2im``) load on fi
 
 :func:`forward` is the custom op ``convperf_im2col_gemm_py::conv2d`` whose backward
 (``conv2d_backward``) rebuilds the columns chunk by chunk, so forward and backward both keep the
-column buffer under ``workspace_bytes``. Variants: :func:`lsq_forward` (int8 GEMM through
+column buffer under ``workspace_bytes``
+(default 24 MiB: within L2). Variants: :func:`lsq_forward` (int8 GEMM through
 ``torch._int_mm``; LSQ gradients), :func:`lsq_accumulate`, :func:`sparse_forward`,
 :func:`structured_forward`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +27,20 @@ from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, 
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
 
 FAMILY = "im2col_gemm"
+LSQ_VARIANTS = ("v1", "v2")
+LSQ_VARIANT_ENV = "CONVPERF_LSQ_VARIANT"
+
+
+def lsq_variant(variant: str | None = None) -> str:
+    """``variant``, else ``$CONVPERF_LSQ_VARIANT`` (read on every call, so one process can time both):
+    ``v1`` is the int8 im2col column buffer + ``torch._int_mm`` (cuBLASLt) + torch elementwise
+    passes; ``v2`` (default) is :mod:`kernels.im2col_gemm.lsq_triton`, 3 launches and no column
+    buffer (on the CPU it runs under Triton's interpreter)."""
+    value = variant if variant is not None else os.environ.get(LSQ_VARIANT_ENV, "v2")
+    if value not in LSQ_VARIANTS:
+        where = "variant" if variant is not None else LSQ_VARIANT_ENV
+        raise ValueError(f"{where}={value!r} must be one of {', '.join(LSQ_VARIANTS)}")
+    return value
 
 
 def _register_cpp_rules() -> None:
@@ -194,10 +210,9 @@ def _conv2d(
         col = im2col(x[ch.n0 : ch.n1], a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows).view(
             nb, g, k, -1
         )
-        if rows == ho:  # write the GEMM straight into the output
-            torch.matmul(wmat, col, out=out[ch.n0 : ch.n1].view(nb, g, cog, rows * wo))
-        else:
-            out[ch.n0 : ch.n1, :, ch.r0 : ch.r1] = torch.matmul(wmat, col).view(nb, -1, rows, wo)
+        # Write the GEMM straight into the output; a band of rows is a strided matrix of it
+        # ([cog, rows * wo] with row stride ho * wo), which cuBLAS writes without a temporary.
+        torch.matmul(wmat, col, out=out[ch.n0 : ch.n1, :, ch.r0 : ch.r1].view(nb, g, cog, rows * wo))
     if bias is not None:
         out.add_(bias.view(1, -1, 1, 1))
     return out
@@ -248,7 +263,11 @@ def _conv2d_backward(
             nb, g, k, -1
         )
         gyc = gy[ch.n0 : ch.n1, :, ch.r0 : ch.r1].reshape(nb, g, cog, rows * wo)
-        dw += torch.matmul(gyc, col.transpose(2, 3)).sum(0, dtype=torch.float32)
+        if col.dtype == dw.dtype:  # fp32: accumulate in place, no [nb, g, cog, K] per-sample buffer to sum
+            for i in range(nb):
+                dw.baddbmm_(gyc[i], col[i].transpose(1, 2))
+        else:  # fp16/bf16: per-sample products summed in fp32 (baddbmm_ needs one dtype)
+            dw += torch.matmul(gyc, col.transpose(2, 3)).sum(0, dtype=torch.float32)
         gcol = torch.matmul(wmat_t, gyc).view(nb, g * k, rows * wo)
         if banded:
             lo, hi = input_rows(ch.r0, ch.r1, h, a.kernel[0], a.stride[0], a.padding[0], a.dilation[0])
@@ -323,7 +342,8 @@ def _forward(
     """conv2d by im2col + GEMM (signature of ``F.conv2d``), differentiable.
 
     The column buffer is built for chunks of the batch (bands of output rows when one sample is
-    larger) so it never exceeds ``workspace_bytes`` (default 256 MiB), in forward and backward.
+    larger) so it never exceeds ``workspace_bytes`` (default 24 MiB, within an H100's L2), in forward and
+    backward.
     """
     out: torch.Tensor = _conv2d(
         x, weight, bias, list(a.stride), list(a.padding), list(a.dilation), a.groups, workspace_bytes
@@ -332,6 +352,51 @@ def _forward(
 
 
 forward = conv2d_entry(_forward, check=_check_device)
+
+
+class _Implicit(torch.autograd.Function):
+    """Forward: the Triton implicit GEMM (one launch). Backward: the chunked im2col backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        a: ConvArgs,
+        workspace: int,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.conf = (a, workspace, bias is not None)
+        from kernels.im2col_gemm import implicit_triton  # Triton only where a Triton variant runs
+
+        return implicit_triton.conv(x, weight, bias, a)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        a, workspace, has_bias = ctx.conf
+        dx, dw, db = _conv2d_backward(
+            grad, x, weight, list(a.stride), list(a.padding), list(a.dilation), a.groups, workspace, has_bias
+        )
+        return dx, dw, (db if has_bias else None), None, None
+
+
+def _implicit_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
+    *,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+) -> torch.Tensor:
+    """conv2d as one implicit GEMM (no column buffer, bias in the epilogue; fp32 in IEEE FMAs), the
+    backward through the chunked im2col path (``workspace_bytes``)."""
+    out: torch.Tensor = _Implicit.apply(x, weight, bias, a, workspace_bytes)
+    return out
+
+
+implicit_forward = conv2d_entry(_implicit_forward, check=_check_device)
 
 
 # ---- variants --------------------------------------------------------------------------------
@@ -349,10 +414,18 @@ class _LSQInt(torch.autograd.Function):
         a: ConvArgs,
         bits: int,
         workspace_bytes: int,
+        variant: str,
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight, bias, sx, sw)
         ctx.conf = (a, bits, workspace_bytes)
         # Steps stay tensors (CPU 0-d for Python floats): no host sync, capturable in a CUDA graph.
+        if variant == "v2":  # scales, bias and the cast in the GEMM's epilogue
+            from kernels.im2col_gemm import lsq_triton  # Triton only where a Triton variant runs
+
+            fused: torch.Tensor = lsq_triton.conv(
+                x, weight, bias, a, act_step=sx, weight_step=sw, bits=bits, accumulate=False
+            )
+            return fused
         acc = variants.lsq_accumulate(
             x, weight, a, workspace_bytes, im2col, act_step=sx, weight_step=sw, bits=bits
         )
@@ -389,6 +462,7 @@ class _LSQInt(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -406,14 +480,16 @@ def _lsq_forward(
     weight_step: Step | None = None,
     bits: int = 8,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+    variant: str | None = None,
 ) -> torch.Tensor:
-    """LSQ-quantized conv with a real int8 GEMM (``torch._int_mm``) and exact int32 accumulation.
+    """LSQ-quantized conv on an int8 GEMM, exact int32 accumulation (``variant``: :func:`lsq_variant`).
 
     Output ``acc * s_x * s_w + bias`` in the input's dtype; steps default to LSQ's data init; the
     backward applies LSQ's straight-through and step gradients. Reference: ``reference.lsq_forward``.
     """
     sx, sw = _step_tensor(act_step, x, bits), _step_tensor(weight_step, weight, bits)
-    out: torch.Tensor = _LSQInt.apply(x, weight, bias, sx, sw, a, bits, workspace_bytes)
+    chosen = lsq_variant(variant)
+    out: torch.Tensor = _LSQInt.apply(x, weight, bias, sx, sw, a, bits, workspace_bytes, chosen)
     return out
 
 
@@ -426,8 +502,23 @@ def _lsq_accumulate(
     weight_step: Step,
     bits: int = 8,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+    variant: str | None = None,
 ) -> torch.Tensor:
-    """int32 accumulators of the quantized conv: CUDA int8 im2col + ``torch._int_mm``."""
+    """int32 accumulators of the quantized conv: the implicit int8 GEMM (v2) or CUDA int8 im2col +
+    ``torch._int_mm`` (v1); see :func:`lsq_variant`."""
+    if lsq_variant(variant) == "v2":
+        from kernels.im2col_gemm import lsq_triton  # Triton only where a Triton variant runs
+
+        return lsq_triton.conv(
+            x,
+            weight,
+            None,
+            a,
+            act_step=step_tensor(act_step),
+            weight_step=step_tensor(weight_step),
+            bits=bits,
+            accumulate=True,
+        )
     return variants.lsq_accumulate(
         x, weight, a, workspace_bytes, im2col, act_step=act_step, weight_step=weight_step, bits=bits
     )

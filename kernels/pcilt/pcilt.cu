@@ -107,20 +107,23 @@ __global__ void __launch_bounds__(256, 4) lut_naive_kernel(const uint32_t* __res
 constexpr int kTile = 16;  // 16 x 16 output pixels per block, one per thread
 
 // Tiled kernel: a block computes a 16x16 output tile for CO_BLOCK output channels of one group.
-// Per input channel it unpacks the (halo'd) input tile into shared memory as bytes and, when
-// TABLES_IN_SMEM, stages the CO_BLOCK x kh x kw x 2^b table entries there too; every code read
-// then feeds CO_BLOCK lookups.
+// Per block of ci_block input channels (one barrier pair per block, not per channel) it unpacks the
+// (halo'd) input tiles into shared memory as bytes and, when TABLES_IN_SMEM, stages their
+// CO_BLOCK x kh x kw x 2^b table entries there too; every code read then feeds CO_BLOCK lookups.
+// Launch bounds (256, 4): without a minimum, nvcc 13.0's ptxas spilled 4-16 bytes in several
+// instances; 4 blocks per SM caps them at 64 registers (no spills on sm_80 / sm_90).
 template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM>
-__global__ void __launch_bounds__(kTile* kTile) lut_tiled_kernel(const uint32_t* __restrict__ packed,
+__global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32_t* __restrict__ packed,
                                                                  const TableT* __restrict__ tables,
                                                                  void* __restrict__ out, LutGeometry g,
-                                                                 int tiles_x, int in_th, int in_tw) {
+                                                                 int tiles_x, int in_th, int in_tw, int ci_block) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int levels = 1 << g.bits;
   const int taps = g.kh * g.kw;
   TableT* s_tab = reinterpret_cast<TableT*>(smem);
-  const int tab_elems = TABLES_IN_SMEM ? CO_BLOCK * taps * levels : 0;
-  uint8_t* s_in = reinterpret_cast<uint8_t*>(s_tab + tab_elems);
+  const int tab_elems = TABLES_IN_SMEM ? CO_BLOCK * taps * levels : 0;  // per staged channel
+  const int in_elems = in_th * in_tw;
+  uint8_t* s_in = reinterpret_cast<uint8_t*>(s_tab + tab_elems * ci_block);
 
   const int tile = blockIdx.x;
   const int oy0 = (tile / tiles_x) * kTile, ox0 = (tile % tiles_x) * kTile;
@@ -139,34 +142,54 @@ __global__ void __launch_bounds__(kTile* kTile) lut_tiled_kernel(const uint32_t*
 #pragma unroll
   for (int j = 0; j < CO_BLOCK; ++j) acc[j] = 0;
 
-  for (int ci = 0; ci < g.cg; ++ci) {
-    const uint32_t* plane = packed + ((ni * g.c) + grp * g.cg + ci) * static_cast<int64_t>(g.h) * g.wp;
-    for (int e = tid; e < in_th * in_tw; e += kTile * kTile) {
-      const int iy = iy_base + e / in_tw, ix = ix_base + e % in_tw;
-      int code = zero_code;
-      if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) code = unpack(plane + static_cast<int64_t>(iy) * g.wp, ix, g.bits);
-      s_in[e] = static_cast<uint8_t>(code);
-    }
-    if (TABLES_IN_SMEM) {
-      for (int e = tid; e < tab_elems; e += kTile * kTile) {
-        const int j = e / (taps * levels);
-        const int rest = e % (taps * levels);
-        const int co = co0 + j;
-        s_tab[e] = co < co_end ? tables[((static_cast<int64_t>(co) * g.cg + ci) * taps) * levels + rest] : TableT(0);
+  for (int ci0 = 0; ci0 < g.cg; ci0 += ci_block) {
+    const int nci = min(ci_block, g.cg - ci0);
+    // Staging loops walk channels, rows and columns (tables: channel, output channel and entry) with
+    // the thread's own (ty, tx) / tid strides, so no runtime division or remainder is left in them.
+    for (int q = 0; q < nci; ++q) {
+      const int ci = ci0 + q;
+      const uint32_t* plane = packed + ((ni * g.c) + grp * g.cg + ci) * static_cast<int64_t>(g.h) * g.wp;
+      uint8_t* s_in_q = s_in + q * in_elems;
+      for (int r = ty; r < in_th; r += kTile) {
+        const int iy = iy_base + r;
+        const bool row_ok = iy >= 0 && iy < g.h;
+        for (int cc = tx; cc < in_tw; cc += kTile) {
+          const int ix = ix_base + cc;
+          int code = zero_code;
+          if (row_ok && ix >= 0 && ix < g.w) code = unpack(plane + static_cast<int64_t>(iy) * g.wp, ix, g.bits);
+          s_in_q[r * in_tw + cc] = static_cast<uint8_t>(code);
+        }
+      }
+      if (TABLES_IN_SMEM) {
+        const int row_elems = taps * levels;
+        TableT* s_tab_q = s_tab + q * tab_elems;
+#pragma unroll
+        for (int j = 0; j < CO_BLOCK; ++j) {
+          const int co = co0 + j;
+          for (int e = tid; e < row_elems; e += kTile * kTile) {
+            s_tab_q[j * row_elems + e] =
+                co < co_end ? tables[(static_cast<int64_t>(co) * g.cg + ci) * row_elems + e] : TableT(0);
+          }
+        }
       }
     }
     __syncthreads();
     if (oy < g.ho && ox < g.wo) {
-      for (int ky = 0; ky < g.kh; ++ky) {
-        for (int kx = 0; kx < g.kw; ++kx) {
-          const int code = s_in[(ty * g.sh + ky * g.dh) * in_tw + tx * g.sw + kx * g.dw];
-          const int tap = ky * g.kw + kx;
+      for (int q = 0; q < nci; ++q) {
+        const uint8_t* s_in_q = s_in + q * in_elems;
+        const TableT* s_tab_q = s_tab + q * tab_elems;
+        for (int ky = 0; ky < g.kh; ++ky) {
+          for (int kx = 0; kx < g.kw; ++kx) {
+            const int code = s_in_q[(ty * g.sh + ky * g.dh) * in_tw + tx * g.sw + kx * g.dw];
+            const int tap = ky * g.kw + kx;
 #pragma unroll
-          for (int j = 0; j < CO_BLOCK; ++j) {
-            if (TABLES_IN_SMEM) {
-              acc[j] += s_tab[(j * taps + tap) * levels + code];
-            } else if (co0 + j < co_end) {
-              acc[j] += __ldg(tables + ((static_cast<int64_t>(co0 + j) * g.cg + ci) * taps + tap) * levels + code);
+            for (int j = 0; j < CO_BLOCK; ++j) {
+              if (TABLES_IN_SMEM) {
+                acc[j] += s_tab_q[(j * taps + tap) * levels + code];
+              } else if (co0 + j < co_end) {
+                acc[j] += __ldg(tables + ((static_cast<int64_t>(co0 + j) * g.cg + ci0 + q) * taps + tap) * levels +
+                                code);
+              }
             }
           }
         }
@@ -200,10 +223,13 @@ struct TiledPlan {
   bool tables_in_smem;
   int tiles_x, in_th, in_tw;
   size_t smem_bytes;
+  int ci_block;  // input channels staged per barrier pair
 };
 
+constexpr int kMaxCiBlock = 8;
+
 TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem) {
-  TiledPlan p{0, false, 0, 0, 0, 0};
+  TiledPlan p{0, false, 0, 0, 0, 0, 1};
   const int64_t tiles_y = (g.ho + kTile - 1) / kTile, tiles_x = (g.wo + kTile - 1) / kTile;
   if (tiles_y * tiles_x > INT32_MAX || g.n > 65535) return p;
   const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (1 << g.bits) * table_elem;
@@ -233,6 +259,13 @@ TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem) {
     p.co_block = 1;
     p.smem_bytes = static_cast<size_t>(in_bytes);
   }
+  // Stage as many channels per barrier pair as fit (up to kMaxCiBlock, never more than the group has).
+  const size_t per_channel = p.smem_bytes;
+  while (p.co_block > 0 && p.ci_block * 2 <= kMaxCiBlock && p.ci_block * 2 <= g.cg &&
+         per_channel * p.ci_block * 2 <= kSmemBudget) {
+    p.ci_block *= 2;
+  }
+  p.smem_bytes = per_channel * p.ci_block;
   return p;
 }
 
@@ -242,7 +275,8 @@ cudaError_t launch_tiled(const uint32_t* packed, const TableT* tables, void* out
   const int tiles = ((g.ho + kTile - 1) / kTile) * p.tiles_x;
   const dim3 grid(tiles, ((g.cog + CO_BLOCK - 1) / CO_BLOCK) * (g.cout / g.cog), g.n);
   lut_tiled_kernel<TableT, CO_BLOCK, TABLES_IN_SMEM>
-      <<<grid, kTile * kTile, p.smem_bytes, stream>>>(packed, tables, out, g, p.tiles_x, p.in_th, p.in_tw);
+      <<<grid, kTile * kTile, p.smem_bytes, stream>>>(packed, tables, out, g, p.tiles_x, p.in_th, p.in_tw,
+                                                      p.ci_block);
   return cudaGetLastError();
 }
 
@@ -253,7 +287,7 @@ cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out
   void* o = out;
   const int64_t total = static_cast<int64_t>(g.n) * g.cout * g.ho * g.wo;
   if (total == 0) return cudaSuccess;
-  const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0} : plan_tiled(g, sizeof(TableT));
+  const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT));
   if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false>(packed, t, o, g, p, stream);
   switch (p.co_block) {
     case 8:

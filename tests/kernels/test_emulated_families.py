@@ -84,6 +84,8 @@ LUT_CASES = [  # (x shape, cout, groups, kernel, stride, padding, dilation, bits
     ((1, 2, 8, 9), 4, 1, (3, 2), (2, 1), (1, 0), (1, 2), 4, 4),
     ((1, 3, 6, 7), 3, 3, (3, 3), (1, 1), (1, 1), (1, 1), 8, 1),
     ((1, 1, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 1),  # 8-bit 7x7 tables: outside shared memory
+    ((1, 6, 9, 9), 4, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, 4),  # 6 channels: a block of 4, then of 2
+    ((1, 11, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 1),  # global tables: 8 + 3 channels
 ]
 
 

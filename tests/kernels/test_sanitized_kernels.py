@@ -224,10 +224,10 @@ def test_tsan_catches_planted_missing_syncthreads() -> None:
     anchor = "    __syncthreads();\n  }\n  if (oy < g.ho && ox < g.wo) {"
     text = _mutate(text, anchor, anchor.replace("__syncthreads();", ""))
     writes = {
-        _line_of(text, "s_in[e] = static_cast<uint8_t>(code);"),
-        _line_of(text, "s_tab[e] = co < co_end"),
+        _line_of(text, "s_in_q[r * in_tw + cc] = static_cast<uint8_t>(code);"),
+        _line_of(text, "s_tab_q[j * row_elems + e] ="),
     }
-    reads = {_line_of(text, "const int code = s_in["), _line_of(text, "acc[j] += s_tab[")}
+    reads = {_line_of(text, "const int code = s_in_q["), _line_of(text, "acc[j] += s_tab_q[")}
     emu = emulation("pcilt", "tsan", text)
     with pytest.raises(SanitizerError) as err:
         x, wt, step = LUT4

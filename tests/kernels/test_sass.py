@@ -110,3 +110,49 @@ def test_gate_wants_vector_loads_where_the_layout_allows() -> None:
 def test_gate_that_matches_nothing_fails() -> None:
     (problem,) = sass.check([_kernel("other<float>", ["EXIT"])], GATE)
     assert "checked nothing" in problem
+
+
+def test_gate_wants_tensor_cores_where_asked() -> None:
+    gate = (sass.Gate(pattern=r"^triton:gemm$", no_int_div=False, tensor_cores=True),)
+    simt = _kernel("triton:gemm", ["LDGSTS.E.128", "IMAD", "FFMA", "EXIT"])  # a GEMM on the CUDA cores
+    (problem,) = sass.check([simt], gate)
+    assert "no tensor-core instruction" in problem
+    wgmma = _kernel("triton:gemm", ["LDGSTS.E.128", "IGMMA.64x128x32.S8.S8", "EXIT"])
+    assert wgmma.mix.tensor == {"IGMMA": 1}
+    assert sass.check([wgmma], gate) == []
+
+
+def test_the_int8_implicit_gemm_compiles_to_igmma() -> None:
+    """The LSQ v2 GEMM as Triton compiles it for sm_90 (no GPU needed): IGMMA in its K loop, no spills."""
+    pytest.importorskip("triton")
+    try:
+        sass.cuobjdump_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    kernels = {k.pretty: k for k in sass.analyze_triton("kernels.im2col_gemm.lsq_triton", "90")}
+    gemm = kernels["triton:implicit_gemm"]
+    assert any(lp.mix.tensor.get("IGMMA") for lp in gemm.loops())
+    assert gemm.stack == 0 and gemm.registers > 0
+    assert not kernels["triton:quantize_pack"].mix.tensor
+    assert sass.check(list(kernels.values()), sass.GATES["im2col_gemm"]) == []
+
+
+def test_loop_scoped_gate_allows_prologue_divisions_only() -> None:
+    gate = (sass.Gate(pattern=r"lut<", int_div_scope="loops"),)
+    prologue = ["I2F.U32.RP", "MUFU.RCP", "LDS", "IADD3", "BRA", "EXIT"]  # a division, then a loop
+    k = _kernel("lut<float>", prologue, ptx_divs=1)
+    k.instrs[4] = sass.Instr(64, "", "BRA", "0x20")  # the loop: LDS, IADD3
+    assert sass.check([k], gate) == []
+    looped = ["LDS", "I2F.U32.RP", "BRA", "EXIT"]
+    k2 = _kernel("lut<float>", looped)
+    k2.instrs[2] = sass.Instr(32, "", "BRA", "0x0")
+    (problem,) = sass.check([k2], gate)
+    assert "inside 1 loop" in problem
+
+
+def test_pcilt_sweep_plan_lists_tiled_and_naive_per_bit_width() -> None:
+    from kernels.pcilt import sweep_plan
+
+    cases = sweep_plan.cases()
+    assert {c.variant for c in cases} >= {f"{k}_{b}bit" for k in ("tiled", "naive") for b in (2, 4, 8)}
+    assert len({(c.variant, c.problem_id) for c in cases}) == len(cases) == 8
