@@ -123,18 +123,26 @@ def copy_call(nbytes: int) -> Callable[[str], Call]:
     return make
 
 
-def plan(families: Sequence[str]) -> dict[str, list[Planned]]:
-    """Every row each family's CSV will hold, in order: its cases, then its anchors."""
+def row_label(case: Case) -> str:
+    """``variant@problem:phase``: what ``--only`` matches, and how the window names a row."""
+    return f"{case.variant}@{case.problem_id}:{case.phase}"
+
+
+def plan(
+    families: Sequence[str], *, only: str | None = None, anchors: bool = True
+) -> dict[str, list[Planned]]:
+    """Every row each family's CSV will hold, in order: its cases, then its anchors (``anchors``).
+    ``only``: the cases whose :func:`row_label` contains it (ncu profiles one row at a time)."""
     out: dict[str, list[Planned]] = {}
     for family in families:
-        cases = family_cases(family)
+        cases = [c for c in family_cases(family) if only is None or only in row_label(c)]
         rows = [
             Planned(c, Conv2dProblem.from_id(c.problem_id).dtype, anchor_name(*_dtype_layout(c)))
             for c in cases
         ]
-        rows += [
-            Planned(a, Conv2dProblem.from_id(a.problem_id).dtype, None) for a in anchor_cases(family, cases)
-        ]
+        if anchors:
+            extra = anchor_cases(family, cases)
+            rows += [Planned(a, Conv2dProblem.from_id(a.problem_id).dtype, None) for a in extra]
         out[family] = rows
     return out
 
@@ -167,8 +175,12 @@ def describe(planned: dict[str, list[Planned]], reps: int) -> tuple[list[str], i
 # ---- measuring -------------------------------------------------------------------------------
 
 
-def time_reps(call: Call, reps: int, device: str) -> list[float]:
-    """Microseconds of ``reps`` cold calls: CUDA events around each, the L2 flushed before each."""
+NVTX_RANGE = "sweep-call"
+
+
+def time_reps(call: Call, reps: int, device: str, *, nvtx: bool = False) -> list[float]:
+    """Microseconds of ``reps`` cold calls: CUDA events around each, the L2 flushed before each.
+    ``nvtx``: each timed call inside an NVTX range :data:`NVTX_RANGE` (what ncu is told to profile)."""
     for _ in range(WARMUP_CALLS):
         call()
     if device != "cuda":  # the CSV path's test on a CPU: wall clock, nothing to flush
@@ -186,7 +198,11 @@ def time_reps(call: Call, reps: int, device: str) -> list[float]:
     for before, after in events:
         read_flush(flush, sink)
         before.record()
+        if nvtx:
+            _CUDA.nvtx.range_push(NVTX_RANGE)
         call()
+        if nvtx:
+            _CUDA.nvtx.range_pop()
         after.record()
     torch.cuda.synchronize()
     return [float(before.elapsed_time(after)) * 1e3 for before, after in events]
@@ -209,7 +225,13 @@ def spread(times: Sequence[float]) -> float:
 
 
 def measure(
-    planned: Sequence[Planned], reps: int, device: str, machine: str, spec_bytes_per_s: float | None
+    planned: Sequence[Planned],
+    reps: int,
+    device: str,
+    machine: str,
+    spec_bytes_per_s: float | None,
+    *,
+    nvtx: bool = False,
 ) -> list[dict[str, str]]:
     """Time every planned row; a case that raises gets a row with its error in ``note``."""
     medians: dict[tuple[str, str, str], float] = {}
@@ -233,7 +255,7 @@ def measure(
             "note": "",
         }
         try:
-            times = time_reps(case.make_call(device), reps, device)
+            times = time_reps(case.make_call(device), reps, device, nvtx=nvtx)
         except Exception as exc:  # one variant that cannot run this problem must not end the window
             row["note"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
             rows.append(row)
@@ -283,11 +305,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--dry-run", action="store_true", help="list the plan and its estimated GPU time; no CUDA"
     )
+    parser.add_argument(
+        "--only", metavar="TEXT", help="only the cases whose variant@problem:phase contains TEXT"
+    )
+    parser.add_argument("--no-anchors", action="store_true", help="leave out the copy and cuDNN anchors")
+    parser.add_argument(
+        "--nvtx", action="store_true", help=f"each timed call in an NVTX range {NVTX_RANGE!r} (ncu)"
+    )
     args = parser.parse_args(argv)
     if args.reps < 2:
         parser.error(f"--reps {args.reps}: at least 2 (the spread needs two repetitions)")
     names = kernel_families() if args.families == ["all"] else args.families
-    planned = plan(names)
+    planned = plan(names, only=args.only, anchors=not args.no_anchors)
     lines, n_rows, est = describe(planned, args.reps)
     print("\n".join(lines), flush=True)
     if args.dry_run:
@@ -305,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine, spec = machine_facts()
     for family, rows in planned.items():
         start = time.monotonic()
-        measured = measure(rows, args.reps, "cuda", machine, spec)
+        measured = measure(rows, args.reps, "cuda", machine, spec, nvtx=args.nvtx)
         write_csv(args.out / f"{family}.csv", measured)
         failed = sum(bool(r["note"]) for r in measured)
         print(
