@@ -233,9 +233,34 @@ def measure(
     *,
     nvtx: bool = False,
 ) -> list[dict[str, str]]:
-    """Time every planned row; a case that raises gets a row with its error in ``note``."""
+    """Time every planned row; a case that raises gets a row with its error in ``note``.
+
+    Ctrl-C (SIGINT: the window's cap) stops at the current row and returns the rows measured so far,
+    the last one noted ``interrupted``: a phase cut short still keeps what it measured.
+    """
     medians: dict[tuple[str, str, str], float] = {}
     rows: list[dict[str, str]] = []
+    try:
+        _measure_into(rows, medians, planned, reps, device, machine, spec_bytes_per_s, nvtx)
+    except KeyboardInterrupt:
+        rows.append({**dict.fromkeys(COLUMNS, ""), "note": "interrupted", "machine": machine})
+    for item, row in zip(planned, rows):
+        if item.reference is not None:
+            ref = medians.get((item.case.problem_id, item.reference, item.case.phase))
+            row["reference_us"] = _fmt(ref)
+    return rows
+
+
+def _measure_into(
+    rows: list[dict[str, str]],
+    medians: dict[tuple[str, str, str], float],
+    planned: Sequence[Planned],
+    reps: int,
+    device: str,
+    machine: str,
+    spec_bytes_per_s: float | None,
+    nvtx: bool,
+) -> None:
     for item in planned:
         case = item.case
         row = {
@@ -266,11 +291,6 @@ def measure(
         if spec_bytes_per_s and median > 0:
             row["pct_hbm_spec"] = _fmt(100 * case.bytes_moved / spec_bytes_per_s / (median * 1e-6))
         rows.append(row)
-    for item, row in zip(planned, rows):
-        if item.reference is not None:
-            ref = medians.get((item.case.problem_id, item.reference, item.case.phase))
-            row["reference_us"] = _fmt(ref)
-    return rows
 
 
 def _fmt(value: float | None) -> str:
@@ -342,6 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{time.monotonic() - start:.0f} s -> {args.out / f'{family}.csv'}",
             flush=True,
         )
+        if measured and measured[-1]["note"] == "interrupted":
+            print("kernels.sweep: interrupted; the CSVs hold what was measured", file=sys.stderr)
+            return 130
     return 0
 
 

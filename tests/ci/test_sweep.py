@@ -101,3 +101,21 @@ def test_without_a_gpu_the_sweep_says_it_needs_one(
 def test_a_family_without_a_plan_names_the_file() -> None:
     with pytest.raises(SystemExit, match=r"kernels/_controls/sweep_plan.py is missing"):
         sweep.family_cases("_controls")
+
+
+def test_an_interrupt_keeps_the_rows_measured_so_far() -> None:
+    """The window's cap stops a phase with SIGINT: the rows before it stay, noted where it stopped."""
+    ok = conv_case("demo", "ours", F.conv2d, TINY, "forward")
+
+    def stop(device: str) -> object:
+        raise KeyboardInterrupt
+
+    cut = Case("demo", "cut", TINY.id, "forward", TINY.min_bytes, stop)  # type: ignore[arg-type]
+    planned = [
+        sweep.Planned(ok, "fp32", None),
+        sweep.Planned(cut, "fp32", None),
+        sweep.Planned(ok, "fp32", None),
+    ]
+    rows = sweep.measure(planned, reps=2, device="cpu", machine="m", spec_bytes_per_s=None)
+    assert [r["variant"] for r in rows] == ["ours", ""]
+    assert float(rows[0]["median_us"]) > 0 and rows[1]["note"] == "interrupted"
