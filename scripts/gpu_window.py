@@ -78,7 +78,8 @@ CPU_SELECTION = (
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 SANITIZER_CAP_S = 60
 NCU_CAP_S = 60
-# Survives between calls while the machine stays warm ($OUT is emptied before each call).
+# Survives between calls while the machine stays warm ($OUT is emptied before each call); a dry run
+# keeps it under its --out instead.
 STATE = Path.home() / ".cache" / "convperf" / "window"
 ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 
@@ -116,6 +117,20 @@ def time_plan() -> list[tuple[str, int, int]]:
     return rows
 
 
+def phase_budget(name: str, left_s: float) -> float:
+    """This call's seconds when ``left_s`` of the session's device time is left (status's
+    budget_left_s): the phase's cap, less what the phases after it are estimated to need (and their
+    calls) and a minute, so an overrun takes from the reserve and not from the phases after it."""
+    names = [p.name for p in PHASES]
+    later = PHASES[names.index(name) + 1 :]
+    return max(
+        0.0,
+        min(
+            PHASES[names.index(name)].cap_s, left_s - sum(p.estimate_s + CALL_OVERHEAD_S for p in later) - 60
+        ),
+    )
+
+
 def plan_markdown() -> str:
     """The time plan as the table docs/gpu-window.md holds (a test keeps the two the same)."""
     lines = ["| # | item | estimate (s) | cap (s) | cumulative (min) |", "|---|---|---:|---:|---:|"]
@@ -142,6 +157,7 @@ class Window:
         self.dry_run = dry_run
         self.summary = self.dir / "summary.txt"
         self.cut: set[str] = set()  # steps their cap stopped
+        self.state = out / "state" if dry_run else STATE
         self.env = dict(os.environ)
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.env.setdefault("MAX_JOBS", "16")
@@ -263,8 +279,8 @@ def phase_night(w: Window) -> None:
     )
     summarize_night(w, "night")
     new = night_new_tests(w.dir / "report-night")
-    STATE.mkdir(parents=True, exist_ok=True)
-    (STATE / "night-new.txt").write_text("".join(f"{t}\n" for t in new))
+    w.state.mkdir(parents=True, exist_ok=True)
+    (w.state / "night-new.txt").write_text("".join(f"{t}\n" for t in new))
     w.note(f"night: {len(new)} tests with NEW checks (no baseline) kept for the record phase")
 
 
@@ -315,7 +331,7 @@ def phase_sweep(w: Window) -> None:
 def phase_record(w: Window) -> None:
     install(w)
     missing = missing_baselines(convperf_tests(), ROOT / "baselines" / MACHINE)
-    night_new = STATE / "night-new.txt"
+    night_new = w.state / "night-new.txt"
     partial = night_new.read_text().split() if night_new.exists() else []
     failed = failed_last_window(ROOT / "docs" / f"results-{MACHINE}.md")
     missing = sorted({*missing, *partial, *failed})
@@ -542,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "budget_s", nargs="?", type=float, default=float(PHASE_CAP_LIMIT_S), help="this call's seconds"
     )
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU or logged (CI)")
+    parser.add_argument(
+        "--left", type=float, help="the session's device seconds left: BUDGET_S from the plan"
+    )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "gpu-window-out")))
     args = parser.parse_args(argv)
     if args.phase == "plan":
@@ -552,7 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out.resolve()
     for phase in PHASES:
         if args.phase in ("all", phase.name):
-            archive = run_phase(phase, out, args.budget_s, args.dry_run)
+            budget = args.budget_s if args.left is None else phase_budget(phase.name, args.left)
+            archive = run_phase(phase, out, budget, args.dry_run)
             print(f"gpu-window: {archive} ({archive.stat().st_size / 2**20:.2f} MiB)", flush=True)
     return 0
 

@@ -35,6 +35,16 @@ def test_the_window_fits_30_minutes_with_a_reserve() -> None:
     assert plan[-1][1] >= gw.MIN_RESERVE_S
 
 
+def test_a_phase_budget_keeps_the_later_phases_estimates() -> None:
+    start_left = gw.SESSION_S - gw.MACHINE_START_S
+    assert gw.phase_budget("night", start_left) == 540  # on plan: the whole cap
+    # Night overran by 3 minutes: planted gives it back, the phases after it keep their estimates.
+    left = start_left - (400 + 180 + gw.CALL_OVERHEAD_S)
+    later = sum(p.estimate_s + gw.CALL_OVERHEAD_S for p in gw.PHASES[2:])
+    assert gw.phase_budget("planted", left) == left - later - 60 < 540
+    assert gw.phase_budget("sanitize", 100) == 40 and gw.phase_budget("sanitize", 10) == 0
+
+
 def test_the_doc_holds_the_plan_as_the_script_prints_it() -> None:
     doc = (ROOT / "docs" / "gpu-window.md").read_text()
     assert gw.plan_markdown() in doc, "docs/gpu-window.md: paste `scripts/gpu-window plan`'s table"
