@@ -57,6 +57,19 @@ def test_the_sweep_fits_its_phase_and_reaches_300_rows() -> None:
     assert est + 20 <= phase.estimate_s  # + install and the warm build cache
 
 
+def test_every_step_builds_and_loads_for_sm90a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prebuild and the pytest runs must hash the same arch list, or every run rebuilds."""
+    from kernels import _build
+
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    w = _window(tmp_path)
+    assert w.env["TORCH_CUDA_ARCH_LIST"] == gw.SM90A  # type: ignore[attr-defined]
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", gw.SM90A)
+    assert _build.default_archs() == ("9.0a",)
+    spec = _build.BuildSpec("x", tmp_path, (), (), ("9.0a",), (), (), ())
+    assert spec.gencode_flags() == ["-gencode=arch=compute_90a,code=sm_90a"]
+
+
 def _window(tmp_path: Path, budget: float = 100.0) -> object:
     phase = gw.Phase("demo", 540, 10, "a test")
     return gw.Window(phase, tmp_path, budget, dry_run=True)
