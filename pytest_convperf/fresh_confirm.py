@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -281,6 +282,7 @@ def _confirm(
     # The fresh process runs the suspects' whole tests: its time limit counts all their checks.
     tests = {row.nodeid for row in todo}
     checks = sum(row.nodeid in tests for row in rows)
+    start = time.monotonic()  # the confirm's cost, in its line (scripts/night_summary.py reads it)
     runs: list[tuple[dict[str, Comparison], str | None]] = []
     for _ in range(FRESH_PROCESSES):
         runs.append(run_subprocess(config, todo, checks=checks))
@@ -303,6 +305,8 @@ def _confirm(
     cleared = sum(r.verdict != Verdict.FAIL.value for r in redone.values())
     lines = [
         f"{len(todo)} speed FAIL(s) confirmed again in up to {FRESH_PROCESSES} fresh pytest processes: "
-        f"{len(todo) - cleared} still FAIL, {cleared} cleared" + (f" ({failed})" if failed else "")
+        f"{len(todo) - cleared} still FAIL, {cleared} cleared"
+        + (f" ({failed})" if failed else "")
+        + f" in {time.monotonic() - start:.1f} s"
     ]
     return [redone.get(id(r), r) for r in rows], lines

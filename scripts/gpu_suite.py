@@ -298,6 +298,7 @@ _COLLECT = (
     "            'convperf': i.get_closest_marker('convperf') is not None,\n"
     "            'sanitize': [m.args[0] if m.args else None for m in i.iter_markers('sanitize')],\n"
     "            'skipif': [str(m.kwargs.get('reason', '')) for m in i.iter_markers('skipif')],\n"
+    "            'fixtures': list(getattr(i, 'fixturenames', ())),\n"
     "        } for i in session.items]\n"
     "p = P()\n"
     "rc = pytest.main(sys.argv[1:], plugins=[p])\n"
@@ -308,7 +309,8 @@ _COLLECT = (
 
 def collect_items(args: Sequence[str], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """What ``pytest --collect-only ARGS`` selects, one dict per test: ``nodeid``, ``convperf`` (the
-    marker is on it), ``sanitize`` (the families its ``sanitize`` markers name), ``skipif`` (reasons)."""
+    marker is on it), ``sanitize`` (the families its ``sanitize`` markers name), ``skipif`` (reasons),
+    ``fixtures`` (the fixture names it requests: ``convperf`` for a test that makes gated checks)."""
     cmd = [python(), "-c", _COLLECT, *args, "--collect-only", "-q", "-p", "no:cacheprovider"]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     for line in res.stdout.splitlines():

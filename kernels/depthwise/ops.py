@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from kernels import _build
+from kernels.depthwise import planted
 from kernels.depthwise.reference import IntPair, Padding, depthwise_args, output_hw
 
 FAMILY = "depthwise"
@@ -127,7 +128,7 @@ def forward(
             f"kernels.depthwise.ops.forward runs on CUDA tensors, but input is on {a.input.device}; "
             "use kernels.depthwise.reference.forward on the CPU"
         )
-    out: torch.Tensor = _ops().forward(
-        a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation)
-    )
+    geometry = (list(a.stride), list(a.padding), list(a.dilation))
+    planted.extra_work(lambda x: _ops().forward(x, weight, bias, *geometry), a, weight)  # off by default
+    out: torch.Tensor = _ops().forward(a.input, weight, bias, *geometry)
     return out.squeeze(0) if a.unbatched else out

@@ -8,10 +8,12 @@ kernel does. Autograd differentiates it, so it is also the CPU candidate of the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
+
+from kernels.depthwise import planted
 
 IntPair = int | tuple[int, int] | list[int]
 Padding = IntPair | str
@@ -143,6 +145,12 @@ def forward(
 ) -> torch.Tensor:
     """Depthwise conv2d with ``F.conv2d``'s signature, as a sum over taps of shifted strided slices."""
     a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
+    planted.extra_work(lambda x: _sum_of_taps(replace(a, input=x), weight, bias), a, weight)  # off by default
+    out = _sum_of_taps(a, weight, bias)
+    return out.squeeze(0) if a.unbatched else out
+
+
+def _sum_of_taps(a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     x = a.input
     kh, kw = int(weight.shape[2]), int(weight.shape[3])
     ho, wo = output_hw((x.shape[2], x.shape[3]), (kh, kw), a.stride, a.padding, a.dilation)
@@ -165,7 +173,7 @@ def forward(
     out = out.to(x.dtype)
     if _is_channels_last(x):
         out = out.contiguous(memory_format=torch.channels_last)
-    return out.squeeze(0) if a.unbatched else out
+    return out
 
 
 def _is_channels_last(t: torch.Tensor) -> bool:

@@ -1,19 +1,15 @@
-"""The PCILT family's sweep: the tiled lookup kernel against the naive one per bit width on seed
-003's case, and depthwise PCILT on packed 4-bit inputs on the two large depthwise seed shapes.
-
-Steps and tables are built outside the timed call (tables are cached per weight version). No
-absolute predictions yet: ``docs/tuning-log.md`` predicts the tiled/naive ratio per bit width.
-"""
+"""The PCILT sweep's cases (inference, forward only): the seed layer at 2, 4 and 8 bits with the
+tiled kernel and the naive one, float tables at 4 bits, and the depthwise problems with 4-bit inputs
+packed per call and packed once (``prepacked``). A new variant adds its rows to :func:`cases`."""
 
 from __future__ import annotations
-
-import functools
 
 import torch
 
 from kernels.pcilt import ops
 from kernels.pcilt.tables import default_act_step
-from kernels.sweep_case import Call, Case
+from kernels.sweep_calls import ConvFn, conv_case
+from kernels.sweep_case import Case
 from pytest_convperf.problem import Conv2dProblem
 
 FAMILY = "pcilt"
@@ -24,26 +20,31 @@ DEPTHWISE = (
 )
 
 
-def _call(problem: Conv2dProblem, bits: int, kind: str, device: str) -> Call:
-    x, w, b = problem.make_inputs(seed=0, device=device)
-    step = default_act_step(x, bits)
-    naive, prepacked = kind == "naive", kind == "prepacked"
+def fixed_step(fn: ConvFn, bits: int, **options: object) -> ConvFn:
+    """``fn`` at ``bits`` with the activation step of its inputs taken once (as the suite binds it),
+    so the timed call does not re-derive it."""
+    steps: dict[int, float] = {}
 
-    def call() -> object:
-        with torch.no_grad():
-            args = problem.conv_args()
-            return ops.forward(x, w, b, *args, bits=bits, act_step=step, naive=naive, prepacked=prepacked)
+    def run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *args: object) -> torch.Tensor:
+        if id(x) not in steps:  # once per input: the timed calls only read it
+            steps[id(x)] = default_act_step(x, bits)
+        step = steps[id(x)]
+        return fn(x, w, b, *args, bits=bits, act_step=step, **options)
 
-    return call
+    return run
 
 
 def cases() -> list[Case]:
-    out = []
+    out: list[Case] = []
     for bits in (2, 4, 8):
-        for kind in ("tiled", "naive"):
-            make = functools.partial(_call, SEED_CASE, bits, kind)
-            out.append(Case(FAMILY, f"{kind}_{bits}bit", SEED_CASE.id, "forward", SEED_CASE.min_bytes, make))
-    for p in DEPTHWISE:
-        make = functools.partial(_call, p, 4, "prepacked")
-        out.append(Case(FAMILY, "depthwise_prepacked_4bit", p.id, "forward", p.min_bytes, make))
+        out.append(conv_case(FAMILY, f"tiled-{bits}bit", fixed_step(ops.forward, bits), SEED_CASE, "forward"))
+        out.append(
+            conv_case(FAMILY, f"naive-{bits}bit", fixed_step(ops.naive_forward, bits), SEED_CASE, "forward")
+        )
+    float_tables = fixed_step(ops.forward, 4, integer=False)
+    out.append(conv_case(FAMILY, "tiled-4bit-float-tables", float_tables, SEED_CASE, "forward"))
+    for problem in DEPTHWISE:
+        out.append(conv_case(FAMILY, "tiled-4bit", fixed_step(ops.forward, 4), problem, "forward"))
+        prepacked = fixed_step(ops.prepacked_forward, 4)
+        out.append(conv_case(FAMILY, "tiled-4bit-prepacked", prepacked, problem, "forward"))
     return out

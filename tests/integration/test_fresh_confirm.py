@@ -60,8 +60,8 @@ def test_the_fresh_processes_decide_a_fail_of_this_process(
     result = suite.run("--convperf-report=report")
     assert result.ret == ret
     result.stdout.fnmatch_lines(
-        [f"*2 speed FAIL(s) confirmed again in up to 2 fresh pytest processes: {counts}*"]
-    )
+        [f"*2 speed FAIL(s) confirmed again in up to 2 fresh pytest processes: {counts} in * s"]
+    )  # its seconds: what the GPU window's night summary reports as the confirm's cost
     rows = _rows(suite)
     assert [r["verdict"] for r in rows] == [verdict, verdict]
     assert all(says in str(r["message"]) for r in rows)
