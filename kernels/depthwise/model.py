@@ -351,7 +351,30 @@ def table_for(kernels: Sequence[KernelSass]) -> str:
     return table(predict_all(kernels))
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """No arguments: the SASS-based table. ``--check DIR``: the calibrated model's error on the
+    measured rows of ``DIR`` (exit 1 when it misses the goal); ``--held-out`` adds the
+    leave-one-shape-out error; ``--fit DIR`` refits and prints the constants for ``calibration.py``."""
+    import argparse
+    from pathlib import Path
+
+    from kernels.depthwise import calibration as cal
+
+    ap = argparse.ArgumentParser(prog="python -m kernels.depthwise.model", description=main.__doc__)
+    ap.add_argument("--check", type=Path, metavar="DIR", help="a baselines/<machine> folder")
+    ap.add_argument("--held-out", action="store_true", help="with --check: refit without each seed shape")
+    ap.add_argument("--fit", type=Path, metavar="DIR", help="refit the calibrated constants on DIR's rows")
+    args = ap.parse_args(argv)
+    if args.fit:
+        p = cal.fit(cal.load_rows(args.fit))
+        print(cal.report(cal.load_rows(args.fit), cal.errors(cal.load_rows(args.fit), p)))
+        print(cal.params_source(p))
+        return 0
+    if args.check:
+        rows = cal.load_rows(args.check)
+        errs = cal.errors(rows)
+        print(cal.report(rows, errs, cal.held_out(rows) if args.held_out else None))
+        return 0 if cal.meets_goal(errs) else 1
     print(table_for(analyze(_build.KERNELS_ROOT / "depthwise" / "depthwise.cu")))
     return 0
 
