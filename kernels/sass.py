@@ -62,6 +62,7 @@ class Mix:
     lds: int = 0
     sts: int = 0
     bar: int = 0
+    local: int = 0  # LDL/STL: register spills (or a stack array), DRAM traffic in the hot loop
 
     def add(self, ins: Instr) -> None:
         self.total += 1
@@ -85,6 +86,8 @@ class Mix:
             self.sts += 1
         elif base == "BAR":
             self.bar += 1
+        elif base in ("LDL", "STL"):
+            self.local += 1
 
     @property
     def loads(self) -> int:
@@ -274,6 +277,8 @@ class Gate:
     no_int_div: bool = True
     # template-argument regex (on the demangled name) of instances whose layout allows vector loads
     vector_when: str = ""
+    vector_bits: int = 64  # the narrowest global load that counts as a vector staging load
+    no_local: bool = False  # no LDL/STL anywhere: no spill, no stack array
     why: str = ""
 
 
@@ -284,6 +289,13 @@ GATES: dict[str, tuple[Gate, ...]] = {
             pattern=r"fwd_tile_nchw_v2<",
             vector_when=r", [12]>",  # StageMode kStageRows4 / kStagePlanes4
             why="NCHW tiled forward / input grad (v2)",
+        ),
+        Gate(
+            pattern=r"fwd_tile_nchw_v3<",
+            vector_when=r", [12]>",
+            vector_bits=128,  # 16-byte staging loads for every dtype
+            no_local=True,
+            why="NCHW tiled forward / input grad (v3, batched staging)",
         ),
     ),
 }
@@ -307,8 +319,14 @@ def check(kernels: Sequence[KernelSass], gates: Sequence[Gate]) -> list[str]:
                 )
             if g.vector_when and re.search(g.vector_when, k.pretty):
                 staged = [lp for lp in k.loops() if lp.mix.loads]
-                if not any(lp.mix.vector_loads for lp in staged):
-                    problems.append(f"{k.pretty}: no 64/128-bit global load in its staging loop")
+                if not any(w >= g.vector_bits for lp in staged for w in lp.mix.ldg):
+                    widths = "64/128" if g.vector_bits <= 64 else str(g.vector_bits)
+                    problems.append(f"{k.pretty}: no {widths}-bit global load in its staging loop")
+            if g.no_local and mix.local:
+                problems.append(
+                    f"{k.pretty}: {mix.local} local-memory loads/stores (LDL/STL: a register spill or a "
+                    "stack array); cut live registers or relax its __launch_bounds__"
+                )
     if not gated:
         problems.append(
             f"no kernel matched the gate patterns {[g.pattern for g in gates]}: the gate checked nothing"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from kernels.depthwise.model import Shape, plan_v2
+from kernels.depthwise.model import Shape, plan_v2, plan_v3, staging_rounds
 
 SMS = 132
 CLOCK_HZ = 1.755e9
@@ -82,6 +82,7 @@ class Row:
     phase: str  # forward | input_grad | weight_grad
     mode: str  # graph | cold
     us: float
+    ref_us: float | None = None  # the reference's time in the same entry (native or cuDNN)
 
     @property
     def label(self) -> str:
@@ -122,16 +123,10 @@ def load_rows(baseline_dir: Path) -> list[Row]:
             continue
         n, c, hw, k = (int(g) for g in m.groups()[:4])
         shape = Shape(n, c, hw, k, 1, 2 if m.group(5) == "fp16" else 4)
-        rows.append(
-            Row(
-                key,
-                shape,
-                m.group(6),
-                m.group(7),
-                str(entry.get("mode", "cold")),
-                float(entry["us"]["candidate"]),
-            )
-        )
+        us = entry["us"]
+        ref = float(us["reference"]) if "reference" in us else None
+        mode = str(entry.get("mode", "cold"))
+        rows.append(Row(key, shape, m.group(6), m.group(7), mode, float(us["candidate"]), ref))
     if not rows:
         raise ValueError(f"{path} holds no test_seed_shape rows with a candidate time")
     return rows
@@ -154,13 +149,9 @@ def wgrad_splits(sh: Shape, channels_last: bool) -> tuple[int, int]:
     return splits, lanes
 
 
-def launch_of(
-    sh: Shape, layout: str, phase: str, staging_rounds: Callable[[Shape], int] | None = None
-) -> Launch:
-    """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``).
-
-    ``staging_rounds`` overrides the tiled kernel's rounds (a variant that issues its loads
-    differently, e.g. v3: one round)."""
+def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:
+    """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``);
+    ``variant`` picks the NCHW tiled kernel (v2, the measured one, or v3)."""
     taps = sh.outputs * (sh.k * sh.k + 8)
     if phase == "weight_grad":
         cl = layout == "nhwc"
@@ -174,11 +165,11 @@ def launch_of(
         per_sample = sh.ho * -(-sh.ho // 4) * sh.c  # 4 outputs along W per thread
         blocks = -(-per_sample // THREADS) * sh.n
         return Launch("nhwc", sh.bytes, blocks, sh.k, 3, 1, taps)  # kh loop, __launch_bounds__(256, 3)
-    plan = plan_v2(sh)
+    plan = {"v2": plan_v2, "v3": plan_v3}[variant](sh)
     blocks = -(-sh.planes // plan.pl) * plan.tiles
-    occ = _occupancy(38 if sh.k == 3 else 56, plan.smem_bytes)  # sm_90 registers of the v2 instances
-    rounds = staging_rounds(sh) if staging_rounds else -(-plan.load_items // THREADS)
-    return Launch("tile", sh.bytes, blocks, rounds, occ, 1, taps)
+    # sm_90 registers of the v2 instances; v3's __launch_bounds__ holds it to the same residency
+    occ = _occupancy(38 if sh.k == 3 else 56, plan.smem_bytes)
+    return Launch("tile", sh.bytes, blocks, staging_rounds(plan), occ, 1, taps)
 
 
 def predict_launch(launch: Launch, mode: str, p: Params = H100_FIT) -> float:
@@ -296,3 +287,68 @@ def params_source(p: Params) -> str:
     """``H100_FIT = Params(...)`` as it goes into this file after a refit."""
     body = "".join(f"    {f.name}={getattr(p, f.name):.3g},\n" for f in fields(p))
     return f"H100_FIT = Params(\n{body})"
+
+
+def variant_table(rows: Sequence[Row], variant: str, p: Params = H100_FIT) -> str:
+    """Markdown: per measured NCHW forward / input-grad row, v2 measured and predicted, ``variant``
+    predicted (same timing mode), and its share of the 3.35 TB/s HBM spec. Predictions, written
+    before a GPU measures the variant."""
+    lines = [
+        f"| row | mode | v2 measured us | v2 predicted us | {variant} predicted us | {variant} / v2 measured "
+        f"| {variant} % of HBM spec |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.layout != "nchw" or r.phase == "weight_grad":
+            continue
+        t = predict_launch(launch_of(r.shape, r.layout, r.phase, variant), r.mode, p)
+        lines.append(
+            f"| {r.label} | {r.mode} | {r.us:.2f} | {predict(r, p) * 1e6:.2f} | {t * 1e6:.2f} | "
+            f"{t * 1e6 / r.us:.2f} | {r.shape.bytes / t / 3.35e12:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def goal_lines(rows: Sequence[Row], variant: str, p: Params = H100_FIT) -> list[str]:
+    """Issue 29's forward and input-grad goals, as the model predicts them for ``variant`` (the
+    references are the measured PyTorch times of the same entries)."""
+
+    def t_us(r: Row) -> float:
+        return predict_launch(launch_of(r.shape, r.layout, r.phase, variant), r.mode, p) * 1e6
+
+    def pick(dt: int, layout: str, phase: str) -> list[Row]:
+        return [r for r in rows if r.shape.dtype_bytes == dt and r.layout == layout and r.phase == phase]
+
+    def spec(r: Row) -> float:
+        return r.shape.bytes / (t_us(r) * 1e-6) / 3.35e12
+
+    out = []
+    for phase, goal in (("forward", 0.80), ("input_grad", 0.70)):
+        largest = sorted(pick(4, "nchw", phase), key=lambda r: -r.shape.bytes)[:2]
+        got = ", ".join(f"{r.shape.label} {spec(r):.0%}" for r in largest)
+        met = all(spec(r) >= goal for r in largest)
+        out.append(
+            f"fp32 NCHW {phase}, two largest: {got} of the HBM spec (goal >= {goal:.0%}): {_verdict(met)}"
+        )
+    nhwc = {r.shape.label: r.ref_us for r in pick(4, "nhwc", "forward") if r.ref_us}
+    best = [
+        min(r.ref_us, nhwc[r.shape.label]) / t_us(r)
+        for r in pick(4, "nchw", "forward")
+        if r.ref_us and r.shape.label in nhwc
+    ]
+    out.append(
+        f"fp32 forward vs the best PyTorch path: worst {min(best):.2f}x (goal >= 1.0x): "
+        + _verdict(min(best) >= 1)
+    )
+    half = [r.ref_us / t_us(r) for r in pick(2, "nchw", "forward") if r.ref_us]
+    g = math.exp(sum(math.log(x) for x in half) / len(half))
+    met = g >= 1.2 and min(half) >= 1.0
+    out.append(
+        f"fp16 NCHW forward vs cuDNN: geomean {g:.2f}x, worst {min(half):.2f}x (goal 1.2x, none < 1.0x): "
+        + _verdict(met)
+    )
+    return out
+
+
+def _verdict(met: bool) -> str:
+    return "predicted met" if met else "predicted NOT met"

@@ -483,29 +483,57 @@ cudaError_t run_tile_v2(const T* x, const T* w, const T* bias, T* y, Tile2Args a
 // kStageBatch loads per thread into registers, then scatters them into shared memory, with 16-byte
 // loads for every dtype (8 elements of fp16/bf16). Planner and compute phase are v2's.
 constexpr int kStageBatch = 4;  // vector loads per thread per round: one round on every seed shape
-constexpr int kStageBatchScalar = 8;
+constexpr int kStageBatchScalar = 4;  // 8 spilled the k3 instance at v3_min_blocks' 40 registers
 
 // Resident blocks per SM the v3 instances are built for: what the v2 instances reach on sm_90 (38, 56
 // and 80 registers for k <= 3, 5, 7 give 6, 4 and 3 blocks of 256). The batch's registers must not cost
-// a block: the calibrated model's waves grow as residency falls.
-template <int K>
+// a block: the calibrated model's waves grow as residency falls. Stride 2 and scalar staging (not on a
+// seed shape) get one block less: at the budget above ptxas spilled their k3-k7 instances.
+template <int K, int S, int M>
 constexpr int v3_min_blocks() {
-  return K <= 3 ? 6 : (K == 5 ? 4 : 3);
+  return (K <= 3 ? 6 : (K == 5 ? 4 : 3)) - (S == 2 || M == kStageScalar ? 1 : 0);
 }
 
-// 16 / sizeof(T) consecutive elements from a 16-byte-aligned address, as floats (one 16-byte load).
+// A 16-bit float from its bits, in registers (a memcpy into a T[] put the array on the stack).
 template <typename T>
-__device__ __forceinline__ void load16(const T* p, float (&v)[16 / sizeof(T)]) {
-  constexpr int N = 16 / sizeof(T);
-  const uint4 q = *reinterpret_cast<const uint4*>(p);
-  T e[N];
-  memcpy(e, &q, sizeof(e));
+__device__ __forceinline__ T from_bits(unsigned short b);
+template <>
+__device__ __forceinline__ __half from_bits<__half>(unsigned short b) {
+  __half_raw r;
+  r.x = b;
+  return __half(r);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_bits<__nv_bfloat16>(unsigned short b) {
+  __nv_bfloat16_raw r;
+  r.x = b;
+  return __nv_bfloat16(r);
+}
+
+// One 16-byte chunk (16 / sizeof(T) elements) of a staged round, kept packed in 4 registers until it
+// is scattered: 8 halves as 8 floats spilled the 16-bit instances.
+template <typename T>
+__device__ __forceinline__ uint4 load16(const T* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack16(const uint4& q, float (&v)[16 / sizeof(T)]) {
+  const unsigned w[4] = {q.x, q.y, q.z, q.w};
+  if constexpr (sizeof(T) == 4) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = to_f(e[i]);
+    for (int i = 0; i < 4; ++i) memcpy(&v[i], &w[i], sizeof(float));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = to_f(from_bits<T>(static_cast<unsigned short>(w[i] & 0xffffu)));
+      v[2 * i + 1] = to_f(from_bits<T>(static_cast<unsigned short>(w[i] >> 16)));
+    }
+  }
 }
 
 template <typename T, int K, int S, int M>
-__global__ void __launch_bounds__(kThreads, v3_min_blocks<K>())
+__global__ void __launch_bounds__(kThreads, v3_min_blocks<K, S, M>())
     fwd_tile_nchw_v3(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
                      T* __restrict__ y, Tile2Args a) {
   constexpr int RPT = kRowsPerThreadV2;
@@ -543,23 +571,25 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K>())
     };
 #pragma unroll 1
     for (int c0 = 0; c0 < chunks; c0 += NB * kThreads) {
-      float v[NB][CW];
+      uint4 raw[NB];
 #pragma unroll
       for (int j = 0; j < NB; ++j) {  // every load of the round is issued before any is stored
         const int ch = c0 + j * kThreads + tid;
-        if (ch < chunks) load16(xb + ch * CW, v[j]);
+        if (ch < chunks) raw[j] = load16(xb + ch * CW);
       }
 #pragma unroll
       for (int j = 0; j < NB; ++j) {
         const int ch = c0 + j * kThreads + tid;
         if (ch >= chunks) break;
+        float v[CW];
+        unpack16<T>(raw[j], v);
         int p = fdiv(ch * CW, a.by_outer);
         const int r = ch * CW - p * hw;
         int row = fdiv(r, a.by_inner);
         int col = r - row * a.w;
 #pragma unroll
         for (int e = 0; e < CW; ++e) {
-          put(p, row, col, v[j][e]);
+          put(p, row, col, v[e]);
           if (++col == a.w) {
             col = 0;
             if (++row == a.h) {
@@ -584,7 +614,7 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K>())
     const int total = a.pl * row_items;
 #pragma unroll 1
     for (int i0 = 0; i0 < total; i0 += NB * kThreads) {
-      float v[NB][CW];
+      uint4 raw[NB];
       int dst[NB], sc0[NB];
 #pragma unroll
       for (int j = 0; j < NB; ++j) {
@@ -598,21 +628,21 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K>())
           const int ih = ih0 + row;
           dst[j] = p * a.plane_sz + row * a.in_cols;
           sc0[j] = col0 - iw0;
+          raw[j] = make_uint4(0u, 0u, 0u, 0u);  // zero bits are 0.0 in every dtype
           if (plane0 + p < a.planes && ih >= 0 && ih < a.h && col0 >= 0 && col0 < a.w) {
-            load16(xb + static_cast<int64_t>(p) * hw + ih * a.w + col0, v[j]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < CW; ++e) v[j][e] = 0.f;
+            raw[j] = load16(xb + static_cast<int64_t>(p) * hw + ih * a.w + col0);
           }
         }
       }
 #pragma unroll
       for (int j = 0; j < NB; ++j) {
         if (dst[j] < 0) break;
+        float v[CW];
+        unpack16<T>(raw[j], v);
 #pragma unroll
         for (int e = 0; e < CW; ++e) {
           const int sc = sc0[j] + e;
-          if (sc >= 0 && sc < a.in_cols) smem[dst[j] + sc] = v[j][e];
+          if (sc >= 0 && sc < a.in_cols) smem[dst[j] + sc] = v[e];
         }
       }
     }

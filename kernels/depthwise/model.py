@@ -394,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--check", type=Path, metavar="DIR", help="a baselines/<machine> folder")
     ap.add_argument("--held-out", action="store_true", help="with --check: refit without each seed shape")
     ap.add_argument("--fit", type=Path, metavar="DIR", help="refit the calibrated constants on DIR's rows")
+    ap.add_argument("--predict", metavar="VARIANT", help="with --check: the variant's predicted rows (v3)")
     args = ap.parse_args(argv)
     if args.fit:
         p = cal.fit(cal.load_rows(args.fit))
@@ -404,6 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = cal.load_rows(args.check)
         errs = cal.errors(rows)
         print(cal.report(rows, errs, cal.held_out(rows) if args.held_out else None))
+        if args.predict:
+            print(cal.variant_table(rows, args.predict))
+            print("\n".join(f"- {line}" for line in cal.goal_lines(rows, args.predict)))
         return 0 if cal.meets_goal(errs) else 1
     print(table_for(analyze(_build.KERNELS_ROOT / "depthwise" / "depthwise.cu")))
     return 0

@@ -71,27 +71,41 @@ def _register() -> None:
     torch.library.register_fake(f"{NAMESPACE}::input_grad")(input_grad_fake)
     torch.library.register_fake(f"{NAMESPACE}::weight_grad")(weight_grad_fake)
     torch.library.register_autograd(f"{NAMESPACE}::forward", _backward, setup_context=_setup_context)
+    global _forward_op, _input_grad_op, _weight_grad_op
+    ns = getattr(torch.ops, NAMESPACE)
+    _forward_op, _input_grad_op, _weight_grad_op = (
+        ns.forward.default,
+        ns.input_grad.default,
+        ns.weight_grad.default,
+    )
+
+
+# The op overloads, bound once when the library loads: a call pays no LazyOps lookup, import or
+# namespace formatting (the host cost per call is what whole-model timing sees, issue 29).
+_forward_op: Any = None
+_input_grad_op: Any = None
+_weight_grad_op: Any = None
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     input, weight, bias, stride, padding, dilation = inputs
     ctx.save_for_backward(input, weight)
     ctx.has_bias = bias is not None
-    ctx.geometry = (list(stride), list(padding), list(dilation))
+    ctx.geometry = (stride, padding, dilation)  # int lists already (the op's schema)
 
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     input, weight = ctx.saved_tensors
     stride, padding, dilation = ctx.geometry
-    ops = _ops()
     grad_input = grad_weight = grad_bias = None
-    if ctx.needs_input_grad[0]:
+    needs = ctx.needs_input_grad
+    if needs[0]:
         hw = [int(input.shape[2]), int(input.shape[3])]
-        grad_input = ops.input_grad(grad, weight, hw, stride, padding, dilation)
-    if ctx.needs_input_grad[1]:
+        grad_input = _input_grad_op(grad, weight, hw, stride, padding, dilation)
+    if needs[1]:
         khw = [int(weight.shape[2]), int(weight.shape[3])]
-        grad_weight = ops.weight_grad(grad, input, khw, stride, padding, dilation)
-    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_weight = _weight_grad_op(grad, input, khw, stride, padding, dilation)
+    if ctx.has_bias and needs[2]:
         grad_bias = grad.sum(dim=(0, 2, 3), dtype=torch.float32).to(grad.dtype)
     return grad_input, grad_weight, grad_bias, None, None, None
 
@@ -103,6 +117,23 @@ _ops = _build.LazyOps(FAMILY, _register)
 def ensure_loaded() -> None:
     """Build/load the CUDA library once and register fake and autograd implementations."""
     _ops()
+
+
+def _run_forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+) -> torch.Tensor:
+    """The one call site of the forward op: :func:`forward` and :class:`Prepared` both end here."""
+    op = _forward_op
+    if op is None:
+        _ops()  # the first call: build/load, register, bind the overloads
+        op = _forward_op
+    out: torch.Tensor = op(input, weight, bias, stride, padding, dilation)
+    return out
 
 
 def forward(
@@ -127,7 +158,39 @@ def forward(
             f"kernels.depthwise.ops.forward runs on CUDA tensors, but input is on {a.input.device}; "
             "use kernels.depthwise.reference.forward on the CPU"
         )
-    out: torch.Tensor = _ops().forward(
-        a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation)
-    )
+    out = _run_forward(a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation))
     return out.squeeze(0) if a.unbatched else out
+
+
+class Prepared:
+    """A depthwise conv2d whose geometry :func:`prepare` checked once: a call runs the op with no
+    Python argument checks (the binding still checks device, dtype and shapes in C++). For a layer
+    called many times with the same geometry, e.g. a swapped model layer; 4-D input only."""
+
+    __slots__ = ("dilation", "padding", "stride")
+
+    def __init__(self, stride: list[int], padding: list[int], dilation: list[int]) -> None:
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+
+    def __call__(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return _run_forward(input, weight, bias, self.stride, self.padding, self.dilation)
+
+
+def prepare(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: IntPair,
+    padding: IntPair,
+    dilation: IntPair,
+    groups: int,
+) -> Prepared:
+    """Check a depthwise conv's weight, bias and geometry once, as :func:`forward` does per call
+    (``ValueError`` naming the problem), and return the checked-once callable. Padding must be
+    numeric: ``'same'`` with an even kernel pads the input per call, which only :func:`forward` does."""
+    if isinstance(padding, str):
+        raise ValueError(f"prepare needs numeric padding, got {padding!r}; use forward for 'same'/'valid'")
+    # A meta input larger than any dilated kernel: the checks that depend on the input are per call
+    # (C++), the rest run here once.
+    probe = torch.empty((1, int(weight.shape[0]) if weight.dim() else 0, 1 << 16, 1 << 16), device="meta")
+    a = depthwise_args(probe, weight, bias, stride, padding, dilation, groups)
+    return Prepared(list(a.stride), list(a.padding), list(a.dilation))
