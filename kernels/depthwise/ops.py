@@ -2,9 +2,10 @@
 
 The ops ``torch.ops.convperf_depthwise.{forward,input_grad,weight_grad}`` come from ``binding.cpp``;
 the library is built and loaded by ``kernels._build.LazyOps`` on the first call (or on
-:func:`ensure_loaded`), which also registers their fake (meta) implementations and the autograd
+:func:`ensure_loaded`), which also registers their fake (meta) implementations. The autograd
 formula of ``forward`` (input, weight and bias gradients; the gradient ops are not differentiable
-again). Call ``ensure_loaded()`` before ``torch.compile`` traces a function that uses ``forward``.
+again) is a C++ autograd kernel in ``binding.cpp``. Call ``ensure_loaded()`` before ``torch.compile``
+traces a function that uses ``forward``.
 """
 
 from __future__ import annotations
@@ -70,52 +71,22 @@ def _register() -> None:
     torch.library.register_fake(f"{NAMESPACE}::forward")(forward_fake)
     torch.library.register_fake(f"{NAMESPACE}::input_grad")(input_grad_fake)
     torch.library.register_fake(f"{NAMESPACE}::weight_grad")(weight_grad_fake)
-    torch.library.register_autograd(f"{NAMESPACE}::forward", _backward, setup_context=_setup_context)
-    global _forward_op, _input_grad_op, _weight_grad_op
-    ns = getattr(torch.ops, NAMESPACE)
-    _forward_op, _input_grad_op, _weight_grad_op = (
-        ns.forward.default,
-        ns.input_grad.default,
-        ns.weight_grad.default,
-    )
+    global _forward_op
+    _forward_op = getattr(torch.ops, NAMESPACE).forward.default
 
 
-# The op overloads, bound once when the library loads: a call pays no LazyOps lookup, import or
+# The forward overload, bound once when the library loads: a call pays no LazyOps lookup, import or
 # namespace formatting (the host cost per call is what whole-model timing sees, issue 29).
 _forward_op: Any = None
-_input_grad_op: Any = None
-_weight_grad_op: Any = None
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    input, weight, bias, stride, padding, dilation = inputs
-    ctx.save_for_backward(input, weight)
-    ctx.has_bias = bias is not None
-    ctx.geometry = (stride, padding, dilation)  # int lists already (the op's schema)
-
-
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    input, weight = ctx.saved_tensors
-    stride, padding, dilation = ctx.geometry
-    grad_input = grad_weight = grad_bias = None
-    needs = ctx.needs_input_grad
-    if needs[0]:
-        hw = [int(input.shape[2]), int(input.shape[3])]
-        grad_input = _input_grad_op(grad, weight, hw, stride, padding, dilation)
-    if needs[1]:
-        khw = [int(weight.shape[2]), int(weight.shape[3])]
-        grad_weight = _weight_grad_op(grad, input, khw, stride, padding, dilation)
-    if ctx.has_bias and needs[2]:
-        grad_bias = grad.sum(dim=(0, 2, 3), dtype=torch.float32).to(grad.dtype)
-    return grad_input, grad_weight, grad_bias, None, None, None
-
-
-# Build/load the library once and register the fake and autograd rules of its ops.
+# Build/load the library once and register the fake rules of its ops (the autograd kernel of forward
+# is C++, in binding.cpp: no Python runs per call of forward or backward).
 _ops = _build.LazyOps(FAMILY, _register)
 
 
 def ensure_loaded() -> None:
-    """Build/load the CUDA library once and register fake and autograd implementations."""
+    """Build/load the CUDA library once and register the ops' fake implementations."""
     _ops()
 
 

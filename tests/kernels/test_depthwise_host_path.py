@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 import torch
 from torch import nn
+from torch.nn import grad as nn_grad
 
 from perf_tests import swap
 
 
-def _loaded_ops():  # type: ignore[no-untyped-def]
+def _loaded_ops() -> ModuleType:
     from kernels import _build
     from kernels.depthwise import ops
 
@@ -56,3 +59,45 @@ def test_swapped_layer_resolves_once_per_device(monkeypatch: pytest.MonkeyPatch)
         out = layer(x)
     assert resolved == [x.device]
     torch.testing.assert_close(out, nn.functional.conv2d(x, layer.weight, layer.bias, 1, 1, 1, 4))
+
+
+def test_cpp_autograd_gives_the_gradients_of_conv2d() -> None:
+    """binding.cpp's autograd kernel, run on the CPU: the ops get CPU kernels for this test (the
+    reference and ``torch.nn.grad``), and the input, weight and bias gradients that come back through
+    the C++ backward must be F.conv2d's."""
+    ops = _loaded_ops()
+    from kernels.depthwise import reference
+
+    def forward_cpu(x, w, b, s, p, d):  # type: ignore[no-untyped-def]
+        return reference.forward(x, w, b, s, p, d, x.shape[1])
+
+    def input_grad_cpu(g, w, hw, s, p, d):  # type: ignore[no-untyped-def]
+        return nn_grad.conv2d_input((g.shape[0], g.shape[1], *hw), w, g, s, p, d, g.shape[1])  # type: ignore[no-untyped-call]
+
+    def weight_grad_cpu(g, x, khw, s, p, d):  # type: ignore[no-untyped-def]
+        return nn_grad.conv2d_weight(x, (x.shape[1], 1, *khw), g, s, p, d, x.shape[1])  # type: ignore[no-untyped-call]
+
+    lib = torch.library.Library(ops.NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
+    try:
+        lib.impl("forward", forward_cpu, "CPU")  # type: ignore[no-untyped-call]
+        lib.impl("input_grad", input_grad_cpu, "CPU")  # type: ignore[no-untyped-call]
+        lib.impl("weight_grad", weight_grad_cpu, "CPU")  # type: ignore[no-untyped-call]
+        gen = torch.Generator().manual_seed(0)
+        x, w, b = (
+            torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((2, 3, 9, 8), (3, 1, 3, 3), (3,))
+        )
+        leaves = tuple(t.requires_grad_() for t in (x, w, b))
+        out = ops._run_forward(x, w, b, [2, 2], [1, 1], [1, 1])
+        g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+        got = torch.autograd.grad(out, leaves, g)
+        want = torch.autograd.grad(nn.functional.conv2d(x, w, b, 2, 1, 1, 3), leaves, g)
+        for a, e in zip(got, want, strict=True):
+            torch.testing.assert_close(a, e)
+        (only_x,) = torch.autograd.grad(
+            ops._run_forward(x, w.detach(), None, [1, 1], [1, 1], [1, 1]).sum(), (x,)
+        )
+        torch.testing.assert_close(
+            only_x, torch.autograd.grad(nn.functional.conv2d(x, w.detach(), None, 1, 1, 1, 3).sum(), (x,))[0]
+        )
+    finally:
+        lib._destroy()  # type: ignore[no-untyped-call]
