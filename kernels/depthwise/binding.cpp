@@ -214,22 +214,20 @@ using GradSig = at::Tensor(const at::Tensor&, const at::Tensor&, at::IntArrayRef
                            at::IntArrayRef, at::IntArrayRef);
 
 // The ops through the dispatcher (so a meta or CPU kernel registered elsewhere serves them too),
-// looked up once.
-template <typename Sig>
-const c10::TypedOperatorHandle<Sig>& op_handle(const char* name) {
-  return *new c10::TypedOperatorHandle<Sig>(
-      c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Sig>());
-}
+// each looked up once.
 const c10::TypedOperatorHandle<ForwardSig>& forward_op() {
-  static const auto& op = op_handle<ForwardSig>(CONVPERF_STR(CONVPERF_NS) "::forward");
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::forward", "").typed<ForwardSig>();
   return op;
 }
 const c10::TypedOperatorHandle<GradSig>& input_grad_op() {
-  static const auto& op = op_handle<GradSig>(CONVPERF_STR(CONVPERF_NS) "::input_grad");
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::input_grad", "").typed<GradSig>();
   return op;
 }
 const c10::TypedOperatorHandle<GradSig>& weight_grad_op() {
-  static const auto& op = op_handle<GradSig>(CONVPERF_STR(CONVPERF_NS) "::weight_grad");
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::weight_grad", "").typed<GradSig>();
   return op;
 }
 
