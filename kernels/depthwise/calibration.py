@@ -9,7 +9,7 @@ NHWC row kernel, the two-launch weight grad) from its launch geometry, mirrored 
 * launch: a fixed cost per kernel launch, one value for CUDA-graph replays and one for a cold call;
 * DRAM: compulsory bytes at the measured copy bandwidth (3.0 TB/s);
 * latency: each thread waits for its staging loads in *rounds* (a round is one set of loads issued
-  before any is consumed; v2 stages ``#pragma unroll 1``, so one 16-byte load per round). A block
+  before any is consumed; v2 stages ``#pragma unroll 1``, one vector load per round; v3 batches 4). A block
   takes ``(rounds + 1) x L`` (the +1 is the store after compute), and an SM overlaps ``occupancy``
   blocks: the waves are ``ceil(blocks / (SMs x occupancy))`` (the tail wave costs a whole wave).
   This is memory-level parallelism in another form: bytes in flight per SM =
