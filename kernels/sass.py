@@ -70,6 +70,8 @@ class Mix:
     bar: int = 0
     tensor: dict[str, int] = field(default_factory=dict)  # tensor-core instructions by opcode base
 
+    local: int = 0  # LDL/STL: register spills (or a stack array), DRAM traffic in the hot loop
+
     def add(self, ins: Instr) -> None:
         self.total += 1
         base, mods = ins.base, ins.op.split(".")[1:]
@@ -94,6 +96,9 @@ class Mix:
             self.bar += 1
         elif base in TENSOR_CORE_OPS:
             self.tensor[base] = self.tensor.get(base, 0) + 1
+
+        elif base in ("LDL", "STL"):
+            self.local += 1
 
     @property
     def loads(self) -> int:
@@ -334,6 +339,9 @@ class Gate:
     # per-block index math in the prologue is allowed
     int_div_scope: str = "kernel"
     tensor_cores: bool = False  # must issue tensor-core instructions (SASS HMMA/IMMA/HGMMA/IGMMA)
+
+    vector_bits: int = 64  # the narrowest global load that counts as a vector staging load
+    no_local: bool = False  # no LDL/STL anywhere: no spill, no stack array
     why: str = ""
 
 
@@ -344,6 +352,13 @@ GATES: dict[str, tuple[Gate, ...]] = {
             pattern=r"fwd_tile_nchw_v2<",
             vector_when=r", [12]>",  # StageMode kStageRows4 / kStagePlanes4
             why="NCHW tiled forward / input grad (v2)",
+        ),
+        Gate(
+            pattern=r"fwd_tile_nchw_v3<",
+            vector_when=r", [12]>",
+            vector_bits=128,  # 16-byte staging loads for every dtype
+            no_local=True,
+            why="NCHW tiled forward / input grad (v3, batched staging)",
         ),
     ),
     # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
@@ -389,8 +404,14 @@ def check(kernels: Sequence[KernelSass], gates: Sequence[Gate]) -> list[str]:
                 )
             if g.vector_when and re.search(g.vector_when, k.pretty):
                 staged = [lp for lp in k.loops() if lp.mix.loads]
-                if not any(lp.mix.vector_loads for lp in staged):
-                    problems.append(f"{k.pretty}: no 64/128-bit global load in its staging loop")
+                if not any(w >= g.vector_bits for lp in staged for w in lp.mix.ldg):
+                    widths = "64/128" if g.vector_bits <= 64 else str(g.vector_bits)
+                    problems.append(f"{k.pretty}: no {widths}-bit global load in its staging loop")
+            if g.no_local and mix.local:
+                problems.append(
+                    f"{k.pretty}: {mix.local} local-memory loads/stores (LDL/STL: a register spill or a "
+                    "stack array); cut live registers or relax its __launch_bounds__"
+                )
     if not gated:
         problems.append(
             f"no kernel matched the gate patterns {[g.pattern for g in gates]}: the gate checked nothing"

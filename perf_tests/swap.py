@@ -53,6 +53,9 @@ def our_depthwise(device: torch.device) -> ConvFn:
 
 Resolver = Callable[[torch.device], ConvFn]
 
+#: A conv with its geometry fixed: (input, weight, bias) -> output.
+BoundConv = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
 #: The depthwise implementations a model can be switched between, by name.
 DEPTHWISE: dict[str, Resolver] = {"torch": stock_depthwise, "ours": our_depthwise}
 
@@ -102,10 +105,26 @@ class SwappedDepthwise(nn.Module):
         self.groups = conv.groups
         self.impl = impl
         self._resolver = resolve(impl)
+        self._bound: tuple[torch.device, BoundConv] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fn = self._resolver(x.device)
-        return fn(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        # Resolved once per device, not per call: the host cost per call is what whole-model timing
+        # sees (issue 29: the per-call import and checks made EfficientNet-B0 slower with our kernel).
+        bound = self._bound
+        if bound is None or bound[0] != x.device:
+            bound = (x.device, self._bind(x.device))
+            self._bound = bound
+        return bound[1](x, self.weight, self.bias)
+
+    def _bind(self, device: torch.device) -> BoundConv:
+        if self.impl == "ours" and device.type == "cuda":
+            from kernels.depthwise import ops
+
+            # geometry checked once here; per call only the C++ binding's tensor checks run
+            return ops.prepare(self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        fn = self._resolver(device)
+        stride, padding, dilation, groups = self.stride, self.padding, self.dilation, self.groups
+        return lambda x, w, b: fn(x, w, b, stride, padding, dilation, groups)
 
     def extra_repr(self) -> str:
         return (

@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -103,12 +104,14 @@ Geom make_geom(int64_t n, int64_t c, int64_t h, int64_t w, const at::Tensor& wei
 }
 
 // The NCHW tiled kernel to run, read on every call so one process can A/B them by setting
-// CONVPERF_DEPTHWISE_VARIANT=v1|v2 between calls (default v2).
+// CONVPERF_DEPTHWISE_VARIANT=v1|v2|v3 between calls (default v2 until a GPU has measured v3).
 convperf_dw::Variant variant_from_env() {
   const char* v = std::getenv("CONVPERF_DEPTHWISE_VARIANT");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "v2") == 0) return convperf_dw::Variant::V2;
+  if (std::strcmp(v, "v3") == 0) return convperf_dw::Variant::V3;
   TORCH_CHECK(std::strcmp(v, "v1") == 0, "convperf_depthwise: CONVPERF_DEPTHWISE_VARIANT=", v,
-              " is not a variant; set it to v1 (first tiled kernel) or v2 (default), or unset it");
+              " is not a variant; set it to v1 (first tiled kernel), v2 (default) or v3 (batched 16-byte "
+              "staging), or unset it");
   return convperf_dw::Variant::V1;
 }
 
@@ -201,6 +204,76 @@ at::Tensor weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& inp
   return dw;
 }
 
+// ---- autograd, in C++ (issue 29): no Python on the per-call path of forward + backward ------------
+#define CONVPERF_STR2(x) #x
+#define CONVPERF_STR(x) CONVPERF_STR2(x)
+
+using ForwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                              at::IntArrayRef, at::IntArrayRef, at::IntArrayRef);
+using GradSig = at::Tensor(const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+                           at::IntArrayRef, at::IntArrayRef);
+
+// The ops through the dispatcher (so a meta or CPU kernel registered elsewhere serves them too),
+// each looked up once.
+const c10::TypedOperatorHandle<ForwardSig>& forward_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::forward", "").typed<ForwardSig>();
+  return op;
+}
+const c10::TypedOperatorHandle<GradSig>& input_grad_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::input_grad", "").typed<GradSig>();
+  return op;
+}
+const c10::TypedOperatorHandle<GradSig>& weight_grad_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::weight_grad", "").typed<GradSig>();
+  return op;
+}
+
+// Gradients of input, weight and bias (the gradient ops are not differentiable again).
+class DepthwiseFunction : public torch::autograd::Function<DepthwiseFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    ctx->save_for_backward({input, weight});
+    ctx->saved_data["stride"] = stride.vec();
+    ctx->saved_data["padding"] = padding.vec();
+    ctx->saved_data["dilation"] = dilation.vec();
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    at::AutoDispatchBelowADInplaceOrView below;
+    return forward_op().call(input, weight, bias, stride, padding, dilation);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& weight = saved[1];
+    const auto stride = ctx->saved_data["stride"].toIntVector();
+    const auto padding = ctx->saved_data["padding"].toIntVector();
+    const auto dilation = ctx->saved_data["dilation"].toIntVector();
+    const at::Tensor& grad = grads[0];
+    at::Tensor gi, gw, gb;
+    if (ctx->needs_input_grad(0)) {
+      gi = input_grad_op().call(grad, weight, {input.size(2), input.size(3)}, stride, padding, dilation);
+    }
+    if (ctx->needs_input_grad(1)) {
+      gw = weight_grad_op().call(grad, input, {weight.size(2), weight.size(3)}, stride, padding, dilation);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      gb = grad.sum({0, 2, 3}, false, at::kFloat).to(grad.scalar_type());
+    }
+    return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor forward_autograd(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  return DepthwiseFunction::apply(input, weight, bias, stride, padding, dilation);
+}
+
 }  // namespace
 
 CONVPERF_TORCH_LIBRARY(m) {
@@ -217,3 +290,5 @@ CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) {
   m.impl("input_grad", &input_grad_cuda);
   m.impl("weight_grad", &weight_grad_cuda);
 }
+
+CONVPERF_TORCH_LIBRARY_IMPL(Autograd, m) { m.impl("forward", &forward_autograd); }

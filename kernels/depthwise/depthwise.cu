@@ -422,21 +422,22 @@ bool plan_tile_v2(Tile2Args& a, int k, int s) {
   return best >= 0;
 }
 
-// Staging mode of a planned v2 tile (may lower pl so every block's span starts 16-byte aligned).
-int choose_stage_mode(Tile2Args& a, int s, bool aligned) {
+// Staging mode of a planned v2/v3 tile for chunks of `cw` elements (v2: 4, v3: 16 bytes); `aligned`: x
+// is aligned to a chunk. May lower pl so every block's span starts on a chunk boundary.
+int choose_stage_mode(Tile2Args& a, int s, bool aligned, int cw = 4) {
   const int hw = a.h * a.w;
   if (aligned && a.tiles_w == 1 && a.tiles_h == 1) {
     int pl = a.pl;
-    while (pl > 1 && pl * hw % 4 != 0) --pl;
-    if (pl * hw % 4 == 0) {
+    while (pl > 1 && pl * hw % cw != 0) --pl;
+    if (pl * hw % cw == 0) {
       a.pl = pl;
       return kStagePlanes4;
     }
   }
-  if (aligned && a.w % 4 == 0) {
-    // A chunk's offset in the row is fixed when the tile step is a multiple of 4, else take the worst.
-    const int off = (a.tw * s) % 4 == 0 ? ((-a.pw) & 3) : 3;
-    a.nch = (a.in_cols + off + 3) / 4;
+  if (aligned && a.w % cw == 0) {
+    // A chunk's offset in the row is fixed when the tile step is a multiple of cw, else take the worst.
+    const int off = (a.tw * s) % cw == 0 ? ((-a.pw) & (cw - 1)) : cw - 1;
+    a.nch = (a.in_cols + off + cw - 1) / cw;
     return kStageRows4;
   }
   return kStageScalar;
@@ -471,6 +472,250 @@ cudaError_t run_tile_v2(const T* x, const T* w, const T* bias, T* y, Tile2Args a
       a.by_outer = make_fastdiv(a.plane_sz);
       a.by_inner = make_fastdiv(a.in_cols);
       fwd_tile_nchw_v2<T, K, S, kStageScalar><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+  }
+  return cudaGetLastError();
+}
+
+// ---- forward, NCHW tiled, v3: a round of staging loads in flight before any is consumed ----------
+// v2's staging loops are `unroll 1` and consume each load before the next is issued: the large seed
+// shapes run 3 dependent load rounds per block, and on the H100 they reached 60 % of the HBM spec with
+// fp16 (8-byte chunks) no faster than fp32 (docs/depthwise-model.md, the calibrated model). v3 issues
+// kStageBatch loads per thread into registers, then scatters them into shared memory, with 16-byte
+// loads for every dtype (8 elements of fp16/bf16). Planner and compute phase are v2's.
+constexpr int kStageBatch = 4;  // vector loads per thread per round: one round on every seed shape
+constexpr int kStageBatchScalar = 4;  // 8 spilled the k3 instance at v3_min_blocks' 40 registers
+
+// Resident blocks per SM the v3 instances are built for: what the v2 instances reach on sm_90 (38, 56
+// and 80 registers for k <= 3, 5, 7 give 6, 4 and 3 blocks of 256). The batch's registers must not cost
+// a block: the calibrated model's waves grow as residency falls. Stride 2 and scalar staging (not on a
+// seed shape) get one block less: at the budget above ptxas spilled their k3-k7 instances.
+template <int K, int S, int M>
+constexpr int v3_min_blocks() {
+  return (K <= 3 ? 6 : (K == 5 ? 4 : 3)) - (S == 2 || M == kStageScalar ? 1 : 0);
+}
+
+// A 16-bit float from its bits, in registers (a memcpy into a T[] put the array on the stack).
+template <typename T>
+__device__ __forceinline__ T from_bits(unsigned short b);
+template <>
+__device__ __forceinline__ __half from_bits<__half>(unsigned short b) {
+  __half_raw r;
+  r.x = b;
+  return __half(r);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_bits<__nv_bfloat16>(unsigned short b) {
+  __nv_bfloat16_raw r;
+  r.x = b;
+  return __nv_bfloat16(r);
+}
+
+// One 16-byte chunk (16 / sizeof(T) elements) of a staged round, kept packed in 4 registers until it
+// is scattered: 8 halves as 8 floats spilled the 16-bit instances.
+template <typename T>
+__device__ __forceinline__ uint4 load16(const T* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack16(const uint4& q, float (&v)[16 / sizeof(T)]) {
+  const unsigned w[4] = {q.x, q.y, q.z, q.w};
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) memcpy(&v[i], &w[i], sizeof(float));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = to_f(from_bits<T>(static_cast<unsigned short>(w[i] & 0xffffu)));
+      v[2 * i + 1] = to_f(from_bits<T>(static_cast<unsigned short>(w[i] >> 16)));
+    }
+  }
+}
+
+template <typename T, int K, int S, int M>
+__global__ void __launch_bounds__(kThreads, v3_min_blocks<K, S, M>())
+    fwd_tile_nchw_v3(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                     T* __restrict__ y, Tile2Args a) {
+  constexpr int RPT = kRowsPerThreadV2;
+  constexpr int CW = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte chunk
+  constexpr int NB = kStageBatch;
+  extern __shared__ float smem[];
+  const int th = a.trows * RPT;
+  int bid = static_cast<int>(blockIdx.x);
+  int q = fdiv(bid, a.by_tiles_w);
+  const int tw_i = bid - q * a.tiles_w;
+  bid = q;
+  q = fdiv(bid, a.by_tiles_h);
+  const int th_i = bid - q * a.tiles_h;
+  const int plane0 = q * a.pl;
+  const int oh0 = th_i * th, ow0 = tw_i * a.tw;
+  const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
+  const int hw = a.h * a.w;
+  const T* xb = x + static_cast<int64_t>(plane0) * hw;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  if (M == kStagePlanes4) {
+    // Whole, contiguous planes (tiles_w == tiles_h == 1, pl * hw % CW == 0, x 16-byte aligned).
+    const int total = a.pl * a.plane_sz;
+    float4* smem4 = reinterpret_cast<float4*>(smem);
+#pragma unroll 1
+    for (int i = tid; i < total / 4; i += kThreads) smem4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (tid < total % 4) smem[total - 1 - tid] = 0.f;
+    __syncthreads();
+    const int64_t left = static_cast<int64_t>(a.planes - plane0) * hw;
+    const int span = static_cast<int64_t>(a.pl) * hw < left ? a.pl * hw : static_cast<int>(left);
+    const int chunks = span / CW;
+    auto put = [&](int p, int row, int col, float v) {
+      const int sr = row + a.ph, sc = col + a.pw;
+      if (sr >= 0 && sr < a.in_rows && sc >= 0 && sc < a.in_cols) smem[p * a.plane_sz + sr * a.in_cols + sc] = v;
+    };
+#pragma unroll 1
+    for (int c0 = 0; c0 < chunks; c0 += NB * kThreads) {
+      uint4 raw[NB];
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {  // every load of the round is issued before any is stored
+        const int ch = c0 + j * kThreads + tid;
+        if (ch < chunks) raw[j] = load16(xb + ch * CW);
+      }
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        const int ch = c0 + j * kThreads + tid;
+        if (ch >= chunks) break;
+        float v[CW];
+        unpack16<T>(raw[j], v);
+        int p = fdiv(ch * CW, a.by_outer);
+        const int r = ch * CW - p * hw;
+        int row = fdiv(r, a.by_inner);
+        int col = r - row * a.w;
+#pragma unroll
+        for (int e = 0; e < CW; ++e) {
+          put(p, row, col, v[e]);
+          if (++col == a.w) {
+            col = 0;
+            if (++row == a.h) {
+              row = 0;
+              ++p;
+            }
+          }
+        }
+      }
+    }
+    if (tid < span - chunks * CW) {  // the last elements of a span that is not whole chunks
+      const int i = chunks * CW + tid;
+      const int p = fdiv(i, a.by_outer);
+      const int r = i - p * hw;
+      const int row = fdiv(r, a.by_inner);
+      put(p, row, r - row * a.w, to_f(xb[i]));
+    }
+  } else if (M == kStageRows4) {
+    // W % CW == 0, x 16-byte aligned: aligned chunks covering [iw0, iw0 + in_cols) of each staged row.
+    const int c0 = iw0 & ~(CW - 1);
+    const int row_items = a.in_rows * a.nch;
+    const int total = a.pl * row_items;
+#pragma unroll 1
+    for (int i0 = 0; i0 < total; i0 += NB * kThreads) {
+      uint4 raw[NB];
+      int dst[NB], sc0[NB];
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        const int i = i0 + j * kThreads + tid;
+        dst[j] = -1;
+        if (i < total) {
+          const int p = fdiv(i, a.by_outer);
+          const int r = i - p * row_items;
+          const int row = fdiv(r, a.by_inner);
+          const int col0 = c0 + (r - row * a.nch) * CW;
+          const int ih = ih0 + row;
+          dst[j] = p * a.plane_sz + row * a.in_cols;
+          sc0[j] = col0 - iw0;
+          raw[j] = make_uint4(0u, 0u, 0u, 0u);  // zero bits are 0.0 in every dtype
+          if (plane0 + p < a.planes && ih >= 0 && ih < a.h && col0 >= 0 && col0 < a.w) {
+            raw[j] = load16(xb + static_cast<int64_t>(p) * hw + ih * a.w + col0);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        if (dst[j] < 0) break;
+        float v[CW];
+        unpack16<T>(raw[j], v);
+#pragma unroll
+        for (int e = 0; e < CW; ++e) {
+          const int sc = sc0[j] + e;
+          if (sc >= 0 && sc < a.in_cols) smem[dst[j] + sc] = v[e];
+        }
+      }
+    }
+  } else {
+    constexpr int SB = kStageBatchScalar;
+    const int total = a.pl * a.plane_sz;
+#pragma unroll 1
+    for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
+      float v[SB];
+#pragma unroll
+      for (int j = 0; j < SB; ++j) {
+        const int i = i0 + j * kThreads + tid;
+        v[j] = 0.f;
+        if (i < total) {
+          const int p = fdiv(i, a.by_outer);
+          const int r = i - p * a.plane_sz;
+          const int row = fdiv(r, a.by_inner);
+          const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
+          if (plane0 + p < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
+            v[j] = to_f(xb[static_cast<int64_t>(p) * hw + ih * a.w + iw]);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < SB; ++j) {
+        const int i = i0 + j * kThreads + tid;
+        if (i < total) smem[i] = v[j];
+      }
+    }
+  }
+  __syncthreads();
+
+  const int rest = fdiv(tid, a.by_tw);
+  const int tx = tid - rest * a.tw;
+  const int p = fdiv(rest, a.by_trows);
+  const int ty = rest - p * a.trows;
+  const int plane = plane0 + p;
+  if (p >= a.pl || plane >= a.planes) return;
+  const int c = plane - fdiv(plane, a.by_c) * a.c;
+  tile_outputs<T, K, S, RPT>(smem + p * a.plane_sz + (ty * RPT * S) * a.in_cols + tx * S, a.in_cols, wt, bias,
+                             y, c, a.flip, plane, a.ho, a.wo, oh0 + ty * RPT, ow0 + tx);
+}
+
+template <typename T, int K, int S>
+cudaError_t run_tile_v3(const T* x, const T* w, const T* bias, T* y, Tile2Args a, cudaStream_t stream) {
+  constexpr int CW = 16 / static_cast<int>(sizeof(T));
+  if (!plan_tile_v2(a, K, S)) return cudaErrorInvalidConfiguration;
+  const int mode = choose_stage_mode(a, S, reinterpret_cast<uintptr_t>(x) % 16 == 0, CW);
+  const int hw = a.h * a.w;
+  const int64_t blocks = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  a.by_tiles_w = make_fastdiv(a.tiles_w);
+  a.by_tiles_h = make_fastdiv(a.tiles_h);
+  a.by_c = make_fastdiv(a.c);
+  a.by_tw = make_fastdiv(a.tw);
+  a.by_trows = make_fastdiv(a.trows);
+  const int bytes = a.pl * a.plane_sz * static_cast<int>(sizeof(float));
+  const auto grid = static_cast<unsigned>(blocks);
+  switch (mode) {
+    case kStagePlanes4:
+      a.by_outer = make_fastdiv(hw);
+      a.by_inner = make_fastdiv(a.w);
+      fwd_tile_nchw_v3<T, K, S, kStagePlanes4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+      break;
+    case kStageRows4:
+      a.by_outer = make_fastdiv(a.in_rows * a.nch);
+      a.by_inner = make_fastdiv(a.nch);
+      fwd_tile_nchw_v3<T, K, S, kStageRows4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+      break;
+    default:
+      a.by_outer = make_fastdiv(a.plane_sz);
+      a.by_inner = make_fastdiv(a.in_cols);
+      fwd_tile_nchw_v3<T, K, S, kStageScalar><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
   }
   return cudaGetLastError();
 }
@@ -522,6 +767,7 @@ cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T
     if constexpr (kV2Built) {
       if (variant == Variant::V2 && v2_supported(a)) return run_tile_v2<T, kk, ss>(x, w, bias, y, tile2_args(a), st);
     }
+    if (variant == Variant::V3 && v2_supported(a)) return run_tile_v3<T, kk, ss>(x, w, bias, y, tile2_args(a), st);
     return run_tile<T, kk, ss>(x, w, bias, y, a, st);
   });
 }

@@ -16,9 +16,10 @@ namespace convperf_dw {
 using DType = convperf::DType;  // fp32, fp16, bf16 (I8 is not taken)
 
 // Which NCHW tiled kernel the forward and the stride-1 input grad run: V1 (the first tiled kernel, kept
-// so one process can A/B it) or V2 (division-free, plane-sized tiles). NHWC, direct and weight-grad
-// kernels are the same in both.
-enum class Variant : int { V1 = 1, V2 = 2 };
+// so one process can A/B it), V2 (division-free, plane-sized tiles; the default) or V3 (v2 with each
+// thread's staging loads of a round in flight together, 16-byte loads for every dtype). NHWC, direct
+// and weight-grad kernels are the same in all.
+enum class Variant : int { V1 = 1, V2 = 2, V3 = 3 };
 
 struct Geom {
   int64_t n;   // batch

@@ -142,9 +142,9 @@ def plan_v1(sh: Shape) -> Plan:
     return Plan("v1", "scalar", tw, trows, pl, tiles, in_rows, in_cols, 0, pl * in_rows * in_cols)
 
 
-def plan_v2(sh: Shape) -> Plan:
-    """Mirror of ``plan_tile_v2`` and the staging-mode choice of ``run_tile_v2`` (aligned input)."""
-    k, s, ho, wo, pad = sh.k, sh.s, sh.ho, sh.ho, sh.k // 2
+def _geometry_v2(sh: Shape) -> tuple[int, int, int, int, int, int, int]:
+    """Mirror of ``plan_tile_v2`` (v2 and v3 share it): tw, trows, pl, tiles_w, tiles_h, in_rows, in_cols."""
+    k, s, ho, wo = sh.k, sh.s, sh.ho, sh.ho
     rpt = RPT_V2
     irt = (rpt - 1) * s + k
     best: tuple[float, int, int, int, int, int, int, int] | None = None
@@ -172,19 +172,49 @@ def plan_v2(sh: Shape) -> Plan:
                     best = (cost, tw, trows, pl, tiles_w, tiles_h, in_rows, in_cols)
             trows *= 2
     assert best is not None
-    _, tw, trows, pl, tiles_w, tiles_h, in_rows, in_cols = best
-    hw = sh.hw * sh.hw
+    return best[1:]
+
+
+def _staged(sh: Shape, variant: str, cw: int) -> Plan:
+    """Mirror of ``choose_stage_mode`` for chunks of ``cw`` elements (aligned input)."""
+    tw, trows, pl, tiles_w, tiles_h, in_rows, in_cols = _geometry_v2(sh)
+    hw, pad = sh.hw * sh.hw, sh.k // 2
     if tiles_w == 1 and tiles_h == 1:
-        while pl > 1 and pl * hw % 4:
+        while pl > 1 and pl * hw % cw:
             pl -= 1
-        if pl * hw % 4 == 0:
+        if pl * hw % cw == 0:
             fill = pl * in_rows * in_cols // 4
-            return Plan("v2", "planes4", tw, trows, pl, 1, in_rows, in_cols, fill, pl * hw // 4)
-    if sh.hw % 4 == 0:
-        off = ((-pad) & 3) if (tw * s) % 4 == 0 else 3
-        nch = (in_cols + off + 3) // 4
-        return Plan("v2", "rows4", tw, trows, pl, tiles_w * tiles_h, in_rows, in_cols, 0, pl * in_rows * nch)
-    return Plan("v2", "scalar", tw, trows, pl, tiles_w * tiles_h, in_rows, in_cols, 0, pl * in_rows * in_cols)
+            return Plan(variant, "planes4", tw, trows, pl, 1, in_rows, in_cols, fill, pl * hw // cw)
+    tiles = tiles_w * tiles_h
+    if sh.hw % cw == 0:
+        off = ((-pad) & (cw - 1)) if (tw * sh.s) % cw == 0 else cw - 1
+        nch = (in_cols + off + cw - 1) // cw
+        return Plan(variant, "rows4", tw, trows, pl, tiles, in_rows, in_cols, 0, pl * in_rows * nch)
+    return Plan(variant, "scalar", tw, trows, pl, tiles, in_rows, in_cols, 0, pl * in_rows * in_cols)
+
+
+def plan_v2(sh: Shape) -> Plan:
+    """Mirror of ``plan_tile_v2`` and the staging-mode choice of ``run_tile_v2`` (aligned input):
+    4-element chunks (16 bytes in fp32, 8 in fp16)."""
+    return _staged(sh, "v2", 4)
+
+
+STAGE_BATCH_V3 = 4  # kStageBatch: vector loads per thread per round
+STAGE_BATCH_V3_SCALAR = 8  # kStageBatchScalar
+
+
+def plan_v3(sh: Shape) -> Plan:
+    """Mirror of ``run_tile_v3``'s plan: v2's geometry, 16-byte chunks for every dtype."""
+    return _staged(sh, "v3", 16 // sh.dtype_bytes)
+
+
+def staging_rounds(plan: Plan) -> int:
+    """Dependent load rounds per thread of a block's staging: v2 waits for each load (one per round),
+    v3 keeps a batch of loads in flight per round."""
+    per_round = THREADS
+    if plan.variant == "v3":
+        per_round *= STAGE_BATCH_V3_SCALAR if plan.mode == "scalar" else STAGE_BATCH_V3
+    return -(-plan.load_items // per_round)
 
 
 @dataclass(frozen=True)
@@ -351,7 +381,34 @@ def table_for(kernels: Sequence[KernelSass]) -> str:
     return table(predict_all(kernels))
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """No arguments: the SASS-based table. ``--check DIR``: the calibrated model's error on the
+    measured rows of ``DIR`` (exit 1 when it misses the goal); ``--held-out`` adds the
+    leave-one-shape-out error; ``--fit DIR`` refits and prints the constants for ``calibration.py``."""
+    import argparse
+    from pathlib import Path
+
+    from kernels.depthwise import calibration as cal
+
+    ap = argparse.ArgumentParser(prog="python -m kernels.depthwise.model", description=main.__doc__)
+    ap.add_argument("--check", type=Path, metavar="DIR", help="a baselines/<machine> folder")
+    ap.add_argument("--held-out", action="store_true", help="with --check: refit without each seed shape")
+    ap.add_argument("--fit", type=Path, metavar="DIR", help="refit the calibrated constants on DIR's rows")
+    ap.add_argument("--predict", metavar="VARIANT", help="with --check: the variant's predicted rows (v3)")
+    args = ap.parse_args(argv)
+    if args.fit:
+        p = cal.fit(cal.load_rows(args.fit))
+        print(cal.report(cal.load_rows(args.fit), cal.errors(cal.load_rows(args.fit), p)))
+        print(cal.params_source(p))
+        return 0
+    if args.check:
+        rows = cal.load_rows(args.check)
+        errs = cal.errors(rows)
+        print(cal.report(rows, errs, cal.held_out(rows) if args.held_out else None))
+        if args.predict:
+            print(cal.variant_table(rows, args.predict))
+            print("\n".join(f"- {line}" for line in cal.goal_lines(rows, args.predict)))
+        return 0 if cal.meets_goal(errs) else 1
     print(table_for(analyze(_build.KERNELS_ROOT / "depthwise" / "depthwise.cu")))
     return 0
 

@@ -2,9 +2,10 @@
 
 The ops ``torch.ops.convperf_depthwise.{forward,input_grad,weight_grad}`` come from ``binding.cpp``;
 the library is built and loaded by ``kernels._build.LazyOps`` on the first call (or on
-:func:`ensure_loaded`), which also registers their fake (meta) implementations and the autograd
+:func:`ensure_loaded`), which also registers their fake (meta) implementations. The autograd
 formula of ``forward`` (input, weight and bias gradients; the gradient ops are not differentiable
-again). Call ``ensure_loaded()`` before ``torch.compile`` traces a function that uses ``forward``.
+again) is a C++ autograd kernel in ``binding.cpp``. Call ``ensure_loaded()`` before ``torch.compile``
+traces a function that uses ``forward``.
 """
 
 from __future__ import annotations
@@ -71,39 +72,40 @@ def _register() -> None:
     torch.library.register_fake(f"{NAMESPACE}::forward")(forward_fake)
     torch.library.register_fake(f"{NAMESPACE}::input_grad")(input_grad_fake)
     torch.library.register_fake(f"{NAMESPACE}::weight_grad")(weight_grad_fake)
-    torch.library.register_autograd(f"{NAMESPACE}::forward", _backward, setup_context=_setup_context)
+    global _forward_op
+    _forward_op = getattr(torch.ops, NAMESPACE).forward.default
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    input, weight, bias, stride, padding, dilation = inputs
-    ctx.save_for_backward(input, weight)
-    ctx.has_bias = bias is not None
-    ctx.geometry = (list(stride), list(padding), list(dilation))
+# The forward overload, bound once when the library loads: a call pays no LazyOps lookup, import or
+# namespace formatting (the host cost per call is what whole-model timing sees, issue 29).
+_forward_op: Any = None
 
 
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    input, weight = ctx.saved_tensors
-    stride, padding, dilation = ctx.geometry
-    ops = _ops()
-    grad_input = grad_weight = grad_bias = None
-    if ctx.needs_input_grad[0]:
-        hw = [int(input.shape[2]), int(input.shape[3])]
-        grad_input = ops.input_grad(grad, weight, hw, stride, padding, dilation)
-    if ctx.needs_input_grad[1]:
-        khw = [int(weight.shape[2]), int(weight.shape[3])]
-        grad_weight = ops.weight_grad(grad, input, khw, stride, padding, dilation)
-    if ctx.has_bias and ctx.needs_input_grad[2]:
-        grad_bias = grad.sum(dim=(0, 2, 3), dtype=torch.float32).to(grad.dtype)
-    return grad_input, grad_weight, grad_bias, None, None, None
-
-
-# Build/load the library once and register the fake and autograd rules of its ops.
+# Build/load the library once and register the fake rules of its ops (the autograd kernel of forward
+# is C++, in binding.cpp: no Python runs per call of forward or backward).
 _ops = _build.LazyOps(FAMILY, _register)
 
 
 def ensure_loaded() -> None:
-    """Build/load the CUDA library once and register fake and autograd implementations."""
+    """Build/load the CUDA library once and register the ops' fake implementations."""
     _ops()
+
+
+def _run_forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+) -> torch.Tensor:
+    """The one call site of the forward op: :func:`forward` and :class:`Prepared` both end here."""
+    op = _forward_op
+    if op is None:
+        _ops()  # the first call: build/load, register, bind the overloads
+        op = _forward_op
+    out: torch.Tensor = op(input, weight, bias, stride, padding, dilation)
+    return out
 
 
 def forward(
@@ -129,6 +131,40 @@ def forward(
             "use kernels.depthwise.reference.forward on the CPU"
         )
     geometry = (list(a.stride), list(a.padding), list(a.dilation))
-    planted.extra_work(lambda x: _ops().forward(x, weight, bias, *geometry), a, weight)  # off by default
-    out: torch.Tensor = _ops().forward(a.input, weight, bias, *geometry)
+    planted.extra_work(lambda x: _run_forward(x, weight, bias, *geometry), a, weight)  # off by default
+    out = _run_forward(a.input, weight, bias, *geometry)
     return out.squeeze(0) if a.unbatched else out
+
+
+class Prepared:
+    """A depthwise conv2d whose geometry :func:`prepare` checked once: a call runs the op with no
+    Python argument checks (the binding still checks device, dtype and shapes in C++). For a layer
+    called many times with the same geometry, e.g. a swapped model layer; 4-D input only."""
+
+    __slots__ = ("dilation", "padding", "stride")
+
+    def __init__(self, stride: list[int], padding: list[int], dilation: list[int]) -> None:
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+
+    def __call__(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return _run_forward(input, weight, bias, self.stride, self.padding, self.dilation)
+
+
+def prepare(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: IntPair,
+    padding: IntPair,
+    dilation: IntPair,
+    groups: int,
+) -> Prepared:
+    """Check a depthwise conv's weight, bias and geometry once, as :func:`forward` does per call
+    (``ValueError`` naming the problem), and return the checked-once callable. Padding must be
+    numeric: ``'same'`` with an even kernel pads the input per call, which only :func:`forward` does."""
+    if isinstance(padding, str):
+        raise ValueError(f"prepare needs numeric padding, got {padding!r}; use forward for 'same'/'valid'")
+    # A meta input larger than any dilated kernel: the checks that depend on the input are per call
+    # (C++), the rest run here once.
+    probe = torch.empty((1, int(weight.shape[0]) if weight.dim() else 0, 1 << 16, 1 << 16), device="meta")
+    a = depthwise_args(probe, weight, bias, stride, padding, dilation, groups)
+    return Prepared(list(a.stride), list(a.padding), list(a.dilation))

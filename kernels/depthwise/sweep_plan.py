@@ -2,12 +2,15 @@
 
 ``v2`` (the default kernel) in fp32/fp16 x NCHW/NHWC x forward/input_grad/weight_grad; ``v1`` (the
 first tiled kernel, ``CONVPERF_DEPTHWISE_VARIANT=v1``) where the switch changes the kernel: the NCHW
-tiled forward and input gradient. A new variant adds its rows to :func:`cases`.
+tiled forward and input gradient; ``v3`` (batched 16-byte staging, issue 29) on the same NCHW rows.
+NCHW v2/v3 rows carry the calibrated model's prediction (``calibration.py``, a cold call), written
+before a GPU measures them. A new variant adds its rows to :func:`cases`.
 """
 
 from __future__ import annotations
 
-from kernels.depthwise import ops
+from kernels.depthwise import calibration, ops
+from kernels.depthwise.model import Shape
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
 from kernels.sweep_calls import conv_case
 from kernels.sweep_case import Case
@@ -16,6 +19,7 @@ from pytest_convperf.problem import Conv2dProblem
 FAMILY = "depthwise"
 VARIANT_ENV = "CONVPERF_DEPTHWISE_VARIANT"
 DTYPES = ("fp32", "fp16")
+DTYPE_BYTES = {"fp32": 4, "fp16": 2}
 LAYOUTS = ("nchw", "nhwc")
 PHASES = ("forward", "input_grad", "weight_grad")
 
@@ -38,6 +42,13 @@ def seed_problem(n: int, c: int, hw: int, k: int, dtype: str, layout: str) -> Co
     )
 
 
+def predicted_us(shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str) -> float:
+    """The calibrated model's cold-call time of an NCHW seed row (``kernels/depthwise/calibration.py``)."""
+    n, c, hw, k = shape
+    launch = calibration.launch_of(Shape(n, c, hw, k, 1, DTYPE_BYTES[dtype]), "nchw", phase, variant)
+    return calibration.predict_launch(launch, "cold") * 1e6
+
+
 def cases() -> list[Case]:
     out: list[Case] = []
     for shape in DEPTHWISE_SEED_SHAPES:
@@ -45,9 +56,15 @@ def cases() -> list[Case]:
             for layout in LAYOUTS:
                 problem = seed_problem(*shape, dtype, layout)
                 for phase in PHASES:
-                    out.append(conv_case(FAMILY, "v2", ops.forward, problem, phase, env={VARIANT_ENV: "v2"}))
-                    if layout == "nchw" and phase != "weight_grad":
+                    tiled = layout == "nchw" and phase != "weight_grad"  # where the switch picks the kernel
+                    for variant in ("v2", "v1", "v3") if tiled else ("v2",):
+                        guess = (
+                            predicted_us(shape, dtype, phase, variant) if tiled and variant != "v1" else None
+                        )
+                        env = {VARIANT_ENV: variant}
                         out.append(
-                            conv_case(FAMILY, "v1", ops.forward, problem, phase, env={VARIANT_ENV: "v1"})
+                            conv_case(
+                                FAMILY, variant, ops.forward, problem, phase, env=env, predicted_us=guess
+                            )
                         )
     return out

@@ -657,7 +657,7 @@ def geometry(x_shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int], p
 
 
 # The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad.
-VARIANTS = {"v1": 1, "v2": 2}
+VARIANTS = {"v1": 1, "v2": 2, "v3": 3}
 
 
 class EmulatedDepthwise:

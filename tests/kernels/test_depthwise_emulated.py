@@ -132,3 +132,21 @@ def test_emulated_input_grad_with_a_crop(emulated: EmulatedDepthwise, hw: int, k
     """Padding > k - 1: the stride-1 input grad runs the tiled kernel with negative padding (a crop)."""
     problem = Conv2dProblem(n=2, c_in=5, h=hw, w=hw, c_out=5, kernel=(k, k), padding=(pad, pad), groups=5)
     assert_conv_close(depthwise_candidate(emulated), problem, backward=True, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("hw", "s", "dtype", "mode"),
+    [(84, 2, "fp32", "rows4"), (128, 2, "fp16", "rows4"), (50, 2, "fp32", "planes4"),
+     (49, 2, "bf16", "scalar"), (24, 1, "fp16", "rows4"), (14, 1, "fp16", "planes4")],
+)  # fmt: skip
+def test_emulated_v3_batched_staging(emulated_lib: Emulation, hw: int, s: int, dtype: str, mode: str) -> None:
+    """v3 keeps a batch of staging loads in flight per round (16-byte chunks, 8 elements in fp16/bf16):
+    these shapes take its each staging mode, the first four through more than one round."""
+    plan = model.plan_v3(model.Shape(1, 2, hw, 3, s, 2 if dtype != "fp32" else 4))
+    assert plan.mode == mode
+    assert model.staging_rounds(plan) > 1 or s == 1
+    problem = Conv2dProblem(n=1, c_in=2, h=hw, w=hw, c_out=2, kernel=(3, 3), stride=(s, s), padding=(1, 1),
+                            groups=2, dtype=dtype)  # fmt: skip
+    assert_conv_close(
+        depthwise_candidate(EmulatedDepthwise(emulated_lib, "v3")), problem, backward=s == 1, device="cpu"
+    )

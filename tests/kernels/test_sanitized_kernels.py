@@ -86,6 +86,17 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         _dw(_dwp(n=1, c=2, h=6, w=7, kernel=(2, 3), dilation=(2, 1), padding=(1, 1), dtype="fp16")),
     ),
     *_dw_variants("tile-k7-bf16", _dwp(n=1, c=1, h=8, w=8, kernel=(7, 7), padding=(3, 3), dtype="bf16")),
+    # v3: 16-byte fp16 chunks along rows (W % 8 == 0), and a staging of more than one batched round.
+    (
+        "depthwise",
+        "tile-v3-rows-fp16",
+        _dw(_dwp(n=1, c=2, h=6, w=16, kernel=(3, 3), padding=(1, 1), dtype="fp16"), "v3"),
+    ),
+    (
+        "depthwise",
+        "tile-v3-planes-s2-two-rounds",
+        _dw(_dwp(n=1, c=2, h=50, w=50, kernel=(3, 3), stride=(2, 2), padding=(1, 1)), "v3"),
+    ),
     ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
     (
         "im2col_gemm",

@@ -107,6 +107,23 @@ def test_gate_wants_vector_loads_where_the_layout_allows() -> None:
     assert sass.check([k], GATE) == []
 
 
+def test_gate_can_demand_16_byte_staging_loads() -> None:
+    gate = (sass.Gate(pattern=r"stream<", vector_when=r", 1>", vector_bits=128),)
+    k = _kernel("stream<__half, 1>", ["LDG.E.64", "STS", "BRA"])  # 8-byte loads: v2's fp16 staging
+    k.instrs[-1] = sass.Instr(32, "", "BRA", "0x0")
+    (problem,) = sass.check([k], gate)
+    assert "128-bit" in problem
+    k.instrs[0] = sass.Instr(0, "", "LDG.E.128", "R4, desc[UR4][R2.64]")
+    assert sass.check([k], gate) == []
+
+
+def test_gate_can_forbid_local_memory() -> None:
+    gate = (sass.Gate(pattern=r"stream<", no_local=True),)
+    assert sass.check([_kernel("stream<float, 0>", ["LDG.E", "FFMA", "EXIT"])], gate) == []
+    (problem,) = sass.check([_kernel("stream<float, 0>", ["STL", "LDL.64", "EXIT"])], gate)
+    assert "2 local-memory" in problem
+
+
 def test_gate_that_matches_nothing_fails() -> None:
     (problem,) = sass.check([_kernel("other<float>", ["EXIT"])], GATE)
     assert "checked nothing" in problem
