@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
+from pytest_convperf import inflight
 from pytest_convperf.ab_plugin import ab_session
-from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
+from pytest_convperf.correctness import CorrectnessReport, check_conv, describe, stable_seed
 from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.faults import CheckTimeout, deadline, device_errors
 from pytest_convperf.integrity import Finding, after_timing
@@ -149,7 +150,18 @@ class ConvperfFixture:
         cfg_limit = self.session.cfg.check_timeout
         limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
         try:
-            with deadline(limit, f"the convperf check of {problem.id} ({phase})"):
+            with (
+                deadline(limit, f"the convperf check of {problem.id} ({phase})"),
+                inflight.running(
+                    step="the timed check",
+                    problem=problem.id,
+                    seed=stable_seed(problem),
+                    phase=phase,
+                    candidate=describe(candidate),
+                    reference=describe(reference or F.conv2d),
+                    repro=f"pytest '{self.nodeid}' --convperf",
+                ),
+            ):
                 return self._check(
                     candidate,
                     problem,

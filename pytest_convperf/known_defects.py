@@ -82,6 +82,4 @@ def safe_reference(
     defect = defect_for(reference, problem, device, weight_grad=weight_grad)
     if defect is None:
         return reference, None
-    return conv2d_on_nchw_copies, (
-        f"computed on NCHW copies: {defect.what} ({defect.issue}, {defect.url})"
-    )
+    return conv2d_on_nchw_copies, (f"computed on NCHW copies: {defect.what} ({defect.issue}, {defect.url})")

@@ -101,6 +101,10 @@ def pytest_configure(config: pytest.Config) -> None:
     session = ConvperfSession(config, cfg)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "convperf-session")
+    # Each correctness run and check on disk while it runs: a crash is named at the next start.
+    from pytest_convperf.crash_watch import CrashWatch
+
+    config.pluginmanager.register(CrashWatch(config), "convperf-crash-watch")
     # xdist: pin this worker to its GPU before anything starts CUDA (see parallel.py).
     from pytest_convperf import parallel
 
