@@ -126,6 +126,27 @@ def _parse_confirm(value: str) -> str:
     return value
 
 
+UPDATE_FLAG = "--convperf-update-baselines"
+
+
+def _is_update_value(value: str) -> bool:
+    parts = [part.strip() for part in value.split(",")]
+    return bool(parts) and all(part in UPDATE_KINDS for part in parts)
+
+
+def bare_update_flag(args: list[str]) -> list[str]:
+    """The command line with a bare ``--convperf-update-baselines`` followed by a path (what the
+    terminal and the FAIL hints print: ``... --convperf-update-baselines perf_tests``) spelled
+    ``--convperf-update-baselines=failed,new perf_tests``: argparse would take the path as the
+    value, and the run would stop on it."""
+    out = list(args)
+    for i, arg in enumerate(out[:-1]):
+        following = out[i + 1]
+        if arg == UPDATE_FLAG and not following.startswith("-") and not _is_update_value(following):
+            out[i] = f"{UPDATE_FLAG}={','.join(sorted(DEFAULT_UPDATE))}"
+    return out
+
+
 def parse_update(value: str | None) -> frozenset[str]:
     """``None`` -> no update; ``failed,new`` / ``improved`` / ``all`` -> the set of verdicts to rewrite."""
     if value is None or value == "":

@@ -83,6 +83,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """A bare ``--convperf-update-baselines`` followed by a path works as printed (before the final parse)."""
+    from pytest_convperf.config import bare_update_flag
+
+    args[:] = bare_update_flag(args)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Parse options once into a frozen config, register the marker and the session object."""
     config.addinivalue_line(
