@@ -27,6 +27,7 @@ from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
 from pytest_convperf.files import check_output_paths
 from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
 from pytest_convperf.fresh_confirm import ConfirmRun
+from pytest_convperf.header import baseline_lines
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
@@ -129,18 +130,7 @@ class ConvperfSession:
         update = ",".join(sorted(cfg.update)) if cfg.update else "no"
         timer = ", timer fake timer (replayed durations, not measurements)" if fake else ""
         where = f"device {device.kind} ({device.name}){chosen}, machine {store.machine}"
-        lines = [f"convperf: {where}, update {update}{timer}"]
-        if not folder.is_dir():
-            how = (
-                "this run records the checks it selects there"
-                if cfg.update
-                else "checks report NEW; record them with --convperf-update-baselines"
-            )
-            lines.append(f"convperf: baselines {folder} (does not exist yet: {how})")
-        else:
-            files = len(list(folder.glob("*.yaml")))
-            lines.append(f"convperf: baselines {folder} ({files} file{'s' if files != 1 else ''})")
-        return lines
+        return [f"convperf: {where}, update {update}{timer}", *baseline_lines(folder, updating=bool(cfg.update))]
 
     def store(self, *, fake: bool = False) -> Store:
         """The baseline store of this machine class (built on first use).

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from pytest_convperf.config import bare_update_flag
+from pytest_convperf.header import RECORD_HINT, baseline_lines
 
 SHOW_UPDATE = """
 from pytest_convperf.config import get_config
@@ -34,3 +38,28 @@ def test_bare_update_flag_then_a_path_runs_that_path(
     )
     result.assert_outcomes(passed=1)
     assert "UPDATE ['failed', 'new']" in result.stdout.str()
+
+
+def test_header_says_the_repositorys_baselines_are_another_machines(tmp_path: Path) -> None:
+    (tmp_path / "nvidia-h100-80gb-hbm3").mkdir()
+    (tmp_path / "nvidia-h100-80gb-hbm3" / "test_x.yaml").write_text("benchmarks: {}\n")
+    lines = "\n".join(baseline_lines(tmp_path / "amd-epyc-1t", updating=False))
+    assert "are for nvidia-h100-80gb-hbm3, not this machine (amd-epyc-1t): every check will read NEW" in lines
+    assert RECORD_HINT in lines
+    assert "are for" not in "\n".join(baseline_lines(tmp_path / "amd-epyc-1t", updating=True))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes any folder")
+def test_header_names_an_unwritable_baselines_folder(tmp_path: Path) -> None:
+    tmp_path.chmod(0o500)
+    try:
+        lines = "\n".join(baseline_lines(tmp_path / "m", updating=False))
+    finally:
+        tmp_path.chmod(0o700)
+    assert "--convperf-update-baselines would stop on it" in lines
+
+
+def test_header_names_a_baselines_folder_under_proc() -> None:
+    lines = "\n".join(baseline_lines(Path("/proc/convperf/m"), updating=False))
+    assert "cannot create a file in /proc" in lines and "--convperf-baselines=DIR" in lines
+    assert "is not writable (No such file" not in lines

@@ -21,7 +21,7 @@ def test_first_run_then_the_recording_run(
         [
             f"convperf: device cpu (*) (--convperf-device=cpu), machine {MACHINE}, update no, timer fake*",
             f"convperf: baselines {folder} (does not exist yet: checks report NEW; record them with "
-            "--convperf-update-baselines)",
+            "--convperf-update-baselines=new)",
             "  NEW  test_a?*?  speedup 2.000x*cand 500.0 us  ref 1.000 ms  (* rounds)",
             "*convperf: NEW 2*",
             "timer: fake timer*",
