@@ -24,6 +24,7 @@ from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.faults import CheckTimeout, deadline, device_errors
 from pytest_convperf.integrity import Finding, after_timing
 from pytest_convperf.pairing import ImplausibleTime, time_pair
+from pytest_convperf.problem import require_problem
 from pytest_convperf.profiling import candidate_kernels
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.timing.rounds import StopRule
@@ -115,6 +116,7 @@ class ConvperfFixture:
         ``cold``, ``warm`` or ``graph`` (forward only); ``rule`` overrides rounds and caps.
         Raises :class:`ImplausibleTime` for a time under half the roofline floor.
         """
+        problem = require_problem(problem, "convperf.measure")
         timed = time_pair(
             *self._where(), candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule
         )
@@ -147,6 +149,7 @@ class ConvperfFixture:
         ``row["extra_metrics"]``. A check that runs past ``--convperf-check-timeout`` (default
         from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung.
         """
+        problem = require_problem(problem, "convperf.check")
         cfg_limit = self.session.cfg.check_timeout
         limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
         try:

@@ -63,3 +63,18 @@ def test_header_names_a_baselines_folder_under_proc() -> None:
     lines = "\n".join(baseline_lines(Path("/proc/convperf/m"), updating=False))
     assert "cannot create a file in /proc" in lines and "--convperf-baselines=DIR" in lines
     assert "is not writable (No such file" not in lines
+
+
+def test_check_with_a_shape_fails_in_one_line(pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]) -> None:
+    pytester.makepyfile(
+        test_shape="""
+import torch.nn.functional as F
+
+def test_shape(convperf):
+    convperf.check(F.conv2d, (8, 32, 56, 56))
+"""
+    )
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*TypeError: convperf.check takes a Conv2dProblem, not tuple (8, 32, 56, 56)*"])
+    assert "has no attribute 'id'" not in result.stdout.str()
