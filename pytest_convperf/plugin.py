@@ -97,9 +97,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{MARKER}: a timing/baseline check; skipped unless --convperf is given"
     )
     # Before Hypothesis' own pytest_configure loads --hypothesis-profile (we run tryfirst).
-    from pytest_convperf.profiles import register_profiles
+    from pytest_convperf.profiles import register_profiles, unknown_profile
 
     register_profiles()
+    typo = unknown_profile(config.getoption("--hypothesis-profile", default=None))
+    if typo is not None:
+        raise pytest.UsageError(typo)
     cfg = ConvperfConfig.from_pytest_config(config)
     if config.getoption(CONFIRM_RUN, default=None):
         # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it

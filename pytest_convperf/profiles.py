@@ -45,3 +45,24 @@ def profiles_help() -> str:
             facts.append("print blob")
         lines.append(f"{name:<17s}{', '.join(facts)}: {use}")
     return "\n".join(lines)
+
+
+def unknown_profile(name: str | None) -> str | None:
+    """Why ``--hypothesis-profile=name`` cannot load (one line naming the profiles), or None.
+
+    Hypothesis raises its ``InvalidArgument`` inside ``pytest_configure``: a 24-line INTERNALERROR
+    for a typo. The plugin checks first (its profiles are registered by then, a rootdir conftest's
+    too) and stops with this line instead."""
+    from hypothesis.errors import InvalidArgument
+
+    if not name:
+        return None
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        known = sorted(getattr(settings, "_profiles", {}) or PROFILES)
+        return (
+            f"--hypothesis-profile={name} is not a registered Hypothesis profile; use one of "
+            f"{', '.join(known)} (or register it with settings.register_profile in a conftest.py)"
+        )
+    return None

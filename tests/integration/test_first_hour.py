@@ -78,3 +78,14 @@ def test_shape(convperf):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*TypeError: convperf.check takes a Conv2dProblem, not tuple (8, 32, 56, 56)*"])
     assert "has no attribute 'id'" not in result.stdout.str()
+
+
+def test_a_typo_in_the_hypothesis_profile_is_one_line(
+    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+) -> None:
+    pytester.makepyfile(test_a="def test_a():\n    pass\n")
+    result = pytester.runpytest_subprocess(*plugin_args, "--hypothesis-profile=convperf-dve")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    out = result.stdout.str() + result.stderr.str()
+    assert "--hypothesis-profile=convperf-dve is not a registered Hypothesis profile; use one of" in out
+    assert "convperf-dev" in out and "INTERNALERROR" not in out
