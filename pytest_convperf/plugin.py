@@ -97,12 +97,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{MARKER}: a timing/baseline check; skipped unless --convperf is given"
     )
     # Before Hypothesis' own pytest_configure loads --hypothesis-profile (we run tryfirst).
-    from pytest_convperf.profiles import register_profiles, unknown_profile
+    from pytest_convperf.profiles import lift_default_deadline, register_profiles, unknown_profile
 
     register_profiles()
-    typo = unknown_profile(config.getoption("--hypothesis-profile", default=None))
+    chosen = config.getoption("--hypothesis-profile", default=None)
+    typo = unknown_profile(chosen)
     if typo is not None:
         raise pytest.UsageError(typo)
+    if not chosen:
+        lift_default_deadline()
     cfg = ConvperfConfig.from_pytest_config(config)
     if config.getoption(CONFIRM_RUN, default=None):
         # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it

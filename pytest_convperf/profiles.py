@@ -66,3 +66,17 @@ def unknown_profile(name: str | None) -> str | None:
             f"{', '.join(known)} (or register it with settings.register_profile in a conftest.py)"
         )
     return None
+
+
+def lift_default_deadline() -> None:
+    """Run the session's Hypothesis tests without a deadline unless a profile was chosen.
+
+    Hypothesis' default deadline (200 ms) fails a conv test whose first example pays for kernel
+    JIT, cuDNN handles or a loaded box (``DeadlineExceeded`` before the planted bug is found).
+    Only the ``default`` profile is replaced, by ``convperf-default`` (the same settings, no
+    deadline): a profile loaded by ``--hypothesis-profile``, a conftest or ``$CI`` is kept, and a
+    test's own ``@settings(deadline=...)`` still applies."""
+    if settings.get_current_profile_name() != "default":
+        return
+    settings.register_profile("convperf-default", parent=settings.get_profile("default"), deadline=None)
+    settings.load_profile("convperf-default")

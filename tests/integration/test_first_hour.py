@@ -89,3 +89,22 @@ def test_a_typo_in_the_hypothesis_profile_is_one_line(
     out = result.stdout.str() + result.stderr.str()
     assert "--hypothesis-profile=convperf-dve is not a registered Hypothesis profile; use one of" in out
     assert "convperf-dev" in out and "INTERNALERROR" not in out
+
+
+SLOW_FUZZ = """
+import time
+from hypothesis import given, settings
+from pytest_convperf.strategies import conv2d_problems
+
+@settings(max_examples=3)
+@given(conv2d_problems())
+def test_slow_first_example(problem):
+    time.sleep(0.3)  # a first call that pays for JIT on a loaded box: over Hypothesis' 200 ms
+"""
+
+
+def test_default_settings_have_no_deadline(pytester: pytest.Pytester, plugin_args: tuple[str, ...]) -> None:
+    pytester.makepyfile(test_fuzz=SLOW_FUZZ)
+    result = pytester.runpytest_subprocess(*plugin_args, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "DeadlineExceeded" not in result.stdout.str()
