@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 import torch.nn.functional as F
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pytest_convperf.timing import Timer
 
 # Comparison facts a check's row carries in its own ``facts``.
+TIMING_DISABLED = "timing and baselines run only with --convperf (disabled mode)"
 _ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
@@ -117,6 +118,8 @@ class ConvperfFixture:
         Raises :class:`ImplausibleTime` for a time under half the roofline floor.
         """
         problem = require_problem(problem, "convperf.measure")
+        if not self.session.cfg.enabled:
+            pytest.skip(TIMING_DISABLED)
         timed = time_pair(
             *self._where(), candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule
         )
@@ -150,6 +153,8 @@ class ConvperfFixture:
         from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung.
         """
         problem = require_problem(problem, "convperf.check")
+        if not self.session.cfg.enabled:
+            self._correctness_only(candidate, problem, reference=reference, phase=phase, oracle=oracle)
         cfg_limit = self.session.cfg.check_timeout
         limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
         try:
@@ -177,6 +182,33 @@ class ConvperfFixture:
                 )
         except CheckTimeout as exc:
             pytest.fail(str(exc), pytrace=False)
+
+    def _correctness_only(
+        self,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        *,
+        reference: Candidate | None,
+        phase: str,
+        oracle: Candidate | None,
+    ) -> NoReturn:
+        """Disabled mode (no --convperf): the check's correctness once, as a plain ``pytest`` run
+        must still catch a wrong kernel; then the test skips (nothing timed, no baseline read)."""
+        check_phase(phase)
+        device = self.device
+        with device_errors(device, self.nodeid, problem.id), correctness_settings():
+            report = check_conv(
+                candidate,
+                problem,
+                reference=reference,
+                seed=stable_seed(problem),
+                device=device.torch_device,
+                backward=phase != "forward",
+                oracle=oracle,
+            )
+        if not report.ok or not report.reference_ok:
+            pytest.fail(report.message(), pytrace=False)
+        pytest.skip(f"correctness passed ({problem.id}, {phase}); {TIMING_DISABLED}")
 
     def _check(
         self,
@@ -310,6 +342,8 @@ class ConvperfFixture:
         from pytest_convperf.updates import quality_of
 
         check_phase(phase)
+        if not self.session.cfg.enabled:
+            pytest.skip(TIMING_DISABLED)
         key = key if key is not None else self.key_for(name, phase)
         if self.session.confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
             self.session.confirm_run.measure(self.nodeid, key, confirm)

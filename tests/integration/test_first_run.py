@@ -53,12 +53,10 @@ def test_the_fixture_implies_the_marker(pytester: pytest.Pytester, plugin_args: 
     pytester.makepyfile(
         test_unmarked="""
 def test_uses_the_fixture(convperf):
-    raise AssertionError("a convperf check must not run without --convperf")
+    pass  # disabled mode (issue 24.5): without --convperf the test runs, its checks correctness only
 """
     )
-    result = pytester.runpytest(*plugin_args, "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*convperf check: timing and baselines run only with --convperf*"])
+    pytester.runpytest(*plugin_args, "-rs").assert_outcomes(passed=1)
     pytester.runpytest(*plugin_args, "-m", "convperf", "--collect-only", "-q").stdout.fnmatch_lines(
         ["test_unmarked.py::test_uses_the_fixture"]
     )
