@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 Device = Literal["auto", "cuda", "cpu"]
 DEVICES: tuple[Device, ...] = ("auto", "cuda", "cpu")
-UPDATE_KINDS = ("failed", "new", "improved", "cliffs", "all")
+# prune (orphaned entries, orphans.py) is never implied by all: removing entries is asked for by name.
+UPDATE_KINDS = ("failed", "new", "improved", "cliffs", "all", "prune")
 DEFAULT_UPDATE: frozenset[str] = frozenset({"failed", "new"})
 
 
@@ -54,7 +55,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "convperf-update-baselines",
         "rewrite baselines of the selected tests; comma list of failed,new,improved,cliffs or all "
-        "(bare flag: failed,new; cliffs pins and retires performance cliffs)",
+        "(bare flag: failed,new; cliffs pins and retires performance cliffs; prune removes entries no "
+        "collected test produced, in a whole-module run)",
         flag_value="failed,new",
     ),
     OptionSpec("convperf-reason", "why a slower ratio is being recorded (stored with the entry)"),

@@ -83,7 +83,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
     """A bare ``--convperf-update-baselines`` followed by a path works as printed (before the final parse)."""
     from pytest_convperf.config import bare_update_flag
 
@@ -119,6 +121,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_convperf.crash_watch import CrashWatch
 
     config.pluginmanager.register(CrashWatch(config), "convperf-crash-watch")
+    if cfg.enabled:  # baseline entries no collected test produced (orphans.py)
+        from pytest_convperf.orphans import OrphanWatch
+
+        config.pluginmanager.register(OrphanWatch(config, cfg.update), "convperf-orphans")
     # xdist: pin this worker to its GPU before anything starts CUDA (see parallel.py).
     from pytest_convperf import parallel
 
@@ -140,7 +146,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
         # Disabled mode: a test using the fixture runs (its checks run correctness only, check.py).
-        if item.get_closest_marker(MARKER) is not None and "convperf" not in getattr(item, "fixturenames", ()):
+        if item.get_closest_marker(MARKER) is not None and "convperf" not in getattr(
+            item, "fixturenames", ()
+        ):
             item.add_marker(skip)
 
 

@@ -130,7 +130,10 @@ class ConvperfSession:
         update = ",".join(sorted(cfg.update)) if cfg.update else "no"
         timer = ", timer fake timer (replayed durations, not measurements)" if fake else ""
         where = f"device {device.kind} ({device.name}){chosen}, machine {store.machine}"
-        return [f"convperf: {where}, update {update}{timer}", *baseline_lines(folder, updating=bool(cfg.update))]
+        return [
+            f"convperf: {where}, update {update}{timer}",
+            *baseline_lines(folder, updating=bool(cfg.update)),
+        ]
 
     def store(self, *, fake: bool = False) -> Store:
         """The baseline store of this machine class (built on first use).
@@ -293,7 +296,9 @@ class ConvperfSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
         cliffs = [CliffChange.from_dict(change) for change in self.cliffs]
-        self.update_md = apply_updates(cfg, rows, out_dir, cliffs)
+        watch = self.config.pluginmanager.get_plugin("convperf-orphans")
+        orphans = watch.find(cfg.baselines_dir, rows) if watch is not None else {}
+        self.update_md = apply_updates(cfg, rows, out_dir, cliffs, orphans)
         if cfg.report_dir is not None and rows:
             when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             for notes in self.config.hook.pytest_convperf_write_report(

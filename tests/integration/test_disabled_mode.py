@@ -30,7 +30,9 @@ def test_measure_only(convperf):
 """
 
 
-def test_plain_pytest_catches_a_wrong_kernel(pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]) -> None:
+def test_plain_pytest_catches_a_wrong_kernel(
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
+) -> None:
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest(*cpu_plugin_args, "-rs")
     result.assert_outcomes(failed=1, skipped=2)

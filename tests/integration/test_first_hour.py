@@ -65,7 +65,9 @@ def test_header_names_a_baselines_folder_under_proc() -> None:
     assert "is not writable (No such file" not in lines
 
 
-def test_check_with_a_shape_fails_in_one_line(pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]) -> None:
+def test_check_with_a_shape_fails_in_one_line(
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
+) -> None:
     pytester.makepyfile(
         test_shape="""
 import torch.nn.functional as F
@@ -76,7 +78,9 @@ def test_shape(convperf):
     )
     result = pytester.runpytest(*cpu_plugin_args, "--convperf")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*TypeError: convperf.check takes a Conv2dProblem, not tuple (8, 32, 56, 56)*"])
+    result.stdout.fnmatch_lines(
+        ["*TypeError: convperf.check takes a Conv2dProblem, not tuple (8, 32, 56, 56)*"]
+    )
     assert "has no attribute 'id'" not in result.stdout.str()
 
 
