@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,24 @@ def test_default_settings_have_no_deadline(pytester: pytest.Pytester, plugin_arg
     result = pytester.runpytest_subprocess(*plugin_args, "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert "DeadlineExceeded" not in result.stdout.str()
+
+
+def _cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env["GIT_CEILING_DIRECTORIES"] = str(folder.parent)  # no repository above the folder counts
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_convperf", *args],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_review_and_bisect_outside_git_say_so_in_one_line(tmp_path: Path) -> None:
+    review = _cli(tmp_path, "review", "HEAD~1")
+    assert review.returncode == 2 and "Traceback" not in review.stderr, review.stderr
+    assert "is not inside a git repository (or git is missing); review compares" in review.stderr
+    bisect = _cli(tmp_path, "bisect", "HEAD~2", "HEAD", "--", "-q")
+    assert (
+        "bisect walks the commits between GOOD and BAD: run it in a git clone"
+        in bisect.stderr + bisect.stdout
+    )
+    assert "--convperf-against" not in bisect.stderr + bisect.stdout
