@@ -1,6 +1,7 @@
-"""The report header's lines about baselines: the machine folder, whether it holds baselines and
+"""The session's framing lines: the report header's lines about baselines: the machine folder, whether it holds baselines and
 can be written, and, on a machine with none while the repository holds other machines' (the
-H100's), that every check will read NEW and the short path: record, then compare (issue 24.4)."""
+H100's), that every check will read NEW and the short path: record, then compare; and what a
+Ctrl-C kept (issue 24.4)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,21 @@ def baseline_lines(folder: Path, *, updating: bool) -> list[str]:
             "Fix: --convperf-baselines=DIR with a folder you can write"
         )
     return lines
+
+
+def interrupted_note(measured: int, report_dir: Path | None) -> str:
+    """The line after Ctrl-C (pytest alone prints a bare ``KeyboardInterrupt``); with no check
+    measured yet, the report folder gets a ``report.md`` that says so instead of staying empty."""
+    if measured == 0:
+        if report_dir is not None:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            (report_dir / "report.md").write_text(
+                "# convperf report\n\nThe session was interrupted (Ctrl-C) before any check was measured "
+                "(the first seconds go to importing torch and collecting tests): nothing to report.\n"
+            )
+        return (
+            "convperf: interrupted (Ctrl-C) before any check was measured: no result, no baseline written"
+            + (f"; {report_dir}/report.md says so" if report_dir is not None else "")
+        )
+    where = f" are in {report_dir}" if report_dir is not None else " are summarised below"
+    return f"convperf: interrupted (Ctrl-C): the {measured} check(s) measured before it{where}"

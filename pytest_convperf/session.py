@@ -27,7 +27,7 @@ from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
 from pytest_convperf.files import check_output_paths
 from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
 from pytest_convperf.fresh_confirm import ConfirmRun
-from pytest_convperf.header import baseline_lines
+from pytest_convperf.header import baseline_lines, interrupted_note
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
@@ -74,6 +74,7 @@ class ConvperfSession:
         self.night: NightControl | None = None
         self.night_failed: list[str] = []
         self._finished = False
+        self.interrupted: str | None = None  # the terminal's line after Ctrl-C
         self._validated = False  # the xdist controller validates once, for the first worker
         self._progress: LiveProgress | None = None
 
@@ -281,6 +282,8 @@ class ConvperfSession:
         from pytest_convperf.updates import apply_updates, commit_info
 
         cfg = self.cfg
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: say what was kept (issue 24.4)
+            self.interrupted = interrupted_note(len(self.rows), cfg.report_dir)
         if cfg.report_dir is not None:  # rows of a worker that crashed after its check
             lost = journal.missing((row.to_dict() for row in self.rows), journal.read(cfg.report_dir))
             self.rows.extend(CheckRow.from_dict(row) for row in lost)
@@ -335,6 +338,8 @@ class ConvperfSession:
         if not self.cfg.enabled:
             return
         rows = self.night_rows if self.night_rows is not None else self.rows
+        if self.interrupted:
+            terminalreporter.write_line(self.interrupted, yellow=True)
         if not rows and not self.update_md:
             return
         from pytest_convperf.night import night_lines

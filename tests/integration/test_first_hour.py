@@ -135,3 +135,17 @@ def test_review_and_bisect_outside_git_say_so_in_one_line(tmp_path: Path) -> Non
         in bisect.stderr + bisect.stdout
     )
     assert "--convperf-against" not in bisect.stderr + bisect.stdout
+
+
+def test_ctrl_c_before_any_check_is_named_and_the_report_folder_says_so(
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
+) -> None:
+    # Ctrl-C while collecting (importing torch, the first seconds of a session): nothing measured.
+    pytester.makepyfile(test_slow="raise KeyboardInterrupt\n")
+    report = pytester.path / "rep"
+    result = pytester.runpytest_subprocess(*cpu_plugin_args, "--convperf", f"--convperf-report={report}")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["convperf: interrupted (Ctrl-C) before any check was measured: no result, no baseline written;*"]
+    )
+    assert "interrupted (Ctrl-C) before any check was measured" in (report / "report.md").read_text()
