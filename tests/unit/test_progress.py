@@ -133,10 +133,11 @@ def test_times_have_units_and_no_exponent_forms() -> None:
 def test_a_first_run_groups_new_checks_per_module_and_says_how_to_record() -> None:
     rows = [row(key=f"test_x[{i}]") for i in range(16)] + [row(module="test_n")]
     lines = terminal_lines(rows)
+    how = "(not recorded: --convperf-update-baselines=new records them)"
     assert lines == [
         "NEW (17)",
-        "  test_m: 16 new checks, speedup 0.500x (not recorded: --convperf-update-baselines=new records them)",
-        "  test_n: 1 new check, speedup 0.500x (not recorded: --convperf-update-baselines=new records them)",
+        f"  test_m: 16 new checks, speedup 0.500x {how}",
+        f"  test_n: 1 new check, speedup 0.500x {how}",
     ]
     assert len(terminal_lines(rows, verbose=1)) == 1 + 2 * 17  # -v: every check with its note
 
