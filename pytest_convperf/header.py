@@ -1,5 +1,5 @@
-"""The session's framing lines: the report header's lines about baselines: the machine folder, whether it holds baselines and
-can be written, and, on a machine with none while the repository holds other machines' (the
+"""The session's framing lines: the header's lines about this machine's baselines folder (files,
+missing, unwritable) and, on a machine with none while the repository holds other machines' (the
 H100's), that every check will read NEW and the short path: record, then compare; and what a
 Ctrl-C kept (issue 24.4)."""
 

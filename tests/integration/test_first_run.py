@@ -26,7 +26,8 @@ def test_first_run_then_the_recording_run(
             "*convperf: NEW 2*",
             "timer: fake timer*",
             "NEW (2)",
-            "  test_suite: 2 new checks, speedup 2.000x (not recorded: --convperf-update-baselines=new records*",
+            "  test_suite: 2 new checks, speedup 2.000x (not recorded: "
+            "--convperf-update-baselines=new records*",
         ]
     )
     recording = suite.run("--convperf-update-baselines")
