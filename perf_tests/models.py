@@ -124,11 +124,24 @@ def model_input_shape(name: str, device: torch.device) -> tuple[int, int, int, i
     return (CPU_BATCH, 3, CPU_IMAGE, CPU_IMAGE)
 
 
+def torchvision_or_skip() -> Any:
+    """torchvision, or a skip naming why it cannot be used: missing, or installed for another torch
+    (an offline CPU install leaves one whose import fails with ``operator torchvision::nms does not
+    exist``, which ``pytest.importorskip`` lets through as an error)."""
+    try:
+        import torchvision
+    except Exception as exc:  # ImportError, or the RuntimeError of a torchvision built for another torch
+        pytest.skip(
+            f"the model benchmarks need a working torchvision: import torchvision failed "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); install the one "
+            f"matching torch {torch.__version__} (pip install -e '.[suite]' -c constraints.txt)"
+        )
+    return torchvision
+
+
 def build_model(name: str, device: torch.device, seed: int = 0) -> nn.Module:
     """A torchvision model with random weights (``weights=None``: nothing is downloaded)."""
-    tv = pytest.importorskip(
-        "torchvision", reason="the model benchmarks need torchvision (the 'suite' extra)"
-    )
+    tv = torchvision_or_skip()
     torch.manual_seed(seed)
     model: nn.Module = tv.models.get_model(name, weights=None)
     return model.to(device)

@@ -234,9 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "merge-baselines":
             return cmd_merge(args)
         if args.command == "review":
-            from pytest_convperf.review import review
+            from pytest_convperf.review import ReviewError, review
 
-            print(review(args.base, args.head))
+            try:
+                print(review(args.base, args.head))
+            except ReviewError as exc:
+                print(f"ERROR: {exc}", file=sys.stderr)
+                return 2
             return 0
         if args.command == "history":
             return cmd_history(args)

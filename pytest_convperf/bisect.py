@@ -157,7 +157,9 @@ def main(good: str, bad: str, pytest_args: Sequence[str], cwd: Path | None = Non
     """The CLI: 0 first bad commit found, 2 AMBIGUOUS, 3 no step, 1 an error (printed)."""
     try:
         refuse_own_options(pytest_args)
-        repo = repo_root(cwd or Path.cwd())
+        repo = repo_root(
+            cwd or Path.cwd(), "bisect walks the commits between GOOD and BAD: run it in a git clone"
+        )
         g, b = resolve(repo, good), resolve(repo, bad)
         commits = [g, *commits_between(repo, g, b)]
         if len(commits) < 2:

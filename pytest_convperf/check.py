@@ -12,18 +12,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf import journal
+from pytest_convperf import inflight, journal
 from pytest_convperf.ab_plugin import ab_session
-from pytest_convperf.correctness import CorrectnessReport, check_conv, stable_seed
+from pytest_convperf.correctness import CorrectnessReport, check_conv, describe, stable_seed
 from pytest_convperf.determinism import nondeterminism
 from pytest_convperf.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.integrity import Finding, after_timing
 from pytest_convperf.pairing import ImplausibleTime, time_pair
+from pytest_convperf.problem import require_problem
 from pytest_convperf.profiling import candidate_kernels
 from pytest_convperf.progress import ProgressTimer
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from pytest_convperf.timing import Timer
 
 # Comparison facts a check's row carries in its own ``facts``.
+TIMING_DISABLED = "timing and baselines run only with --convperf (disabled mode)"
 _ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
@@ -128,6 +130,9 @@ class ConvperfFixture:
         ``cold``, ``warm`` or ``graph`` (forward only); ``rule`` overrides rounds and caps.
         Raises :class:`ImplausibleTime` for a time under half the roofline floor.
         """
+        problem = require_problem(problem, "convperf.measure")
+        if not self.session.cfg.enabled:
+            pytest.skip(TIMING_DISABLED)
         timed = time_pair(
             *self._where(), candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule
         )
@@ -160,6 +165,9 @@ class ConvperfFixture:
         ``row["extra_metrics"]``. A check that runs past ``--convperf-check-timeout`` (default
         from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung with a TIMEOUT row.
         """
+        problem = require_problem(problem, "convperf.check")
+        if not self.session.cfg.enabled:
+            self._correctness_only(candidate, problem, reference=reference, phase=phase, oracle=oracle)
         cfg_limit = self.session.cfg.check_timeout
         limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
         self.progress = CheckProgress()
@@ -185,7 +193,18 @@ class ConvperfFixture:
 
         what = f"the convperf check of {problem.id} ({phase})"
         try:
-            with deadline(limit, what, self.progress, on_overrun):
+            with (
+                deadline(limit, what, self.progress, on_overrun),
+                inflight.running(
+                    step="the timed check",
+                    problem=problem.id,
+                    seed=stable_seed(problem),
+                    phase=phase,
+                    candidate=describe(candidate),
+                    reference=describe(reference or F.conv2d),
+                    repro=f"pytest '{self.nodeid}' --convperf",
+                ),
+            ):
                 return self._check(
                     candidate,
                     problem,
@@ -200,6 +219,33 @@ class ConvperfFixture:
             if len(self.session.pending.get(self.nodeid, [])) == recorded:  # not judged yet: its row
                 self.session.record(self.nodeid, timeout_row(str(exc)))
             pytest.fail(str(exc), pytrace=False)
+
+    def _correctness_only(
+        self,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        *,
+        reference: Candidate | None,
+        phase: str,
+        oracle: Candidate | None,
+    ) -> NoReturn:
+        """Disabled mode (no --convperf): the check's correctness once, as a plain ``pytest`` run
+        must still catch a wrong kernel; then the test skips (nothing timed, no baseline read)."""
+        check_phase(phase)
+        device = self.device
+        with device_errors(device, self.nodeid, problem.id), correctness_settings():
+            report = check_conv(
+                candidate,
+                problem,
+                reference=reference,
+                seed=stable_seed(problem),
+                device=device.torch_device,
+                backward=phase != "forward",
+                oracle=oracle,
+            )
+        if not report.ok or not report.reference_ok:
+            pytest.fail(report.message(), pytrace=False)
+        pytest.skip(f"correctness passed ({problem.id}, {phase}); {TIMING_DISABLED}")
 
     def _check(
         self,
@@ -340,6 +386,8 @@ class ConvperfFixture:
         from pytest_convperf.updates import quality_of
 
         check_phase(phase)
+        if not self.session.cfg.enabled:
+            pytest.skip(TIMING_DISABLED)
         key = key if key is not None else self.key_for(name, phase)
         if self.session.confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
             self.session.confirm_run.measure(self.nodeid, key, confirm)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 Device = Literal["auto", "cuda", "cpu"]
 DEVICES: tuple[Device, ...] = ("auto", "cuda", "cpu")
-UPDATE_KINDS = ("failed", "new", "improved", "cliffs", "all")
+# prune (orphaned entries, orphans.py) is never implied by all: removing entries is asked for by name.
+UPDATE_KINDS = ("failed", "new", "improved", "cliffs", "all", "prune")
 DEFAULT_UPDATE: frozenset[str] = frozenset({"failed", "new"})
 
 
@@ -54,7 +55,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "convperf-update-baselines",
         "rewrite baselines of the selected tests; comma list of failed,new,improved,cliffs or all "
-        "(bare flag: failed,new; cliffs pins and retires performance cliffs)",
+        "(bare flag: failed,new; cliffs pins and retires performance cliffs; prune removes entries no "
+        "collected test produced, in a whole-module run)",
         flag_value="failed,new",
     ),
     OptionSpec("convperf-reason", "why a slower ratio is being recorded (stored with the entry)"),
@@ -124,6 +126,27 @@ def _parse_confirm(value: str) -> str:
             f"--convperf-confirm={value!r} is not allowed; use fresh (a fresh pytest process) or process"
         )
     return value
+
+
+UPDATE_FLAG = "--convperf-update-baselines"
+
+
+def _is_update_value(value: str) -> bool:
+    parts = [part.strip() for part in value.split(",")]
+    return bool(parts) and all(part in UPDATE_KINDS for part in parts)
+
+
+def bare_update_flag(args: list[str]) -> list[str]:
+    """The command line with a bare ``--convperf-update-baselines`` followed by a path (what the
+    terminal and the FAIL hints print: ``... --convperf-update-baselines perf_tests``) spelled
+    ``--convperf-update-baselines=failed,new perf_tests``: argparse would take the path as the
+    value, and the run would stop on it."""
+    out = list(args)
+    for i, arg in enumerate(out[:-1]):
+        following = out[i + 1]
+        if arg == UPDATE_FLAG and not following.startswith("-") and not _is_update_value(following):
+            out[i] = f"{UPDATE_FLAG}={','.join(sorted(DEFAULT_UPDATE))}"
+    return out
 
 
 def parse_update(value: str | None) -> frozenset[str]:

@@ -28,7 +28,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pytest_convperf import inflight
 from pytest_convperf.correctness_report import ConvMismatch, CorrectnessReport, ReferenceDefect
+from pytest_convperf.known_defects import safe_reference
 from pytest_convperf.precision import ieee_fp32
 from pytest_convperf.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.results import ErrorStats
@@ -317,9 +319,37 @@ def check_conv(
     (typically the float conv the variant is timed against).
     """
     dev = str(device) if device is not None else default_device()
-    ref_fn: Candidate = reference if reference is not None else F.conv2d
+    asked: Candidate = reference if reference is not None else F.conv2d
+    # A default reference on a path known to crash upstream is computed another way, and named.
+    ref_fn, note = safe_reference(asked, problem, dev, weight_grad=backward)
+    ref_name = describe(asked) if note is None else f"{describe(asked)} ({note})"
+    report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), ref_name)
+    # On disk until it returns: a crash (segfault, abort) in any call below is named afterwards.
+    with inflight.running(
+        step="the correctness run",
+        problem=problem.id,
+        seed=seed,
+        phase="forward+backward" if backward else "forward",
+        candidate=report.candidate,
+        reference=ref_name if oracle is None else None,
+        oracle=describe(oracle) if oracle is not None else None,
+        repro=report.repro(),
+    ):
+        return _check_conv(report, candidate, ref_fn, problem, seed, dev, backward, oracle, inputs)
+
+
+def _check_conv(
+    report: CorrectnessReport,
+    candidate: Candidate,
+    ref_fn: Candidate,
+    problem: Conv2dProblem,
+    seed: int,
+    dev: str,
+    backward: bool,
+    oracle: Candidate | None,
+    inputs: ConvInputs | None,
+) -> CorrectnessReport:
     case = _build_case(problem, seed, dev, backward, oracle, inputs)
-    report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), describe(ref_fn))
     results, report.candidate_exception, report.candidate_wrong = _run(candidate, problem, case, backward)
     if results:
         report.candidate_errors = _compare(results, case)

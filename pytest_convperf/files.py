@@ -99,7 +99,7 @@ def atomic_write(path: Path, text: str) -> None:
             raise
 
 
-def _unwritable(path: Path) -> str | None:
+def unwritable(path: Path) -> str | None:
     """Why a folder cannot be written to (or created), or None when it can.
 
     Probes by creating a file, since ``os.access`` says yes to root even on a read-only mount.
@@ -114,7 +114,7 @@ def _unwritable(path: Path) -> str | None:
     try:
         fd, probe = tempfile.mkstemp(prefix=".convperf-probe-", dir=existing)
     except OSError as exc:
-        return f"{existing} is not writable ({exc.strerror or exc})"
+        return f"cannot create a file in {existing} ({exc.strerror or exc})"
     os.close(fd)
     os.unlink(probe)
     return None
@@ -135,7 +135,7 @@ def check_output_paths(cfg: ConvperfConfig) -> None:
             where = "the rootdir (where convperf-update.md goes without --convperf-report)"
             targets.append((where, cfg.rootdir))
     for option, path in targets:
-        why = _unwritable(path)
+        why = unwritable(path)
         if why is not None:
             raise pytest.UsageError(
                 f"convperf: {option} {path}: {why}. Fix: give a folder this run can create or write "

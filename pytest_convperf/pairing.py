@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from pytest_convperf.correctness import stable_seed
 from pytest_convperf.faults import device_errors
+from pytest_convperf.known_defects import safe_reference
 from pytest_convperf.parallel import timing_slot
 from pytest_convperf.results import Comparison
 from pytest_convperf.roofline import roofline_facts
@@ -76,11 +77,19 @@ def time_pair(
     the entry's timing mode, which ``auto`` reuses (the confirm reuses the first run's: never mixed)."""
     check_phase(phase)
     device.ensure_usable()
-    ref_fn: Candidate = reference if reference is not None else F.conv2d
+    # A default reference on a path known to crash upstream is timed on another path (named).
+    ref_fn, ref_note = safe_reference(
+        reference if reference is not None else F.conv2d,
+        problem,
+        device.torch_device,
+        weight_grad=phase in ("weight_grad", "backward"),
+    )
     seed = stable_seed(problem)
     if phase != "forward" and mode == "graph":
         raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
     facts: dict[str, Any] = {"seed": seed, "phase": phase, "machine": device.slug}
+    if ref_note is not None:
+        facts["reference_note"] = ref_note
     if phase != "forward" and mode == "auto":
         mode = "cold" if device.is_cuda else mode
         facts["mode_note"] = "gradient phases are timed without CUDA graphs"

@@ -83,15 +83,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    """A bare ``--convperf-update-baselines`` followed by a path works as printed (before the final parse)."""
+    from pytest_convperf.config import bare_update_flag
+
+    args[:] = bare_update_flag(args)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Parse options once into a frozen config, register the marker and the session object."""
     config.addinivalue_line(
         "markers", f"{MARKER}: a timing/baseline check; skipped unless --convperf is given"
     )
     # Before Hypothesis' own pytest_configure loads --hypothesis-profile (we run tryfirst).
-    from pytest_convperf.profiles import register_profiles
+    from pytest_convperf.profiles import lift_default_deadline, register_profiles, unknown_profile
 
     register_profiles()
+    chosen = config.getoption("--hypothesis-profile", default=None)
+    typo = unknown_profile(chosen)
+    if typo is not None:
+        raise pytest.UsageError(typo)
+    if not chosen:
+        lift_default_deadline()
     cfg = ConvperfConfig.from_pytest_config(config)
     if config.getoption(CONFIRM_RUN, default=None):
         # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it
@@ -101,6 +117,14 @@ def pytest_configure(config: pytest.Config) -> None:
     session = ConvperfSession(config, cfg)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "convperf-session")
+    # Each correctness run and check on disk while it runs: a crash is named at the next start.
+    from pytest_convperf.crash_watch import CrashWatch
+
+    config.pluginmanager.register(CrashWatch(config), "convperf-crash-watch")
+    if cfg.enabled:  # baseline entries no collected test produced (orphans.py)
+        from pytest_convperf.orphans import OrphanWatch
+
+        config.pluginmanager.register(OrphanWatch(config, cfg.update), "convperf-orphans")
     # xdist: pin this worker to its GPU before anything starts CUDA (see parallel.py).
     from pytest_convperf import parallel
 
@@ -112,7 +136,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test using the ``convperf`` fixture is a convperf check (the fixture implies the marker, so
-    ``-m convperf`` selects it); checks are skipped unless --convperf was given."""
+    ``-m convperf`` selects it). Without --convperf a marked test without the fixture is skipped;
+    one with the fixture runs in disabled mode (each ``check`` runs its correctness once)."""
     for item in items:
         if MARKER in getattr(item, "fixturenames", ()) and item.get_closest_marker(MARKER) is None:
             item.add_marker(getattr(pytest.mark, MARKER))
@@ -120,7 +145,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
-        if item.get_closest_marker(MARKER) is not None:
+        # Disabled mode: a test using the fixture runs (its checks run correctness only, check.py).
+        if item.get_closest_marker(MARKER) is not None and "convperf" not in getattr(
+            item, "fixturenames", ()
+        ):
             item.add_marker(skip)
 
 
@@ -132,7 +160,10 @@ def _session(request: pytest.FixtureRequest) -> ConvperfSession:
 def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
     """Check a conv2d candidate against its reference and the stored baseline.
 
-    A test using this fixture is a convperf check, marked or not: it runs only with --convperf.
+    A test using this fixture is a convperf check, marked or not. Without --convperf it runs in
+    disabled mode (like pytest-benchmark's ``--benchmark-disable``): ``check`` runs the
+    correctness check once, fails on a wrong candidate and otherwise skips the test (no timing,
+    no baseline); ``measure`` and ``gate`` skip it.
 
     ``convperf.check(candidate, problem, *, reference=None, phase="forward")`` runs the
     correctness check (fp64 oracle), times candidate and reference in paired rounds, decides

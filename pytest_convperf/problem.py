@@ -311,3 +311,16 @@ _ID_RE = re.compile(
     rf"-s(?P<s>{_PAIR})-p(?P<p>{_PAIR})-d(?P<d>{_PAIR})-g(?P<g>\d+)"
     rf"-(?P<dtype>fp32|fp16|bf16|fp64)-(?P<layout>nchw|nhwc)(?P<nobias>-nobias)?"
 )
+
+
+def require_problem(value: object, where: str) -> Conv2dProblem:
+    """``value`` when it is a :class:`Conv2dProblem`; else a ``TypeError`` naming what it got and
+    how to build one (a shape such as ``(8, 32, 56, 56)`` is not enough: a conv needs c_out, kernel...)."""
+    __tracebackhide__ = True  # pytest shows the user's call, not this frame
+    if isinstance(value, Conv2dProblem):
+        return value
+    raise TypeError(
+        f"{where} takes a Conv2dProblem, not {type(value).__name__} {value!r}; build one: "
+        "Conv2dProblem(n=8, c_in=32, h=56, w=56, c_out=64, kernel=3, padding=1) "
+        "(or Conv2dProblem.from_id('n8-ci32-h56-w56-co64-k3x3-s1-p1-d1-g1-fp32-nchw'))"
+    )

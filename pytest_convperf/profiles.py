@@ -45,3 +45,38 @@ def profiles_help() -> str:
             facts.append("print blob")
         lines.append(f"{name:<17s}{', '.join(facts)}: {use}")
     return "\n".join(lines)
+
+
+def unknown_profile(name: str | None) -> str | None:
+    """Why ``--hypothesis-profile=name`` cannot load (one line naming the profiles), or None.
+
+    Hypothesis raises its ``InvalidArgument`` inside ``pytest_configure``: a 24-line INTERNALERROR
+    for a typo. The plugin checks first (its profiles are registered by then, a rootdir conftest's
+    too) and stops with this line instead."""
+    from hypothesis.errors import InvalidArgument
+
+    if not name:
+        return None
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        known = sorted(getattr(settings, "_profiles", {}) or PROFILES)
+        return (
+            f"--hypothesis-profile={name} is not a registered Hypothesis profile; use one of "
+            f"{', '.join(known)} (or register it with settings.register_profile in a conftest.py)"
+        )
+    return None
+
+
+def lift_default_deadline() -> None:
+    """Run the session's Hypothesis tests without a deadline unless a profile was chosen.
+
+    Hypothesis' default deadline (200 ms) fails a conv test whose first example pays for kernel
+    JIT, cuDNN handles or a loaded box (``DeadlineExceeded`` before the planted bug is found).
+    Only the ``default`` profile is replaced, by ``convperf-default`` (the same settings, no
+    deadline): a profile loaded by ``--hypothesis-profile``, a conftest or ``$CI`` is kept, and a
+    test's own ``@settings(deadline=...)`` still applies."""
+    if settings.get_current_profile_name() != "default":
+        return
+    settings.register_profile("convperf-default", parent=settings.get_profile("default"), deadline=None)
+    settings.load_profile("convperf-default")

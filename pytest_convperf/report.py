@@ -297,7 +297,7 @@ def _module_line(module: str, group: Sequence[ReportRow]) -> str:
     elif n:
         state = f"{n} recorded"
     else:
-        state = "not recorded: --convperf-update-baselines records them"
+        state = "not recorded: --convperf-update-baselines=new records them"
     checks = "check" if len(group) == 1 else "checks"
     return f"  {module or '(no module)'}: {len(group)} new {checks}{span} ({state})"
 
@@ -309,7 +309,10 @@ def terminal_lines(rows: Sequence[CheckRow], *, verbose: int = 0) -> list[str]:
     if any(fake_timed(r) for r in rows):
         out.append("timer: fake timer (replayed durations, not measurements)")
     groups = grouped(rows)
-    note = roofline_note([r for _, g in groups for r in g])
+    # The note explains the roofline column of check lines: only when a check line shows one (NEW
+    # checks folded into module lines show none, and a note about nothing dangles).
+    shown = [r for v, g in groups for r in g if v != Verdict.NEW.value or verbose > 0]
+    note = roofline_note(shown)
     if note:
         out.append(note)
     for verdict, group in groups:

@@ -24,8 +24,22 @@ from pytest_convperf import baseline_yaml
 ROOT = "baselines"
 
 
+class ReviewError(Exception):
+    """A review that cannot run (outside a git repository): one line naming the fix."""
+
+
 def git(*args: str) -> str:
     return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
+
+
+def _require_repository() -> None:
+    try:
+        subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, capture_output=True, text=True)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        raise ReviewError(
+            f"review: {Path.cwd()} is not inside a git repository (or git is missing); review compares "
+            "the baseline files of two git revisions: run it in a clone of the repository"
+        ) from None
 
 
 def changed_files(base: str, head: str | None) -> list[str]:
@@ -112,6 +126,7 @@ def file_section(path: str, old: dict[str, Any] | None, new: dict[str, Any] | No
 
 def review(base: str, head: str | None) -> str:
     """The whole comment: one section per changed baseline file."""
+    _require_repository()
     files = changed_files(base, head)
     lines = [
         "## convperf baseline changes",

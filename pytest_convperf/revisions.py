@@ -69,13 +69,16 @@ def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     return res
 
 
-def repo_root(path: Path) -> Path:
-    """The top folder of the git repository holding ``path``; :class:`RevisionError` outside one."""
+AB_WAY_OUT = "run from a git checkout (git init / git clone) or drop --convperf-against"
+
+
+def repo_root(path: Path, way_out: str = AB_WAY_OUT) -> Path:
+    """The top folder of the git repository holding ``path``; :class:`RevisionError` outside one,
+    ending in ``way_out`` (what the caller's user can do: the A/B's option, bisect's clone)."""
     res = _git(path, "rev-parse", "--show-toplevel", check=False)
     if res.returncode != 0:
         raise RevisionError(
-            f"{path} is not inside a git repository, so there is no revision to compare against; "
-            "run from a git checkout (git init / git clone) or drop --convperf-against"
+            f"{path} is not inside a git repository, so there is no revision to compare against; {way_out}"
         )
     return Path(res.stdout.strip())
 

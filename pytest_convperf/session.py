@@ -26,6 +26,7 @@ from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
 from pytest_convperf.files import check_output_paths
 from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
 from pytest_convperf.fresh_confirm import ConfirmRun
+from pytest_convperf.header import baseline_lines, interrupted_note
 from pytest_convperf.results import CheckRow
 from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
@@ -72,6 +73,7 @@ class ConvperfSession:
         self.night: NightControl | None = None
         self.night_failed: list[str] = []
         self._finished = False
+        self.interrupted: str | None = None  # the terminal's line after Ctrl-C
         self._validated = False  # the xdist controller validates once, for the first worker
         self._progress: LiveProgress | None = None
 
@@ -128,18 +130,10 @@ class ConvperfSession:
         update = ",".join(sorted(cfg.update)) if cfg.update else "no"
         timer = ", timer fake timer (replayed durations, not measurements)" if fake else ""
         where = f"device {device.kind} ({device.name}){chosen}, machine {store.machine}"
-        lines = [f"convperf: {where}, update {update}{timer}"]
-        if not folder.is_dir():
-            how = (
-                "this run records the checks it selects there"
-                if cfg.update
-                else "checks report NEW; record them with --convperf-update-baselines"
-            )
-            lines.append(f"convperf: baselines {folder} (does not exist yet: {how})")
-        else:
-            files = len(list(folder.glob("*.yaml")))
-            lines.append(f"convperf: baselines {folder} ({files} file{'s' if files != 1 else ''})")
-        return lines
+        return [
+            f"convperf: {where}, update {update}{timer}",
+            *baseline_lines(folder, updating=bool(cfg.update)),
+        ]
 
     def store(self, *, fake: bool = False) -> Store:
         """The baseline store of this machine class (built on first use).
@@ -298,6 +292,8 @@ class ConvperfSession:
         from pytest_convperf.updates import apply_updates, commit_info
 
         cfg = self.cfg
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: say what was kept (issue 24.4)
+            self.interrupted = interrupted_note(len(self.rows), cfg.report_dir)
         if cfg.report_dir is not None:  # rows of a worker that crashed after its check
             lost, notes = journal.lost_rows(cfg.report_dir, {(row.nodeid, row.key) for row in self.rows})
             self.rows.extend(lost)
@@ -314,7 +310,9 @@ class ConvperfSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
         cliffs = [CliffChange.from_dict(change) for change in self.cliffs]
-        applied = apply_updates(cfg, rows, out_dir, cliffs)
+        watch = self.config.pluginmanager.get_plugin("convperf-orphans")
+        orphans = watch.find(cfg.baselines_dir, rows) if watch is not None else {}
+        applied = apply_updates(cfg, rows, out_dir, cliffs, orphans)
         if applied is not None:
             # What was written, not only planned: the reports say "recorded" for these alone.
             rows = self.night_rows = mark_written(rows, applied)
@@ -367,6 +365,8 @@ class ConvperfSession:
         if not self.cfg.enabled:
             return
         rows = self.night_rows if self.night_rows is not None else self.rows
+        if self.interrupted:
+            terminalreporter.write_line(self.interrupted, yellow=True)
         if not rows and not self.update_md:
             return
         from pytest_convperf.night import NightFail, night_lines

@@ -20,10 +20,11 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from pytest_convperf.problem import LAYOUTS, Conv2dProblem, Kind, canonical_dtype
+from pytest_convperf.problem import LAYOUTS, Conv2dProblem, Kind
 
 # The Hypothesis profiles live in their own module; these names stay importable from here.
 from pytest_convperf.profiles import PROFILES, profiles_help, register_profiles
+from pytest_convperf.strategy_args import canonical_dtype_arg, check_choices, check_positive, one_or_many
 
 # Sizes around tile and warp edges, where index bugs live.
 EDGE_SIZES: tuple[int, ...] = (1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65)
@@ -34,29 +35,6 @@ DEFAULT_KERNEL_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
 DEFAULT_DILATIONS: tuple[int, ...] = (1, 2, 3)
 DEFAULT_MAX_CHANNELS = 65
 DEFAULT_MAX_MULTIPLIER = 3
-
-
-def _check_choices(name: str, values: Sequence[object], allowed: Sequence[object] | None = None) -> None:
-    if len(values) == 0:
-        raise InvalidArgument(f"{name} must not be empty")
-    if allowed is not None:
-        bad = [v for v in values if v not in allowed]
-        if bad:
-            raise InvalidArgument(f"{name} has {bad!r}; allowed are {list(allowed)}")
-
-
-def _check_positive(name: str, values: Sequence[int], low: int = 1) -> None:
-    _check_choices(name, values)
-    bad = [v for v in values if not isinstance(v, int) or v < low]
-    if bad:
-        raise InvalidArgument(f"{name} has {bad!r}; each must be an int >= {low}")
-
-
-def _canonical_dtype_arg(value: object) -> str:
-    try:
-        return canonical_dtype(value)
-    except ValueError as exc:
-        raise InvalidArgument(f"dtypes has {value!r}: {exc}") from None
 
 
 def _edges(cap: int, low: int = 1) -> list[int]:
@@ -105,11 +83,13 @@ def conv2d_problems(
     inputs, odd channel counts) are switched on together per problem, so a bug that needs two of
     them at once is reached about as often as a bug that needs one.
     """
-    _check_choices("kinds", kinds, KINDS)
-    _check_choices("dtypes", dtypes)
-    canon_dtypes = tuple(dict.fromkeys(_canonical_dtype_arg(d) for d in dtypes))
-    _check_choices("layouts", layouts, LAYOUTS)
-    _check_choices("bias", bias, (True, False))
+    # One value where a sequence is expected (dtypes=torch.float32, kinds="dense") means that value.
+    kinds, dtypes, layouts, bias = (one_or_many(v) for v in (kinds, dtypes, layouts, bias))  # type: ignore[assignment]
+    check_choices("kinds", kinds, KINDS)
+    check_choices("dtypes", dtypes)
+    canon_dtypes = tuple(dict.fromkeys(canonical_dtype_arg(d) for d in dtypes))
+    check_choices("layouts", layouts, LAYOUTS)
+    check_choices("bias", bias, (True, False))
     explicit = {
         name
         for name, value in (
@@ -121,10 +101,10 @@ def conv2d_problems(
         if value is not None
     }
     if kernel_sizes is not None:
-        _check_positive("kernel_sizes", kernel_sizes)
+        check_positive("kernel_sizes", kernel_sizes)
     if dilations is not None:
-        _check_positive("dilations", dilations)
-    _check_positive("strides", strides)
+        check_positive("dilations", dilations)
+    check_positive("strides", strides)
     for name, value, low in (
         ("max_channels", max_channels, 1),
         ("max_multiplier", max_multiplier, 1),

@@ -32,6 +32,8 @@ from pytest_convperf.baselines import Entry, Store, parse_entry, read_file
 from pytest_convperf.cliffs import CliffChange, file_changes, render_md
 from pytest_convperf.env import timing_of
 from pytest_convperf.files import atomic_write
+from pytest_convperf.orphans import PRUNE
+from pytest_convperf.orphans import render_md as render_orphans
 from pytest_convperf.quality import QUALITY_KEYS
 from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.update_outcome import Applied, utf8
@@ -306,12 +308,18 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckR
 
 
 def apply_updates(
-    cfg: ConvperfConfig, rows: Sequence[CheckRow], out_dir: Path, cliffs: Sequence[CliffChange] = ()
+    cfg: ConvperfConfig,
+    rows: Sequence[CheckRow],
+    out_dir: Path,
+    cliffs: Sequence[CliffChange] = (),
+    orphans: Mapping[tuple[str, str], Sequence[str]] | None = None,
 ) -> Applied | None:
     """Write ``convperf-update.md``, then every planned update (grouped per file); None when no update ran.
 
     ``cliffs``: the night's cliff changes (:mod:`pytest_convperf.cliffs`): pins are written like
     new entries, retired cliffs removed from their files, all of them listed for review.
+    ``orphans``: entries no collected test produced (:mod:`pytest_convperf.orphans`), removed
+    and listed under ``--convperf-update-baselines=prune``.
     The review record is written before the baselines, so a baseline change never lands without
     it: when the record cannot be written (a full disk), no baseline is. A file that cannot be
     written (``OSError``: ENOSPC, permissions) does not stop the others; each failure is one line
@@ -358,6 +366,9 @@ def apply_updates(
             )
         entries[row.key] = (entry, row)
     pins, retired = file_changes(cliffs)
+    pruned = dict(orphans or {}) if PRUNE in cfg.update else {}
+    for where, gone in pruned.items():
+        retired.setdefault(where, set()).update(gone)
     for where, pinned in pins.items():  # a pinned cliff is a new entry with its ``cliff`` field
         for key, raw in pinned.items():
             entry = dataclasses.replace(parse_entry(key, raw), updated=dict(updated) or None)
@@ -373,6 +384,7 @@ def apply_updates(
     path = out_dir / UPDATE_MD
     record = render_update_md(cfg, per_file, kept, refused, commit)
     record += "\n".join(render_md(cliffs, cfg.reason))
+    record += "\n".join(["", *render_orphans(pruned, cfg.baselines_dir)]) if pruned else ""
     targets = sorted({*per_file, *retired})
     try:
         atomic_write(path, record)

@@ -28,3 +28,15 @@ def test_the_docs_quote_the_fresh_processes_in_use() -> None:
     again = re.search(r"end in (\d+) fresh pytest processes", readme)
     assert found and again, "statistics.md or README.md no longer quote the fresh processes here"
     assert int(found.group(1)) == int(again.group(1)) == FRESH_PROCESSES
+
+
+def test_every_file_quotes_the_same_oldest_torch() -> None:
+    """constraints.txt said ">= 2.4" while pyproject.toml and README said ">= 2.11" (issue 24.4)."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    found = re.search(r'"torch>=([\d.]+)"', pyproject)
+    assert found, "pyproject.toml no longer pins torch>= where this test looks"
+    oldest = found.group(1)
+    for name in ("constraints.txt", "README.md"):
+        quoted = set(re.findall(r"torch[^\n]*?>= ?([\d.]+)", (REPO / name).read_text()))
+        assert quoted <= {oldest}, f"{name} quotes torch >= {sorted(quoted)}, pyproject.toml >= {oldest}"
+    assert f">= {oldest}" in (REPO / "constraints.txt").read_text()

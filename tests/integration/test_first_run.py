@@ -21,12 +21,13 @@ def test_first_run_then_the_recording_run(
         [
             f"convperf: device cpu (*) (--convperf-device=cpu), machine {MACHINE}, update no, timer fake*",
             f"convperf: baselines {folder} (does not exist yet: checks report NEW; record them with "
-            "--convperf-update-baselines)",
+            "--convperf-update-baselines=new)",
             "  NEW  test_a?*?  speedup 2.000x*cand 500.0 us  ref 1.000 ms  (* rounds)",
             "*convperf: NEW 2*",
             "timer: fake timer*",
             "NEW (2)",
-            "  test_suite: 2 new checks, speedup 2.000x (not recorded: --convperf-update-baselines records*",
+            "  test_suite: 2 new checks, speedup 2.000x (not recorded: "
+            "--convperf-update-baselines=new records*",
         ]
     )
     recording = suite.run("--convperf-update-baselines")
@@ -53,12 +54,10 @@ def test_the_fixture_implies_the_marker(pytester: pytest.Pytester, plugin_args: 
     pytester.makepyfile(
         test_unmarked="""
 def test_uses_the_fixture(convperf):
-    raise AssertionError("a convperf check must not run without --convperf")
+    pass  # disabled mode (issue 24.5): without --convperf the test runs, its checks correctness only
 """
     )
-    result = pytester.runpytest(*plugin_args, "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*convperf check: timing and baselines run only with --convperf*"])
+    pytester.runpytest(*plugin_args, "-rs").assert_outcomes(passed=1)
     pytester.runpytest(*plugin_args, "-m", "convperf", "--collect-only", "-q").stdout.fnmatch_lines(
         ["test_unmarked.py::test_uses_the_fixture"]
     )

@@ -3,6 +3,7 @@ terminal reporter, and the summary's story on first and recording runs (report.t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -132,10 +133,11 @@ def test_times_have_units_and_no_exponent_forms() -> None:
 def test_a_first_run_groups_new_checks_per_module_and_says_how_to_record() -> None:
     rows = [row(key=f"test_x[{i}]") for i in range(16)] + [row(module="test_n")]
     lines = terminal_lines(rows)
+    how = "(not recorded: --convperf-update-baselines=new records them)"
     assert lines == [
         "NEW (17)",
-        "  test_m: 16 new checks, speedup 0.500x (not recorded: --convperf-update-baselines records them)",
-        "  test_n: 1 new check, speedup 0.500x (not recorded: --convperf-update-baselines records them)",
+        f"  test_m: 16 new checks, speedup 0.500x {how}",
+        f"  test_n: 1 new check, speedup 0.500x {how}",
     ]
     assert len(terminal_lines(rows, verbose=1)) == 1 + 2 * 17  # -v: every check with its note
 
@@ -162,3 +164,17 @@ def test_the_plot_title_names_the_machine_and_the_date() -> None:
         "convperf speedups: amd-epyc-1t (AMD EPYC), 2026-11-22 22:15 UTC"
     )
     assert plot_title({}, None) == "convperf speedups: unknown machine"
+
+
+def test_the_roofline_note_comes_only_with_a_check_line_that_shows_a_roofline() -> None:
+    """A first run folds NEW checks into module lines without a roofline column: a note about that
+    column dangled at the end of every such summary (issue 24.4)."""
+    new = row()
+    roofed = dataclasses.replace(
+        new, comparison=dataclasses.replace(new.comparison, facts={"roofline_floor_us": 500.0})
+    )
+    assert not any(line.startswith("roofline:") for line in terminal_lines([roofed]))
+    verbose = terminal_lines([roofed], verbose=1)
+    assert any(line.startswith("roofline:") for line in verbose) and "roofline 24% of copy BW" in "\n".join(
+        verbose
+    )
