@@ -443,39 +443,6 @@ int choose_stage_mode(Tile2Args& a, int s, bool aligned, int cw = 4) {
   return kStageScalar;
 }
 
-template <typename T, int K, int S>
-cudaError_t run_tile_v2(const T* x, const T* w, const T* bias, T* y, Tile2Args a, cudaStream_t stream) {
-  if (!plan_tile_v2(a, K, S)) return cudaErrorInvalidConfiguration;
-  const int mode = choose_stage_mode(a, S, reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T)) == 0);
-  const int hw = a.h * a.w;
-  const int64_t blocks = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  a.by_tiles_w = make_fastdiv(a.tiles_w);
-  a.by_tiles_h = make_fastdiv(a.tiles_h);
-  a.by_c = make_fastdiv(a.c);
-  a.by_tw = make_fastdiv(a.tw);
-  a.by_trows = make_fastdiv(a.trows);
-  const int bytes = a.pl * a.plane_sz * static_cast<int>(sizeof(float));
-  const auto grid = static_cast<unsigned>(blocks);
-  switch (mode) {
-    case kStagePlanes4:
-      a.by_outer = make_fastdiv(hw);
-      a.by_inner = make_fastdiv(a.w);
-      fwd_tile_nchw_v2<T, K, S, kStagePlanes4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
-      break;
-    case kStageRows4:
-      a.by_outer = make_fastdiv(a.in_rows * a.nch);
-      a.by_inner = make_fastdiv(a.nch);
-      fwd_tile_nchw_v2<T, K, S, kStageRows4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
-      break;
-    default:
-      a.by_outer = make_fastdiv(a.plane_sz);
-      a.by_inner = make_fastdiv(a.in_cols);
-      fwd_tile_nchw_v2<T, K, S, kStageScalar><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
-  }
-  return cudaGetLastError();
-}
-
 // ---- forward, NCHW tiled, v3: a round of staging loads in flight before any is consumed ----------
 // v2's staging loops are `unroll 1` and consume each load before the next is issued: the large seed
 // shapes run 3 dependent load rounds per block, and on the H100 they reached 60 % of the HBM spec with
@@ -686,11 +653,26 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K, S, M>())
                              y, c, a.flip, plane, a.ho, a.wo, oh0 + ty * RPT, ow0 + tx);
 }
 
-template <typename T, int K, int S>
-cudaError_t run_tile_v3(const T* x, const T* w, const T* bias, T* y, Tile2Args a, cudaStream_t stream) {
-  constexpr int CW = 16 / static_cast<int>(sizeof(T));
+// Launches variant V's staged forward with staging mode M: v2 and v3 share the planner, the grid and
+// the arguments, only the kernel differs.
+template <typename T, int K, int S, Variant V, int M>
+void launch_tile_staged(unsigned grid, int bytes, cudaStream_t stream, const T* x, const T* w, const T* bias, T* y,
+                        const Tile2Args& a) {
+  if constexpr (V == Variant::V3) {
+    fwd_tile_nchw_v3<T, K, S, M><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+  } else {
+    fwd_tile_nchw_v2<T, K, S, M><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+  }
+}
+
+// Host launcher of the staged forwards (V2 or V3): v2 stages 4-element chunks, v3 16-byte chunks for
+// every dtype; vector staging needs x aligned to a chunk.
+template <typename T, int K, int S, Variant V>
+cudaError_t run_tile_staged(const T* x, const T* w, const T* bias, T* y, Tile2Args a, cudaStream_t stream) {
+  static_assert(V == Variant::V2 || V == Variant::V3, "only v2 and v3 stage tiles");
+  constexpr int CW = V == Variant::V3 ? 16 / static_cast<int>(sizeof(T)) : 4;
   if (!plan_tile_v2(a, K, S)) return cudaErrorInvalidConfiguration;
-  const int mode = choose_stage_mode(a, S, reinterpret_cast<uintptr_t>(x) % 16 == 0, CW);
+  const int mode = choose_stage_mode(a, S, reinterpret_cast<uintptr_t>(x) % (CW * sizeof(T)) == 0, CW);
   const int hw = a.h * a.w;
   const int64_t blocks = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
@@ -705,17 +687,17 @@ cudaError_t run_tile_v3(const T* x, const T* w, const T* bias, T* y, Tile2Args a
     case kStagePlanes4:
       a.by_outer = make_fastdiv(hw);
       a.by_inner = make_fastdiv(a.w);
-      fwd_tile_nchw_v3<T, K, S, kStagePlanes4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+      launch_tile_staged<T, K, S, V, kStagePlanes4>(grid, bytes, stream, x, w, bias, y, a);
       break;
     case kStageRows4:
       a.by_outer = make_fastdiv(a.in_rows * a.nch);
       a.by_inner = make_fastdiv(a.nch);
-      fwd_tile_nchw_v3<T, K, S, kStageRows4><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+      launch_tile_staged<T, K, S, V, kStageRows4>(grid, bytes, stream, x, w, bias, y, a);
       break;
     default:
       a.by_outer = make_fastdiv(a.plane_sz);
       a.by_inner = make_fastdiv(a.in_cols);
-      fwd_tile_nchw_v3<T, K, S, kStageScalar><<<grid, kThreads, bytes, stream>>>(x, w, bias, y, a);
+      launch_tile_staged<T, K, S, V, kStageScalar>(grid, bytes, stream, x, w, bias, y, a);
   }
   return cudaGetLastError();
 }
@@ -765,9 +747,9 @@ cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T
     // register-budget fix of that instance pays. fp32, the seed shapes' dtype, is unaffected.
     constexpr bool kV2Built = std::is_same<T, float>::value || !(kk == 5 && ss == 2);
     if constexpr (kV2Built) {
-      if (variant == Variant::V2 && v2_supported(a)) return run_tile_v2<T, kk, ss>(x, w, bias, y, tile2_args(a), st);
+      if (variant == Variant::V2 && v2_supported(a)) return run_tile_staged<T, kk, ss, Variant::V2>(x, w, bias, y, tile2_args(a), st);
     }
-    if (variant == Variant::V3 && v2_supported(a)) return run_tile_v3<T, kk, ss>(x, w, bias, y, tile2_args(a), st);
+    if (variant == Variant::V3 && v2_supported(a)) return run_tile_staged<T, kk, ss, Variant::V3>(x, w, bias, y, tile2_args(a), st);
     return run_tile<T, kk, ss>(x, w, bias, y, a, st);
   });
 }

@@ -194,8 +194,8 @@ def _staged(sh: Shape, variant: str, cw: int) -> Plan:
 
 
 def plan_v2(sh: Shape) -> Plan:
-    """Mirror of ``plan_tile_v2`` and the staging-mode choice of ``run_tile_v2`` (aligned input):
-    4-element chunks (16 bytes in fp32, 8 in fp16)."""
+    """Mirror of ``plan_tile_v2`` and the staging-mode choice of ``run_tile_staged<V2>`` (aligned
+    input): 4-element chunks (16 bytes in fp32, 8 in fp16)."""
     return _staged(sh, "v2", 4)
 
 
@@ -204,7 +204,7 @@ STAGE_BATCH_V3_SCALAR = 8  # kStageBatchScalar
 
 
 def plan_v3(sh: Shape) -> Plan:
-    """Mirror of ``run_tile_v3``'s plan: v2's geometry, 16-byte chunks for every dtype."""
+    """Mirror of ``run_tile_staged<V3>``'s plan: v2's geometry, 16-byte chunks for every dtype."""
     return _staged(sh, "v3", 16 // sh.dtype_bytes)
 
 
