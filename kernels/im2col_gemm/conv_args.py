@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -106,12 +107,38 @@ def normalize(
     return x, ConvArgs((kh, kw), s, p, d, groups), unbatched
 
 
+@dataclass(frozen=True)
+class ConvShape:
+    """The sizes of the conv of a 4-D input ``[n, c, h, w]`` by a weight ``[cout, cg, kh, kw]``."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    cout: int
+    groups: int
+    cg: int  # input channels per group
+    cog: int  # output channels per group
+    kh: int
+    kw: int
+    ho: int
+    wo: int
+
+
+def conv_shape(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> ConvShape:
+    """The :class:`ConvShape` of the conv of 4-D ``x`` by ``weight`` with normalized arguments ``a``."""
+    n, c, h, w = x.shape
+    cout = weight.shape[0]
+    kh, kw = a.kernel
+    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
+    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
+    return ConvShape(n, c, h, w, cout, a.groups, c // a.groups, cout // a.groups, kh, kw, ho, wo)
+
+
 def geometry(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> tuple[int, int, int, int]:
     """``(Ho, Wo, K, C_out/groups)`` of the conv of 4-D ``x`` (``K = C_in/groups * kh * kw``)."""
-    ho = out_size(x.shape[2], a.kernel[0], a.stride[0], a.padding[0], a.dilation[0])
-    wo = out_size(x.shape[3], a.kernel[1], a.stride[1], a.padding[1], a.dilation[1])
-    k = (x.shape[1] // a.groups) * a.kernel[0] * a.kernel[1]
-    return ho, wo, k, weight.shape[0] // a.groups
+    s = conv_shape(x, weight, a)
+    return s.ho, s.wo, s.cg * s.kh * s.kw, s.cog
 
 
 IntPair = int | Sequence[int]

@@ -19,8 +19,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from kernels.im2col_gemm.chunking import out_size
-from kernels.im2col_gemm.conv_args import ConvArgs
+from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape
 
 INT32_LIMIT = 2**31 - 1
 # 128 pixels x 64 channels per CTA (EDSR's 64 output channels in one tile), K in steps of 16.
@@ -104,23 +103,17 @@ def kernel(interpret: bool) -> Any:
 
 def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, a: ConvArgs) -> torch.Tensor:
     """conv2d of a 4-D x (any strides) and a contiguous-able weight, NCHW output in x's dtype."""
-    n, c, h, w = x.shape
-    cout = weight.shape[0]
-    g = a.groups
-    cg, cog = c // g, cout // g
-    kh, kw = a.kernel
-    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
-    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
-    if max(x.numel(), n * cout * ho * wo, weight.numel()) >= INT32_LIMIT:
+    s = conv_shape(x, weight, a)
+    if max(x.numel(), s.n * s.cout * s.ho * s.wo, weight.numel()) >= INT32_LIMIT:
         raise ValueError("implicit conv: a tensor exceeds the kernel's 32-bit offsets; split the batch")
     weight = weight.contiguous()
-    out = torch.empty((n, cout, ho, wo), dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(n * ho * wo, BLOCK_M), triton.cdiv(cog, BLOCK_N), g)
+    out = torch.empty((s.n, s.cout, s.ho, s.wo), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(s.n * s.ho * s.wo, BLOCK_M), triton.cdiv(s.cog, BLOCK_N), s.groups)
     kernel(x.device.type == "cpu")[grid](
-        x, weight, out, bias if bias is not None else out, n, h, w, ho, wo, cog, *x.stride(),
+        x, weight, out, bias if bias is not None else out, s.n, s.h, s.w, s.ho, s.wo, s.cog, *x.stride(),
         SH=a.stride[0], SW=a.stride[1], PH=a.padding[0], PW=a.padding[1], DH=a.dilation[0], DW=a.dilation[1],
-        KH=kh, KW=kw, CG=cg, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-        **OPTIONS,
+        KH=s.kh, KW=s.kw, CG=s.cg, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+        BLOCK_K=BLOCK_K, **OPTIONS,
     )  # fmt: skip
     return out
 

@@ -26,8 +26,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from kernels.im2col_gemm.chunking import out_size
-from kernels.im2col_gemm.conv_args import ConvArgs
+from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape
 from kernels.quant import qrange
 
 K_ALIGN = 32  # int8 MMAs take K in steps of 32
@@ -244,18 +243,12 @@ def conv(
     ``steps_by_value``: None passes the steps as floats when they are not on x's device and as
     pointers when they are; True/False force one way (tests).
     """
-    n, c, h, w = x.shape
-    cout = weight.shape[0]
-    g = a.groups
-    cg, cog = c // g, cout // g
-    kh, kw = a.kernel
-    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
-    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
-    cgp = padded_channels(cg)
+    s = conv_shape(x, weight, a)
+    cgp = padded_channels(s.cg)
     sizes = {
-        "output": n * cout * ho * wo,
-        "packed input": n * h * w * g * cgp,
-        "packed weight": cout * kh * kw * cgp,
+        "output": s.n * s.cout * s.ho * s.wo,
+        "packed input": s.n * s.h * s.w * s.groups * cgp,
+        "packed weight": s.cout * s.kh * s.kw * cgp,
     }
     for what, size in sizes.items():
         if size >= INT32_LIMIT:
@@ -266,20 +259,22 @@ def conv(
     by_value = steps_by_value
     if by_value is None and act_step.device != weight_step.device:
         by_value = False  # one step is on the device: the kernels read both through pointers
-    xq = quantize_pack(x, act_step, bits, g, by_value=by_value)
+    xq = quantize_pack(x, act_step, bits, s.groups, by_value=by_value)
     wq = quantize_pack(
         weight, weight_step, bits, 1, by_value=by_value
     )  # [C_out, KH, KW, 1, CGP]: a filter's cg channels
-    out = torch.empty((n, cout, ho, wo), dtype=torch.int32 if accumulate else x.dtype, device=x.device)
+    out = torch.empty(
+        (s.n, s.cout, s.ho, s.wo), dtype=torch.int32 if accumulate else x.dtype, device=x.device
+    )
     sx, sx_ptr = _step_arg(act_step, x.device, by_value)
     sw, _ = _step_arg(weight_step, x.device, by_value)
-    block_m, block_n = BLOCK_M, max(16, min(128, triton.next_power_of_2(cog)))
-    grid = (triton.cdiv(n * ho * wo, block_m), triton.cdiv(cog, block_n), g)
+    block_m, block_n = BLOCK_M, max(16, min(128, triton.next_power_of_2(s.cog)))
+    grid = (triton.cdiv(s.n * s.ho * s.wo, block_m), triton.cdiv(s.cog, block_n), s.groups)
     kernel("implicit_gemm", x.device.type == "cpu")[grid](
-        xq, wq, out, bias if bias is not None else out, sx, sw, n, h, w, ho, wo, cog,
+        xq, wq, out, bias if bias is not None else out, sx, sw, s.n, s.h, s.w, s.ho, s.wo, s.cog,
         SH=a.stride[0], SW=a.stride[1], PH=a.padding[0], PW=a.padding[1], DH=a.dilation[0], DW=a.dilation[1],
-        KH=kh, KW=kw, G=g, CGP=cgp, STORE_ACC=accumulate, HAS_BIAS=bias is not None, STEP_PTR=sx_ptr,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=_block_k(cgp), **GEMM_OPTIONS,
+        KH=s.kh, KW=s.kw, G=s.groups, CGP=cgp, STORE_ACC=accumulate, HAS_BIAS=bias is not None,
+        STEP_PTR=sx_ptr, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=_block_k(cgp), **GEMM_OPTIONS,
     )  # fmt: skip
     return out
 

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from kernels._weight_cache import WeightCache
-from kernels.im2col_gemm.chunking import out_size, plan_chunks
+from kernels.im2col_gemm.chunking import plan_chunks
 from kernels.im2col_gemm.columns import GemmFn, Im2ColFn, conv_gemm
-from kernels.im2col_gemm.conv_args import ConvArgs
+from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape
 from kernels.quant import Step, qrange, quantize_codes
 
 PATTERNS = ("2:4", "filter")
@@ -322,26 +322,21 @@ def lsq_accumulate(
     qrange(bits)
     xq = quantize_codes(x, act_step, bits)
     wq = quantize_codes(weight, weight_step, bits)
-    n, c, h, w = x.shape
-    cout = weight.shape[0]
-    g = a.groups
-    cg, cog = c // g, cout // g
-    kh, kw = a.kernel
-    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
-    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
-    k = cg * kh * kw
+    s = conv_shape(x, weight, a)
+    k = s.cg * s.kh * s.kw
     kp = -(-k // 8) * 8
-    acc = torch.zeros((n, cout, ho, wo), dtype=torch.int32, device=x.device)
+    acc = torch.zeros((s.n, s.cout, s.ho, s.wo), dtype=torch.int32, device=x.device)
     wmats = [
-        torch.nn.functional.pad(wq[gi * cog : (gi + 1) * cog].reshape(cog, k), (0, kp - k)) for gi in range(g)
+        torch.nn.functional.pad(wq[gi * s.cog : (gi + 1) * s.cog].reshape(s.cog, k), (0, kp - k))
+        for gi in range(s.groups)
     ]
-    for ch in plan_chunks(n, ho, wo, kp * g, 1, workspace_bytes):
+    for ch in plan_chunks(s.n, s.ho, s.wo, kp * s.groups, 1, workspace_bytes):
         nb, rows = ch.n1 - ch.n0, ch.r1 - ch.r0
-        for gi in range(g):
-            xs = xq[ch.n0 : ch.n1, gi * cg : (gi + 1) * cg].contiguous()
+        for gi in range(s.groups):
+            xs = xq[ch.n0 : ch.n1, gi * s.cg : (gi + 1) * s.cg].contiguous()
             col = im2col_fn(xs, a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows, "nlk", 8)
-            y = int_gemm(col.reshape(nb * rows * wo, kp), wmats[gi])  # [nb*L, cog]
-            acc[ch.n0 : ch.n1, gi * cog : (gi + 1) * cog, ch.r0 : ch.r1] = y.view(nb, rows, wo, cog).permute(
-                0, 3, 1, 2
-            )
+            y = int_gemm(col.reshape(nb * rows * s.wo, kp), wmats[gi])  # [nb*L, cog]
+            acc[ch.n0 : ch.n1, gi * s.cog : (gi + 1) * s.cog, ch.r0 : ch.r1] = y.view(
+                nb, rows, s.wo, s.cog
+            ).permute(0, 3, 1, 2)
     return acc
