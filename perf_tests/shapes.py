@@ -12,8 +12,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-# The seed's shapes live with the kernels tuned for them; the suite builds its problems from them.
+# The seed's shapes (and their problems) live with the kernels tuned for them; the suite builds on them.
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES as DEPTHWISE_SEED_SHAPES
+from kernels.depthwise.seed import depthwise_seed_problem as depthwise_seed_problem
 from pytest_convperf.problem import Conv2dProblem
 from pytest_convperf.strategies import conv2d_problems
 
@@ -32,25 +33,6 @@ def depthwise_problems(
     """Depthwise problems with channel multiplier 1 (the kernels' domain), in every supported dtype and
     layout unless narrowed; ``bounds`` (sizes, kernels, strides, ...) go to ``conv2d_problems``."""
     return conv2d_problems(kinds=("depthwise",), dtypes=dtypes, layouts=layouts, max_multiplier=1, **bounds)
-
-
-def depthwise_seed_problem(
-    n: int, c: int, hw: int, k: int, *, dtype: str = "fp32", layout: str = "nchw"
-) -> Conv2dProblem:
-    """One seed shape as a depthwise problem (stride 1, padding k // 2, no bias, like the seed)."""
-    return Conv2dProblem(
-        n=n,
-        c_in=c,
-        h=hw,
-        w=hw,
-        c_out=c,
-        kernel=(k, k),
-        padding=(k // 2, k // 2),
-        groups=c,
-        bias=False,
-        dtype=dtype,
-        layout=layout,
-    )
 
 
 def depthwise_seed_problems(*, dtype: str = "fp32", layout: str = "nchw") -> list[Conv2dProblem]:

@@ -1,11 +1,13 @@
 """The depthwise seed's shapes: the problems the depthwise kernels are tuned for.
 
 Seed 001 (samson-wang/dwconv, pytorch/pytorch#18631): NCHW, stride 1, "same" padding, groups = C.
-They live with the kernels so the cost model (``model.py``) and the SASS report need nothing from the
-suite; ``perf_tests.shapes`` builds the suite's problems from them.
+They live with the kernels so the cost model (``model.py``), the SASS report and the sweep plan need
+nothing from the suite; ``perf_tests.shapes`` builds the suite's problems from them.
 """
 
 from __future__ import annotations
+
+from pytest_convperf.problem import Conv2dProblem
 
 # (N, C, H = W, k) in the seed's order.
 DEPTHWISE_SEED_SHAPES: tuple[tuple[int, int, int, int], ...] = (
@@ -18,3 +20,22 @@ DEPTHWISE_SEED_SHAPES: tuple[tuple[int, int, int, int], ...] = (
     (16, 1152, 7, 5),
     (16, 1152, 7, 3),
 )
+
+
+def depthwise_seed_problem(
+    n: int, c: int, hw: int, k: int, *, dtype: str = "fp32", layout: str = "nchw"
+) -> Conv2dProblem:
+    """One seed shape as a depthwise problem (stride 1, padding k // 2, no bias, like the seed)."""
+    return Conv2dProblem(
+        n=n,
+        c_in=c,
+        h=hw,
+        w=hw,
+        c_out=c,
+        kernel=(k, k),
+        padding=(k // 2, k // 2),
+        groups=c,
+        bias=False,
+        dtype=dtype,
+        layout=layout,
+    )

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from kernels.depthwise import calibration, ops
 from kernels.depthwise.model import Shape
-from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
+from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES, depthwise_seed_problem
 from kernels.sweep_calls import conv_case
 from kernels.sweep_case import Case
-from pytest_convperf.problem import Conv2dProblem
 
 FAMILY = "depthwise"
 VARIANT_ENV = "CONVPERF_DEPTHWISE_VARIANT"
@@ -22,24 +21,6 @@ DTYPES = ("fp32", "fp16")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
 LAYOUTS = ("nchw", "nhwc")
 PHASES = ("forward", "input_grad", "weight_grad")
-
-
-def seed_problem(n: int, c: int, hw: int, k: int, dtype: str, layout: str) -> Conv2dProblem:
-    """A seed shape as the suite measures it (stride 1, padding k // 2, no bias)."""
-    pad = (k // 2, k // 2)
-    return Conv2dProblem(
-        n=n,
-        c_in=c,
-        h=hw,
-        w=hw,
-        c_out=c,
-        kernel=(k, k),
-        padding=pad,
-        groups=c,
-        bias=False,
-        dtype=dtype,
-        layout=layout,
-    )
 
 
 def predicted_us(shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str) -> float:
@@ -54,7 +35,7 @@ def cases() -> list[Case]:
     for shape in DEPTHWISE_SEED_SHAPES:
         for dtype in DTYPES:
             for layout in LAYOUTS:
-                problem = seed_problem(*shape, dtype, layout)
+                problem = depthwise_seed_problem(*shape, dtype=dtype, layout=layout)
                 for phase in PHASES:
                     tiled = layout == "nchw" and phase != "weight_grad"  # where the switch picks the kernel
                     for variant in ("v2", "v1", "v3") if tiled else ("v2",):
