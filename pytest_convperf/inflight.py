@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pytest_convperf.pids import pid_alive
+
 _STATE: dict[str, Path | None] = {"dir": None}
 _STACK: list[dict[str, Any]] = []  # nested records of this process (a check runs a correctness run)
 
@@ -77,16 +79,6 @@ def running(**record: Any) -> Iterator[None]:
         _write(_STACK[-1] if _STACK else None)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def leftovers(folder: Path | None = None) -> list[dict[str, Any]]:
     """Records of processes that are gone, oldest first: each is a crash (or a kill) mid-run."""
     folder = folder or _STATE["dir"]
@@ -100,7 +92,7 @@ def leftovers(folder: Path | None = None) -> list[dict[str, Any]]:
         except (OSError, ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)  # a torn or foreign file names nothing
             continue
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             record["_path"] = str(path)
             found.append(record)
     return found

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_convperf.pids import pid_alive
+
 
 class RevisionError(RuntimeError):
     """A revision cannot be used for an A/B: unknown, missing a file, not a repository, ..."""
@@ -141,13 +143,7 @@ def _owner_alive(folder: Path) -> bool:
         return True  # unreadable: leave it to its owner
     if host != socket.gethostname():
         return True  # a pid of another machine (a shared repository) cannot be checked here
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def prune_stale(root: Path) -> list[Path]:
