@@ -20,6 +20,27 @@ MACHINE = "testbox"
 PROBLEM = "Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)"
 REF_S = 0.001  # fake reference time (seconds)
 
+
+def replay_conftest(ratios: list[float]) -> str:
+    """A conftest that gives each run (a fresh process) the next of ``ratios`` as its candidate /
+    reference time ratio through the fake timer, counting runs in ``run-counter.txt``: the runs
+    differ exactly as chosen."""
+    return f"""
+import json, os, pathlib
+
+RATIOS = {ratios!r}
+
+
+def pytest_configure(config):
+    counter = pathlib.Path("run-counter.txt")
+    i = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(i + 1))
+    times = {{"candidate": [RATIOS[i % len(RATIOS)] * {REF_S!r}], "reference": [{REF_S!r}]}}
+    fake = {{"times": times, "call_jobs": False}}
+    pathlib.Path(os.environ["CONVPERF_FAKE_TIMER"]).write_text(json.dumps(fake))
+"""
+
+
 # One convperf check per name; ``candidate`` can be replaced per test through ``CANDIDATES``.
 SUITE = f"""
 import pytest

@@ -11,26 +11,10 @@ import sys
 import pytest
 
 from pytest_convperf.calibration import calibrate_records, noise_of
-from tests.integration._lifecycle import MACHINE, Suite, subprocess_env
+from tests.integration._lifecycle import MACHINE, Suite, replay_conftest, subprocess_env
 from tools.ab_scratch import git
 
 RATIOS = [0.50, 0.52, 0.48, 0.51]
-
-# Each run (a fresh process) replays the next ratio, so the runs differ exactly as chosen.
-CONFTEST = f"""
-import json, os, pathlib
-
-RATIOS = {RATIOS!r}
-
-
-def pytest_configure(config):
-    counter = pathlib.Path("run-counter.txt")
-    i = int(counter.read_text()) if counter.exists() else 0
-    counter.write_text(str(i + 1))
-    times = {{"candidate": [RATIOS[i % len(RATIOS)] * 0.001], "reference": [0.001]}}
-    fake = {{"times": times, "call_jobs": False}}
-    pathlib.Path(os.environ["CONVPERF_FAKE_TIMER"]).write_text(json.dumps(fake))
-"""
 
 
 def test_calibrate_stores_between_run_noise(
@@ -42,7 +26,7 @@ def test_calibrate_stores_between_run_noise(
     # The conftest is code too (committed); the fake timer, its counter, pytester's output files and
     # the caches under its $HOME are data (ignored): an untracked file would make the runs other
     # code (updates.code_state).
-    pytester.makeconftest(CONFTEST)
+    pytester.makeconftest(replay_conftest(RATIOS))
     (pytester.path / ".gitignore").write_text(
         "\n".join(["fake-timer.json", "run-counter.txt", "__pycache__/", "stdout", "stderr", ".*/", ""])
     )

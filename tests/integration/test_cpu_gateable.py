@@ -14,24 +14,9 @@ import sys
 
 import pytest
 
-from tests.integration._lifecycle import MACHINE, Suite, subprocess_env
+from tests.integration._lifecycle import MACHINE, Suite, replay_conftest, subprocess_env
 
 RATIOS = [0.50, 0.505, 0.495, 0.502, 0.498]
-
-CONFTEST = f"""
-import json, os, pathlib
-
-RATIOS = {RATIOS!r}
-
-
-def pytest_configure(config):
-    counter = pathlib.Path("run-counter.txt")
-    i = int(counter.read_text()) if counter.exists() else 0
-    counter.write_text(str(i + 1))
-    fake = {{"times": {{"candidate": [RATIOS[i % len(RATIOS)] * 0.001], "reference": [0.001]}},
-             "call_jobs": False}}
-    pathlib.Path(os.environ["CONVPERF_FAKE_TIMER"]).write_text(json.dumps(fake))
-"""
 
 
 class DefaultFloorSuite(Suite):
@@ -44,7 +29,7 @@ def test_record_calibrate_pass_then_a_30_percent_slower_candidate_fails(
     suite = DefaultFloorSuite(pytester, monkeypatch, plugin_args)
     subprocess_env(monkeypatch)
     suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)
-    conftest = pytester.makeconftest(CONFTEST)
+    conftest = pytester.makeconftest(replay_conftest(RATIOS))
     result = pytester.run(
         sys.executable, "-m", "pytest_convperf", "calibrate", "test_suite.py", "-k", "test_a",
         f"--convperf-machine={MACHINE}", "--convperf-device=cpu", "--runs", str(len(RATIOS)),
