@@ -7,20 +7,18 @@ offset) proves the check catches a wrong kernel; its launches are counted on met
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 from hypothesis import given, settings
 
 pytest.importorskip("triton", reason="the Triton variants need triton (the suite extra)")
-from triton.runtime.interpreter import InterpretedFunction
 
 from kernels.im2col_gemm import implicit_triton, ops
 from perf_tests.fuzz import small_problems
 from pytest_convperf.correctness import ConvMismatch, assert_conv_close
 from pytest_convperf.problem import Conv2dProblem
 from tests.kernels import launch_count
+from tests.kernels.triton_planted import plant
 
 
 @settings(max_examples=25, deadline=None)
@@ -37,12 +35,7 @@ def test_channels_last_input_gives_the_same_output() -> None:
 
 
 def test_a_planted_defect_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    src = inspect.getsource(implicit_triton._conv_f32)
-    planted = src.replace("+ (tap // KW) * DH", "+ (tap // KW)")
-    assert planted != src, "the planted defect no longer applies: update the control"
-    scope = dict(vars(implicit_triton))
-    exec(compile(planted, "<planted _conv_f32>", "exec"), scope)
-    monkeypatch.setitem(implicit_triton._compiled, True, InterpretedFunction(scope["_conv_f32"]))
+    plant(monkeypatch, implicit_triton, "_conv_f32", "+ (tap // KW) * DH", "+ (tap // KW)", key=True)
     problem = Conv2dProblem(n=1, c_in=4, h=9, w=9, c_out=4, kernel=(3, 3), padding=(2, 2), dilation=(2, 2))
     with pytest.raises(ConvMismatch):
         assert_conv_close(ops.implicit_forward, problem, device="cpu")

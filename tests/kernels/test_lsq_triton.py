@@ -8,7 +8,6 @@ from the input row) proves the comparison catches a wrong kernel.
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +18,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 
 pytest.importorskip("triton", reason="the Triton variants need triton (the suite extra)")
-from triton.runtime.interpreter import InterpretedFunction
 
 from kernels.im2col_gemm import lsq_triton, ops
 from kernels.im2col_gemm.conv_args import ConvArgs
@@ -27,6 +25,7 @@ from kernels.quant import quantize_codes, step_tensor
 from perf_tests.fuzz import small_problems
 from pytest_convperf.problem import Conv2dProblem
 from tests.kernels import launch_count
+from tests.kernels.triton_planted import plant
 
 SA, SW = 0.04, 0.01
 L2_BYTES = 24 * 1024 * 1024
@@ -90,13 +89,13 @@ def test_v2_steps_by_value_or_pointer_and_the_epilogue(by_value: bool, bits: int
 
 def test_a_planted_defect_in_the_implicit_gemm_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drop the padding offset from the input row (reads stay in bounds, values shift): caught."""
-    src = inspect.getsource(lsq_triton._implicit_gemm)
-    planted = src.replace("iy = oy * SH - PH + ", "iy = oy * SH + ")
-    assert planted != src, "the planted defect no longer applies: update the control"
-    scope = dict(vars(lsq_triton))
-    exec(compile(planted, "<planted _implicit_gemm>", "exec"), scope)
-    monkeypatch.setitem(
-        lsq_triton._compiled, ("implicit_gemm", True), InterpretedFunction(scope["_implicit_gemm"])
+    plant(
+        monkeypatch,
+        lsq_triton,
+        "_implicit_gemm",
+        "iy = oy * SH - PH + ",
+        "iy = oy * SH + ",
+        key=("implicit_gemm", True),
     )
     problem = Conv2dProblem(n=1, c_in=8, h=6, w=6, c_out=8, kernel=(3, 3), padding=(1, 1))
     x, w, _ = problem.make_inputs(seed=3)
@@ -151,14 +150,18 @@ def test_int8_v1_counts_are_what_v2_removes(monkeypatch: pytest.MonkeyPatch) -> 
 EDSR_SHAPES = [(16, 64, 48, 48), (1, 64, 256, 256)]
 
 
+def _meta_edsr_conv(shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input ``shape`` [N, C, H, W] and an EDSR body conv's C -> C 3x3 weight, on the meta device."""
+    n, c, h, w = shape
+    return torch.empty(n, c, h, w, device="meta"), torch.empty(c, c, 3, 3, device="meta")
+
+
 @pytest.mark.parametrize("shape", EDSR_SHAPES)
 def test_fp32_forward_keeps_its_column_buffer_in_l2(
     monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
 ) -> None:
-    n, c, h, w_ = shape
-    x = torch.empty(n, c, h, w_, device="meta")
-    w = torch.empty(c, c, 3, 3, device="meta")
-    b = torch.empty(c, device="meta")
+    x, w = _meta_edsr_conv(shape)
+    b = torch.empty(shape[1], device="meta")
     with launch_count.counting() as (rec, mode), torch.no_grad():
         launch_count.stub_im2col(monkeypatch, ops, rec, mode)
         y = ops._conv2d._init_fn(x, w, b, [1, 1], [1, 1], [1, 1], 1, ops.DEFAULT_WORKSPACE_BYTES)
@@ -171,9 +174,7 @@ def test_fp32_forward_keeps_its_column_buffer_in_l2(
 def test_fp32_weight_grad_has_no_per_sample_buffer(
     monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
 ) -> None:
-    n, c, h, w_ = shape
-    x = torch.empty(n, c, h, w_, device="meta")
-    w = torch.empty(c, c, 3, 3, device="meta")
+    x, w = _meta_edsr_conv(shape)
     with launch_count.counting() as (rec, mode), torch.no_grad():
         launch_count.stub_im2col(monkeypatch, ops, rec, mode)
         monkeypatch.setattr(
@@ -181,7 +182,7 @@ def test_fp32_weight_grad_has_no_per_sample_buffer(
             "col2im",
             lambda col, shape, *a: torch.empty(shape[0], shape[1], a[-1], shape[3], device="meta"),
         )
-        gy = torch.empty(n, c, h, w_, device="meta")
+        gy = torch.empty_like(x)
         ops._conv2d_backward._init_fn(gy, x, w, [1, 1], [1, 1], [1, 1], 1, ops.DEFAULT_WORKSPACE_BYTES, False)
     assert "sum" not in rec.launches, rec.launches  # the per-sample [nb, C_out, K] products summed
     assert max(b for _, b in rec.allocations if _ == "empty") <= L2_BYTES
