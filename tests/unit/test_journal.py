@@ -8,6 +8,7 @@ import pytest
 
 from pytest_convperf import journal
 from pytest_convperf.__main__ import main
+from tests.disk_full import no_space, refuse_write
 
 
 def test_rows_are_read_back_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
@@ -42,7 +43,6 @@ def test_report_reads_the_journal_of_a_crashed_session(tmp_path: Path, capsys) -
 def test_a_row_the_disk_refused_midway_does_not_take_the_next_row_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import errno
     import os
 
     real_write = os.write
@@ -53,7 +53,7 @@ def test_a_row_the_disk_refused_midway_does_not_take_the_next_row_with_it(
         if len(calls) == 1:
             return real_write(fd, bytes(data[:10]))  # a short write ...
         if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device")  # ... then the disk is full
+            raise no_space()  # ... then the disk is full
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", full_disk)
@@ -66,14 +66,9 @@ def test_a_row_the_disk_refused_midway_does_not_take_the_next_row_with_it(
 def test_a_full_disk_costs_the_journal_line_not_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import errno
-
     from tests.unit.test_session import _row, _session
 
-    def full(report_dir: Path, row: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(journal, "append", full)
+    monkeypatch.setattr(journal, "append", refuse_write)
     session = _session(tmp_path)
     session.config.workerinput = {}  # an xdist worker: no live progress line
     session.record("t.py::test_k", _row())

@@ -19,6 +19,7 @@ from pytest_convperf.updates import (
     render_update_md,
 )
 from pytest_convperf.verdict import Decision, default_policy
+from tests.disk_full import no_space, refuse_write
 from tests.rows import check_row
 from tests.unit.test_verdict import ENV, comparison
 
@@ -125,13 +126,11 @@ def _new_rows(modules_keys: list[tuple[str, str]]) -> list[dict[str, object]]:
 def test_a_full_disk_on_one_file_writes_the_others_and_names_what_was_not_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import errno
-
     real_write = Store.write
 
     def full_for_a(self: Store, module: str, *args: object, **kwargs: object) -> bool:
         if module == "test_a":
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise no_space()
         return real_write(self, module, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Store, "write", full_for_a)
@@ -148,14 +147,9 @@ def test_a_full_disk_on_one_file_writes_the_others_and_names_what_was_not_writte
 def test_no_baseline_is_written_without_its_review_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import errno
-
     from pytest_convperf import updates
 
-    def full(path: Path, text: str) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(updates, "atomic_write", full)
+    monkeypatch.setattr(updates, "atomic_write", refuse_write)
     cfg = _cfg(tmp_path, {"new"})
     applied = apply_updates(cfg, [check_row(r) for r in _new_rows([("test_a", "test_1")])], tmp_path)
     assert applied is not None and not applied.recorded and applied.written == frozenset()
