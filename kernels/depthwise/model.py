@@ -200,7 +200,7 @@ def plan_v2(sh: Shape) -> Plan:
 
 
 STAGE_BATCH_V3 = 4  # kStageBatch: vector loads per thread per round
-STAGE_BATCH_V3_SCALAR = 8  # kStageBatchScalar
+STAGE_BATCH_V3_SCALAR = 4  # kStageBatchScalar (8 spilled; depthwise.cu)
 
 
 def plan_v3(sh: Shape) -> Plan:
