@@ -156,16 +156,16 @@ class NightControl:
         """One line for the terminal and the report: method, family size, false-alarm expectation."""
         base = (
             f"{self.m} checks judged together; each check's own rule alone would expect up to "
-            f"{self.expected_uncontrolled:.2g} false FAILs tonight"
+            f"{self.expected_uncontrolled:.2g} false FAILs in this session"
         )
         if self.method == "holm":
-            how = f"Holm: P(any false FAIL tonight) <= {self.alpha:g}"
+            how = f"Holm: P(any false FAIL in this session) <= {self.alpha:g}"
         elif self.method == "bh":
             how = f"Benjamini-Hochberg: expected share of false FAILs among FAILs <= {self.alpha:g}"
         else:
-            how = "no night-wide control (--convperf-false-alarms=none)"
+            how = "no session-wide control (--convperf-false-alarms=none)"
         tail = (
-            f"; {len(self.cleared)} per-check FAIL(s) not significant across the night"
+            f"; {len(self.cleared)} per-check FAIL(s) not significant across the session"
             if self.cleared
             else ""
         )
