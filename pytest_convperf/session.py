@@ -233,7 +233,10 @@ class ConvperfSession:
             self.cfg.enabled and self.cfg.false_alarms != "none" and report.when == "call" and report.passed
         ):
             return None
-        rows = [v for name, value in report.user_properties if name == ROWS_PROPERTY for v in value]
+        props = report.user_properties
+        rows = [
+            v for name, value in props if name == ROWS_PROPERTY and isinstance(value, list) for v in value
+        ]
         if not pending_speed_fail(rows):
             return None
         return PENDING, "F", (PENDING_WORD, {"red": True})
