@@ -27,6 +27,9 @@ VERDICT_ORDER: tuple[str, ...] = (
     Verdict.PASS.value,
 )
 SCHEMA = "convperf-results/1"
+# The two measurements of a check, named alike in the live line, the verdict line and the summary.
+FIRST = "first measurement"
+CONFIRM = "confirm"
 
 
 def as_number(value: Any) -> float | None:
@@ -59,6 +62,7 @@ class ReportRow:
     roofline_spec: float | None = None
     spec: str | None = None
     deterministic: bool = False  # declared with check(deterministic=True): two runs agreed bitwise
+    measured: str = FIRST  # which measurement the numbers are (:func:`measured_by`)
 
     @classmethod
     def from_row(cls, row: CheckRow) -> ReportRow:
@@ -94,6 +98,7 @@ class ReportRow:
             roofline_spec=_share(facts.get("roofline_spec_floor_us"), cand_us),
             spec=str(facts["roofline_spec"]) if facts.get("roofline_spec") else None,
             deterministic=bool(row.facts.get("deterministic")),
+            measured=measured_by(row),
         )
 
 
@@ -102,6 +107,16 @@ def final_comparison(row: CheckRow) -> Comparison | None:
     confirm = (row.decision or {}).get("confirm")
     # The decision is the judgement's dict form (``Decision.to_dict``), its confirm a ``Comparison``'s.
     return Comparison.from_dict(confirm) if confirm else row.comparison
+
+
+def measured_by(row: CheckRow) -> str:
+    """Which measurement :func:`final_comparison` is: the first, its confirm, or the confirm of
+    fresh pytest processes (``fresh_confirm``: their rounds together)."""
+    confirm = (row.decision or {}).get("confirm")
+    if not confirm:
+        return FIRST
+    processes = as_number((confirm.get("facts") or {}).get("processes"))
+    return f"{CONFIRM} in {processes:g} fresh processes" if processes and processes > 1 else CONFIRM
 
 
 def _share(floor_us: Any, us: float | None) -> float | None:
@@ -281,6 +296,8 @@ def _check_line(r: ReportRow) -> str:
         line += f"  quality {r.quality}"
     if r.update:
         line += f"  [update: {r.update}]"
+    if r.n_rounds:
+        line += f"  ({r.measured}, {r.n_rounds} rounds)"
     return line
 
 

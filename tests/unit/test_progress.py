@@ -82,7 +82,7 @@ def test_on_a_terminal_the_line_is_rewritten_in_place_then_left_as_the_verdict()
     rewrites = [text for kind, text in term.calls if kind == "rewrite"]
     assert term.calls[0] == ("newline", "")  # off pytest's dots line first
     assert rewrites[0].strip() == "test_x[p]: warm-up, 1 rounds"
-    assert "timing, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
+    assert "first measurement, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
     progress.done(row(), "m.py::test_x[p]")
     assert term.calls[-2] == ("rewrite", verdict_text(row()))
     # pytest's next status letter goes on a fresh "<file> " line, as pytest itself writes it
@@ -178,3 +178,24 @@ def test_the_roofline_note_comes_only_with_a_check_line_that_shows_a_roofline() 
     assert any(line.startswith("roofline:") for line in verbose) and "roofline 24% of copy BW" in "\n".join(
         verbose
     )
+
+
+def test_the_live_line_the_verdict_line_and_the_summary_name_their_measurement() -> None:
+    # Issue 24.4: the live line said 0.310x and the summary 0.226x for the same check, neither
+    # saying which measurement it was (the first measurement's, then the confirm's).
+    tally = Tally("t")
+    for i in range(10):
+        tally.observe("timing", i, ["candidate", "reference"], [2e-3, 1e-3])
+    assert tally.text().startswith("t: first measurement, 10 rounds, speedup 0.500x")
+    first = row("FAIL")
+    assert first.comparison is not None
+    assert verdict_text(first).endswith("(first measurement, 63 rounds)")
+    confirm = dataclasses.replace(first.comparison, time_ratio=4.0, time_ratio_ci=(3.8, 4.2), n_rounds=189)
+    failed = dataclasses.replace(first, decision={"verdict": "FAIL", "confirm": confirm.to_dict()})
+    line = verdict_text(failed)
+    assert "speedup 0.250x [0.238, 0.263]" in line and line.endswith("(confirm, 189 rounds)")
+    summary = "\n".join(terminal_lines([failed]))
+    assert "speedup 0.250x [0.238, 0.263]" in summary and "(confirm, 189 rounds)" in summary
+    fresh = {**confirm.to_dict(), "facts": {"processes": 2}}
+    line = verdict_text(dataclasses.replace(first, decision={"verdict": "FAIL", "confirm": fresh}))
+    assert line.endswith("(confirm in 2 fresh processes, 189 rounds)")
