@@ -185,7 +185,7 @@ def control(
     A key FAILs when its verdict is FAIL and its adjusted p-value is at most ``alpha``.
     """
     if not 0.0 < alpha < 1.0:
-        raise ValueError(f"the night's false-alarm level must lie in (0, 1), got {alpha!r}")
+        raise ValueError(f"the session's false-alarm level must lie in (0, 1), got {alpha!r}")
     family = {k: p for k, (v, pv) in checks.items() if (p := family_p_value(v, pv)) is not None}
     keys = sorted(family)
     adj = dict(zip(keys, adjusted([family[k] for k in keys], method)))
