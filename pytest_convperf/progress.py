@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_convperf import stats
-from pytest_convperf.report import CONFIRM, FIRST, ReportRow, fmt_time
+from pytest_convperf.report import CONFIRM, FIRST, ReportRow, fmt_time, speedup_text
 from pytest_convperf.results import CheckRow
 
 LIVE_INTERVAL_S = 0.25  # terminal redraws at most this often
@@ -79,9 +79,7 @@ def verdict_text(row: CheckRow) -> str:
     r = ReportRow.from_row(row)
     line = f"  {r.verdict}  {r.key}"
     if r.speedup is not None:
-        line += f"  speedup {r.speedup:.3f}x"
-        if r.speedup_ci:
-            line += f" [{r.speedup_ci[0]:.3f}, {r.speedup_ci[1]:.3f}]"
+        line += f"  {speedup_text(r)}"
     if r.candidate_us is not None:
         line += f"  cand {fmt_time(r.candidate_us)}  ref {fmt_time(r.reference_us)}"
     if r.n_rounds:

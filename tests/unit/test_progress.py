@@ -7,6 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
+from pytest_convperf import stats
 from pytest_convperf.progress import LiveProgress, Tally, verdict_text
 from pytest_convperf.report import counts, fmt_time, terminal_lines
 from tests.rows import check_row
@@ -199,3 +200,26 @@ def test_the_live_line_the_verdict_line_and_the_summary_name_their_measurement()
     fresh = {**confirm.to_dict(), "facts": {"processes": 2}}
     line = verdict_text(dataclasses.replace(first, decision={"verdict": "FAIL", "confirm": fresh}))
     assert line.endswith("(confirm in 2 fresh processes, 189 rounds)")
+
+
+def test_a_median_at_the_end_of_its_own_ci_is_explained_not_hidden() -> None:
+    # Issue 24.4 saw 0.366x in [0.287, 0.378]. Both come from one statistic, the median log ratio
+    # and its order-statistic CI: rounds in two groups put the median at an end of its CI.
+    lr = [math.log(1 / 0.37) + 0.001 * (i % 7) for i in range(35)]  # the faster group
+    lr += [math.log(1 / 0.25) + 0.001 * (i % 7) for i in range(28)]  # the slower group
+    s = stats.summarize(lr)
+    speedup, lo, hi = math.exp(-s.median), math.exp(-s.ci[1]), math.exp(-s.ci[0])
+    assert lo < 0.3 and hi - speedup < 0.25 * (speedup - lo)  # lopsided, yet one statistic
+    base = row("PASS")
+    assert base.comparison is not None
+    two_groups = dataclasses.replace(
+        base,
+        comparison=dataclasses.replace(
+            base.comparison, time_ratio=1 / speedup, time_ratio_ci=(1 / hi, 1 / lo)
+        ),
+    )
+    assert "(median near its CI's end: rounds skewed or in two groups)" in verdict_text(two_groups)
+    assert "two groups" in "\n".join(terminal_lines([two_groups]))
+    assert "two groups" not in verdict_text(base) + verdict_text(row("FAIL"))
+    even = dataclasses.replace(base.comparison, time_ratio=2.0, time_ratio_ci=(1.9, 2.1))
+    assert "two groups" not in verdict_text(dataclasses.replace(base, comparison=even))
