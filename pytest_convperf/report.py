@@ -370,6 +370,10 @@ def terminal_lines(rows: Sequence[CheckRow], *, verbose: int = 0) -> list[str]:
             note = _note(r)
             if verdict != Verdict.PASS.value and note:
                 out.append(f"      {note}")
+            if verdict == Verdict.FAIL.value and note and not r.update:
+                # A FAIL's whole message (which kernels moved, the fresh processes' confirm): under
+                # session-wide control no test failure report carries it (night.py).
+                out.extend(f"      {line}" for line in r.message.splitlines()[1:])
     return out
 
 

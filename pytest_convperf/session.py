@@ -406,7 +406,6 @@ class ConvperfSession:
             terminalreporter.write_line(self.interrupted, yellow=True)
         if not rows and not self.update_md:
             return
-        from pytest_convperf.multiplicity import check_id
         from pytest_convperf.night import night_lines
         from pytest_convperf.report import counts, terminal_lines
 
@@ -426,12 +425,6 @@ class ConvperfSession:
                 "session (reported 'speed FAIL pending' when they ran; the decision needed every check); "
                 "pytest counts their tests failed"
             )
-            kept = set(self.night_failed)
-            for row in rows:  # the whole message: the first line alone is in the verdict block above
-                if check_id(row) in kept:
-                    tr.write_line(f"speed FAIL {check_id(row)}:")
-                    for line in (row.message or "").splitlines():
-                        tr.write_line(f"    {line}")
         if self.update_md is not None:
             tr.write_line(f"baseline update written for review: {self.update_md}")
         if self.cfg.report_dir is not None and rows:

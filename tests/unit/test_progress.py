@@ -223,3 +223,13 @@ def test_a_median_at_the_end_of_its_own_ci_is_explained_not_hidden() -> None:
     assert "two groups" not in verdict_text(base) + verdict_text(row("FAIL"))
     even = dataclasses.replace(base.comparison, time_ratio=2.0, time_ratio_ci=(1.9, 2.1))
     assert "two groups" not in verdict_text(dataclasses.replace(base, comparison=even))
+
+
+def test_a_fail_shows_its_whole_message_in_the_summary() -> None:
+    # Under session-wide control no pytest failure report carries a speed FAIL's message (its test
+    # was pending): the summary shows all of it, e.g. which kernels moved, once.
+    message = "FAIL (confirmed): slower\nkernels changed: new kernel k"
+    failed = dataclasses.replace(row("FAIL"), message=message)
+    lines = terminal_lines([failed])
+    assert "      FAIL (confirmed): slower" in lines and "      kernels changed: new kernel k" in lines
+    assert sum("kernels changed" in line for line in lines) == 1
