@@ -53,13 +53,13 @@ class Recentred:
     why: str
 
 
-def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code: bool) -> Recentred:
+def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, other_code: str | None) -> Recentred:
     """The stored ratio after K unchanged runs: pooled with their median, replaced, or kept.
 
-    Only runs of the code the entry was recorded from (``same_code``: the same commit, no
+    Only runs of the code the entry was recorded from (``other_code`` None: the same commit, no
     uncommitted change and no untracked file outside the baselines and reports, no imported module
     git does not track; ``updates.code_state``) move the ratio: the runs and the recording measured
-    the same thing.
+    the same thing. Otherwise ``other_code`` says why not (:func:`code_difference`).
     Agreeing runs are pooled, ``old.time_ratio`` worth ``old.ref_runs`` runs, the K runs' median
     worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, verdict._stage; for the
     heavy-tailed t5 offsets of the night simulation a median is as efficient as a mean). Runs that
@@ -69,15 +69,8 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, same_code:
     would ratchet into the baseline; a change is recorded by an update, with its review.
     """
     k = len(ln_ratios)
-    if not same_code:
-        return Recentred(
-            old.time_ratio,
-            old.ref_runs,
-            False,
-            "ratio kept: the runs measured other code than the recording (another commit, uncommitted "
-            "changes, or files git does not track); calibrate at the recorded commit with a clean "
-            "tree to re-centre it, or record a change with --convperf-update-baselines",
-        )
+    if other_code is not None:
+        return Recentred(old.time_ratio, old.ref_runs, False, f"ratio kept: {other_code}")
     if k < MIN_RECENTRE_RUNS:
         return Recentred(
             old.time_ratio, old.ref_runs, False, f"ratio kept: {k} run(s) are too few to move it"
@@ -167,8 +160,10 @@ def calibrate_records(
             "floor": dev_floor,
             "time_ratio": math.exp(statistics.median(lns)),
             "ln_ratios": lns,
-            # One code state for all runs, or None: only runs of the entry's own code replace it.
+            # One code state for all runs (None: git could not say), or None and ``code_mixed``:
+            # only runs of the entry's own code replace it (code_difference).
             "code": codes.pop() if len(codes := {r.get("code") for r in recs}) == 1 else None,
+            "code_mixed": len(codes) > 1,
             # The entries the runs were judged against (a record without one: unknown).
             "entry_seen": sorted({_judged_against(r) for r in every}),
             "us": mid.get("us") or {},
@@ -183,9 +178,38 @@ def calibrate_records(
     return out
 
 
-def _same_code(old: Entry, code: Any) -> bool:
-    """The runs measured the committed code the entry was recorded from (no uncommitted code)."""
-    return isinstance(code, str) and not code.endswith("+dirty") and (old.updated or {}).get("code") == code
+# What re-centring needs, said where calibrate cannot tell whether the runs measured the recording.
+_HOW = "record and calibrate in a git checkout with the code committed to re-centre it"
+_OTHER = (
+    "; calibrate at the recorded commit with a clean tree to re-centre it, or record a change with "
+    "--convperf-update-baselines"
+)
+
+
+def code_difference(old: Entry, c: Mapping[str, Any]) -> str | None:
+    """None when the runs (calibrate's folded check ``c``) measured the committed code the entry was
+    recorded from; else why the ratio stays (``updates.code_state`` gives both sides' code)."""
+    code, recorded = c.get("code"), (old.updated or {}).get("code")
+    if c.get("code_mixed"):
+        return "the runs measured different code states (the code changed while calibrate ran)" + _OTHER
+    if not isinstance(code, str):
+        return (
+            "outside a git repository (or where git cannot say) the code the runs measured cannot be "
+            f"compared with the recording's, so the ratio is kept; {_HOW}"
+        )
+    if not isinstance(recorded, str):
+        return (
+            "the entry does not say which code it was recorded from (recorded outside git or by an "
+            f"older version), so the runs cannot be compared with it; {_HOW}"
+        )
+    if code.endswith("+dirty"):
+        return (
+            f"the runs measured other code than the recording ({code}: uncommitted changes, or files "
+            f"git does not track; recorded at {recorded})" + _OTHER
+        )
+    if code != recorded:
+        return f"the runs measured other code than the recording ({code}; recorded at {recorded})" + _OTHER
+    return None
 
 
 def _same_timing(old: Entry, c: Mapping[str, Any]) -> bool:
@@ -221,7 +245,7 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
                 continue
             if old is not None:
                 centre = (
-                    recentre(old, c["ln_ratios"], c["noise"], same_code=_same_code(old, c.get("code")))
+                    recentre(old, c["ln_ratios"], c["noise"], other_code=code_difference(old, c))
                     if _same_timing(old, c)
                     else Recentred(
                         old.time_ratio, old.ref_runs, False, "ratio kept: timed in another mode or env"

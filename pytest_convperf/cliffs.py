@@ -136,7 +136,7 @@ def render_md(changes: Sequence[CliffChange], reason: str | None) -> list[str]:
     lines = [
         "## Performance cliffs",
         "",
-        "| action | check | family | shape | speedup tonight | floor | why |",
+        "| action | check | family | shape | speedup now | floor | why |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in sorted(changes, key=lambda c: (ACTIONS.index(c.action), c.module, c.key)):

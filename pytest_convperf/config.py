@@ -77,20 +77,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("convperf-strict", "fail checks that have no baseline (NEW) instead of passing", is_flag=True),
     OptionSpec(
         "convperf-false-alarms",
-        "how the night's speed FAILs are decided together: holm (chance of any false FAIL), bh "
+        "how the session's speed FAILs are decided together: holm (chance of any false FAIL), bh "
         "(Benjamini-Hochberg: share of false FAILs) or none (each check alone); default holm",
         "holm",
     ),
     OptionSpec(
         "convperf-confirm",
-        "where a speed FAIL is confirmed before the night decides it: fresh (again in a fresh pytest "
+        "where a speed FAIL is confirmed before the session decides it: fresh (again in a fresh pytest "
         "process at session end, so this process's offset cannot confirm itself) or process (in this "
         "process only); default fresh; used with --convperf-false-alarms=holm|bh, not while updating",
         "fresh",
     ),
     OptionSpec(
         "convperf-false-alarm-level",
-        "the night-wide level of --convperf-false-alarms, a fraction (default 0.05)",
+        "the session-wide level of --convperf-false-alarms, a fraction (default 0.05)",
         "0.05",
     ),
     OptionSpec(

@@ -91,7 +91,7 @@ class CheckProgress:
         return seconds + self.extension_s()
 
     def describe(self) -> str:
-        """``during the first measurement (timing, 4 rounds)``."""
+        """``during the first measurement (first measurement, 4 rounds)``, ``during correctness (...)``."""
         seen = self.rounds.passes or self.rounds.warmup_rounds
         rounds = self.rounds.text().removeprefix(": ") if seen else "no timed rounds yet"
         return f"during {self.stage} ({rounds})"

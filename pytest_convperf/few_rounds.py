@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.decision import MIN_CI_ROUNDS, Decision, Policy, entry_noise, pct
 from pytest_convperf.env import changes_since, us_line
-from pytest_convperf.results import Comparison, Verdict
+from pytest_convperf.results import Comparison, Verdict, ratio_text
 from pytest_convperf.stats import t_quantile
 
 if TYPE_CHECKING:
@@ -56,8 +56,8 @@ def few_rounds(
 
     def shown(c: Comparison) -> str:
         return (
-            f"{len(c.log_ratios)} rounds, the least slow {pct(math.expm1(least(c)))} vs baseline ratio "
-            f"{entry.time_ratio:.4g} ({us_line(entry, c)})"
+            f"{len(c.log_ratios)} rounds, the least slow {pct(math.expm1(least(c)))} vs baseline "
+            f"time_ratio {ratio_text(entry.time_ratio)} ({us_line(entry, c)})"
         )
 
     if least(comparison) - t_quantile(policy.screen_q, math.inf) * sigma <= tol:

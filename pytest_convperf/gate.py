@@ -4,14 +4,14 @@
 :class:`~pytest_convperf.baselines.Store`, the device, the measured comparison and a way to
 re-measure; it puts ``Judgement.row_fields`` into the check's row, records it, then calls
 ``Judgement.enforce()``, which fails (FAIL, correctness, refused update, strict NEW) or skips
-(INCONCLUSIVE) the running test. Nothing is written here: the controller writes the planned
-updates once at session end (:mod:`pytest_convperf.updates`).
+(INCONCLUSIVE) the running test; a speed FAIL under session-wide false-alarm control is reported
+as "speed FAIL pending" (``night.pending_speed_fail``) and decided at session end. Nothing is
+written here: the controller writes the planned updates once at session end (:mod:`pytest_convperf.updates`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,16 +28,6 @@ from pytest_convperf.verdict import Decision, Policy, decide, default_policy
 if TYPE_CHECKING:
     from pytest_convperf.config import ConvperfConfig
     from pytest_convperf.device import DeviceInfo
-
-
-DEFERRED_NOTE = (
-    "decided across the night at session end (--convperf-false-alarms): if kept, the session "
-    "fails naming this check; if not, it is reported as SUSPECT"
-)
-
-
-class SpeedSuspect(UserWarning):
-    """A check's own rule said FAIL; the session's false-alarm control decides it at session end."""
 
 
 def policy_for(cfg: ConvperfConfig, device_kind: str, entry: Entry | None) -> Policy:
@@ -58,14 +48,15 @@ class Judgement:
     decision: Decision
     update: UpdatePlan | None
     row_fields: dict[str, Any] = field(default_factory=dict)
-    # Speed FAILs are decided across the night at session end (``night.py``), not here.
+    # Speed FAILs are decided across the session at its end (``night.py``), not here.
     deferred: bool = False
 
     def enforce(self) -> None:
         """Fail or skip the running test as the decision (and update plan) says.
 
-        A speed FAIL under night-wide control does not fail the test: it warns, and the controller
-        decides it with every other check of the session (the session fails if it is kept).
+        A speed FAIL under session-wide control is not raised here: the controller decides it with
+        every other check of the session. Its test is reported "speed FAIL pending" at once (its row
+        says FAIL; ``night.pending_speed_fail``) and counted failed at session end if kept.
         """
         plan, decision = self.update, self.decision
         if plan is not None and plan.action == "refused":
@@ -73,7 +64,6 @@ class Judgement:
         if plan is not None and plan.action == "write":
             return  # the update acknowledges the change; the summary lists it
         if self.deferred and decision.verdict is Verdict.FAIL:
-            warnings.warn(SpeedSuspect(f"{decision.message}\n{DEFERRED_NOTE}"), stacklevel=2)
             return
         if decision.outcome == "fail":
             pytest.fail(decision.message, pytrace=False)
@@ -97,7 +87,7 @@ def decision_of(
     decision = decide(
         comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
     )
-    kernels = comparison.facts.get("kernels")  # the candidate's table tonight (check(), when asked)
+    kernels = comparison.facts.get("kernels")  # the candidate's table now (check(), when asked)
     moved = kerneldiff.describe(old.kernels if old is not None else None, kernels)
     if moved and decision.verdict is Verdict.FAIL:
         decision = dataclasses.replace(decision, message=f"{decision.message}\n{moved}")

@@ -73,7 +73,7 @@ class ChangePoint:
     new: bool
 
     def line(self) -> str:
-        tag = " NEW tonight" if self.new else ""
+        tag = " NEW in this run" if self.new else ""
         return (
             f"{self.key} [{self.machine}]: step {self.step * 100:+.1f} % "
             f"(95 % CI {self.ci[0] * 100:+.1f} .. {self.ci[1] * 100:+.1f} %) at commit "

@@ -156,16 +156,16 @@ class NightControl:
         """One line for the terminal and the report: method, family size, false-alarm expectation."""
         base = (
             f"{self.m} checks judged together; each check's own rule alone would expect up to "
-            f"{self.expected_uncontrolled:.2g} false FAILs tonight"
+            f"{self.expected_uncontrolled:.2g} false FAILs in this session"
         )
         if self.method == "holm":
-            how = f"Holm: P(any false FAIL tonight) <= {self.alpha:g}"
+            how = f"Holm: P(any false FAIL in this session) <= {self.alpha:g}"
         elif self.method == "bh":
             how = f"Benjamini-Hochberg: expected share of false FAILs among FAILs <= {self.alpha:g}"
         else:
-            how = "no night-wide control (--convperf-false-alarms=none)"
+            how = "no session-wide control (--convperf-false-alarms=none)"
         tail = (
-            f"; {len(self.cleared)} per-check FAIL(s) not significant across the night"
+            f"; {len(self.cleared)} per-check FAIL(s) not significant across the session"
             if self.cleared
             else ""
         )
@@ -185,7 +185,7 @@ def control(
     A key FAILs when its verdict is FAIL and its adjusted p-value is at most ``alpha``.
     """
     if not 0.0 < alpha < 1.0:
-        raise ValueError(f"the night's false-alarm level must lie in (0, 1), got {alpha!r}")
+        raise ValueError(f"the session's false-alarm level must lie in (0, 1), got {alpha!r}")
     family = {k: p for k, (v, pv) in checks.items() if (p := family_p_value(v, pv)) is not None}
     keys = sorted(family)
     adj = dict(zip(keys, adjusted([family[k] for k in keys], method)))

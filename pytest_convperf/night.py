@@ -1,19 +1,21 @@
-"""The night's verdict at session end: speed FAILs decided together, change points new tonight.
+"""The session's verdict at its end: speed FAILs decided together, change points new in this run.
 
 A check's own rule (``verdict.decide``) says FAIL when its confirm stage rejects "slowdown <=
-tolerance" at its own level. Under night-wide control (``--convperf-false-alarms=holm|bh``) that
-per-check FAIL is only a *suspect*: the test does not fail at once (``gate.Judgement.enforce``
-warns instead), and here the controller decides over every check of the session
-(``multiplicity.control``). A FAIL it keeps stays FAIL and fails the session (exit status 1, the
-checks named in the terminal summary); one it does not keep becomes ``SUSPECT`` in every report,
-with its adjusted p-value. Why deferred and not failed at once: docs/statistics.md
-("How a night-wide FAIL reaches pytest"). Pure functions on ``CheckRow``s; no torch, no pytest.
+tolerance" at its own level. Under session-wide control (``--convperf-false-alarms=holm|bh``) that
+per-check FAIL is decided with every other check of the session (``multiplicity.control``): its
+test is reported ``speed FAIL pending`` when it runs (:func:`pending_speed_fail`, pytest's status
+of the test), not failed at once. A FAIL the controller keeps stays FAIL and fails the session
+(exit status 1, its test counted failed in pytest's last line); one it does not keep becomes
+``SUSPECT`` in every report, with its adjusted p-value, and its test counts as passed. Why
+deferred and not failed at once: docs/statistics.md ("How a session-wide FAIL reaches pytest").
+Pure functions on ``CheckRow``s and row dicts; no torch, no pytest.
+(The module keeps its name: ``night.json`` and the nightly CI job read its output.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ from pytest_convperf.verdict import CONFIRM_Q
 
 SUSPECT = "SUSPECT"
 NIGHT_FILE = "night.json"
+# pytest's status of a test whose speed FAIL awaits the session's decision (its stats category).
+PENDING = "speed FAIL pending"
+PENDING_WORD = "SPEED FAIL (pending the session's decision)"
 _NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
 
 
@@ -51,7 +56,7 @@ def judge_night(
             )
         if ident in cleared:
             message = (
-                f"SUSPECT: slower by its own rule but not significant across the night "
+                f"SUSPECT: slower by its own rule but not significant across the session "
                 f"({_NAMES.get(method, method)}-adjusted p {night.adjusted[ident]:.3g} > {alpha:g} over "
                 f"{night.m} checks); not a failure. {row.message or ''}"
             ).strip()
@@ -67,10 +72,10 @@ def night_lines(night: NightControl, rows: Sequence[CheckRow]) -> list[str]:
     if night.method != "none":
         for ident in night.fails:
             p = night.adjusted[ident]
-            lines.append(f"speed FAIL kept across the night (adjusted p {p:.3g}): {ident}")
+            lines.append(f"speed FAIL kept across the session (adjusted p {p:.3g}): {ident}")
         for ident in night.cleared:
             p = night.adjusted[ident]
-            lines.append(f"SUSPECT, not significant across the night (adjusted p {p:.3g}): {ident}")
+            lines.append(f"SUSPECT, not significant across the session (adjusted p {p:.3g}): {ident}")
     elif night.fails:
         lines += [f"speed FAIL (own rule only): {i}" for i in night.fails if i in by_id]
     return lines
@@ -94,31 +99,31 @@ def new_change_point_lines(report_dir: Path) -> tuple[list[str], list[str]]:
 
 
 def night_markdown(night: Mapping[str, Any] | None, change_points: Sequence[str]) -> str:
-    """The report's "Night" section: expectation, kept FAILs, SUSPECTs and change points new tonight."""
-    lines = ["### Night", ""]
+    """The report's "Session" section: expectation, kept FAILs, SUSPECTs, change points new in this run."""
+    lines = ["### Session", ""]
     if night:
         lines += [str(night.get("summary", "")), ""]
         for ident in night.get("fails") or []:
             lines.append(f"- speed FAIL kept: `{ident}` (adjusted p {night['adjusted'][ident]:.3g})")
         for ident in night.get("cleared") or []:
             lines.append(
-                f"- SUSPECT (not significant across the night): `{ident}` "
+                f"- SUSPECT (not significant across the session): `{ident}` "
                 f"(adjusted p {night['adjusted'][ident]:.3g})"
             )
         if night.get("fails") or night.get("cleared"):
             lines.append("")
-    lines += [f"Change points new tonight: {len(change_points)}", ""]
+    lines += [f"Change points new in this run: {len(change_points)}", ""]
     lines += [f"- {line}" for line in change_points]
     return "\n".join(lines).rstrip() + "\n"
 
 
-@dataclass(frozen=True)
-class NightFail:
-    """A kept speed FAIL in pytest's terminal stats (counted in its last line; plugins read ``__dict__``)."""
-
-    nodeid: str
-    when: str = "call"
-    outcome: str = "failed"
+def pending_speed_fail(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a passed test's rows (their dict form) hold a speed FAIL the session decides at its
+    end: a FAIL whose update neither acknowledged nor refused the change (those decide the test)."""
+    return any(
+        row.get("verdict") == "FAIL" and (row.get("update") or {}).get("action") not in ("write", "refused")
+        for row in rows
+    )
 
 
 def deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:

@@ -115,7 +115,7 @@ class _Check:
             ref_runs=sc.ref_runs,
         )
         if sc.recentre:
-            centre = recentre(self.entry, cal, noise, same_code=True)
+            centre = recentre(self.entry, cal, noise, other_code=None)
             self.entry = replace(self.entry, time_ratio=centre.time_ratio, ref_runs=centre.ref_runs)
         self.drift_rate = float(rng.uniform(-sc.max_drift, sc.max_drift)) / sc.nights_per_suite
 

@@ -1,5 +1,6 @@
-"""Live progress of timed checks in pytest's terminal: the check, rounds so far, the current
-speedup with its 95 % CI, then the verdict.
+"""Live progress of timed checks in pytest's terminal: the check, which measurement (the first
+measurement or its confirm), rounds so far, the current speedup with its 95 % CI, then the
+verdict, naming the measurement its numbers come from (``report.measured_by``).
 
 It follows pytest's terminal reporter conventions: nothing with ``-q``; on a terminal one line per
 check rewritten in place (``TerminalReporter.rewrite``, as pytest's own "collecting ..." line) and
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_convperf import stats
-from pytest_convperf.report import ReportRow, fmt_time
+from pytest_convperf.report import CONFIRM, FIRST, ReportRow, fmt_time, speedup_text
 from pytest_convperf.results import CheckRow
 
 LIVE_INTERVAL_S = 0.25  # terminal redraws at most this often
@@ -37,7 +38,7 @@ class Tally:
 
     check: str
     stage: str = "warm-up"
-    passes: int = 0  # timing passes seen: 1 = the screen, 2+ = confirm runs
+    passes: int = 0  # timing passes seen: 1 = the first measurement (screen), 2+ = confirm runs
     warmup_rounds: int = 0
     log_ratios: list[float] = field(default_factory=list)
 
@@ -51,7 +52,7 @@ class Tally:
         if index == 0:
             self.passes += 1
             self.log_ratios = []
-            self.stage = "timing" if self.passes == 1 else "confirm"
+            self.stage = FIRST if self.passes == 1 else CONFIRM
         if len(times) == 2:
             by_name = dict(zip(names, times))
             cand = by_name.get("candidate", times[0])
@@ -59,7 +60,7 @@ class Tally:
             self.log_ratios.append(math.log(cand / ref))
 
     def text(self) -> str:
-        """``test_x[p]: timing, 84 rounds, speedup 0.161x [0.152, 0.170]``."""
+        """``test_x[p]: first measurement, 84 rounds, speedup 0.161x [0.152, 0.170]``."""
         if self.stage == "warm-up":
             return f"{self.check}: warm-up, {self.warmup_rounds} rounds"
         n = len(self.log_ratios)
@@ -73,17 +74,16 @@ class Tally:
 
 def verdict_text(row: CheckRow) -> str:
     """A check's final line:
-    ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (63 rounds)``."""
+    ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (first measurement,
+    63 rounds)``: the measurement named, as the live line names it (a FAIL's numbers are its confirm's)."""
     r = ReportRow.from_row(row)
     line = f"  {r.verdict}  {r.key}"
     if r.speedup is not None:
-        line += f"  speedup {r.speedup:.3f}x"
-        if r.speedup_ci:
-            line += f" [{r.speedup_ci[0]:.3f}, {r.speedup_ci[1]:.3f}]"
+        line += f"  {speedup_text(r)}"
     if r.candidate_us is not None:
         line += f"  cand {fmt_time(r.candidate_us)}  ref {fmt_time(r.reference_us)}"
     if r.n_rounds:
-        line += f"  ({r.n_rounds} rounds)"
+        line += f"  ({r.measured}, {r.n_rounds} rounds)"
     return line
 
 

@@ -260,7 +260,7 @@ def write_reports(
         for rec in records:
             fh.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
     change_points, cp_notes = new_change_point_lines(report_dir)
-    notes += [f"change point new tonight: {line}" for line in change_points]
+    notes += [f"change point new in this run: {line}" for line in change_points]
     notes += cp_notes
     md = markdown(rows, machine_info=machine_info) + "\n" + night_markdown(night, change_points)
     atomic_write(report_dir / "report.md", md + "\n")

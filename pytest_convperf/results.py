@@ -57,6 +57,15 @@ class Measurement:
         return self.median * 1e6
 
 
+def ratio_text(time_ratio: float) -> str:
+    """A stored ``time_ratio`` with the speedup the terminal speaks: ``1.32 (speedup 0.758x)``.
+
+    Files store ``time_ratio`` = t_candidate / t_reference (lower is faster); the terminal and the
+    reports say speedup = 1 / time_ratio. Where a stored ratio is shown, both are, so that a
+    reader of the YAML and a reader of the terminal see one number in two units."""
+    return f"{time_ratio:.4g} (speedup {1 / time_ratio:.3g}x)" if time_ratio > 0 else f"{time_ratio:.4g}"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A candidate and a reference timed in paired rounds.

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from pytest_convperf import baseline_yaml
+from pytest_convperf.results import ratio_text
 
 ROOT = "baselines"
 
@@ -72,7 +73,7 @@ def _ratio(entry: Mapping[str, Any] | None) -> float | None:
 
 
 def _fmt(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.4g} ({1 / ratio:.3g}x)"
+    return "-" if ratio is None else ratio_text(ratio)
 
 
 def _env_change(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str:
@@ -117,7 +118,7 @@ def file_section(path: str, old: dict[str, Any] | None, new: dict[str, Any] | No
         return [*lines, "Only formatting or metadata changed.", ""]
     return [
         *lines,
-        "| check | old ratio (speedup) | new ratio (speedup) | change | env moved | reason |",
+        "| check | old time_ratio (speedup) | new time_ratio (speedup) | change | env moved | reason |",
         "|---|---|---|---|---|---|",
         *rows,
         "",
@@ -131,7 +132,8 @@ def review(base: str, head: str | None) -> str:
     lines = [
         "## convperf baseline changes",
         "",
-        "Time ratio = t_candidate / t_reference (lower is faster); speedup = 1 / ratio.",
+        "time_ratio = t_candidate / t_reference (lower is faster), as the baseline files store it; "
+        "speedup = 1 / time_ratio, as the terminal says it.",
         "",
     ]
     if not files:

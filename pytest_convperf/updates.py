@@ -35,7 +35,7 @@ from pytest_convperf.files import atomic_write
 from pytest_convperf.orphans import PRUNE
 from pytest_convperf.orphans import render_md as render_orphans
 from pytest_convperf.quality import QUALITY_KEYS
-from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.results import CheckRow, Comparison, ErrorStats, Verdict, ratio_text
 from pytest_convperf.update_outcome import Applied, utf8
 from pytest_convperf.verdict import Decision, Policy
 
@@ -283,7 +283,8 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckR
         shift = math.expm1(math.log(new.time_ratio / float(old["time_ratio"])))
         old_us = old.get("us", {})
         change = (
-            f"{old['time_ratio']:.4g} -> {new_y['time_ratio']:.4g} ({shift * 100:+.1f} %"
+            f"{ratio_text(float(old['time_ratio']))} -> {ratio_text(new_y['time_ratio'])} "
+            f"({shift * 100:+.1f} %"
             + (f", 95 % CI {ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} %" if ci else "")
             + ")"
         )
@@ -297,7 +298,7 @@ def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckR
         ]
         env = "; ".join(env_moves) or "env unchanged"
     else:
-        change = f"(new) -> {new_y['time_ratio']:.4g}"
+        change = f"(new) -> {ratio_text(new_y['time_ratio'])}"
         us = f"cand {new_y['us']['candidate']} us, ref {new_y['us']['reference']} us"
         env = ", ".join(f"{k} {v}" for k, v in new_y["env"].items())
     reason = (new.updated or {}).get("reason", "")
@@ -430,7 +431,7 @@ def render_update_md(
         lines += [
             f"## {Store(cfg.baselines_dir, machine).path(module)}",
             "",
-            "| check | verdict | time ratio (old -> new, delta, CI) | us | env | reason |",
+            "| check | verdict | time_ratio (speedup): old -> new, delta, CI | us | env | reason |",
             "|---|---|---|---|---|---|",
         ]
         for key, (entry, row) in sorted(entries.items()):

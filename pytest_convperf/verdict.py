@@ -36,7 +36,7 @@ from pytest_convperf.decision import (
 from pytest_convperf.env import changes_since, describe_changes, moved_side, us_line
 from pytest_convperf.few_rounds import few_rounds
 from pytest_convperf.quality import quality_drift
-from pytest_convperf.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.results import Comparison, ErrorStats, Verdict, ratio_text
 from pytest_convperf.stats import t_quantile
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def decide(
             f"inconclusive: {comparison.inconclusive}",
             tolerance=policy.tolerance,
         )
-    speed = f"speedup {comparison.speedup:.3f}x (time ratio {comparison.time_ratio:.4g})"
+    speed = f"speedup {comparison.speedup:.3f}x (time_ratio {comparison.time_ratio:.4g})"
     if entry is None:
         msg = f"NEW: no baseline entry; {speed}. Record it with --convperf-update-baselines"
         return Decision(
@@ -212,7 +212,7 @@ def decide(
     }
     numbers = (
         f"delta {pct(math.expm1(screen.d))} (95 % CI {pct(screen.delta_ci()[0])} .. "
-        f"{pct(screen.delta_ci()[1])}) vs baseline ratio {entry.time_ratio:.4g}; "
+        f"{pct(screen.delta_ci()[1])}) vs baseline time_ratio {ratio_text(entry.time_ratio)}; "
         f"{us_line(entry, comparison)}; tolerance {percent(policy.tolerance)}, noise {percent(noise, 2)}"
     )
     if diff or timing:

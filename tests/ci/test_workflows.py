@@ -340,7 +340,7 @@ def test_baseline_review_shows_old_and_new_ratios(tmp_path: Path, monkeypatch: p
     text = review.review("HEAD~1", "HEAD")
     assert "### `baselines/nvidia-h100/test_dw.yaml`" in text
     row = next(line for line in text.splitlines() if line.startswith("| `test_dw[a]`"))
-    assert "0.61 (1.64x)" in row and "0.671 (1.49x)" in row and "+10.0 % time (slower)" in row
+    assert "0.61 (speedup 1.64x)" in row and "0.671 (speedup 1.49x)" in row and "+10.0 % time (slower)" in row
     assert "cudnn 92400 -> 92500" in row and "fp32 accumulate" in row
     assert not any(line.startswith("| `test_dw[b]`") for line in text.splitlines()), (
         "unchanged entries are left out"

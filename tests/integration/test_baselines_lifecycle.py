@@ -67,7 +67,10 @@ def test_full_lifecycle(suite: Suite) -> None:
     assert entry["time_ratio"] == pytest.approx(0.6)
     assert entry["updated"]["reason"] == "trade speed for accuracy"
     update_md = (suite.pytester.path / "convperf-update.md").read_text()
-    assert "0.5 -> 0.6 (+20.0 %" in update_md and "trade speed for accuracy" in update_md
+    assert (
+        "0.5 (speedup 2x) -> 0.6 (speedup 1.67x) (+20.0 %" in update_md
+        and "trade speed for accuracy" in update_md
+    )
 
     # 7. Next run at the new speed: PASS.
     suite.run().assert_outcomes(passed=2)

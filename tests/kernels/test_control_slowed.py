@@ -23,6 +23,6 @@ def test_25_percent_slowed_candidate_fails(
     before = suite.file.read_bytes()
     suite.slow_down(0.25)
     result = suite.run()
-    assert_speed_fails(result, 1)  # kept across the night: the session fails naming the check
+    assert_speed_fails(result, 1)  # kept across the session: its test counts failed
     result.stdout.fnmatch_lines(["*FAIL (confirmed): slower than the baseline by more than 5.0 %*"])
     assert suite.file.read_bytes() == before

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.baselines import Entry, dump_text, read_file
-from pytest_convperf.calibration import calibrate_records, recentre, write_calibration
+from pytest_convperf.calibration import calibrate_records, code_difference, recentre, write_calibration
 from pytest_convperf.results import entry_digest
 
 NOISE = 0.01
@@ -26,7 +26,7 @@ def _entry(ratio: float, ref_runs: int = 1, **kw: object) -> Entry:
 
 def test_agreeing_runs_are_pooled_with_the_stored_ratio_by_their_counts() -> None:
     # 0.505 is 1 % above the runs' median: inside 2.576 x 1 % x sqrt(1 + 1/5).
-    out = recentre(_entry(0.505), RUNS, NOISE, same_code=True)
+    out = recentre(_entry(0.505), RUNS, NOISE, other_code=None)
     assert out.moved and out.ref_runs == 6
     # (1 x ln 0.505 + 5 x ln 0.5) / 6, by hand: 0.5 x 1.01^(1/6).
     assert out.time_ratio == pytest.approx(0.5 * 1.01 ** (1 / 6), rel=1e-9)
@@ -34,7 +34,7 @@ def test_agreeing_runs_are_pooled_with_the_stored_ratio_by_their_counts() -> Non
 
 
 def test_a_stored_ratio_with_more_runs_weighs_more() -> None:
-    out = recentre(_entry(0.505, ref_runs=15), RUNS, NOISE, same_code=True)
+    out = recentre(_entry(0.505, ref_runs=15), RUNS, NOISE, other_code=None)
     assert out.ref_runs == 20
     assert out.time_ratio == pytest.approx(0.5 * 1.01 ** (15 / 20), rel=1e-9)
 
@@ -43,20 +43,37 @@ def test_a_stored_ratio_with_more_runs_weighs_more() -> None:
 def test_runs_of_other_code_never_move_the_ratio_and_say_why(stored: float) -> None:
     # The candidate may have changed: even a shift inside the noise, pooled night after night,
     # would ratchet into the baseline. A change is recorded by an update, with its review.
-    out = recentre(_entry(stored), RUNS, NOISE, same_code=False)
+    recorded = _entry(stored, updated={"commit": "a1", "code": "a1"})
+    out = recentre(recorded, RUNS, NOISE, other_code=code_difference(recorded, {"code": "b2"}))
     assert not out.moved and out.time_ratio == stored and out.ref_runs == 1
     assert "other code" in out.why and "--convperf-update-baselines" in out.why
 
 
+def test_outside_git_the_ratio_is_kept_because_the_code_cannot_be_compared(tmp_path: Path) -> None:
+    # Issue 24.4: outside a git repository calibrate said "the runs measured other code than the
+    # recording"; no code was compared. It says so, and how to enable re-centring.
+    path = tmp_path / "box" / "m.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        dump_text("box", {"k": _entry(0.55, env={"torch": "2.11.0"}, updated={})}), encoding="utf-8"
+    )
+    check = _check(RUNS, commit="unused", seen=_seen(path))
+    check["code"] = None  # updates.code_state outside git
+    lines = write_calibration(str(path), "box", {"k": check})
+    assert read_file(path).entries["k"].time_ratio == 0.55
+    assert "outside a git repository" in lines[0] and "cannot be compared" in lines[0]
+    assert "in a git checkout" in lines[0] and "other code" not in lines[0]
+
+
 def test_runs_of_the_recording_commit_replace_an_outlier_recording() -> None:
     # Same code: one recorded run against five that agree with each other; the one was the outlier.
-    out = recentre(_entry(0.55), RUNS, NOISE, same_code=True)
+    out = recentre(_entry(0.55), RUNS, NOISE, other_code=None)
     assert out.moved and out.time_ratio == pytest.approx(0.5) and out.ref_runs == 5
     assert "recorded run was the outlier" in out.why
 
 
 def test_too_few_runs_do_not_move_the_ratio() -> None:
-    out = recentre(_entry(0.505), RUNS[:2], NOISE, same_code=True)
+    out = recentre(_entry(0.505), RUNS[:2], NOISE, other_code=None)
     assert not out.moved and out.time_ratio == 0.505 and "too few" in out.why
 
 

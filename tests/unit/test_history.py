@@ -77,7 +77,7 @@ def test_a_step_counts_once_it_persists_three_runs() -> None:
         cps = all_change_points(series_from_records(_records(ratios)))
         assert len(cps) == expected, (nights_after, [c.line() for c in cps])
     (cp,) = cps
-    assert cp.new and cp.commit == "c020" and "NEW tonight" in cp.line()
+    assert cp.new and cp.commit == "c020" and "NEW in this run" in cp.line()
 
 
 def test_a_single_outlier_night_is_not_a_step() -> None:

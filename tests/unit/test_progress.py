@@ -7,6 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
+from pytest_convperf import stats
 from pytest_convperf.progress import LiveProgress, Tally, verdict_text
 from pytest_convperf.report import counts, fmt_time, terminal_lines
 from tests.rows import check_row
@@ -82,7 +83,7 @@ def test_on_a_terminal_the_line_is_rewritten_in_place_then_left_as_the_verdict()
     rewrites = [text for kind, text in term.calls if kind == "rewrite"]
     assert term.calls[0] == ("newline", "")  # off pytest's dots line first
     assert rewrites[0].strip() == "test_x[p]: warm-up, 1 rounds"
-    assert "timing, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
+    assert "first measurement, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
     progress.done(row(), "m.py::test_x[p]")
     assert term.calls[-2] == ("rewrite", verdict_text(row()))
     # pytest's next status letter goes on a fresh "<file> " line, as pytest itself writes it
@@ -178,3 +179,57 @@ def test_the_roofline_note_comes_only_with_a_check_line_that_shows_a_roofline() 
     assert any(line.startswith("roofline:") for line in verbose) and "roofline 24% of copy BW" in "\n".join(
         verbose
     )
+
+
+def test_the_live_line_the_verdict_line_and_the_summary_name_their_measurement() -> None:
+    # Issue 24.4: the live line said 0.310x and the summary 0.226x for the same check, neither
+    # saying which measurement it was (the first measurement's, then the confirm's).
+    tally = Tally("t")
+    for i in range(10):
+        tally.observe("timing", i, ["candidate", "reference"], [2e-3, 1e-3])
+    assert tally.text().startswith("t: first measurement, 10 rounds, speedup 0.500x")
+    first = row("FAIL")
+    assert first.comparison is not None
+    assert verdict_text(first).endswith("(first measurement, 63 rounds)")
+    confirm = dataclasses.replace(first.comparison, time_ratio=4.0, time_ratio_ci=(3.8, 4.2), n_rounds=189)
+    failed = dataclasses.replace(first, decision={"verdict": "FAIL", "confirm": confirm.to_dict()})
+    line = verdict_text(failed)
+    assert "speedup 0.250x [0.238, 0.263]" in line and line.endswith("(confirm, 189 rounds)")
+    summary = "\n".join(terminal_lines([failed]))
+    assert "speedup 0.250x [0.238, 0.263]" in summary and "(confirm, 189 rounds)" in summary
+    fresh = {**confirm.to_dict(), "facts": {"processes": 2}}
+    line = verdict_text(dataclasses.replace(first, decision={"verdict": "FAIL", "confirm": fresh}))
+    assert line.endswith("(confirm in 2 fresh processes, 189 rounds)")
+
+
+def test_a_median_at_the_end_of_its_own_ci_is_explained_not_hidden() -> None:
+    # Issue 24.4 saw 0.366x in [0.287, 0.378]. Both come from one statistic, the median log ratio
+    # and its order-statistic CI: rounds in two groups put the median at an end of its CI.
+    lr = [math.log(1 / 0.37) + 0.001 * (i % 7) for i in range(35)]  # the faster group
+    lr += [math.log(1 / 0.25) + 0.001 * (i % 7) for i in range(28)]  # the slower group
+    s = stats.summarize(lr)
+    speedup, lo, hi = math.exp(-s.median), math.exp(-s.ci[1]), math.exp(-s.ci[0])
+    assert lo < 0.3 and hi - speedup < 0.25 * (speedup - lo)  # lopsided, yet one statistic
+    base = row("PASS")
+    assert base.comparison is not None
+    two_groups = dataclasses.replace(
+        base,
+        comparison=dataclasses.replace(
+            base.comparison, time_ratio=1 / speedup, time_ratio_ci=(1 / hi, 1 / lo)
+        ),
+    )
+    assert "(median near its CI's end: rounds skewed or in two groups)" in verdict_text(two_groups)
+    assert "two groups" in "\n".join(terminal_lines([two_groups]))
+    assert "two groups" not in verdict_text(base) + verdict_text(row("FAIL"))
+    even = dataclasses.replace(base.comparison, time_ratio=2.0, time_ratio_ci=(1.9, 2.1))
+    assert "two groups" not in verdict_text(dataclasses.replace(base, comparison=even))
+
+
+def test_a_fail_shows_its_whole_message_in_the_summary() -> None:
+    # Under session-wide control no pytest failure report carries a speed FAIL's message (its test
+    # was pending): the summary shows all of it, e.g. which kernels moved, once.
+    message = "FAIL (confirmed): slower\nkernels changed: new kernel k"
+    failed = dataclasses.replace(row("FAIL"), message=message)
+    lines = terminal_lines([failed])
+    assert "      FAIL (confirmed): slower" in lines and "      kernels changed: new kernel k" in lines
+    assert sum("kernels changed" in line for line in lines) == 1
