@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from pytest_convperf.timing.allocator import release_free_heap
+
 if TYPE_CHECKING:
     from pytest_convperf.device import DeviceInfo
 
@@ -76,6 +78,7 @@ def _cuda_usage(device: DeviceInfo) -> Iterator[MemoryUsage]:
 
 @contextmanager
 def _cpu_usage() -> Iterator[MemoryUsage]:
+    release_free_heap()  # freed heap kept resident would hide the call's allocations from the RSS
     start = (_status_kib("VmRSS") or 0) * 1024
     if _reset_peak_rss() and _status_kib("VmHWM") is not None:
         usage = MemoryUsage(source="cpu-rss", start_bytes=start)

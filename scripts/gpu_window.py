@@ -94,7 +94,7 @@ class Phase:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("night", 540, 400, "install 15 + prebuild sm_90a 69 + 3-module night ~280 + fresh confirm ~40"),
+    Phase("night", 520, 400, "install 15 + prebuild sm_90a 69 + 3-module night ~280 + fresh confirm ~40"),
     Phase(
         "planted",
         540,

@@ -206,3 +206,17 @@ def test_safe_trace_names() -> None:
     long = safe_name("a" * 400)
     assert len(long) == 150 and long != safe_name("a" * 401)
     assert safe_name("::") == "trace"
+
+
+def test_cpu_memory_tracker_sees_an_allocation_reusing_freed_heap() -> None:
+    """The timer's allocator settings keep freed heap resident (trim threshold 1 GiB); an
+    allocation served from it grows no RSS, so the tracker trims the free heap first."""
+    from pytest_convperf.timing.allocator import fix_allocator
+
+    fix_allocator()
+    blocks = [torch.ones(4 * 2**20) for _ in range(8)]  # 8 x 16 MiB, under the mmap threshold: heap
+    del blocks  # 128 MiB free at the heap's top, kept resident
+    with memory_tracker(dev.resolve_device("cpu")) as mem:
+        block = torch.ones(16 * 2**20)  # 64 MiB, touched
+        del block
+    assert mem.peak_bytes >= 48 * 2**20, mem
