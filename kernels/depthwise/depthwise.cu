@@ -262,6 +262,29 @@ struct Tile2Args {
 // thread are shared by twice the outputs.
 constexpr int kRowsPerThreadV2 = 8;
 
+// The tile a block owns in the v2/v3 NCHW tiled forward: block index -> (plane group, tile row,
+// tile column) with the host's FastDiv divisors, then its first output and input coordinates.
+struct TileOrigin {
+  int plane0, oh0, ow0, ih0, iw0;
+};
+
+template <int S>
+__device__ __forceinline__ TileOrigin tile_origin(const Tile2Args& a, int th) {
+  int bid = static_cast<int>(blockIdx.x);
+  int q = fdiv(bid, a.by_tiles_w);
+  const int tw_i = bid - q * a.tiles_w;
+  bid = q;
+  q = fdiv(bid, a.by_tiles_h);
+  const int th_i = bid - q * a.tiles_h;
+  TileOrigin o;
+  o.plane0 = q * a.pl;
+  o.oh0 = th_i * th;
+  o.ow0 = tw_i * a.tw;
+  o.ih0 = o.oh0 * S - a.ph;
+  o.iw0 = o.ow0 * S - a.pw;
+  return o;
+}
+
 template <typename T, int K, int S, int M>
 __global__ void __launch_bounds__(kThreads)
     fwd_tile_nchw_v2(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
@@ -269,15 +292,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int RPT = kRowsPerThreadV2;
   extern __shared__ float smem[];
   const int th = a.trows * RPT;
-  int bid = static_cast<int>(blockIdx.x);
-  int q = fdiv(bid, a.by_tiles_w);
-  const int tw_i = bid - q * a.tiles_w;
-  bid = q;
-  q = fdiv(bid, a.by_tiles_h);
-  const int th_i = bid - q * a.tiles_h;
-  const int plane0 = q * a.pl;
-  const int oh0 = th_i * th, ow0 = tw_i * a.tw;
-  const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
+  const TileOrigin o = tile_origin<S>(a, th);
+  const int plane0 = o.plane0, oh0 = o.oh0, ow0 = o.ow0, ih0 = o.ih0, iw0 = o.iw0;
   const int hw = a.h * a.w;
   const T* xb = x + static_cast<int64_t>(plane0) * hw;
 
@@ -508,15 +524,8 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K, S, M>())
   constexpr int NB = kStageBatch;
   extern __shared__ float smem[];
   const int th = a.trows * RPT;
-  int bid = static_cast<int>(blockIdx.x);
-  int q = fdiv(bid, a.by_tiles_w);
-  const int tw_i = bid - q * a.tiles_w;
-  bid = q;
-  q = fdiv(bid, a.by_tiles_h);
-  const int th_i = bid - q * a.tiles_h;
-  const int plane0 = q * a.pl;
-  const int oh0 = th_i * th, ow0 = tw_i * a.tw;
-  const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
+  const TileOrigin o = tile_origin<S>(a, th);
+  const int plane0 = o.plane0, oh0 = o.oh0, ow0 = o.ow0, ih0 = o.ih0, iw0 = o.iw0;
   const int hw = a.h * a.w;
   const T* xb = x + static_cast<int64_t>(plane0) * hw;
   const int tid = static_cast<int>(threadIdx.x);
