@@ -14,7 +14,7 @@ builds of one family in one process (the A/B of ``--convperf-against``: today's 
 revision's) need distinct namespaces, so :func:`namespace` derives it from this module's
 ``__name__``: ``kernels._build`` (the working tree) keeps ``convperf_<family>``; a copy imported
 under another name (a revision's tree, renamed ``_convperf_ref_<sha>.kernels._build`` by
-``pytest_convperf.refimport``) gets ``convperf_<family>_<hash8 of its name>``, passed as
+``pytest_convperf.ab.refimport``) gets ``convperf_<family>_<hash8 of its name>``, passed as
 ``-DCONVPERF_NS=...`` and made part of the build hash. ``ops.py`` asks :func:`namespace` after
 :func:`load` instead of spelling the name.
 

@@ -20,11 +20,11 @@ import pytest
 import torch
 from torch import nn
 
-from pytest_convperf.check import ConvperfFixture
-from pytest_convperf.device import DeviceInfo
-from pytest_convperf.memory import MemoryUsage
-from pytest_convperf.profiling import Trace
-from pytest_convperf.results import Measurement
+from pytest_convperf.check.fixture import ConvperfFixture
+from pytest_convperf.core.device import DeviceInfo
+from pytest_convperf.core.results import Measurement
+from pytest_convperf.measure.memory import MemoryUsage
+from pytest_convperf.measure.profiling import Trace
 
 #: The ``gpu_timer`` fixture's type: ``gpu_timer(fn, *, mode="cold", **rule) -> Measurement``.
 TimerFn = Callable[..., Measurement]

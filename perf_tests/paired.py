@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from perf_tests.models import phase_callables
-from pytest_convperf.check import ConvperfFixture
-from pytest_convperf.precision import ieee_fp32
-from pytest_convperf.results import Comparison, ErrorStats
-from pytest_convperf.timing.rounds import StopRule, Workload, measure_pair
-from pytest_convperf.tolerance import Ruling
+from pytest_convperf.check.fixture import ConvperfFixture
+from pytest_convperf.core.precision import ieee_fp32
+from pytest_convperf.core.results import Comparison, ErrorStats
+from pytest_convperf.correctness.tolerance import Ruling
+from pytest_convperf.measure.rounds import StopRule, Workload, measure_pair
 
 # Paired rounds need at least 6 kept rounds for a CI; the CPU gets a short rule.
 PAIR_CPU_RULE: dict[str, Any] = {

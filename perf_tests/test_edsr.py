@@ -33,13 +33,13 @@ from perf_tests.paired import (
     ratio_line,
 )
 from perf_tests.variant_tables import goal_status
-from pytest_convperf.device import DeviceInfo
-from pytest_convperf.memory import MemoryUsage
-from pytest_convperf.precision import ieee_fp32, tf32_enabled
-from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.profiling import KernelRow
-from pytest_convperf.sections import ReportSections
-from pytest_convperf.tolerance import judge_against_stock
+from pytest_convperf.core.device import DeviceInfo
+from pytest_convperf.core.precision import ieee_fp32, tf32_enabled
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.tolerance import judge_against_stock
+from pytest_convperf.measure.memory import MemoryUsage
+from pytest_convperf.measure.profiling import KernelRow
+from pytest_convperf.reports.sections import ReportSections
 
 pytestmark = pytest.mark.convperf
 

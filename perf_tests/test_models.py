@@ -21,11 +21,11 @@ import torch
 from perf_tests import models as mb
 from perf_tests import swap
 from perf_tests.paired import ACCURACY_HEADER, RATIO_HEADER, accuracy_lines, gated_model_pair, ratio_line
-from pytest_convperf.device import DeviceInfo
-from pytest_convperf.precision import ieee_fp32, tf32_enabled
-from pytest_convperf.results import Measurement
-from pytest_convperf.sections import ReportSections
-from pytest_convperf.tolerance import Ruling, judge_against_stock
+from pytest_convperf.core.device import DeviceInfo
+from pytest_convperf.core.precision import ieee_fp32, tf32_enabled
+from pytest_convperf.core.results import Measurement
+from pytest_convperf.correctness.tolerance import Ruling, judge_against_stock
+from pytest_convperf.reports.sections import ReportSections
 
 pytestmark = pytest.mark.convperf
 

@@ -1,7 +1,7 @@
 """The standing calibration check: the harness measures a conv against itself (issue 24 item 1).
 
 ``F.conv2d`` behind a Python function against ``F.conv2d``: identical work, so the true time ratio
-is 1. Before the allocator fix (``pytest_convperf.timing.allocator``) a session read 0.67-1.17 with
+is 1. Before the allocator fix (``pytest_convperf.measure.allocator``) a session read 0.67-1.17 with
 CIs excluding 1, and every CPU check carried that bias. This test fails the session when the
 median of :data:`MEASUREMENTS` ratios is off 1 by more than :data:`BIAS_BOUND`: the harness is
 biased, and no check of the session can be trusted beyond it. Noise alone keeps the median of
@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf import stats
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core import stats
+from pytest_convperf.core.problem import Conv2dProblem
 
 # The issue's workload: 4x32x56x56, k3 (about 10 ms of one CPU thread).
 PROBLEM = Conv2dProblem(n=4, c_in=32, h=56, w=56, c_out=32, kernel=(3, 3), padding=(1, 1))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_convperf.sections import ReportSections
+from pytest_convperf.reports.sections import ReportSections
 
 MemoryFn = Callable[[], AbstractContextManager[Any]]
 MB = 1024 * 1024

@@ -5,7 +5,7 @@ Importing this package is cheap: torch is imported only by the modules that need
 
 from __future__ import annotations
 
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 __all__ = ["Conv2dProblem"]
 __version__ = "0.1.0"

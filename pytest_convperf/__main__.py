@@ -19,7 +19,7 @@ history DIR [--persist N] [--no-plot]
 bisect GOOD BAD -- [pytest args]
     Finds the commit between GOOD and BAD that changed one convperf check, measuring each midpoint
     against both ends with ``--convperf-against``; AMBIGUOUS (exit 2) with the interval when the
-    statistics cannot place a midpoint. See ``pytest_convperf.bisect``.
+    statistics cannot place a midpoint. See ``pytest_convperf.ab.bisect``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.baselines import dump_text, merge_files
-from pytest_convperf.calibration import calibrate_records, write_calibration
-from pytest_convperf.env import load_avg
-from pytest_convperf.files import atomic_write
-from pytest_convperf.rerun import plugin_args
+from pytest_convperf.baselines.calibration import calibrate_records, write_calibration
+from pytest_convperf.baselines.store import dump_text, merge_files
+from pytest_convperf.core.env import load_avg
+from pytest_convperf.core.files import atomic_write
+from pytest_convperf.core.rerun import plugin_args
 
 # pytest exit codes after which the runs are still usable (0 passed, 1 some tests failed,
 # 5 nothing collected is handled separately).
@@ -46,7 +46,7 @@ _USABLE_EXIT = (0, 1)
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
     """A calibrate run's history records; a line that cannot be read is named and skipped."""
-    from pytest_convperf.jsonl import read_objects
+    from pytest_convperf.core.jsonl import read_objects
 
     objects, skipped = read_objects(run_dir / "history.jsonl")
     for line in skipped:
@@ -142,9 +142,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pytest_convperf import journal
-    from pytest_convperf.jsonl import summary
-    from pytest_convperf.report import markdown, terminal_lines
+    from pytest_convperf.core.jsonl import summary
+    from pytest_convperf.reports import journal
+    from pytest_convperf.reports.report import markdown, terminal_lines
 
     directory = Path(args.dir)
     dicts, notes = _rows_json(directory / "rows.json")
@@ -180,7 +180,7 @@ def _rows_json(path: Path) -> tuple[list[tuple[str, Any]], list[str]]:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from pytest_convperf.history import run
+    from pytest_convperf.night.history import run
 
     lines, code = run(Path(args.dir), persist=args.persist, plot=not args.no_plot)
     print("\n".join(lines), file=sys.stderr if code else sys.stdout)
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "bisect":
         cut = argv.index("--") if "--" in argv else len(argv)
         args = parser.parse_args(argv[:cut])
-        from pytest_convperf.bisect import main as bisect_main
+        from pytest_convperf.ab.bisect import main as bisect_main
 
         return bisect_main(args.good, args.bad, argv[cut + 1 :])
     args, rest = parser.parse_known_args(argv)
@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "merge-baselines":
             return cmd_merge(args)
         if args.command == "review":
-            from pytest_convperf.review import ReviewError, review
+            from pytest_convperf.reports.review import ReviewError, review
 
             try:
                 print(review(args.base, args.head))

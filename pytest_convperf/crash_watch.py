@@ -1,4 +1,4 @@
-"""Crashes named, not lost (issue 24.3): the hooks over :mod:`pytest_convperf.inflight`'s records.
+"""Crashes named, not lost (issue 24.3): the hooks over :mod:`pytest_convperf.core.inflight`'s records.
 
 - At the start of a session (the controller's), each record a gone process left is printed with
   its test, problem, seed and repro line, and its repro line is run first in a separate process
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf import inflight
+from pytest_convperf.core import inflight
 
 RETRY_TIMEOUT_S = 300.0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_convperf.files import unwritable
+from pytest_convperf.core.files import unwritable
 
 RECORD_HINT = "pytest --convperf --convperf-update-baselines=new ARGS, then pytest --convperf ARGS"
 

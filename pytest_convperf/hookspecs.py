@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_convperf.results import CheckRow
+    from pytest_convperf.core.results import CheckRow
 
 
 @pytest.hookspec

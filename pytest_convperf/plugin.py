@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.config import CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig
-from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN
+from pytest_convperf.core.config import CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig
+from pytest_convperf.night.fresh_confirm import OPTION as CONFIRM_RUN
 from pytest_convperf.session import SESSION_KEY, ConvperfSession
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Mapping, Sequence
     from pathlib import Path
 
-    from pytest_convperf.check import ConvperfFixture
-    from pytest_convperf.cliff_search import CliffSearch
-    from pytest_convperf.device import DeviceInfo
-    from pytest_convperf.results import CheckRow
-    from pytest_convperf.sections import ReportSections
+    from pytest_convperf.check.cliff_search import CliffSearch
+    from pytest_convperf.check.fixture import ConvperfFixture
+    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.reports.sections import ReportSections
 
 MARKER = "convperf"
 SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or ini convperf = true)"
@@ -32,7 +32,7 @@ SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Register convperf's hook specs (``pytest_convperf_write_report``)."""
-    from pytest_convperf import hookspecs
+    import pytest_convperf.hookspecs as hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -47,7 +47,7 @@ def pytest_convperf_write_report(
     night: Mapping[str, Any],
 ) -> list[str]:
     """The built-in reports (report.md, results.json, rows.json, history.jsonl, night.json, speedup.png)."""
-    from pytest_convperf.report_files import write_reports
+    from pytest_convperf.reports.report_files import write_reports
 
     return write_reports(
         report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when, night=night
@@ -56,7 +56,7 @@ def pytest_convperf_write_report(
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ``convperf`` option group; every option is also an ini key."""
-    from pytest_convperf.profiles import profiles_help
+    from pytest_convperf.core.profiles import profiles_help
 
     # argparse prints a group's description as its heading, verbatim: the profiles go there.
     profiles = profiles_help().replace("\n", "\n    ")
@@ -76,7 +76,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         elif spec.name not in INI_ONLY:
             group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
         parser.addini(spec.ini, spec.help, type="string", default="")
-    from pytest_convperf import ab_plugin, fresh_confirm
+    from pytest_convperf.ab import ab_plugin
+    from pytest_convperf.night import fresh_confirm
 
     ab_plugin.add_option(group)
     fresh_confirm.add_option(group)
@@ -87,7 +88,7 @@ def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
 ) -> None:
     """A bare ``--convperf-update-baselines`` followed by a path works as printed (before the final parse)."""
-    from pytest_convperf.config import bare_update_flag
+    from pytest_convperf.core.config import bare_update_flag
 
     args[:] = bare_update_flag(args)
 
@@ -99,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{MARKER}: a timing/baseline check; skipped unless --convperf is given"
     )
     # Before Hypothesis' own pytest_configure loads --hypothesis-profile (we run tryfirst).
-    from pytest_convperf.profiles import lift_default_deadline, register_profiles, unknown_profile
+    from pytest_convperf.core.profiles import lift_default_deadline, register_profiles, unknown_profile
 
     register_profiles()
     chosen = config.getoption("--hypothesis-profile", default=None)
@@ -122,14 +123,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(CrashWatch(config), "convperf-crash-watch")
     if cfg.enabled:  # baseline entries no collected test produced (orphans.py)
-        from pytest_convperf.orphans import OrphanWatch
+        from pytest_convperf.baselines.orphans import OrphanWatch
 
         config.pluginmanager.register(OrphanWatch(config, cfg.update), "convperf-orphans")
     # xdist: pin this worker to its GPU before anything starts CUDA (see parallel.py).
-    from pytest_convperf import parallel
+    from pytest_convperf.measure import parallel
 
     parallel.configure(config)
-    from pytest_convperf import ab_plugin
+    from pytest_convperf.ab import ab_plugin
 
     ab_plugin.configure(config)
 
@@ -169,11 +170,11 @@ def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
     correctness check (fp64 oracle), times candidate and reference in paired rounds, decides
     against ``baselines/<machine>/<module>.yaml`` and records a row for the report.
     ``convperf.measure(candidate, problem, *, reference=None, phase="forward")`` only times and
-    returns a :class:`~pytest_convperf.results.Comparison`. A candidate has the signature of
+    returns a :class:`~pytest_convperf.core.results.Comparison`. A candidate has the signature of
     ``torch.nn.functional.conv2d``; the reference defaults to ``F.conv2d`` on the device in use.
     ``phase`` is ``forward``, ``input_grad``, ``weight_grad`` or ``backward``.
     """
-    from pytest_convperf.check import ConvperfFixture
+    from pytest_convperf.check.fixture import ConvperfFixture
 
     return ConvperfFixture(_session(request), request)
 
@@ -196,7 +197,7 @@ def convperf_speedup_floor(request: pytest.FixtureRequest) -> Callable[[str, flo
     Floors come from the ini key ``convperf_speedup_floor`` (lines ``family = speedup``); a family
     without one (the default) never fails here.
     """
-    from pytest_convperf.cliffs import floor_message
+    from pytest_convperf.judge.cliffs import floor_message
 
     floors = request.config.stash[CONFIG_KEY].speedup_floors
 
@@ -218,7 +219,7 @@ def convperf_cliffs(convperf: ConvperfFixture) -> CliffSearch:
     shape to the simplest one still under it. ``--convperf-update-baselines=cliffs`` pins a new cliff
     and retires a pinned one measured at or above the floor (listed in ``convperf-update.md``).
     """
-    from pytest_convperf.cliff_search import CliffSearch
+    from pytest_convperf.check.cliff_search import CliffSearch
 
     return CliffSearch(convperf)
 
@@ -237,7 +238,7 @@ def convperf_timer(request: pytest.FixtureRequest) -> Any:
     """The Timer that ``convperf`` and ``gpu_timer`` measure with (CUDA events, CPU clock, or fake).
 
     Override it in a conftest to replay exact durations, e.g. ``return
-    FakeTimer({"candidate": 5e-4, "reference": 1e-3})`` from ``pytest_convperf.timing.fake``;
+    FakeTimer({"candidate": 5e-4, "reference": 1e-3})`` from ``pytest_convperf.measure.fake``;
     ``$CONVPERF_FAKE_TIMER`` naming a JSON replay file does the same for a whole session.
     """
     return _session(request).timer()
@@ -252,7 +253,7 @@ def gpu_timer(request: pytest.FixtureRequest, convperf_timer: Any) -> Any:
     thread count (the mode is reported as ``cpu``). Stops adaptively on the CI of the median.
     ``m.inconclusive`` (None when fine) says why the clocks were too unstable to trust ``m``.
     """
-    from pytest_convperf.timing import make_timer_callable
+    from pytest_convperf.measure.timers import make_timer_callable
 
     return make_timer_callable(_session(request).device_info(), convperf_timer)
 
@@ -265,7 +266,7 @@ def gpu_memory(request: pytest.FixtureRequest) -> Any:
     in use from NVML (``mem.nvml_used_bytes``, None without NVML). On a CPU: the growth of the
     process's peak resident set during the block (``mem.source == "cpu-rss"``), a coarse bound.
     """
-    from pytest_convperf.memory import memory_tracker
+    from pytest_convperf.measure.memory import memory_tracker
 
     device = _session(request).device_info()
     return lambda: memory_tracker(device)
@@ -280,7 +281,7 @@ def profiler_trace(request: pytest.FixtureRequest) -> Any:
     ``tr.kernels`` lists rows (name, calls, total and mean time, share): CUDA kernels on a GPU,
     CPU operators on a CPU.
     """
-    from pytest_convperf.profiling import trace_factory
+    from pytest_convperf.measure.profiling import trace_factory
 
     session = _session(request)
     return trace_factory(session.trace_dir(request), request.node.nodeid, session.device_info())
@@ -290,7 +291,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     """Where the run measures and where its baselines live (and whether they exist yet)."""
     if not config.stash[CONFIG_KEY].enabled:
         return None
-    from pytest_convperf.timing import FAKE_TIMER_ENV
+    from pytest_convperf.measure.timers import FAKE_TIMER_ENV
 
     return config.stash[SESSION_KEY].header_lines(fake=bool(os.environ.get(FAKE_TIMER_ENV)))
 

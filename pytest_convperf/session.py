@@ -4,7 +4,7 @@ Holds the frozen config, the lazily built device fingerprint, timer and baseline
 the result rows of every check. Under pytest-xdist, workers attach their rows to test reports
 (``user_properties``) and the controller collects them in ``pytest_runtest_logreport``. At
 session end the controller alone applies the planned baseline updates
-(:func:`pytest_convperf.updates.apply_updates`) and writes the reports (the
+(:func:`pytest_convperf.baselines.updates.apply_updates`) and writes the reports (the
 ``pytest_convperf_write_report`` hook), then prints the terminal summary.
 """
 
@@ -20,21 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf import fresh_confirm, journal
-from pytest_convperf.baselines import Store, refuse_shared_keys, resolve_machine, validate_files
-from pytest_convperf.cliffs import CLIFFS_PROPERTY, CliffChange
-from pytest_convperf.files import check_output_paths
-from pytest_convperf.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
-from pytest_convperf.fresh_confirm import ConfirmRun
+from pytest_convperf.baselines.store import Store, refuse_shared_keys, resolve_machine, validate_files
+from pytest_convperf.core.files import check_output_paths
+from pytest_convperf.core.results import CheckRow
 from pytest_convperf.header import baseline_lines, interrupted_note
-from pytest_convperf.results import CheckRow
-from pytest_convperf.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
+from pytest_convperf.judge.cliffs import CLIFFS_PROPERTY, CliffChange
+from pytest_convperf.night import fresh_confirm
+from pytest_convperf.night.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
+from pytest_convperf.night.fresh_confirm import ConfirmRun
+from pytest_convperf.reports import journal
+from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
 if TYPE_CHECKING:
-    from pytest_convperf.config import ConvperfConfig
-    from pytest_convperf.device import DeviceInfo
-    from pytest_convperf.multiplicity import NightControl
-    from pytest_convperf.progress import LiveProgress
+    from pytest_convperf.core.config import ConvperfConfig
+    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.night.multiplicity import NightControl
+    from pytest_convperf.reports.progress import LiveProgress
 
 ROWS_PROPERTY = "convperf_rows"  # the rows of one test, on its report
 FAKE_SUFFIX = "-fake"
@@ -85,7 +86,7 @@ class ConvperfSession:
 
     def device_info(self) -> DeviceInfo:
         if self._device is None:
-            from pytest_convperf.device import resolve_device
+            from pytest_convperf.core.device import resolve_device
 
             self._device = resolve_device(self.cfg.device)
         return self._device
@@ -93,7 +94,7 @@ class ConvperfSession:
     def timer(self) -> Any:
         """The session's Timer (CUDA, CPU, or fake when $CONVPERF_FAKE_TIMER names a replay file)."""
         if self._timer is None:
-            from pytest_convperf.timing import make_timer
+            from pytest_convperf.measure.timers import make_timer
 
             self._timer = make_timer(self.device_info())
         return self._timer
@@ -101,7 +102,7 @@ class ConvperfSession:
     def progress(self) -> LiveProgress:
         """The live progress line of timed checks (off in xdist workers, with -q, without a terminal)."""
         if self._progress is None:
-            from pytest_convperf.progress import LiveProgress
+            from pytest_convperf.reports.progress import LiveProgress
 
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
             capman = self.config.pluginmanager.get_plugin("capturemanager")
@@ -192,7 +193,7 @@ class ConvperfSession:
             # The JSON-able form: xdist sends user_properties from a worker to the controller.
             dicts = [row.to_dict() for row in rows]
             report.user_properties.append((ROWS_PROPERTY, dicts))
-            from pytest_convperf.report import junit_properties
+            from pytest_convperf.reports.report import junit_properties
 
             # Flat per-check results for JUnit <properties>: junitxml reads the teardown report,
             # which copies item.user_properties (so they also travel from xdist workers).
@@ -227,7 +228,7 @@ class ConvperfSession:
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
         """A test whose speed FAIL awaits the session's decision is not reported passed: it is
         ``speed FAIL pending`` (letter ``F``) until :meth:`count_decided` counts it failed or passed."""
-        from pytest_convperf.night import PENDING, PENDING_WORD, pending_speed_fail
+        from pytest_convperf.night.decide import PENDING, PENDING_WORD, pending_speed_fail
 
         if not (
             self.cfg.enabled and self.cfg.false_alarms != "none" and report.when == "call" and report.passed
@@ -244,8 +245,8 @@ class ConvperfSession:
     def count_decided(self, stats: dict[str, list[Any]]) -> None:
         """Pending tests as the session decided them, in pytest's own counts: a test with a kept speed
         FAIL is failed (pytest's short summary names it, its last line counts it), any other passed."""
-        from pytest_convperf.multiplicity import check_id
-        from pytest_convperf.night import PENDING
+        from pytest_convperf.night.decide import PENDING
+        from pytest_convperf.night.multiplicity import check_id
 
         kept = {r.nodeid for r in self.night_rows or [] if check_id(r) in set(self.night_failed)}
         for report in stats.pop(PENDING, []):
@@ -324,9 +325,9 @@ class ConvperfSession:
                 self._not_written(session, "report sections", exc)
         if not self.cfg.enabled:
             return
-        from pytest_convperf.night import deferred_fails, judge_night
-        from pytest_convperf.update_outcome import mark_written
-        from pytest_convperf.updates import apply_updates, commit_info
+        from pytest_convperf.baselines.update_outcome import mark_written
+        from pytest_convperf.baselines.updates import apply_updates, commit_info
+        from pytest_convperf.night.decide import deferred_fails, judge_night
 
         cfg = self.cfg
         if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: say what was kept (issue 24.4)
@@ -406,8 +407,8 @@ class ConvperfSession:
             terminalreporter.write_line(self.interrupted, yellow=True)
         if not rows and not self.update_md:
             return
-        from pytest_convperf.night import night_lines
-        from pytest_convperf.report import counts, terminal_lines
+        from pytest_convperf.night.decide import night_lines
+        from pytest_convperf.reports.report import counts, terminal_lines
 
         tr = terminalreporter
         heading = counts(rows)

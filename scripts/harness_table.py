@@ -38,7 +38,7 @@ AFTER_FLUSH_REPS = 50
 
 
 def _problems(is_cuda: bool) -> dict[str, Any]:
-    from pytest_convperf.problem import Conv2dProblem
+    from pytest_convperf.core.problem import Conv2dProblem
 
     if is_cuda:  # chosen for an H100; the table names the class each median actually falls in
         return {
@@ -61,7 +61,7 @@ def _elapsed(is_cuda: bool, before: Callable[[], object], fn: Callable[[], objec
     """Median time of ``fn`` right after ``before`` (CUDA events on a GPU, perf_counter on a CPU)."""
     import torch
 
-    from pytest_convperf import stats
+    from pytest_convperf.core import stats
 
     times = []
     for _ in range(AFTER_FLUSH_REPS):
@@ -85,9 +85,9 @@ def measure(device_pref: str) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from pytest_convperf.device import resolve_device
-    from pytest_convperf.timing import make_timer
-    from pytest_convperf.timing.rounds import measure_one
+    from pytest_convperf.core.device import resolve_device
+    from pytest_convperf.measure.rounds import measure_one
+    from pytest_convperf.measure.timers import make_timer
 
     device = resolve_device(device_pref)
     timer = make_timer(device)
@@ -143,7 +143,7 @@ def measure(device_pref: str) -> dict[str, Any]:
 
 def merge(files: Sequence[Path]) -> tuple[dict[str, Any], str]:
     """Per flush mode: medians across processes, their spread, and the same for do_bench."""
-    from pytest_convperf import stats
+    from pytest_convperf.core import stats
 
     runs = [json.loads(f.read_text()) for f in files]
     table: dict[str, Any] = {}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 VERDICTS = ("PASS", "FAIL", "SUSPECT", "STALE", "NEW", "INCONCLUSIVE")
-# The line fresh_confirm.py prints at session end (pytest_convperf/fresh_confirm.py, _confirm).
+# The line fresh_confirm.py prints at session end (pytest_convperf/night/fresh_confirm.py, _confirm).
 CONFIRM_LINE = re.compile(
     r"(?P<todo>\d+) speed FAIL\(s\) confirmed again in up to \d+ fresh pytest processes: "
     r"(?P<still>\d+) still FAIL, (?P<cleared>\d+) cleared(?:.*?in (?P<seconds>[\d.]+) s)?"

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_convperf.bisect import pytest_command
+from pytest_convperf.ab.bisect import pytest_command
 
 HERE = Path(__file__).resolve().parent.parent
 PROBLEM = "Conv2dProblem(n=1, c_in=16, h=24, w=24, c_out=16, kernel=(3, 3), padding=(1, 1), groups=16)"
@@ -40,7 +40,7 @@ ANCHOR = "            out = term if out is None else out + term\n"
 TEST = f"""
 import pytest
 from kernels.depthwise import reference
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 
 @pytest.mark.convperf
@@ -66,7 +66,7 @@ COSTLOG = "COSTS = []\n"
 FAKE_CONFTEST = """
 import pytest
 import costlog
-from pytest_convperf.timing.fake import FakeTimer
+from pytest_convperf.measure.fake import FakeTimer
 
 
 def _duration(name, index):

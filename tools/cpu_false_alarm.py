@@ -40,7 +40,7 @@ import pytest
 
 from kernels._controls import cpu
 from kernels.depthwise import reference
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=32, h=56, w=56, c_out=32, kernel=3, padding=1, groups=32)
 SLOWED = os.environ.get("CONVPERF_TEST_SLOWED")
@@ -58,9 +58,9 @@ def test_depthwise_cpu(convperf, problem):
 # ImplausibleTime on a correct candidate. It is not what is measured here: both checkouts get the
 # same high bandwidth, which turns the floor off.
 CONFTEST = """
-import pytest_convperf.device
+import pytest_convperf.core.device
 
-pytest_convperf.device.measure_copy_bandwidth = lambda device: 1e13
+pytest_convperf.core.device.measure_copy_bandwidth = lambda device: 1e13
 """
 
 # Scenario -> the slowed fraction (None: unchanged).

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.core.strategies import conv2d_problems
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Each seed runs the README's "Using the plugin" block as a user would (``pytest t
 in a fresh temporary folder, the plugin from this checkout), with ``--hypothesis-seed=SEED`` and
 no example database, in its own process: a crash (segfault, abort) ends only that seed's run and
 is reported with its return code and the plugin's crash record line. Before the fix of PyTorch's
-strided 1x1 NHWC weight gradient (``pytest_convperf.known_defects``) some seeds died with rc -11
+strided 1x1 NHWC weight gradient (``pytest_convperf.correctness.known_defects``) some seeds died with rc -11
 or -6.
 
 Usage: ``python -m tools.readme_fuzz_seeds [--seeds 50] [--first 0] [--jobs 1]``; exit status 1

@@ -31,7 +31,7 @@ import os
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=4, c_in=32, h=56, w=56, c_out=32, kernel=3, padding=1)
 

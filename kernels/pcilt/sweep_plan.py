@@ -10,7 +10,7 @@ from kernels.pcilt import ops
 from kernels.pcilt.tables import default_act_step
 from kernels.sweep_calls import ConvFn, conv_case
 from kernels.sweep_case import Case
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 FAMILY = "pcilt"
 SEED_CASE = Conv2dProblem(n=1, c_in=64, h=224, w=224, c_out=128, kernel=(3, 3), padding=(1, 1))

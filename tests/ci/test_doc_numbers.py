@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_convperf.fresh_confirm import FRESH_PROCESSES
-from pytest_convperf.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
+from pytest_convperf.judge.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
+from pytest_convperf.night.fresh_confirm import FRESH_PROCESSES
 
 REPO = Path(__file__).resolve().parents[2]
 

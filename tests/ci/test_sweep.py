@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from kernels import sweep
 from kernels.sweep_calls import PHASES, conv_case
 from kernels.sweep_case import Case
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 TINY = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=(3, 3), padding=(1, 1), groups=4)
 

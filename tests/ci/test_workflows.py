@@ -326,7 +326,7 @@ def _baseline(ratio: float, reason: str | None = None, cudnn: int = 92400) -> st
 
 
 def test_baseline_review_shows_old_and_new_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_convperf import review
+    from pytest_convperf.reports import review
 
     folder = tmp_path / "baselines" / "nvidia-h100"
     folder.mkdir(parents=True)

@@ -11,9 +11,9 @@ import yaml
 
 # Inner pytester sessions run in this process and unload modules they imported; torch cannot be
 # imported twice, so load it (and the plugin's torch-using modules) here, once.
-import pytest_convperf.check
-import pytest_convperf.timing.cpu
-import pytest_convperf.timing.fake  # noqa: F401
+import pytest_convperf.check.fixture
+import pytest_convperf.measure.cpu
+import pytest_convperf.measure.fake  # noqa: F401
 from tools.cpu_false_alarm import SUITE as CPU_FALSE_ALARM_SUITE
 
 MACHINE = "testbox"
@@ -46,7 +46,7 @@ SUITE = f"""
 import pytest
 import torch
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = {PROBLEM}
 ERR = float(__import__("os").environ.get("CONVPERF_TEST_ERR", "0"))
@@ -143,7 +143,7 @@ REPO = Path(__file__).resolve().parents[2]
 MANY = f"""
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = {PROBLEM}
 

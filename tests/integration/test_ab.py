@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.bisect import pytest_command
+from pytest_convperf.ab.bisect import pytest_command
 from tools.ab_scratch import git, make_repo
 
 

@@ -79,7 +79,7 @@ def test_full_lifecycle(suite: Suite) -> None:
 CLASSES = f"""
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = {PROBLEM}
 
@@ -99,7 +99,7 @@ class TestB:
 DUP = f"""
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 
 @pytest.mark.convperf

@@ -44,7 +44,7 @@ def test_bad_tolerance_is_a_usage_error(
 def test_cpu_noise_floor_default_and_option(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
 ) -> None:
-    from pytest_convperf.verdict import CPU_NOISE_FLOOR
+    from pytest_convperf.judge.verdict import CPU_NOISE_FLOOR
 
     suite = Suite(pytester, monkeypatch, plugin_args)
     suite.run("--convperf-update-baselines", "-k", "test_a").assert_outcomes(passed=1)

@@ -22,7 +22,7 @@ import os
 
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = {PROBLEM}
 
@@ -158,9 +158,9 @@ def test_an_exact_variant_stores_infinite_sqnr(
 
 
 def test_calibrate_creates_entries_with_the_runs_quality(tmp_path: Path) -> None:
-    from pytest_convperf.baselines import read_file
-    from pytest_convperf.calibration import calibrate_records, write_calibration
-    from pytest_convperf.report_files import history_records
+    from pytest_convperf.baselines.calibration import calibrate_records, write_calibration
+    from pytest_convperf.baselines.store import read_file
+    from pytest_convperf.reports.report_files import history_records
 
     row = {
         "key": "k",

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pytest_convperf.calibration import calibrate_records, noise_of
+from pytest_convperf.baselines.calibration import calibrate_records, noise_of
 from tests.integration._lifecycle import MACHINE, Suite, replay_conftest, subprocess_env
 from tools.ab_scratch import git
 

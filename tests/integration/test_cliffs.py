@@ -21,8 +21,8 @@ import pytest
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.timing.fake import FakeTimer
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.measure.fake import FakeTimer
 
 SEEN = {"c": 1}
 

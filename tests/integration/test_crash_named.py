@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST = """
 import os
 from pytest_convperf import Conv2dProblem
-from pytest_convperf.correctness import assert_conv_close
+from pytest_convperf.correctness.oracle import assert_conv_close
 
 
 def crashing(x, w, b=None, *args):
@@ -55,7 +55,7 @@ def test_a_crash_is_named_and_retried_at_the_next_start(tmp_path: Path) -> None:
     assert "died (segfault, abort or kill) in test_crashy.py::test_crash: the correctness run of" in out
     assert "n1-ci2-h5-w5-co3-k3x3-s1-p0-d1-g1-fp32-nchw (seed 7, forward)" in out
     assert "candidate test_crashy:crashing" in out
-    assert 'repro: python -c "from pytest_convperf.correctness import reproduce' in out
+    assert 'repro: python -c "from pytest_convperf.correctness.oracle import reproduce' in out
     assert "it crashes again (signal 6)" in out
 
     third = _pytest(tmp_path, "test_crashy.py::test_fine")

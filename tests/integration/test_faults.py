@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.faults import CheckTimeout, deadline
-from pytest_convperf.timing.rule import StopRule
+from pytest_convperf.check.faults import CheckTimeout, deadline
+from pytest_convperf.measure.rule import StopRule
 from tests.integration._lifecycle import Suite, subprocess_env
 
 HANG = """
@@ -18,7 +18,7 @@ import time
 
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
 CALLS = []
@@ -65,7 +65,7 @@ import time
 
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
 CALLS = []
@@ -130,7 +130,7 @@ import os
 
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
 
@@ -200,7 +200,7 @@ def test_the_limit_grows_for_a_slow_candidate_but_not_for_a_hung_one() -> None:
     """A candidate of 0.2 s per call gets 3 x 17 x 0.2 s more than the limit; a stuck call none."""
     import time
 
-    from pytest_convperf.faults import CheckProgress
+    from pytest_convperf.check.faults import CheckProgress
 
     slow = CheckProgress()
     slow.observe_round("warm-up", 0, ("candidate", "reference"), (0.2, 0.001))
@@ -216,7 +216,7 @@ SLOW = """
 import time
 
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
 

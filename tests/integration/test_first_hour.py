@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.config import bare_update_flag
+from pytest_convperf.core.config import bare_update_flag
 from pytest_convperf.header import RECORD_HINT, baseline_lines
 
 SHOW_UPDATE = """
-from pytest_convperf.config import get_config
+from pytest_convperf.core.config import get_config
 
 def test_show(request):
     print("UPDATE", sorted(get_config(request.config).update))
@@ -100,7 +100,7 @@ def test_a_typo_in_the_hypothesis_profile_is_one_line(
 SLOW_FUZZ = """
 import time
 from hypothesis import given, settings
-from pytest_convperf.strategies import conv2d_problems
+from pytest_convperf.core.strategies import conv2d_problems
 
 @settings(max_examples=3)
 @given(conv2d_problems())

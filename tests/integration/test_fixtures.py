@@ -22,13 +22,13 @@ import torch
 import torch._inductor
 import torch.profiler
 
-from pytest_convperf import check, device, memory, profiling  # noqa: F401
-from pytest_convperf.timing import cpu, fake, rounds  # noqa: F401
+from pytest_convperf import profiling  # noqa: F401
+from pytest_convperf.measure import cpu, fake, rounds  # noqa: F401
 
 PROBLEM_SRC = """
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=4, h=10, w=10, c_out=4, padding=(1, 1))
 """
@@ -38,9 +38,9 @@ import json
 from pathlib import Path
 
 import pytest
-from pytest_convperf.device import ClockSample
+from pytest_convperf.core.device import ClockSample
 from pytest_convperf.session import SESSION_KEY
-from pytest_convperf.timing.fake import FakeTimer
+from pytest_convperf.measure.fake import FakeTimer
 
 TIMES = {times}
 CLOCKS = {clocks}
@@ -364,7 +364,7 @@ def test_measure_on_the_cpu_sees_a_doubled_candidate(
     pytester.makepyfile(
         test_cpu=PROBLEM_SRC
         + """
-from pytest_convperf.timing.rounds import StopRule
+from pytest_convperf.measure.rounds import StopRule
 
 Q = Conv2dProblem(n=2, c_in=16, h=24, w=24, c_out=16, padding=(1, 1))
 

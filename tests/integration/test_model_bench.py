@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from perf_tests import models as mb
-from pytest_convperf.results import Measurement
+from pytest_convperf.core.results import Measurement
 
 CPU = torch.device("cpu")
 
@@ -77,7 +77,7 @@ def test_layer_callables_time_input_and_weight_grads() -> None:
 INNER = """
 import os
 import pytest
-from pytest_convperf.timing.fake import FakeTimer
+from pytest_convperf.measure.fake import FakeTimer
 from perf_tests.paired import gated_pair
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_gated_pair_records_new_then_fails_a_regression(
 ) -> None:
     # The CPU's noise floor makes every CPU check ADVISORY; a GPU-like floor lets the gate decide,
     # which is what this test is about (the wiring of gated_pair, not the CPU policy).
-    from pytest_convperf import verdict
+    from pytest_convperf.judge import verdict
 
     monkeypatch.setattr(verdict, "CPU_NOISE_FLOOR", verdict.GPU_NOISE_FLOOR)
     pytester.makepyfile(test_inner=INNER)

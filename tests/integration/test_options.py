@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_convperf.config import ConvperfConfig, parse_aliases, parse_gpus, parse_update
+from pytest_convperf.core.config import ConvperfConfig, parse_aliases, parse_gpus, parse_update
 
 SHOW_CONFIG = """
 import pytest
-from pytest_convperf.config import get_config
+from pytest_convperf.core.config import get_config
 
 def test_show(request):
     cfg = get_config(request.config)

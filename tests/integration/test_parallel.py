@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf import parallel
-from pytest_convperf.parallel import DomainLock, assign_gpus, visible_gpus
+from pytest_convperf.measure import parallel
+from pytest_convperf.measure.parallel import DomainLock, assign_gpus, visible_gpus
 
 fcntl = pytest.importorskip("fcntl", reason="the device lock uses POSIX flock")
 xdist_only = pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="needs pytest-xdist")
@@ -134,7 +134,7 @@ def test_timing_slot_outside_xdist_is_a_no_op(
 ) -> None:
     pytester.makepyfile(
         """
-        from pytest_convperf.parallel import WORKER_KEY, timing_slot
+        from pytest_convperf.measure.parallel import WORKER_KEY, timing_slot
 
         def test_slot(request):
             assert WORKER_KEY not in request.config.stash
@@ -150,7 +150,7 @@ def test_timing_slot_outside_xdist_is_a_no_op(
 INTERVALS = """
 import json, os, time
 import pytest
-from pytest_convperf.parallel import timing_slot
+from pytest_convperf.measure.parallel import timing_slot
 
 LOG = os.path.join(os.path.dirname(__file__), "log")
 
@@ -224,7 +224,7 @@ def test_gpus_pin_each_worker_before_its_conftest_loads(
         import json, os
         import pytest
         from conftest import AT_IMPORT
-        from pytest_convperf.parallel import WORKER_KEY
+        from pytest_convperf.measure.parallel import WORKER_KEY
 
         @pytest.mark.parametrize("i", range(4))
         def test_where(request, i):

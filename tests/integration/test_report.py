@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_convperf.report import grouped, markdown, terminal_lines
-from pytest_convperf.report_files import plot_speedups
+from pytest_convperf.reports.report import grouped, markdown, terminal_lines
+from pytest_convperf.reports.report_files import plot_speedups
 from tests.integration._lifecycle import Suite
 from tests.rows import check_row
 
@@ -127,7 +127,7 @@ def test_rows_timed_by_the_fake_timer_say_so() -> None:
 
 
 def test_history_takes_ratio_and_times_from_the_same_final_comparison() -> None:
-    from pytest_convperf.report_files import history_records
+    from pytest_convperf.reports.report_files import history_records
 
     confirm = {
         "time_ratio": 0.7,

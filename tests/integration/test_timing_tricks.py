@@ -20,7 +20,7 @@ BIG = """
 import concurrent.futures
 import torch
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 BIG = Conv2dProblem(n=1, c_in=32, h=56, w=56, c_out=32, kernel=3, padding=1)
 CACHE = {}

@@ -23,7 +23,7 @@ def test_huge_regression_too_slow_for_a_ci_fails(
 WRONG = """
 import pytest
 import torch.nn.functional as F
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kernels import _build
-from pytest_convperf.refimport import alias_prefix, import_from_tree
+from pytest_convperf.ab.refimport import alias_prefix, import_from_tree
 
 SHA = "ab" * 20
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from kernels._controls import cpu
 from kernels.depthwise import reference
 from perf_tests.shapes import depthwise_problems
-from pytest_convperf.correctness import ConvMismatch, assert_conv_close, check_conv
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close, check_conv
 
 PROBLEMS = depthwise_problems(
     dtypes=("fp32",),

@@ -13,12 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.device import ClockSample, resolve_device
-from pytest_convperf.memory import memory_tracker
-from pytest_convperf.problem import Conv2dProblem, ConvInputs
-from pytest_convperf.profiling import profile_kernels
-from pytest_convperf.timing.cuda import CudaTimer
-from pytest_convperf.timing.rounds import StopRule, Workload, measure_one, measure_pair
+from pytest_convperf.core.device import ClockSample, resolve_device
+from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
+from pytest_convperf.measure.cuda import CudaTimer
+from pytest_convperf.measure.memory import memory_tracker
+from pytest_convperf.measure.profiling import profile_kernels
+from pytest_convperf.measure.rounds import StopRule, Workload, measure_one, measure_pair
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -128,7 +128,7 @@ def test_kernel_that_does_no_work_is_caught(pytester: pytest.Pytester, plugin_ar
     pytester.makepyfile(
         """
         import torch
-        from pytest_convperf.problem import Conv2dProblem, ConvInputs
+        from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 
         P = Conv2dProblem(n=32, c_in=64, h=112, w=112, c_out=64, padding=(1, 1))
         OUT = torch.empty(P.output_shape, device="cuda")
@@ -152,7 +152,7 @@ def test_lost_cuda_context_fails_once_then_skips_with_one_reason(
         """
         import torch
         import torch.nn.functional as F
-        from pytest_convperf.problem import Conv2dProblem, ConvInputs
+        from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 
         P = Conv2dProblem(n=1, c_in=4, h=16, w=16, c_out=4, padding=(1, 1))
         calls = {"n": 0}

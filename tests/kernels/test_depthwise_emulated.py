@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from kernels.depthwise import model
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
 from perf_tests.shapes import depthwise_problems
-from pytest_convperf.correctness import assert_conv_close
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import assert_conv_close
 from tests.kernels.cuda_emulation import (
     VARIANTS,
     EmulatedDepthwise,

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from kernels import _build
 from kernels.depthwise import ops, reference
 from perf_tests.shapes import depthwise_problems
-from pytest_convperf.correctness import ConvMismatch, assert_conv_close
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close
 from tests.kernels.sanitizer import sanitize
 
 Candidate = Callable[..., torch.Tensor]

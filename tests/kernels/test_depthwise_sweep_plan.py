@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kernels.depthwise import sweep_plan
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 
 
 def test_every_row_once_and_the_tiled_rows_of_v1_v2_v3() -> None:

@@ -18,8 +18,8 @@ from kernels.im2col_gemm import columns, ops, oracles, reference, variants
 from kernels.im2col_gemm.chunking import input_rows, out_size, plan_chunks
 from kernels.quant import lsq_fake_quant, quality, quantize_codes
 from perf_tests.fuzz import small_problems
-from pytest_convperf.correctness import ConvMismatch, assert_conv_close
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close
 from tests.kernels.sanitizer import sanitize, skip_under_sanitizer
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -356,7 +356,7 @@ def test_cuda_sparse_variants(dtype: str) -> None:
 
 def test_check_conv_oracle_replaces_the_float_conv() -> None:
     """``oracle=`` judges a variant by its own function; the (float) reference is then not judged."""
-    from pytest_convperf.correctness import check_conv
+    from pytest_convperf.correctness.oracle import check_conv
 
     problem = Conv2dProblem(n=1, c_in=4, h=6, w=6, c_out=4, kernel=(3, 3), padding=(1, 1))
     cand = functools.partial(reference.lsq_forward, act_step=0.25, weight_step=0.05)
@@ -377,7 +377,7 @@ def test_check_records_quality_metrics_in_the_row(
     pytester.makeconftest(
         """
         import pytest
-        from pytest_convperf.timing.fake import FakeTimer
+        from pytest_convperf.measure.fake import FakeTimer
 
         @pytest.fixture
         def convperf_timer():
@@ -389,7 +389,7 @@ def test_check_records_quality_metrics_in_the_row(
         import functools
         import pytest
         from kernels.im2col_gemm import oracles, reference
-        from pytest_convperf.problem import Conv2dProblem
+        from pytest_convperf.core.problem import Conv2dProblem
 
         P = Conv2dProblem(n=1, c_in=4, h=6, w=6, c_out=4, kernel=(3, 3), padding=(1, 1))
 

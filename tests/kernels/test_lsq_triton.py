@@ -23,7 +23,7 @@ from kernels.im2col_gemm import lsq_triton, ops
 from kernels.im2col_gemm.conv_args import ConvArgs
 from kernels.quant import quantize_codes, step_tensor
 from perf_tests.fuzz import small_problems
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
 from tests.kernels import launch_count
 from tests.kernels.triton_planted import plant
 

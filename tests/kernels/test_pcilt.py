@@ -22,8 +22,8 @@ from kernels.pcilt.tables import (
 )
 from kernels.quant import qrange
 from perf_tests.fuzz import small_problems
-from pytest_convperf.correctness import ConvMismatch, assert_conv_close
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close
 from tests.kernels.sanitizer import sanitize
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from pytest_convperf.correctness import assert_conv_close
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import assert_conv_close
 from tests.kernels import emulated_families as fam
 from tests.kernels.cuda_emulation import (
     SANITIZERS,

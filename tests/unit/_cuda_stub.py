@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.device import ClockSample, DeviceInfo
-from pytest_convperf.timing import cuda as cuda_timing
+from pytest_convperf.core.device import ClockSample, DeviceInfo
+from pytest_convperf.measure import cuda as cuda_timing
 
 
 class Recorder:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.ab import (
+from pytest_convperf.ab.bisect import AMBIGUOUS, FOUND, NO_STEP, walk
+from pytest_convperf.ab.revisions import Revision
+from pytest_convperf.ab.rule import (
     FASTER,
     INCONCLUSIVE,
     SAME,
@@ -16,9 +18,7 @@ from pytest_convperf.ab import (
     ab_policy,
     decide_ab,
 )
-from pytest_convperf.bisect import AMBIGUOUS, FOUND, NO_STEP, walk
-from pytest_convperf.results import Comparison, Measurement
-from pytest_convperf.revisions import Revision
+from pytest_convperf.core.results import Comparison, Measurement
 
 CPU = ab_policy("cpu")
 
@@ -165,7 +165,7 @@ def test_bisect_without_a_step_says_so() -> None:
 
 @pytest.mark.parametrize("arg", ["--convperf-against=HEAD", "--convperf-against", "--convperf-report=out"])
 def test_bisect_refuses_an_option_it_sets_itself(arg: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_convperf.bisect import main
+    from pytest_convperf.ab.bisect import main
 
     assert main("HEAD~1", "HEAD", ["test_ab.py", arg, "x"]) == 1
     err = capsys.readouterr().err
@@ -176,7 +176,7 @@ def test_bisect_refuses_an_option_it_sets_itself(arg: str, capsys: pytest.Captur
 def test_an_empty_against_is_a_usage_error_not_a_run_without_ab(spec: str) -> None:
     from types import SimpleNamespace
 
-    from pytest_convperf import ab_plugin
+    from pytest_convperf.ab import ab_plugin
 
     config = SimpleNamespace(getoption=lambda name, default=None: spec, stash=pytest.Stash())
     with pytest.raises(pytest.UsageError, match="--convperf-against is empty"):
@@ -191,10 +191,10 @@ def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(
 
     import torch.nn.functional as F
 
-    from pytest_convperf import ab_plugin
-    from pytest_convperf.faults import CheckProgress, CheckTimeout, deadline
-    from pytest_convperf.problem import Conv2dProblem
-    from pytest_convperf.revisions import Revision
+    from pytest_convperf.ab import ab_plugin
+    from pytest_convperf.ab.revisions import Revision
+    from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline
+    from pytest_convperf.core.problem import Conv2dProblem
 
     def hangs(*args: object) -> None:
         time.sleep(30)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.baselines import Store, dump_text, merge_files, read_file, resolve_machine
+from pytest_convperf.baselines.store import Store, dump_text, merge_files, read_file, resolve_machine
 from tests.rows import check_row
 from tests.unit.test_baselines_store import KEY, MACHINE, make_entry, write
 from tools.ab_scratch import git
@@ -39,7 +39,7 @@ def test_writers_with_different_tmpdirs_lose_nothing(tmp_path: Path) -> None:
     code = f"""
     import os
     from pathlib import Path
-    from pytest_convperf.baselines import Store
+    from pytest_convperf.baselines.store import Store
     from tests.unit.test_baselines_store import MACHINE, make_entry
 
     store = Store(Path({str(root)!r}), MACHINE)
@@ -65,7 +65,7 @@ def test_kill_between_temp_file_and_replace_leaves_nothing_behind(tmp_path: Path
     code = f"""
     import os, time
     from pathlib import Path
-    from pytest_convperf.baselines import Store
+    from pytest_convperf.baselines.store import Store
     from tests.unit.test_baselines_store import MACHINE, make_entry
 
     def stop(src, dst):
@@ -108,7 +108,7 @@ def test_lock_and_temp_files_stay_out_of_git(tmp_path: Path) -> None:
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
 def test_rewritten_files_respect_the_umask(tmp_path: Path, umask: int) -> None:
     """Item 9: files are written 0666 & ~umask, not mkstemp's 0600 (also when rewritten)."""
-    from pytest_convperf.files import atomic_write
+    from pytest_convperf.core.files import atomic_write
 
     old = os.umask(umask)
     try:
@@ -174,7 +174,7 @@ def test_non_utf8_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_oversized_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
     """Item 11: a file over the size limit is a clear error, found from its size alone."""
-    from pytest_convperf.baselines import MAX_FILE_BYTES
+    from pytest_convperf.baselines.store import MAX_FILE_BYTES
 
     path = write(tmp_path, dump_text(MACHINE, {KEY: make_entry()}))
     with path.open("a") as fh:
@@ -189,7 +189,7 @@ def test_oversized_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
 
 def test_only_the_files_a_run_uses_are_validated(tmp_path: Path) -> None:
     """Item 11: an unrelated broken file (another machine, another module) is never read."""
-    from pytest_convperf.baselines import validate_files
+    from pytest_convperf.baselines.store import validate_files
 
     good = write(tmp_path, dump_text(MACHINE, {KEY: make_entry()}))
     write(tmp_path, "not: [valid", machine="other-machine")
@@ -217,7 +217,7 @@ def test_fake_timings_never_reach_the_detected_machines_folder(tmp_path: Path) -
 
 
 def _write_cfg(tmp_path: Path, **kw: object):  # type: ignore[no-untyped-def]
-    from pytest_convperf.config import ConvperfConfig
+    from pytest_convperf.core.config import ConvperfConfig
 
     base: dict[str, object] = {
         "enabled": True,
@@ -233,7 +233,7 @@ def _write_cfg(tmp_path: Path, **kw: object):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("how", ["a_file", "under_a_file", "unwritable"])
 def test_bad_output_paths_fail_at_session_start(tmp_path: Path, what: str, how: str) -> None:
     """Item 10: checked before any test runs, with a message naming the option, the path and the fix."""
-    from pytest_convperf.files import check_output_paths
+    from pytest_convperf.core.files import check_output_paths
 
     blocker = tmp_path / "blocker"
     blocker.write_text("I am a file")
@@ -259,7 +259,7 @@ def test_the_review_record_is_written_before_the_baselines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Item 10: a failing baseline write still leaves convperf-update.md (it was written after them)."""
-    from pytest_convperf import updates
+    from pytest_convperf.baselines import updates
 
     cfg = _write_cfg(tmp_path, machine="box")
     row = {
@@ -282,7 +282,7 @@ def test_the_review_record_is_written_before_the_baselines(
 
 def test_review_reads_baseline_files_like_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``review`` shares the loader: a duplicate key or non-UTF-8 bytes are named, not a traceback."""
-    from pytest_convperf import review
+    from pytest_convperf.reports import review
 
     path = write(tmp_path / "baselines", dump_text(MACHINE, {KEY: make_entry()}))
     git(tmp_path, "init", "-q")

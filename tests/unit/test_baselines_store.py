@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_convperf.baselines import (
+from pytest_convperf.baselines.store import (
     SCHEMA,
     Entry,
     Store,
@@ -166,7 +166,7 @@ def test_merge_files_unions_and_reports_conflicts(tmp_path: Path) -> None:
 
 
 def test_writes_leave_no_temp_files_and_only_the_ignored_lock_folder(tmp_path: Path) -> None:
-    from pytest_convperf.files import LOCK_DIR
+    from pytest_convperf.core.files import LOCK_DIR
 
     Store(tmp_path, MACHINE).write("test_mod", {"a": make_entry()})
     assert sorted(p.name for p in (tmp_path / MACHINE).iterdir()) == [LOCK_DIR, "test_mod.yaml"]

@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.baselines import Entry, dump_text, read_file
-from pytest_convperf.calibration import calibrate_records, code_difference, recentre, write_calibration
-from pytest_convperf.results import entry_digest
+from pytest_convperf.baselines.calibration import (
+    calibrate_records,
+    code_difference,
+    recentre,
+    write_calibration,
+)
+from pytest_convperf.baselines.store import Entry, dump_text, read_file
+from pytest_convperf.core.results import entry_digest
 
 NOISE = 0.01
 # Five runs around ln(0.5): median exactly ln(0.5), spread of the order of NOISE.
@@ -155,8 +160,8 @@ def test_write_calibration_replaces_only_at_the_recording_code(tmp_path: Path) -
 
 
 def test_code_state_ignores_baselines_and_reports_but_not_code(tmp_path: Path) -> None:
-    from pytest_convperf.config import ConvperfConfig
-    from pytest_convperf.updates import code_state
+    from pytest_convperf.baselines.updates import code_state
+    from pytest_convperf.core.config import ConvperfConfig
     from tools.ab_scratch import git
 
     git(tmp_path, "init", "-q")
@@ -182,7 +187,7 @@ def test_code_state_ignores_baselines_and_reports_but_not_code(tmp_path: Path) -
 
 def _repo(tmp_path: Path) -> tuple[object, str]:
     """A repository with one committed kernel module; its config and HEAD."""
-    from pytest_convperf.config import ConvperfConfig
+    from pytest_convperf.core.config import ConvperfConfig
     from tools.ab_scratch import git
 
     git(tmp_path, "init", "-q")
@@ -197,7 +202,7 @@ def _repo(tmp_path: Path) -> tuple[object, str]:
 def test_an_untracked_module_is_not_the_recorded_code(tmp_path: Path) -> None:
     # Issue 25.2: a candidate in an untracked module became 30 % slower and calibrate, seeing a
     # clean HEAD, re-centred the ratio onto the regression. An untracked file is code HEAD lacks.
-    from pytest_convperf.updates import code_state
+    from pytest_convperf.baselines.updates import code_state
 
     cfg, head = _repo(tmp_path)
     (tmp_path / "convperf-update.md").write_text("# review record\n")  # what an update writes
@@ -214,7 +219,7 @@ def test_an_imported_ignored_module_is_not_the_recorded_code(
     import importlib
     import sys
 
-    from pytest_convperf.updates import code_state
+    from pytest_convperf.baselines.updates import code_state
 
     cfg, head = _repo(tmp_path)
     (tmp_path / "build").mkdir()

@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.baselines import Store, read_file
-from pytest_convperf.cliffs import (
+from pytest_convperf.baselines.store import Store, read_file
+from pytest_convperf.baselines.updates import new_entry
+from pytest_convperf.core.config import parse_floors
+from pytest_convperf.core.entry import InvalidEntry, parse_entry
+from pytest_convperf.judge.cliffs import (
     CliffChange,
     file_changes,
     floor_message,
@@ -16,10 +19,7 @@ from pytest_convperf.cliffs import (
     plan_pinned,
     render_md,
 )
-from pytest_convperf.config import parse_floors
-from pytest_convperf.entry import InvalidEntry, parse_entry
-from pytest_convperf.updates import new_entry
-from pytest_convperf.verdict import default_policy
+from pytest_convperf.judge.verdict import default_policy
 from tests.unit.test_verdict import ENV, comparison
 
 

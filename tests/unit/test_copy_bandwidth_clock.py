@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_convperf import device as device_mod
-from pytest_convperf.device import measure_copy_bandwidth, resolve_device
+from pytest_convperf.core import device as device_mod
+from pytest_convperf.core.device import measure_copy_bandwidth, resolve_device
 
 
 def test_one_thread_copy_bandwidth_uses_the_thread_clock(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 
-from pytest_convperf.correctness import (
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.core.strategies import conv2d_problems
+from pytest_convperf.correctness.oracle import (
     ConvMismatch,
     ReferenceDefect,
     assert_conv_close,
@@ -22,8 +24,6 @@ from pytest_convperf.correctness import (
     reproduce,
     tolerance,
 )
-from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
 
 PROBLEM = Conv2dProblem(n=2, c_in=6, h=11, w=9, c_out=6, kernel=3, padding=1, groups=3)
 
@@ -214,7 +214,9 @@ def test_a_raising_candidate_shows_the_traceback_into_the_users_code_not_the_plu
     message = report.message()
     assert "raised ValueError: tile size must divide 7" in message
     assert "in calls_a_helper_that_raises" in message and "in _users_helper" in message
-    assert "pytest_convperf" + os.sep not in message.replace("pytest_convperf.correctness", ""), message
+    assert "pytest_convperf" + os.sep not in message.replace("pytest_convperf.correctness.oracle", ""), (
+        message
+    )
 
 
 def test_an_fp16_output_where_fp32_was_expected_fails_saying_dtype() -> None:

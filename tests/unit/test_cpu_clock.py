@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pytest_convperf.calibration import calibrate_records, noise_of
-from pytest_convperf.device import resolve_device
-from pytest_convperf.results import MEASURED_MODES
-from pytest_convperf.timing import make_timer
-from pytest_convperf.timing.cpu import CpuTimer
-from pytest_convperf.timing.protocol import Job
+from pytest_convperf.baselines.calibration import calibrate_records, noise_of
+from pytest_convperf.core.device import resolve_device
+from pytest_convperf.core.results import MEASURED_MODES
+from pytest_convperf.measure.cpu import CpuTimer
+from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.timers import make_timer
 
 
 def _spin(seconds: float) -> None:

@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_convperf.timing import Job
-from pytest_convperf.timing import cuda as cuda_timing
-from pytest_convperf.timing.fake import FakeTimer
-from pytest_convperf.timing.rounds import StopRule, measure_one
+from pytest_convperf.measure import cuda as cuda_timing
+from pytest_convperf.measure.fake import FakeTimer
+from pytest_convperf.measure.rounds import StopRule, measure_one
+from pytest_convperf.measure.timers import Job
 from tests.unit._cuda_stub import Recorder, stub_timer
 
 L2_BYTES = 1 << 16  # 64 KiB: the flush buffer is 128 KiB of int32

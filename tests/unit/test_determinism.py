@@ -9,9 +9,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.correctness import stable_seed
-from pytest_convperf.determinism import bitwise_difference, nondeterminism
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.check.determinism import bitwise_difference, nondeterminism
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import stable_seed
 from tests.rows import check_row
 
 P = Conv2dProblem(n=4, c_in=8, h=8, w=8, c_out=8, padding=(1, 1))
@@ -78,7 +78,7 @@ def test_bitwise_means_bitwise() -> None:
 
 
 def test_the_report_shows_deterministic_checks() -> None:
-    from pytest_convperf.report import ReportRow, cells, terminal_lines
+    from pytest_convperf.reports.report import ReportRow, cells, terminal_lines
 
     row = check_row({"key": "k", "module": "m", "verdict": "PASS", "facts": {"deterministic": True}})
     assert cells(ReportRow.from_row(row))["check"] == "m::k (deterministic)"

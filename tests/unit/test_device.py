@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_convperf import device as dev
-from pytest_convperf.memory import memory_tracker
-from pytest_convperf.profiling import safe_name
+from pytest_convperf.core import device as dev
+from pytest_convperf.measure.memory import memory_tracker
+from pytest_convperf.measure.profiling import safe_name
 
 
 @pytest.mark.parametrize(
@@ -211,7 +211,7 @@ def test_safe_trace_names() -> None:
 def test_cpu_memory_tracker_sees_an_allocation_reusing_freed_heap() -> None:
     """The timer's allocator settings keep freed heap resident (trim threshold 1 GiB); an
     allocation served from it grows no RSS, so the tracker trims the free heap first."""
-    from pytest_convperf.timing.allocator import fix_allocator
+    from pytest_convperf.measure.allocator import fix_allocator
 
     fix_allocator()
     blocks = [torch.ones(4 * 2**20) for _ in range(8)]  # 8 x 16 MiB, under the mmap threshold: heap

@@ -6,8 +6,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from pytest_convperf.problem import Conv2dProblem, require_problem
-from pytest_convperf.strategies import conv2d_problems
+from pytest_convperf.core.problem import Conv2dProblem, require_problem
+from pytest_convperf.core.strategies import conv2d_problems
 
 
 @settings(max_examples=5, deadline=None, database=None)

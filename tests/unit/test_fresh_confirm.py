@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.fresh_confirm import across_processes, suspects
-from pytest_convperf.results import CheckRow
-from pytest_convperf.verdict import _stage
+from pytest_convperf.core.results import CheckRow
+from pytest_convperf.judge.verdict import _stage
+from pytest_convperf.night.fresh_confirm import across_processes, suspects
 from tests.unit.test_verdict import GPU, comparison, entry
 
 
@@ -65,7 +65,7 @@ def test_only_speed_fails_with_a_baseline_are_confirmed_again() -> None:
 def test_a_rerun_inherits_convperf_options_and_absolute_paths_but_no_outputs(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from pytest_convperf.rerun import forwarded_args
+    from pytest_convperf.core.rerun import forwarded_args
 
     given = {"convperf": True, "convperf_device": "cpu", "convperf_report": "r", "convperf_tolerance": "0.05"}
     config = SimpleNamespace(
@@ -96,7 +96,7 @@ def test_a_grandchild_does_not_outlive_a_fresh_process_that_exits_normally(tmp_p
     import sys
     import time
 
-    from pytest_convperf.fresh_confirm import _run
+    from pytest_convperf.night.fresh_confirm import _run
 
     pid_file = tmp_path / "grandchild.pid"
     # The "fresh process" starts a sleeper (its child, our grandchild) and exits 0 at once.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_convperf.strategies import conv2d_problems
+from pytest_convperf.core.strategies import conv2d_problems
 from tools.fuzz_hit_rate import PLANTED_BUGS, hit_rates
 
 RUNS = 20

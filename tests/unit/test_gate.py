@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.baselines import Entry, Store
-from pytest_convperf.config import ConvperfConfig
-from pytest_convperf.gate import judge, policy_for
-from pytest_convperf.results import Comparison, Verdict
+from pytest_convperf.baselines.store import Entry, Store
+from pytest_convperf.check.gate import judge
+from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.judge.policy import policy_for
 from tests.unit.test_verdict import ENV, comparison
 
 DEVICE: Any = SimpleNamespace(kind="cpu", facts={**ENV, "cudnn": 92400})

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.__main__ import main
-from pytest_convperf.history import all_change_points, read_history, series_from_records
+from pytest_convperf.night.history import all_change_points, read_history, series_from_records
 
 pytest.importorskip("ruptures")
 

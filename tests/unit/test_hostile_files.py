@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf import journal
 from pytest_convperf.__main__ import main
-from pytest_convperf.history import all_change_points, read_history
-from pytest_convperf.jsonl import read_objects
-from pytest_convperf.report_files import write_reports
+from pytest_convperf.core.jsonl import read_objects
+from pytest_convperf.night.history import all_change_points, read_history
+from pytest_convperf.reports import journal
+from pytest_convperf.reports.report_files import write_reports
 from tests.hostile_jsonl import field_cases, files
 from tests.rows import check_row
 
@@ -158,7 +158,7 @@ def test_the_session_writes_its_reports_over_a_hostile_history(
 ) -> None:
     # Before: one bad line of an earlier run's history stopped the end of a normal session; only
     # the journal survived. (speedup.png is drawn from tonight's rows alone: left out, for time.)
-    monkeypatch.setattr("pytest_convperf.report_files.plot_speedups", lambda *a, **k: None)
+    monkeypatch.setattr("pytest_convperf.reports.report_files.plot_speedups", lambda *a, **k: None)
     data = HISTORY_FILES[case][0] if case in HISTORY_FILES else HISTORY_FIELDS[case]
     d = _seed(tmp_path, "history.jsonl", data)
     notes = _write_reports(d)

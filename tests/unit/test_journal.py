@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf import journal
 from pytest_convperf.__main__ import main
+from pytest_convperf.reports import journal
 from tests.disk_full import no_space, refuse_write
 
 

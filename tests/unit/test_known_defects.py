@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch.nn.functional as F
 
-from pytest_convperf.known_defects import ONEDNN_6035, conv2d_on_nchw_copies, defect_for
-from pytest_convperf.problem import Conv2dProblem
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.known_defects import ONEDNN_6035, conv2d_on_nchw_copies, defect_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # Found by the README example's fuzz test; F.conv2d's weight gradient segfaults on it (torch 2.14.1).
@@ -32,9 +32,9 @@ def test_only_the_default_reference_on_the_defective_path_is_replaced() -> None:
 def test_the_crashing_problem_is_checked_and_the_reference_named() -> None:
     # In its own process: before the fix this segfaults (rc -11) inside torch.autograd.grad.
     code = (
-        "from pytest_convperf.correctness import assert_conv_close\n"
-        "from pytest_convperf.known_defects import conv2d_on_nchw_copies\n"
-        "from pytest_convperf.problem import Conv2dProblem\n"
+        "from pytest_convperf.correctness.oracle import assert_conv_close\n"
+        "from pytest_convperf.correctness.known_defects import conv2d_on_nchw_copies\n"
+        "from pytest_convperf.core.problem import Conv2dProblem\n"
         f"p = Conv2dProblem.from_id({CRASHING.id!r})\n"
         "r = assert_conv_close(conv2d_on_nchw_copies, p, seed=297966, backward=True)\n"
         "print(r.reference)\n"

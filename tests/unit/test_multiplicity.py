@@ -9,18 +9,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_convperf.baselines import Entry
-from pytest_convperf.multiplicity import (
+from pytest_convperf.baselines.store import Entry
+from pytest_convperf.core.results import Comparison
+from pytest_convperf.judge.verdict import Stage, decide, default_policy
+from pytest_convperf.measure.fake import FakeTimer
+from pytest_convperf.measure.rounds import StopRule, measure_pair
+from pytest_convperf.night.multiplicity import (
     bh_adjusted,
     checks_from_rows,
     control,
     family_p_value,
     holm_adjusted,
 )
-from pytest_convperf.results import Comparison
-from pytest_convperf.timing.fake import FakeTimer
-from pytest_convperf.timing.rounds import StopRule, measure_pair
-from pytest_convperf.verdict import Stage, decide, default_policy
 from tests.rows import check_row
 
 P = [0.01, 0.04, 0.03, 0.005, 0.2]

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("numpy")
 
-from pytest_convperf.nightsim import Scenario, run_nights
+from tools.nightsim import Scenario, run_nights
 
 SMALL = Scenario(checks=100, nights_per_suite=5)
 NIGHTS = 10

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pytest_convperf import pids
+from pytest_convperf.core import pids
 
 
 def test_this_process_is_alive() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_convperf.problem import Conv2dProblem, canonical_dtype
+from pytest_convperf.core.problem import Conv2dProblem, canonical_dtype
 
 
 def _problem(dtype: object) -> Conv2dProblem:

@@ -12,8 +12,8 @@ import torch
 
 SCRIPT = """
 import torch
-from pytest_convperf.device import resolve_device
-from pytest_convperf.profiling import profile_kernels
+from pytest_convperf.core.device import resolve_device
+from pytest_convperf.measure.profiling import profile_kernels
 print(len(profile_kernels(lambda: torch.ones(64) + 1, resolve_device("cpu"), calls=1)))
 """
 

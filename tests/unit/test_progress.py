@@ -1,4 +1,4 @@
-"""The live progress line (pytest_convperf.progress) against a recording stand-in for pytest's
+"""The live progress line (pytest_convperf.reports.progress) against a recording stand-in for pytest's
 terminal reporter, and the summary's story on first and recording runs (report.terminal_lines)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import dataclasses
 import math
 from typing import Any
 
-from pytest_convperf import stats
-from pytest_convperf.progress import LiveProgress, Tally, verdict_text
-from pytest_convperf.report import counts, fmt_time, terminal_lines
+from pytest_convperf.core import stats
+from pytest_convperf.reports.progress import LiveProgress, Tally, verdict_text
+from pytest_convperf.reports.report import counts, fmt_time, terminal_lines
 from tests.rows import check_row
 
 
@@ -158,7 +158,7 @@ def test_the_recording_run_does_not_ask_to_record_and_tells_one_story_with_pytes
 
 
 def test_the_plot_title_names_the_machine_and_the_date() -> None:
-    from pytest_convperf.report_files import plot_title
+    from pytest_convperf.reports.report_files import plot_title
 
     info = {"machine": "amd-epyc-1t", "name": "AMD EPYC"}
     assert plot_title(info, "2026-11-22T22:15:03+00:00") == (

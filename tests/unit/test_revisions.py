@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.refimport import CandidateLookupError, alias_prefix, candidate_path, ref_candidate
-from pytest_convperf.revisions import (
+from pytest_convperf.ab.refimport import CandidateLookupError, alias_prefix, candidate_path, ref_candidate
+from pytest_convperf.ab.revisions import (
     RevisionError,
     checkouts,
     commits_between,
@@ -137,7 +137,7 @@ def test_worktrees_of_a_killed_run_are_removed_by_the_next_and_a_live_runs_are_k
     import os
     import subprocess
 
-    from pytest_convperf.revisions import Checkouts
+    from pytest_convperf.ab.revisions import Checkouts
 
     killed, live = Checkouts(repo), Checkouts(repo)
     stale = killed.path(resolve(repo, "HEAD~1"))

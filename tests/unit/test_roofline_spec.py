@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.device import DeviceInfo
-from pytest_convperf.report import ReportRow, markdown, terminal_lines
-from pytest_convperf.results import CheckRow
-from pytest_convperf.roofline import roofline_facts, spec_peak
+from pytest_convperf.core.device import DeviceInfo
+from pytest_convperf.core.results import CheckRow
+from pytest_convperf.core.roofline import roofline_facts, spec_peak
+from pytest_convperf.reports.report import ReportRow, markdown, terminal_lines
 from tests.rows import check_row
 
 GIB = 2**30

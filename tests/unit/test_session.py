@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.config import ConvperfConfig
-from pytest_convperf.results import CheckRow, ErrorStats
-from pytest_convperf.sections import ReportSections, Section, write_sections
+from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.results import CheckRow, ErrorStats
+from pytest_convperf.reports.sections import ReportSections, Section, write_sections
 from pytest_convperf.session import ROWS_PROPERTY, SECTIONS_PROPERTY, ConvperfSession
 from tests.unit.test_verdict import comparison
 
 
 def _session(tmp_path: Path, machine: str | None = None) -> ConvperfSession:
     cfg = ConvperfConfig(enabled=True, baselines_dir=tmp_path / "bl", machine=machine, report_dir=tmp_path)
-    # No terminal reporter: the live progress line is off (pytest_convperf.progress).
+    # No terminal reporter: the live progress line is off (pytest_convperf.reports.progress).
     plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
     config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0)
     session = ConvperfSession(config, cfg)  # type: ignore[arg-type]

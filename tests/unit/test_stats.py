@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pytest_convperf import stats
+from pytest_convperf.core import stats
 
 
 def test_median_odd_even_and_empty() -> None:

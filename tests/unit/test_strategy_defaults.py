@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import InvalidArgument
 
-from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.strategies import conv2d_problems
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.core.strategies import conv2d_problems
 
 
 @pytest.mark.parametrize("budget", [2**16, 2**12, 2**9])

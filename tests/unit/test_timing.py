@@ -13,13 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.device import ClockSample, resolve_device
-from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.results import Comparison
-from pytest_convperf.timing import Job, TimerCallable, make_timer
-from pytest_convperf.timing.cpu import CpuTimer
-from pytest_convperf.timing.fake import FakeTimer
-from pytest_convperf.timing.rounds import (
+from pytest_convperf.core.device import ClockSample, resolve_device
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.core.results import Comparison
+from pytest_convperf.measure.cpu import CpuTimer
+from pytest_convperf.measure.fake import FakeTimer
+from pytest_convperf.measure.rounds import (
     StopRule,
     TimedCallError,
     Workload,
@@ -29,6 +28,7 @@ from pytest_convperf.timing.rounds import (
     measure_pair,
     warm_up,
 )
+from pytest_convperf.measure.timers import Job, TimerCallable, make_timer
 
 
 def noop() -> None:

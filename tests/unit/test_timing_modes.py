@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.baselines import Entry, parse_text
-from pytest_convperf.env import timing_of
-from pytest_convperf.results import Comparison, Measurement, Verdict
-from pytest_convperf.timing import Job
-from pytest_convperf.timing.fake import FakeTimer
-from pytest_convperf.timing.rounds import StopRule, measure_pair
-from pytest_convperf.verdict import decide, default_policy
+from pytest_convperf.baselines.store import Entry, parse_text
+from pytest_convperf.core.env import timing_of
+from pytest_convperf.core.results import Comparison, Measurement, Verdict
+from pytest_convperf.judge.verdict import decide, default_policy
+from pytest_convperf.measure.fake import FakeTimer
+from pytest_convperf.measure.rounds import StopRule, measure_pair
+from pytest_convperf.measure.timers import Job
 from tests.rows import check_row
 
 RULE = StopRule(min_rounds=21, max_rounds=21)
@@ -163,9 +163,9 @@ def test_timing_of_records_the_flush_for_cold_timings_only() -> None:
 
 
 def test_calibrate_folds_one_mode_and_records_it(tmp_path: Path) -> None:
-    from pytest_convperf.baselines import read_file
-    from pytest_convperf.calibration import calibrate_records, write_calibration
-    from pytest_convperf.report_files import history_records
+    from pytest_convperf.baselines.calibration import calibrate_records, write_calibration
+    from pytest_convperf.baselines.store import read_file
+    from pytest_convperf.reports.report_files import history_records
 
     path = tmp_path / "box" / "m.yaml"
 

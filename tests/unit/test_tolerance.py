@@ -11,15 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from perf_tests.paired import accuracy_lines
-from pytest_convperf.correctness import (
+from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.oracle import (
     ConvMismatch,
     ReferenceDefect,
     assert_conv_close,
     check_conv,
     make_grad_out,
 )
-from pytest_convperf.problem import Conv2dProblem
-from pytest_convperf.tolerance import (
+from pytest_convperf.correctness.tolerance import (
     REFERENCE_FACTOR,
     WITHIN_TOLERANCE,
     error_stats,

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.baselines import Entry, Store
-from pytest_convperf.config import ConvperfConfig
-from pytest_convperf.results import Verdict
-from pytest_convperf.updates import (
+from pytest_convperf.baselines.store import Entry, Store
+from pytest_convperf.baselines.updates import (
     UpdatePlan,
     apply_updates,
     new_entry,
@@ -18,7 +16,9 @@ from pytest_convperf.updates import (
     quality_of,
     render_update_md,
 )
-from pytest_convperf.verdict import Decision, default_policy
+from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.results import Verdict
+from pytest_convperf.judge.verdict import Decision, default_policy
 from tests.disk_full import no_space, refuse_write
 from tests.rows import check_row
 from tests.unit.test_verdict import ENV, comparison
@@ -147,7 +147,7 @@ def test_a_full_disk_on_one_file_writes_the_others_and_names_what_was_not_writte
 def test_no_baseline_is_written_without_its_review_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_convperf import updates
+    from pytest_convperf.baselines import updates
 
     monkeypatch.setattr(updates, "atomic_write", refuse_write)
     cfg = _cfg(tmp_path, {"new"})
@@ -168,8 +168,8 @@ def test_a_lone_surrogate_in_a_key_does_not_cost_the_other_entries(tmp_path: Pat
 
 
 def test_a_planned_write_never_applied_is_not_reported_as_recorded() -> None:
-    from pytest_convperf.report import terminal_lines
-    from pytest_convperf.update_outcome import Applied, mark_written
+    from pytest_convperf.baselines.update_outcome import Applied, mark_written
+    from pytest_convperf.reports.report import terminal_lines
 
     rows = [check_row(r) for r in _new_rows([("test_a", "test_1"), ("test_a", "test_2")])]
     crashed = "\n".join(terminal_lines(rows))  # journal rows of a session that died before its update

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.results import Comparison, Verdict
-from pytest_convperf.verdict import decide, default_policy
+from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.judge.verdict import decide, default_policy
 from tests.unit.test_verdict import ENV, GPU, comparison, entry
 
 CPU = default_policy("cpu")
@@ -98,7 +98,7 @@ def test_unconfirmed_improvement_is_a_pass_never_improved() -> None:
 
 @pytest.mark.parametrize("confirm_ratio", [0.5, 0.598])
 def test_improved_update_records_only_a_confirmed_improvement(confirm_ratio: float, tmp_path: Path) -> None:
-    from pytest_convperf.updates import new_entry, plan_update
+    from pytest_convperf.baselines.updates import new_entry, plan_update
     from tests.unit.test_updates import _cfg
 
     old = entry(0.6)

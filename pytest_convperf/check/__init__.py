@@ -1,0 +1,4 @@
+"""Layer 8, check: one check from candidate to row (workload, pairing, faults, gate, the fixture).
+
+See docs/architecture.md for the layer order, which tests/ci/test_import_graph.py enforces.
+"""

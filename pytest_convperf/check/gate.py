@@ -1,0 +1,110 @@
+"""The baseline judgement of one check: look up the entry, decide, plan the update, act on the item.
+
+``ConvperfFixture.gate`` calls :func:`judge` once per check with the config, the machine's
+:class:`~pytest_convperf.baselines.store.Store`, the device, the measured comparison and a way to
+re-measure; it puts ``Judgement.row_fields`` into the check's row, records it, then calls
+``Judgement.enforce()``, which fails (FAIL, correctness, refused update, strict NEW) or skips
+(INCONCLUSIVE) the running test; a speed FAIL under session-wide false-alarm control is reported
+as "speed FAIL pending" (``night.pending_speed_fail``) and decided at session end. Nothing is
+written here: the controller writes the planned updates once at session end
+(:mod:`pytest_convperf.baselines.updates`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_convperf.baselines.store import Store
+from pytest_convperf.baselines.updates import UpdatePlan, new_entry, plan_update
+from pytest_convperf.core.env import env_from_facts, timing_of
+from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.judge.policy import decision_of, policy_for
+from pytest_convperf.judge.verdict import Decision
+
+if TYPE_CHECKING:
+    from pytest_convperf.core.config import ConvperfConfig
+    from pytest_convperf.core.device import DeviceInfo
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The decision of one check, its planned update, and the judgement's fields of the check's row
+    (``machine``, ``baselines_file``, ``device_kind``, ``env``, ``timing``, ``decision``, ``baseline``,
+    ``update``)."""
+
+    decision: Decision
+    update: UpdatePlan | None
+    row_fields: dict[str, Any] = field(default_factory=dict)
+    # Speed FAILs are decided across the session at its end (``night.py``), not here.
+    deferred: bool = False
+
+    def enforce(self) -> None:
+        """Fail or skip the running test as the decision (and update plan) says.
+
+        A speed FAIL under session-wide control is not raised here: the controller decides it with
+        every other check of the session. Its test is reported "speed FAIL pending" at once (its row
+        says FAIL; ``night.pending_speed_fail``) and counted failed at session end if kept.
+        """
+        plan, decision = self.update, self.decision
+        if plan is not None and plan.action == "refused":
+            pytest.fail(f"{decision.message}\nconvperf update refused: {plan.why}", pytrace=False)
+        if plan is not None and plan.action == "write":
+            return  # the update acknowledges the change; the summary lists it
+        if self.deferred and decision.verdict is Verdict.FAIL:
+            return
+        if decision.outcome == "fail":
+            pytest.fail(decision.message, pytrace=False)
+        if decision.outcome == "skip":
+            pytest.skip(decision.message)
+
+
+def judge(
+    cfg: ConvperfConfig,
+    store: Store,
+    device: DeviceInfo,
+    comparison: Comparison,
+    *,
+    module: str,
+    key: str,
+    confirm: Callable[[int], Comparison],
+    errors: Sequence[ErrorStats] = (),
+    backend: str | None = None,
+    quality: Mapping[str, float] | None = None,
+) -> Judgement:
+    """Decide one check (``module``, ``key``) against its entry in ``store``.
+
+    ``confirm(n_rounds)`` re-times the same pair with ``n_rounds`` rounds.
+    """
+    env = env_from_facts(device.facts)
+    old = store.get(module, key)
+    policy = policy_for(cfg, device.kind, old)
+    quality = dict(quality or {})
+    decision = decision_of(
+        comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
+    )
+    final = decision.confirm if decision.confirm is not None else comparison
+    kernels = comparison.facts.get("kernels")
+    plan: UpdatePlan | None
+    if comparison.inconclusive:
+        # Decided for correctness/quality drift only: the timing must never be recorded.
+        plan = UpdatePlan("skip", "inconclusive measurements are never recorded") if cfg.update else None
+    else:
+        candidate = new_entry(
+            final, old, policy, env=env, backend=backend, errors=errors, quality=quality, kernels=kernels
+        )
+        plan = plan_update(cfg, decision, old, candidate, policy)
+    fields: dict[str, Any] = {
+        "machine": store.machine,
+        "baselines_file": str(store.path(module)),
+        "device_kind": device.kind,
+        "env": env,
+        "timing": timing_of(final),
+        "decision": decision.to_dict(),
+        "baseline": old.to_yaml() if old is not None else None,
+        "update": plan.to_dict() if plan is not None else None,
+    }
+    return Judgement(decision, plan, fields, deferred=cfg.false_alarms != "none")

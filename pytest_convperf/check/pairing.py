@@ -1,0 +1,161 @@
+"""The paired timing of one check: the facts taken once, the first measurement, its confirm.
+
+:func:`time_pair` measures a candidate against its reference on the check's inputs (under the
+timing slot and the perf settings of :mod:`pytest_convperf.check.workload`), and returns the first
+:class:`~pytest_convperf.core.results.Comparison` with ``confirm(n_rounds)``, which re-times the same
+pair with that many rounds (the confirm run is asked for in rounds from end to end). Every
+comparison passes the roofline sanity check (:func:`sanity`): a time under half the floor is
+:class:`ImplausibleTime`, and the floors are added as facts with ``dataclasses.replace``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch.nn.functional as F
+
+from pytest_convperf.check.faults import device_errors
+from pytest_convperf.check.workload import (
+    Candidate,
+    InputSets,
+    check_phase,
+    memory_facts,
+    perf_settings,
+    reference_facts,
+)
+from pytest_convperf.core.results import Comparison
+from pytest_convperf.core.roofline import roofline_facts
+from pytest_convperf.correctness.known_defects import safe_reference
+from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.measure.parallel import timing_slot
+from pytest_convperf.measure.rounds import StopRule, Workload, measure_pair
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.measure.timers import Timer
+
+__all__ = ["ImplausibleTime", "TimedPair", "sanity", "time_pair"]
+
+
+class ImplausibleTime(AssertionError):
+    """A measured time below half the roofline floor: the kernel cannot have done its work."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedPair:
+    """A first measurement, ``confirm(n_rounds)``, and the candidate's last timed call of the
+    first measurement (its inputs, its output) for
+    :func:`pytest_convperf.correctness.integrity.after_timing`."""
+
+    first: Comparison
+    confirm: Callable[[int], Comparison]
+    last_output: tuple[ConvInputs, object] | None
+
+
+def time_pair(
+    timer: Timer,
+    device: DeviceInfo,
+    config: pytest.Config,
+    nodeid: str,
+    candidate: Candidate,
+    problem: Conv2dProblem,
+    *,
+    reference: Candidate | None,
+    phase: str,
+    mode: str,
+    rule: StopRule | None,
+    inputs: ConvInputs | None = None,
+    stored_mode: str | None = None,
+) -> TimedPair:
+    """Measure once; ``confirm(n_rounds)`` re-times with ``n_rounds`` rounds.
+
+    ``inputs``: the check's inputs of the recorded seed (built here when not given). ``stored_mode``:
+    the entry's timing mode, which ``auto`` reuses (the confirm reuses the first run's: never mixed)."""
+    check_phase(phase)
+    device.ensure_usable()
+    # A default reference on a path known to crash upstream is timed on another path (named).
+    ref_fn, ref_note = safe_reference(
+        reference if reference is not None else F.conv2d,
+        problem,
+        device.torch_device,
+        weight_grad=phase in ("weight_grad", "backward"),
+    )
+    seed = stable_seed(problem)
+    if phase != "forward" and mode == "graph":
+        raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
+    facts: dict[str, Any] = {"seed": seed, "phase": phase, "machine": device.slug}
+    if ref_note is not None:
+        facts["reference_note"] = ref_note
+    if phase != "forward" and mode == "auto":
+        mode = "cold" if device.is_cuda else mode
+        facts["mode_note"] = "gradient phases are timed without CUDA graphs"
+    base_rule = rule or StopRule.for_timer(timer)
+    if inputs is None:
+        inputs = problem.make_inputs(seed, device.torch_device)
+    check_inputs = inputs
+    last: list[tuple[ConvInputs, object] | None] = [None]
+
+    def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
+        with device_errors(device, nodeid, problem.id), perf_settings(problem, device) as settings:
+            sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs)
+            cand = Workload(
+                "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
+            )
+            ref = Workload(
+                "reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes, sets.refresh(1)
+            )
+            if phase != "forward":
+                cand = Workload("candidate", cand.call)
+                ref = Workload("reference", ref.call)
+            try:
+                with timing_slot(config):  # under xdist: alone on a shared device
+                    comparison = measure_pair(
+                        timer,
+                        cand,
+                        ref,
+                        mode=mode,
+                        rule=the_rule,
+                        facts={**facts, **settings, **extra},
+                        stored_mode=sticky,
+                    )
+            finally:
+                seen = sets.restore()  # the check's own values back (integrity, the confirm)
+            last[0] = sets.last_output(seen)
+        return sanity(comparison, problem, device)
+
+    # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
+    with timing_slot(config), device_errors(device, nodeid, problem.id):
+        extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
+        extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
+    first = run(base_rule, extra, stored_mode)
+    first_output = last[0]
+
+    def confirm(n_rounds: int) -> Comparison:
+        return run(
+            base_rule.for_rounds(n_rounds, first.n_rounds),
+            {**extra, "confirm_of_rounds": first.n_rounds},
+            first.candidate.mode,
+        )
+
+    return TimedPair(first, confirm, first_output)
+
+
+def sanity(comparison: Comparison, problem: Conv2dProblem, device: DeviceInfo) -> Comparison:
+    """The comparison with its roofline floor as a fact; :class:`ImplausibleTime` under half of it."""
+    bandwidth = device.copy_bandwidth()
+    floor = problem.min_bytes / bandwidth
+    for side, m in (("candidate", comparison.candidate), ("reference", comparison.reference)):
+        if m.median < 0.5 * floor:
+            raise ImplausibleTime(
+                f"{side} median {m.median * 1e6:.3f} us on {problem.id} is under half the roofline floor "
+                f"{floor * 1e6:.3f} us ({problem.min_bytes} bytes at the measured copy bandwidth "
+                f"{bandwidth / 1e9:.1f} GB/s): the kernel did not do its work (did it launch, on the "
+                "current stream, and write its whole output?)"
+            )
+    roofline = roofline_facts(problem.min_bytes, device)  # copy-BW and spec-peak floors
+    return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})

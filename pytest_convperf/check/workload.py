@@ -1,0 +1,338 @@
+"""The workload of one check: the phase calls, the input sets, the perf and correctness settings.
+
+What ``ConvperfFixture`` (``check.py``) times and how: :func:`phase_call` turns a candidate and one
+input set into the zero-argument call of a phase; :class:`InputSets` holds the input sets that
+candidate and reference share (set 0, the recorded seed, is built once per check and also used by
+correctness, memory and traces); :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and
+TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks;
+:func:`reference_facts` and :func:`memory_facts` are the facts measured once before timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pytest_convperf.core.env import ENV_KEYS
+from pytest_convperf.core.precision import ieee_fp32
+from pytest_convperf.core.problem import ConvInputs
+from pytest_convperf.correctness.oracle import describe, make_grad_out
+
+if TYPE_CHECKING:
+    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.problem import Conv2dProblem
+    from pytest_convperf.measure.profiling import Trace
+
+Candidate = Callable[..., Any]
+PHASES = ("forward", "input_grad", "weight_grad", "backward")
+# Backend and kernel names of a reference on a problem, per process: profiling once is enough.
+_REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
+
+
+def check_phase(phase: str) -> None:
+    if phase not in PHASES:
+        raise ValueError(f"phase={phase!r} is not one of {', '.join(PHASES)}")
+
+
+def phase_call(
+    fn: Candidate,
+    inputs: ConvInputs,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    device: str,
+    keep: list[object] | None = None,
+) -> Callable[[], object]:
+    """A zero-argument call timing ``phase`` of ``fn`` on ``inputs``.
+
+    ``forward`` calls ``fn`` itself. The grad phases run the forward once here, with the inputs
+    that the phase differentiates marked ``requires_grad``, and the returned call is
+    ``torch.autograd.grad(out, wrt, grad_out, retain_graph=True)``: only backward kernels are timed.
+    ``keep`` (forward): each call stores its output in ``keep[0]``, so the last timed call's
+    output can be checked after timing (``integrity``); one store, on both sides alike.
+    """
+    args = problem.conv_args()
+    if phase == "forward":
+        x, w, b = inputs
+        if keep is not None:
+            held = keep
+
+            def forward_kept() -> object:
+                held[0] = out = fn(x, w, b, *args)
+                return out
+
+            return forward_kept
+
+        def forward() -> object:
+            return fn(x, w, b, *args)
+
+        return forward
+    x = inputs.input.detach().requires_grad_(phase in ("input_grad", "backward"))
+    w = inputs.weight.detach().requires_grad_(phase in ("weight_grad", "backward"))
+    b = inputs.bias
+    if b is not None:
+        b = b.detach().requires_grad_(phase == "backward")
+    with torch.enable_grad():
+        out = fn(x, w, b, *args)
+    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+        raise TypeError(
+            f"{describe(fn)} returned an output without autograd history, so phase {phase!r} cannot be "
+            "timed: register an autograd formula (torch.library.register_autograd) for the candidate"
+        )
+    wrt = [t for t in (x, w, b) if t is not None and t.requires_grad]
+    grad_out = make_grad_out(problem, seed, device)  # the one correctness checked gradients with
+
+    def backward() -> object:
+        return torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+
+    return backward
+
+
+def reference_backend(problem: Conv2dProblem, inputs: ConvInputs) -> str | None:
+    """The backend ``F.conv2d`` picks for these inputs (``torch._C._select_conv_backend``).
+
+    A private API: None when this torch does not have it or it refuses the arguments.
+    """
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if select is None:
+        return None
+    stride, padding, dilation, groups = problem.conv_args()
+    try:
+        backend = select(
+            inputs.input,
+            inputs.weight,
+            inputs.bias,
+            list(stride),
+            list(padding),
+            list(dilation),
+            False,
+            [0, 0],
+            groups,
+        )
+    except Exception:
+        return None
+    return str(backend).rsplit(".", 1)[-1]
+
+
+@contextmanager
+def perf_settings(problem: Conv2dProblem, device: DeviceInfo) -> Iterator[dict[str, Any]]:
+    """cuDNN benchmark mode on and, for fp32, TF32 off; yields the facts that describe it."""
+    facts: dict[str, Any] = {"tf32": "off" if problem.dtype == "fp32" else "n/a"}
+    with ExitStack() as stack:
+        if problem.dtype == "fp32":
+            stack.enter_context(ieee_fp32())
+        saved = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = device.is_cuda
+        facts["cudnn_benchmark"] = device.is_cuda
+        try:
+            yield facts
+        finally:
+            torch.backends.cudnn.benchmark = saved
+
+
+@contextmanager
+def correctness_settings() -> Iterator[None]:
+    """cuDNN benchmark mode off for the correctness run: the default algorithms, as in fuzzing."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
+class InputSets:
+    """Input sets of candidate and reference: set 0 is the recorded seed (``first``, the check's
+    own inputs), set i seed+i, built when graph mode rotates over more sets.
+
+    The reference times copies (``reference_inputs``) of the candidate's: a candidate that writes
+    its inputs in place (correctness fails it, but a timing-only ``measure`` does not check) must
+    not change what the reference computes on.
+
+    Fresh values each round (forward, floating point): :meth:`refresh` is each side's untimed
+    ``Workload.refresh``; before round k it writes ``base + c_k`` into set 0's input (``c_k`` a
+    different small constant each round, the same for both sides), so a candidate caching its
+    output on the input's pointer and a few of its values misses every round, as the reference
+    never can (issue 25 item 1). Adding a constant costs one pass over the input, outside the
+    timed region, and changes no kernel's work. :meth:`restore` puts the check's values back.
+    """
+
+    def __init__(
+        self,
+        candidate: Candidate,
+        reference: Candidate,
+        problem: Conv2dProblem,
+        phase: str,
+        seed: int,
+        device: str,
+        first: ConvInputs,
+    ) -> None:
+        self.fns = (candidate, reference)
+        self.problem, self.phase, self.seed, self.device = problem, phase, seed, device
+        self.inputs: list[ConvInputs] = []
+        self.reference_inputs: list[ConvInputs] = []
+        self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
+        # The last output of each side's calls, per input set (forward: ``phase_call(keep=)``).
+        self.kept: list[tuple[list[object], list[object]]] = []
+        self._grow(1, first)
+        x = first.input
+        fresh = phase == "forward" and x.is_floating_point()
+        self._base: torch.Tensor | None = x.detach().clone() if fresh else None
+        self._refreshed = [0, 0]  # rounds refreshed per side: round k of both sides gets c_k
+
+    def refresh(self, side: int) -> Callable[[int], object] | None:
+        """Side ``side``'s untimed refresh of set 0's input before each round (None: not refreshed)."""
+        base = self._base
+        if base is None:
+            return None
+        target = (self.inputs if side == 0 else self.reference_inputs)[0].input
+
+        def refresh(_round: int) -> None:
+            k = self._refreshed[side] = self._refreshed[side] + 1
+            # Golden-ratio steps: every round's constant differs; |c| <= 1/8 keeps values in range.
+            c = ((k * 0.6180339887498949) % 1.0 - 0.5) / 4
+            with torch.no_grad():
+                torch.add(base, c, out=target)
+
+        return refresh
+
+    def restore(self) -> ConvInputs | None:
+        """Put the check's own values back; returns a copy of set 0's inputs as the last round saw
+        them (what the last kept output was computed from), None when nothing was refreshed."""
+        if self._base is None or self._refreshed == [0, 0]:
+            return None
+        first = self.inputs[0]
+        seen = ConvInputs(first.input.detach().clone(), first.weight, first.bias)
+        with torch.no_grad():
+            first.input.copy_(self._base)
+            self.reference_inputs[0].input.copy_(self._base)
+        self._refreshed = [0, 0]
+        return seen
+
+    def last_output(self, seen: ConvInputs | None = None) -> tuple[ConvInputs, object] | None:
+        """The input set and output of the candidate's most recent call, when one is known.
+
+        With several sets (graph mode rotates) only a single called set is unambiguous. ``seen``:
+        set 0's inputs as the last round saw them (:meth:`restore`), when they were refreshed."""
+        called = [
+            (seen if i == 0 and seen is not None else self.inputs[i], kept[0][0])
+            for i, kept in enumerate(self.kept)
+            if kept[0][0] is not None
+        ]
+        return called[0] if len(called) == 1 else None
+
+    def _grow(self, k: int, first: ConvInputs | None = None) -> None:
+        while len(self.calls) < k:
+            seed = self.seed + len(self.calls)
+            inputs = (
+                first if first is not None and not self.calls else self.problem.make_inputs(seed, self.device)
+            )
+            bias = inputs.bias.detach().clone() if inputs.bias is not None else None
+            copies = ConvInputs(inputs.input.detach().clone(), inputs.weight.detach().clone(), bias)
+            self.inputs.append(inputs)
+            kept: tuple[list[object], list[object]] = ([None], [None])
+            self.kept.append(kept)
+            self.reference_inputs.append(copies)
+            self.calls.append(
+                (
+                    phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device, kept[0]),
+                    phase_call(self.fns[1], copies, self.problem, self.phase, seed, self.device, kept[1]),
+                )
+            )
+
+    def rotation(self, side: int) -> Callable[[int], Sequence[Callable[[], object]]]:
+        def rotate(k: int) -> Sequence[Callable[[], object]]:
+            self._grow(k)
+            return [pair[side] for pair in self.calls[:k]]
+
+        return rotate
+
+
+def reference_facts(
+    ref_fn: Candidate,
+    default_ref: bool,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    inputs: ConvInputs,
+    device: DeviceInfo,
+) -> dict[str, Any]:
+    """What a row says about the reference: its name, env, copy bandwidth, backend and, on a GPU,
+    its kernels (profiled once per process and problem)."""
+    facts: dict[str, Any] = {
+        "reference": describe(ref_fn),
+        "env": {k: device.facts.get(k) for k in ENV_KEYS},
+        "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
+    }
+    key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)
+    cached = _REFERENCE_FACTS.get(key)
+    if cached is not None:
+        return {**facts, **cached}
+    with perf_settings(problem, device):
+        facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
+        if device.is_cuda:
+            from pytest_convperf.measure.profiling import profile_kernels
+
+            call = phase_call(ref_fn, inputs, problem, phase, seed, device.torch_device)
+            call()  # cuDNN's benchmark search must not be what the profiler sees
+            rows = profile_kernels(call, device, calls=1)
+            facts["reference_kernels"] = [r.name for r in rows[:3]]
+            cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
+            facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
+    _REFERENCE_FACTS[key] = {
+        k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
+    }
+    return facts
+
+
+def memory_facts(
+    candidate: Candidate,
+    ref_fn: Candidate,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    inputs: ConvInputs,
+    device: DeviceInfo,
+) -> dict[str, Any]:
+    """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
+    from pytest_convperf.measure.memory import memory_tracker
+
+    facts: dict[str, Any] = {}
+    with perf_settings(problem, device):
+        for side, fn in (("candidate", candidate), ("reference", ref_fn)):
+            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
+            with memory_tracker(device) as mem:
+                out = call()
+                del out
+            facts[f"{side}_peak_bytes"] = mem.peak_bytes
+            facts["source"] = mem.source
+            if mem.nvml_used_bytes is not None:
+                facts["nvml_used_bytes"] = mem.nvml_used_bytes
+    return facts
+
+
+def trace_facts(
+    start: Callable[[str], AbstractContextManager[Trace]],
+    candidate: Candidate,
+    ref_fn: Candidate,
+    problem: Conv2dProblem,
+    phase: str,
+    seed: int,
+    inputs: ConvInputs,
+    device: DeviceInfo,
+) -> list[str]:
+    """With --convperf-trace: paths of a profiler trace of one call of each side (``start``: the
+    test's ``profiling.trace_factory``), each after one untraced call."""
+    paths = []
+    with perf_settings(problem, device):
+        for name, fn in (("candidate", candidate), ("reference", ref_fn)):
+            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
+            call()
+            # The traced call is a region named after its side, so a trace viewer says which is which.
+            with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
+                call()
+            paths.append(str(trace.path))
+    return paths

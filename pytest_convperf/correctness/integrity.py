@@ -1,0 +1,140 @@
+"""Cheats and lazy outputs, looked for after timing (issue 18 item 5).
+
+Correctness runs before timing on copies of the inputs; a candidate can pass it and still not
+compute during timing. After the first timed measurement :func:`after_timing` checks, in order:
+
+1. **stale**: the output of the last timed call (kept by ``workload.phase_call(keep=)``), copied
+   at once, against the fp64 oracle of that call's inputs. A candidate that returns an earlier
+   call's result, or a tensor it fills later (lazily, or on a stream nobody waits for), fails.
+2. **cached**: fresh values written *into the same input tensors* (same data pointers, same
+   shapes), one more call, its output against the oracle of the new values. A candidate that
+   caches results keyed on input pointers (or shapes) returns the old result and fails.
+3. **aliased**: the last timed call's output again: if the call in step 2 changed it, the
+   candidate returns a buffer that later calls overwrite.
+4. **cached output**: one more call on the same values as step 2: an output in the same storage
+   as step 2's (still held, so no allocator could have reused it) is a stored result returned
+   again (a cache keyed on pointers plus a few values, issue 25 item 1). The timing itself gives
+   such a cache nothing to hit: every round's input values are fresh (``InputSets.refresh``).
+
+The check's input values are restored afterwards (the confirm run times them again). Forward
+phase only: a gradient phase's timed call returns gradients that step 1 cannot compare without
+the forward (its correctness was checked before timing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from pytest_convperf.core.device import DeviceInfo
+from pytest_convperf.core.precision import ieee_fp32
+from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
+from pytest_convperf.core.results import ErrorStats, Verdict
+from pytest_convperf.correctness.oracle import Candidate, output_errors
+
+# The fresh values' seed: far from the check's own seed and from graph mode's seed + i sets.
+FRESH_SEED_OFFSET = 0x5EED5
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a candidate did wrong around timing: ``tag`` (the message's first words), why, errors."""
+
+    tag: str
+    message: str
+    errors: tuple[ErrorStats, ...] = ()
+    verdict: str | None = Verdict.CORRECTNESS_FAIL.value
+
+    @classmethod
+    def of(cls, message: str, errors: Sequence[ErrorStats] = ()) -> Finding:
+        return cls(message.split(":")[0], message, tuple(errors))
+
+
+def _worst(errors: Sequence[ErrorStats]) -> str:
+    bad = [e for e in errors if not e.ok]
+    e = max(bad, key=lambda e: e.max_abs) if bad else errors[0]
+    return f"max abs error {e.max_abs:.3g} (allowed {e.atol:.3g} + {e.rtol:.3g} x |expected|)"
+
+
+def after_timing(
+    candidate: Candidate,
+    problem: Conv2dProblem,
+    inputs: ConvInputs,
+    last: tuple[ConvInputs, object] | None,
+    seed: int,
+    device_info: DeviceInfo,
+    oracle: Candidate | None = None,
+) -> Finding | None:
+    """None when the candidate computed honestly, else what it did."""
+    device = device_info.torch_device
+    snap: torch.Tensor | None = None
+    last_out: torch.Tensor | None = None
+    if last is not None and isinstance(last[1], torch.Tensor):
+        last_inputs, last_out = last[0], last[1]
+        if last_out.device.type == "cuda":
+            torch.cuda.synchronize(last_out.device)  # what the caller would see after a sync
+        snap = last_out.detach().clone()
+        errors = output_errors(snap, problem, last_inputs, seed=seed, device=device, oracle=oracle)
+        if not all(e.ok for e in errors):
+            return Finding.of(
+                f"STALE OUTPUT: the output of the last timed call on {problem.id} is wrong "
+                f"({_worst(errors)}): the candidate returned an earlier call's result (a result cached on "
+                "its inputs' pointers: each timed round writes fresh values into the same inputs) or a "
+                "tensor not yet written when it returned. Return the finished result of each call "
+                "(work on the current stream).",
+                errors,
+            )
+    saved = [t.detach().clone() if t is not None else None for t in inputs]
+    fresh = problem.make_inputs(seed + FRESH_SEED_OFFSET, device)
+    try:
+        with torch.no_grad():
+            for dst, src in zip(inputs, fresh):
+                if dst is not None and src is not None:
+                    dst.copy_(src)
+        with _pinned(problem), torch.no_grad():
+            out = candidate(inputs.input, inputs.weight, inputs.bias, *problem.conv_args())
+        errors = output_errors(out, problem, inputs, seed=seed, device=device, oracle=oracle)
+        if not all(e.ok for e in errors):
+            return Finding.of(
+                f"CACHED RESULT: after timing, new values written into the same input tensors (same data "
+                f"pointers and shapes; seed {seed + FRESH_SEED_OFFSET}) gave a wrong output on {problem.id} "
+                f"({_worst(errors)}): the candidate returns results cached on its inputs' pointers or "
+                "shapes instead of computing them.",
+                errors,
+            )
+        if last_out is not None and snap is not None and not torch.equal(last_out, snap):
+            return Finding.of(
+                f"ALIASED OUTPUT: the tensor returned by the last timed call on {problem.id} changed when "
+                "the candidate was called again: it returns a buffer that later calls overwrite. Return "
+                "a new tensor from each call."
+            )
+        with _pinned(problem), torch.no_grad():
+            again = candidate(inputs.input, inputs.weight, inputs.bias, *problem.conv_args())
+        if _same_storage(out, again):
+            return Finding.of(
+                f"CACHED OUTPUT: two calls on the same input values of {problem.id} returned the same "
+                "tensor (one storage, the first still held): the candidate returns a stored result "
+                "instead of computing it (a cache keyed on its inputs' pointers or values). Return a new "
+                "tensor from each call."
+            )
+    finally:
+        with torch.no_grad():
+            for dst, old in zip(inputs, saved):
+                if dst is not None and old is not None:
+                    dst.copy_(old)
+    return None
+
+
+def _pinned(problem: Conv2dProblem) -> AbstractContextManager[object]:
+    """IEEE fp32 for an fp32 problem (as correctness ran it); a fresh context per call."""
+    return ieee_fp32() if problem.dtype == "fp32" else nullcontext()
+
+
+def _same_storage(a: object, b: object) -> bool:
+    """Two outputs in one storage: ``b`` came while ``a`` was alive, so no allocator could reuse it."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.numel() == 0:
+        return False
+    return bool(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())

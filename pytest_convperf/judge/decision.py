@@ -1,0 +1,137 @@
+"""The data of a baseline decision (DESIGN §7): its thresholds (:class:`Policy`), one statistical
+look at the slowdown (:class:`Stage`), the outcome (:class:`Decision`) and the message helpers
+that :mod:`pytest_convperf.judge.verdict` and :mod:`pytest_convperf.judge.few_rounds` share. Pure: no torch,
+no pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.core.stats import t_cdf, t_quantile
+
+if TYPE_CHECKING:
+    from pytest_convperf.core.entry import Entry
+
+Outcome = Literal["pass", "fail", "skip"]
+
+SCREEN_Q = 0.95
+CONFIRM_Q = 0.9995
+CONFIRM_FACTOR = 3
+DRIFT_FACTOR = 4.0
+# Fewer kept rounds than this have no 95 % CI of the median (``timing.rounds`` makes them INCONCLUSIVE).
+MIN_CI_ROUNDS = 6
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Thresholds of the decision; :func:`default_policy` fills them per device type."""
+
+    tolerance: float
+    noise_floor: float
+    max_mde: float
+    strict: bool = False
+    screen_q: float = SCREEN_Q
+    confirm_q: float = CONFIRM_Q
+    confirm_factor: int = CONFIRM_FACTOR
+    drift_factor: float = DRIFT_FACTOR
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One statistical look at d: the screen (first measurement) or the confirmation."""
+
+    name: str
+    d: float
+    sigma: float
+    df: float
+    q: float
+    n_rounds: int
+
+    @property
+    def t(self) -> float:
+        return t_quantile(self.q, self.df)
+
+    @property
+    def lower(self) -> float:
+        return self.d - self.t * self.sigma
+
+    @property
+    def upper(self) -> float:
+        return self.d + self.t * self.sigma
+
+    def delta_ci(self, q: float = SCREEN_Q) -> tuple[float, float]:
+        """Two-sided ``2q - 1`` interval of the slowdown as a fraction (0.05 = 5 % slower)."""
+        half = t_quantile(q + (1 - q) / 2, self.df) * self.sigma
+        return (math.expm1(self.d - half), math.expm1(self.d + half))
+
+    def p_value(self, tolerance: float) -> float:
+        """One-sided p of H0 "slowdown <= tolerance": ``P(T >= (d - ln(1 + tol)) / sigma)``, T ~ t(df).
+
+        The stage rejects H0 at its own quantile exactly when this is under ``1 - q`` (``lower >
+        ln(1 + tol)``), so a night-wide controller (``multiplicity``) can replace ``1 - q``.
+        """
+        t = (self.d - math.log1p(tolerance)) / self.sigma
+        # The lower tail of -t keeps precision where 1 - cdf(t) would round to 0.
+        return t_cdf(-t, self.df)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict for one check and everything a message or a report needs."""
+
+    verdict: Verdict
+    outcome: Outcome
+    message: str
+    stage: str | None = None
+    tolerance: float = 0.0
+    noise: float | None = None
+    delta: float | None = None
+    delta_ci: tuple[float, float] | None = None
+    sigma: float | None = None
+    mde: float | None = None
+    rounds_needed: int | None = None
+    env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    confirm: Comparison | None = None
+    # One-sided p-value of H0 "slowdown <= tolerance" from the last stage that ran for a suspect:
+    # the confirm stage (or the screen when there was no confirm); None when no suspect was tested.
+    p_value: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "outcome": self.outcome,
+            "message": self.message,
+            "stage": self.stage,
+            "tolerance": self.tolerance,
+            "noise": self.noise,
+            "delta": self.delta,
+            "delta_ci": list(self.delta_ci) if self.delta_ci else None,
+            "sigma": self.sigma,
+            "mde": self.mde,
+            "rounds_needed": self.rounds_needed,
+            "env_diff": {k: list(v) for k, v in self.env_diff.items()},
+            "notes": list(self.notes),
+            "confirm": self.confirm.to_dict() if self.confirm is not None else None,
+            "p_value": self.p_value,
+        }
+
+
+def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
+    """(noise used, its degrees of freedom): the stored noise, floored; a floor counts as known."""
+    noise = max(entry.noise, policy.noise_floor)
+    runs = entry.noise_runs or 0
+    df = float(runs - 1) if runs >= 2 and entry.noise > policy.noise_floor else math.inf
+    return noise, df
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def percent(x: float, digits: int = 1) -> str:
+    return f"{x * 100:.{digits}f} %"

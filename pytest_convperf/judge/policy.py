@@ -1,0 +1,49 @@
+"""The policy a check is judged by and the decision under it: the rule of ``verdict.decide`` plus
+what a FAIL says about the kernels that moved. Shared by the check's gate and the fresh-process
+confirm at session end, which decides again by the same rule."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pytest_convperf.core import kerneldiff
+from pytest_convperf.core.entry import Entry
+from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.judge.verdict import Decision, Policy, decide, default_policy
+
+if TYPE_CHECKING:
+    from pytest_convperf.core.config import ConvperfConfig
+
+
+def policy_for(cfg: ConvperfConfig, device_kind: str, entry: Entry | None) -> Policy:
+    """The command line's tolerance wins over the entry's own, which wins over the device default."""
+    tol = cfg.tolerance if cfg.tolerance is not None else (entry.tolerance if entry is not None else None)
+    policy = default_policy(device_kind, tolerance=tol, strict=cfg.strict)
+    if cfg.noise_floor is not None:
+        policy = dataclasses.replace(policy, noise_floor=cfg.noise_floor)
+    return policy
+
+
+def decision_of(
+    comparison: Comparison,
+    old: Entry | None,
+    policy: Policy,
+    *,
+    confirm: Callable[[int], Comparison],
+    errors: Sequence[ErrorStats],
+    env: Mapping[str, str],
+    backend: str | None,
+    quality: Mapping[str, float],
+) -> Decision:
+    """``verdict.decide``, and a FAIL says which kernel changed (issue 18). Also the fresh-process
+    confirm's (``fresh_confirm``): the same rule, its confirm measured in another process."""
+    decision = decide(
+        comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
+    )
+    kernels = comparison.facts.get("kernels")  # the candidate's table now (check(), when asked)
+    moved = kerneldiff.describe(old.kernels if old is not None else None, kernels)
+    if moved and decision.verdict is Verdict.FAIL:
+        decision = dataclasses.replace(decision, message=f"{decision.message}\n{moved}")
+    return decision

@@ -1,0 +1,86 @@
+"""The :class:`Timer` protocol and the :class:`Job` it times (see :mod:`pytest_convperf.measure.timers`).
+
+Kept apart from the package's entry points so every timer and the rounds engine import it
+without importing the package that builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pytest_convperf.core.results import FLUSH_KINDS, MEASURED_MODES
+
+if TYPE_CHECKING:
+    from pytest_convperf.core.device import ClockSample
+
+# Modes of a timed job. ``cold``/``warm``/``graph`` exist on CUDA; ``cpu`` and ``fake`` are
+# the only modes of their timers.
+MODES = ("auto", "cold", "warm", "graph")
+# What ``auto`` resolves to (``results.MEASURED_MODES`` are all the modes a measurement can have).
+AUTO_CHOICES = ("cold", "graph")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One thing to time. ``call()`` runs it once; a sample is elapsed / ``calls_per_sample``.
+
+    ``flush`` asks the timer to evict L2 before the sample (outside the timed region).
+    ``mode`` and ``l2`` describe the job for the report (``Measurement.mode``/``.l2``).
+    ``before(round_index)``, when set, runs before each round that times this job, outside the
+    timed region (fresh input values: :meth:`pytest_convperf.check.workload.InputSets.refresh`).
+    """
+
+    name: str
+    call: Callable[[], object]
+    calls_per_sample: int = 1
+    flush: bool = True
+    mode: str = "cold"
+    l2: str = "flushed"
+    before: Callable[[int], object] | None = None
+
+
+@runtime_checkable
+class Timer(Protocol):
+    """What the rounds engine needs from a clock. All times are seconds."""
+
+    kind: str  # "cuda", "cpu" or "fake"
+    l2_bytes: int
+    supports_graphs: bool
+
+    def now(self) -> float:
+        """The clock that time caps are measured on (wall time; simulated for the fake)."""
+        ...
+
+    def job(self, name: str, call: Callable[[], object], mode: str) -> Job:
+        """A job for ``call`` in ``mode`` (``cold``, ``warm``); timers map it to what they support."""
+        ...
+
+    def graph_job(self, name: str, calls: Sequence[Callable[[], object]], per_replay: int, l2: str) -> Job:
+        """A job replaying a CUDA graph of ``per_replay`` calls cycling over ``calls``."""
+        ...
+
+    def run_round(self, jobs: Sequence[Job]) -> list[float]:
+        """Run each job once in order; return seconds per call for each."""
+        ...
+
+    def clocks(self) -> ClockSample | None:
+        """Clock state right after the last round (None: clocks unknown)."""
+        ...
+
+    def warmed_up(self) -> None:
+        """Called after each warm-up: re-size what depends on the clocks (the CUDA launch gate)."""
+        ...
+
+    def pinned(self) -> AbstractContextManager[None]:
+        """Context in which measurements run (fixed thread count on a CPU)."""
+        ...
+
+    def facts(self) -> dict[str, Any]:
+        """What a report should know about this timer (flush bytes, gate, threads, ...)."""
+        ...
+
+
+__all__ = ["AUTO_CHOICES", "FLUSH_KINDS", "MEASURED_MODES", "MODES", "Job", "Timer"]

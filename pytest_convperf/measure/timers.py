@@ -1,0 +1,79 @@
+"""Timers behind one protocol, and the entry points the plugin uses.
+
+A :class:`Timer` times *rounds*: ``run_round(jobs)`` runs every job once, in the given order,
+and returns one sample (seconds per call) for each. ``cuda.CudaTimer`` uses CUDA events with
+an L2 flush and a device-side gate, ``cpu.CpuTimer`` uses ``perf_counter_ns`` with a fixed
+thread count, and ``fake.FakeTimer`` replays given durations so the plugin's own tests drive
+warm-up and stopping deterministically. Warm-up and the adaptive paired rounds live in
+:mod:`pytest_convperf.measure.rounds`, shared by all timers.
+
+Selecting the fake timer: set ``CONVPERF_FAKE_TIMER`` to a JSON replay file (see
+:meth:`fake.FakeTimer.from_file`), or override the ``convperf_timer`` fixture in a conftest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytest_convperf.measure.protocol import AUTO_CHOICES, FLUSH_KINDS, MEASURED_MODES, MODES, Job, Timer
+
+if TYPE_CHECKING:
+    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.results import Measurement
+
+FAKE_TIMER_ENV = "CONVPERF_FAKE_TIMER"
+
+
+def make_timer(device_info: DeviceInfo) -> Timer:
+    """The timer for a device; ``$CONVPERF_FAKE_TIMER`` (a JSON replay file) selects the fake."""
+    path = os.environ.get(FAKE_TIMER_ENV)
+    if path:
+        from pytest_convperf.measure.fake import FakeTimer
+
+        return FakeTimer.from_file(path)
+    if device_info.is_cuda:
+        from pytest_convperf.measure.cuda import CudaTimer
+
+        return CudaTimer(device_info)
+    from pytest_convperf.measure.cpu import CpuTimer
+
+    return CpuTimer(device_info)
+
+
+class TimerCallable:
+    """The ``gpu_timer`` fixture: ``gpu_timer(fn, *, mode="cold") -> Measurement``.
+
+    Warm-up, then adaptive rounds until the 95 % CI of the median is within +-0.5 % (+-1 %
+    under 10 us) or a cap. ``mode`` is ``cold`` (L2 flushed before each sample), ``warm``,
+    ``graph`` (CUDA graph replay of K calls, for kernels under ~20 us) or ``auto`` (cold,
+    switching to graph for short kernels). On a CPU every mode times with ``perf_counter_ns``.
+    """
+
+    def __init__(self, timer: Timer) -> None:
+        self.timer = timer
+
+    def __call__(self, fn: Callable[[], object], *, mode: str = "cold", **rule: Any) -> Measurement:
+        from pytest_convperf.measure.rounds import StopRule, measure_one
+
+        return measure_one(self.timer, fn, mode=mode, rule=StopRule.for_timer(self.timer, **rule))
+
+
+def make_timer_callable(device_info: DeviceInfo, timer: Timer | None = None) -> TimerCallable:
+    """The object behind the ``gpu_timer`` fixture."""
+    return TimerCallable(timer if timer is not None else make_timer(device_info))
+
+
+__all__ = [
+    "AUTO_CHOICES",
+    "FAKE_TIMER_ENV",
+    "FLUSH_KINDS",
+    "MEASURED_MODES",
+    "MODES",
+    "Job",
+    "Timer",
+    "TimerCallable",
+    "make_timer",
+    "make_timer_callable",
+]
