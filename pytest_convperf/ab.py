@@ -23,11 +23,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_convperf.results import Comparison
-from pytest_convperf.stats import t_quantile
 from pytest_convperf.verdict import GPU_NOISE_FLOOR, POWER_Z, Policy, Stage, default_policy
 
 FASTER, SLOWER, SAME, INCONCLUSIVE = "FASTER", "SLOWER", "SAME", "INCONCLUSIVE"
-AB_VERDICTS = (FASTER, SLOWER, SAME, INCONCLUSIVE)
 
 # Between-run SD of ln(t_A / t_REF) for two identical sides timed in one process (the depthwise
 # reference at n1-c16-h24-w24, one thread, tools/ab_scratch.py self) on the shared 2-core box under
@@ -152,9 +150,3 @@ def decide_ab(first: Comparison, confirm: Callable[[int], Comparison], policy: P
         f"the screen saw A {suspect.lower()} (t_A/t_REF {math.exp(screen.d):.3f}) but the "
         f"{stage.n_rounds}-round confirm did not repeat it at {policy.confirm_q:.2%}",
     )
-
-
-def t_interval(ratio_ln: float, se: float, df: float, q: float = 0.975) -> tuple[float, float]:
-    """Two-sided interval of a ratio from its log, standard error and df (``q`` = upper quantile)."""
-    half = t_quantile(q, df) * se
-    return (math.exp(ratio_ln - half), math.exp(ratio_ln + half))

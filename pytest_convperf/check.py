@@ -320,7 +320,7 @@ class ConvperfFixture:
         if self.session.cfg.trace:
             from pytest_convperf.profiling import trace_factory
 
-            start = trace_factory(self.session.trace_dir(self.request), self.nodeid, self.device)
+            start = trace_factory(self.session.trace_dir(), self.nodeid, self.device)
             ref = reference or F.conv2d
             traces = trace_facts(start, candidate, ref, problem, phase, seed, inputs, self.device)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})
