@@ -31,7 +31,7 @@ FASTER, SLOWER, SAME, INCONCLUSIVE = "FASTER", "SLOWER", "SAME", "INCONCLUSIVE"
 # reference at n1-c16-h24-w24, one thread, tools/ab_scratch.py self) on the shared 2-core box under
 # heavy load: 2.1 % over 10 runs (1.1 % over the first 5); a real 20 % step gave 0.7 % over 10.
 # The stored-baseline comparison of the same check spread 4.0 % (measured before the allocator
-# fix of issue 24), two interleaved processes 8.3 %: README "A/B against a revision, and bisect".
+# fix of issue 24), two interleaved processes 8.3 %: docs/ab.md.
 CPU_AB_NOISE_FLOOR = 0.02
 GPU_AB_NOISE_FLOOR = GPU_NOISE_FLOOR
 

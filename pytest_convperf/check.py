@@ -1,4 +1,4 @@
-"""The ``convperf`` fixture: correctness, paired timing, judgement, result row (DESIGN §3).
+"""The ``convperf`` fixture: correctness, paired timing, judgement, result row (docs/design.md §3).
 
 ``ConvperfFixture.check`` runs, in order: correctness against the fp64 oracle (a failure fails
 the test and records a CORRECTNESS_FAIL row), paired timing of candidate and reference on

@@ -1,8 +1,8 @@
 """Monte-Carlo nights through the real decision path: fake timer -> measure_pair -> decide -> control.
 
-Extends ``shared/reference/regression-sim.py`` (its noise model) to whole nights judged by
-:mod:`pytest_convperf.multiplicity`. Per check, one measurement is ``n`` paired rounds of
-``ln(t_cand / t_ref) = mu + drift + b + e_i``:
+Simulates whole nights of the decision rule (docs/design.md §7), judged by
+:mod:`pytest_convperf.multiplicity`, under this noise model. Per check, one measurement is ``n``
+paired rounds of ``ln(t_cand / t_ref) = mu + drift + b + e_i``:
 
 - ``b`` is the per-process offset, ``sb * t5`` (unit variance), drawn for every screen; the
   in-process confirm keeps it, and a FAIL is confirmed again in a fresh process with its own
