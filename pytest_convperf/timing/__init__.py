@@ -4,9 +4,9 @@ A :class:`Timer` times *rounds*: ``run_round(jobs)`` runs every job once, in the
 and returns one sample (seconds per call) for each. ``cuda.CudaTimer`` uses CUDA events with
 an L2 flush and a device-side gate, ``cpu.CpuTimer`` uses the calling thread's CPU time
 (``thread_time_ns``) in a 1-thread session and the wall clock (``perf_counter_ns``) with several
-threads, at a fixed thread count, and ``fake.FakeTimer`` replays given durations so the plugin's own tests drive
-warm-up and stopping deterministically. Warm-up and the adaptive paired rounds live in
-:mod:`pytest_convperf.timing.rounds`, shared by all timers.
+threads, at a fixed thread count, and ``fake.FakeTimer`` replays given durations so the
+plugin's own tests drive warm-up and stopping deterministically. Warm-up and the adaptive paired
+rounds live in :mod:`pytest_convperf.timing.rounds`, shared by all timers.
 
 Selecting the fake timer: set ``CONVPERF_FAKE_TIMER`` to a JSON replay file (see
 :meth:`fake.FakeTimer.from_file`), or override the ``convperf_timer`` fixture in a conftest.
