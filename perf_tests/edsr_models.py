@@ -5,7 +5,7 @@ MeanShift -> head conv 3->F -> B ResBlocks (conv-ReLU-conv, bias, ``res_scale``)
 conv F->F] -> global skip -> Upsampler (conv F->4F + PixelShuffle(2) per x2; conv F->9F +
 PixelShuffle(3) for x3) -> conv F->3 -> MeanShift.
 
-Definitions (see ``../shared/reference/conv-domain.md`` §6):
+Definitions (the counts are tabled in docs/design.md §16):
 
 * ``post_body_conv=False`` (default) is the model of the seed: 1,332,931 parameters (standard)
   and 304,835 (separable) at x2. ``post_body_conv=True`` is the reference definition (1,369,859;

@@ -71,7 +71,7 @@ MODEL_PHASES: tuple[str, ...] = ("forward", "backward", "total", "inference")
 LAYER_PHASES: tuple[str, ...] = ("forward", "backward", "total")
 
 # On a CPU a whole VGG step takes about a second: few rounds, a short warm-up, stated in the
-# report. On a GPU the plugin's defaults (DESIGN §5) apply.
+# report. On a GPU the plugin's defaults (docs/design.md §5) apply.
 CPU_RULE: dict[str, Any] = {
     "min_rounds": 3,
     "max_time_s": 0.5,
@@ -97,7 +97,7 @@ MODEL_GPU_RULE: dict[str, Any] = {"max_time_s": 1.0, "warmup_cap_s": 1.0}
 
 def rule_for(device: torch.device, *, layer: bool = False) -> dict[str, Any]:
     """Stop-rule overrides for ``gpu_timer``: CPU rules (models, layers); on a GPU a shorter cap for
-    whole models and the plugin's defaults (DESIGN §5) for layers."""
+    whole models and the plugin's defaults (docs/design.md §5) for layers."""
     if device.type == "cuda":
         return {} if layer else dict(MODEL_GPU_RULE)
     return dict(LAYER_CPU_RULE if layer else CPU_RULE)

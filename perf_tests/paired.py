@@ -4,7 +4,7 @@
 (the stock network against the same network running our kernels) has no problem spec, so this
 module times the pair with the plugin's public pieces (``timing.rounds.measure_pair`` on the
 fixture's timer) and hands the comparison to ``convperf.gate``, the same last step as a check:
-the baseline decision of DESIGN §7, which fails a confirmed regression of the time ratio and passes
+the baseline decision of docs/design.md §7, which fails a confirmed regression of the time ratio and passes
 NEW/PASS/IMPROVED/ADVISORY with a note, and the one recorded result row.
 """
 

@@ -51,7 +51,7 @@ def _report_lines(tables: Tables, device: torch.device) -> list[str]:
     gpu = device.type == "cuda"
     full = mb.full_size(device)
     rounds = (
-        f"models {mb.MODEL_GPU_RULE}, layers: plugin defaults (adaptive, DESIGN §5)"
+        f"models {mb.MODEL_GPU_RULE}, layers: plugin defaults (adaptive, docs/design.md §5)"
         if gpu
         else f"CPU rules: models {mb.CPU_RULE}, layers {mb.LAYER_CPU_RULE}"
     )

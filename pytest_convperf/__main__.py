@@ -3,8 +3,8 @@
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
     ``--convperf`` and a private report directory, never updating baselines), then stores per
-    check ``noise`` = the between-run SD of ln(time ratio) (robust: 1.4826 x MAD from 3 runs),
-    floored, and
+    check ``noise`` = the between-run SD of ln(time ratio) (the plain SD of the runs left after
+    dropping load spikes beyond 5 robust SDs of the median, from 3 runs on), floored, and
     ``noise_runs`` = K. A check without an entry gets one: the median of the K runs (ref_runs K).
 merge-baselines A B [...] -o OUT [--prefer first|last]
     Merges baseline files of one machine by key; a key with different values in two inputs is

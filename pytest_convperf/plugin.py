@@ -249,8 +249,9 @@ def gpu_timer(request: pytest.FixtureRequest, convperf_timer: Any) -> Any:
     """Time a no-argument callable: ``gpu_timer(fn, *, mode="cold") -> Measurement``.
 
     On a GPU: CUDA events; ``cold`` flushes L2 before each sample, ``warm`` does not, ``graph``
-    replays a CUDA graph for kernels under ~20 us. On a CPU: ``perf_counter_ns`` with a fixed
-    thread count (the mode is reported as ``cpu``). Stops adaptively on the CI of the median.
+    replays a CUDA graph for kernels under ~20 us. On a CPU, at a fixed thread count: the thread's
+    CPU time (``thread_time_ns``, mode ``cpu-thread``) in a 1-thread session, else the wall clock
+    (``perf_counter_ns``, mode ``cpu``). Stops adaptively on the CI of the median.
     ``m.inconclusive`` (None when fine) says why the clocks were too unstable to trust ``m``.
     """
     from pytest_convperf.measure.timers import make_timer_callable
@@ -284,7 +285,7 @@ def profiler_trace(request: pytest.FixtureRequest) -> Any:
     from pytest_convperf.measure.profiling import trace_factory
 
     session = _session(request)
-    return trace_factory(session.trace_dir(request), request.node.nodeid, session.device_info())
+    return trace_factory(session.trace_dir(), request.node.nodeid, session.device_info())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

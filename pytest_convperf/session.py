@@ -162,7 +162,7 @@ class ConvperfSession:
             self._tmp = Path(tempfile.mkdtemp(prefix="convperf-"))
         return self._tmp
 
-    def trace_dir(self, request: pytest.FixtureRequest) -> Path:
+    def trace_dir(self) -> Path:
         path = self.report_dir() / "traces"
         path.mkdir(parents=True, exist_ok=True)
         return path

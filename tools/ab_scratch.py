@@ -12,7 +12,7 @@ times; commits ``k``.. (1-based) carry a slowdown:
   or ``SLOW_S``) in ``costlog.COSTS`` and a conftest's fake timer replays it (with a 1 % wobble):
   the A/B and bisect logic end to end in seconds, for CI.
 
-CLI (the measurements in README "A/B against a revision")::
+CLI (the measurements in docs/ab.md)::
 
     python tools/ab_scratch.py ab|self|bisect|baseline --runs N --out DIR
 """

@@ -1,8 +1,8 @@
 """Monte-Carlo nights through the real decision path: fake timer -> measure_pair -> decide -> control.
 
-Extends ``shared/reference/regression-sim.py`` (its noise model) to whole nights judged by
-:mod:`pytest_convperf.night.multiplicity`. Per check, one measurement is ``n`` paired rounds of
-``ln(t_cand / t_ref) = mu + drift + b + e_i``:
+Simulates whole nights of the decision rule (docs/design.md §7), judged by
+:mod:`pytest_convperf.night.multiplicity`, under this noise model. Per check, one measurement is ``n``
+paired rounds of ``ln(t_cand / t_ref) = mu + drift + b + e_i``:
 
 - ``b`` is the per-process offset, ``sb * t5`` (unit variance), drawn for every screen; the
   in-process confirm keeps it, and a FAIL is confirmed again in a fresh process with its own
@@ -40,12 +40,12 @@ import numpy as np
 
 from pytest_convperf.baselines.calibration import noise_of, recentre, spike_free
 from pytest_convperf.baselines.store import Entry
+from pytest_convperf.core.config import METHODS, Method
 from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.judge.verdict import Decision, Policy, decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.rounds import StopRule, measure_pair
 from pytest_convperf.night.fresh_confirm import FRESH_PROCESSES, across_processes
-from pytest_convperf.core.config import METHODS, Method
 from pytest_convperf.night.multiplicity import control
 
 REF_SECONDS = 1e-3

@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,11 +108,6 @@ def working_tree(root: Path) -> WorkingTree:
     return WorkingTree(root, head, dirty)
 
 
-def has_path(root: Path, rev: Revision, path: str) -> bool:
-    """Whether ``path`` (relative to the repository root, ``/``-separated) exists at ``rev``."""
-    return _git(root, "cat-file", "-e", f"{rev.sha}:{path}", check=False).returncode == 0
-
-
 def commits_between(root: Path, good: Revision, bad: Revision) -> list[Revision]:
     """The first-parent commits after ``good`` up to ``bad``, oldest first (``bad`` last)."""
     if _git(root, "merge-base", "--is-ancestor", good.sha, bad.sha, check=False).returncode != 0:
@@ -195,10 +190,6 @@ class Checkouts:
         self._trees[rev.sha] = tree
         _git(self.root, "worktree", "add", "--detach", "--force", str(tree), rev.sha)
         return tree
-
-    @property
-    def paths(self) -> Sequence[Path]:
-        return list(self._trees.values())
 
     def close(self) -> None:
         """Remove every worktree (and its folder); never raises."""

@@ -23,17 +23,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_convperf.core.results import Comparison
-from pytest_convperf.core.stats import t_quantile
 from pytest_convperf.judge.verdict import GPU_NOISE_FLOOR, POWER_Z, Policy, Stage, default_policy
 
 FASTER, SLOWER, SAME, INCONCLUSIVE = "FASTER", "SLOWER", "SAME", "INCONCLUSIVE"
-AB_VERDICTS = (FASTER, SLOWER, SAME, INCONCLUSIVE)
 
 # Between-run SD of ln(t_A / t_REF) for two identical sides timed in one process (the depthwise
 # reference at n1-c16-h24-w24, one thread, tools/ab_scratch.py self) on the shared 2-core box under
 # heavy load: 2.1 % over 10 runs (1.1 % over the first 5); a real 20 % step gave 0.7 % over 10.
 # The stored-baseline comparison of the same check spread 4.0 % (measured before the allocator
-# fix of issue 24), two interleaved processes 8.3 %: README "A/B against a revision, and bisect".
+# fix of issue 24), two interleaved processes 8.3 %: docs/ab.md.
 CPU_AB_NOISE_FLOOR = 0.02
 GPU_AB_NOISE_FLOOR = GPU_NOISE_FLOOR
 
@@ -152,9 +150,3 @@ def decide_ab(first: Comparison, confirm: Callable[[int], Comparison], policy: P
         f"the screen saw A {suspect.lower()} (t_A/t_REF {math.exp(screen.d):.3f}) but the "
         f"{stage.n_rounds}-round confirm did not repeat it at {policy.confirm_q:.2%}",
     )
-
-
-def t_interval(ratio_ln: float, se: float, df: float, q: float = 0.975) -> tuple[float, float]:
-    """Two-sided interval of a ratio from its log, standard error and df (``q`` = upper quantile)."""
-    half = t_quantile(q, df) * se
-    return (math.exp(ratio_ln - half), math.exp(ratio_ln + half))

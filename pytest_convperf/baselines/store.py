@@ -1,6 +1,6 @@
 """Baseline store: ``<root>/<machine>/<test_module>.yaml``, validated, merged, written atomically.
 
-Format (DESIGN §7): ``schema: convperf/1``, ``machine: <slug>`` equal to the folder name, and
+Format (docs/design.md §7): ``schema: convperf/1``, ``machine: <slug>`` equal to the folder name, and
 ``benchmarks: {<test id>: entry}`` with sorted keys and no file-wide timestamp, so disjoint
 updates merge cleanly in git. Files are read with :mod:`pytest_convperf.baselines.baseline_yaml` (a safe
 loader that refuses duplicate keys and reads ``1e6`` as a number), up to :data:`MAX_FILE_BYTES`;

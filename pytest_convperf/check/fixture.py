@@ -1,4 +1,4 @@
-"""The ``convperf`` fixture: correctness, paired timing, judgement, result row (DESIGN §3).
+"""The ``convperf`` fixture: correctness, paired timing, judgement, result row (docs/design.md §3).
 
 ``ConvperfFixture.check`` runs, in order: correctness against the fp64 oracle (a failure fails
 the test and records a CORRECTNESS_FAIL row), paired timing of candidate and reference on
@@ -321,7 +321,7 @@ class ConvperfFixture:
         if self.session.cfg.trace:
             from pytest_convperf.measure.profiling import trace_factory
 
-            start = trace_factory(self.session.trace_dir(self.request), self.nodeid, self.device)
+            start = trace_factory(self.session.trace_dir(), self.nodeid, self.device)
             ref = reference or F.conv2d
             traces = trace_facts(start, candidate, ref, problem, phase, seed, inputs, self.device)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})

@@ -41,7 +41,6 @@ class OptionSpec:
 
     name: str
     help: str
-    default: str | None = None
     is_flag: bool = False
     flag_value: str | None = None
 
@@ -56,10 +55,8 @@ class OptionSpec:
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("convperf", "run the tests marked convperf (timing and baseline checks)", is_flag=True),
-    OptionSpec("convperf-device", "device to measure on: auto (cuda if available), cuda or cpu", "auto"),
-    OptionSpec(
-        "convperf-baselines", "directory of baseline files (baselines/<machine>/<module>.yaml)", "baselines"
-    ),
+    OptionSpec("convperf-device", "device to measure on: auto (cuda if available), cuda or cpu"),
+    OptionSpec("convperf-baselines", "directory of baseline files (baselines/<machine>/<module>.yaml)"),
     OptionSpec(
         "convperf-update-baselines",
         "rewrite baselines of the selected tests; comma list of failed,new,improved,cliffs or all "
@@ -87,19 +84,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "convperf-false-alarms",
         "how the session's speed FAILs are decided together: holm (chance of any false FAIL), bh "
         "(Benjamini-Hochberg: share of false FAILs) or none (each check alone); default holm",
-        "holm",
     ),
     OptionSpec(
         "convperf-confirm",
         "where a speed FAIL is confirmed before the session decides it: fresh (again in a fresh pytest "
         "process at session end, so this process's offset cannot confirm itself) or process (in this "
         "process only); default fresh; used with --convperf-false-alarms=holm|bh, not while updating",
-        "fresh",
     ),
     OptionSpec(
         "convperf-false-alarm-level",
         "the session-wide level of --convperf-false-alarms, a fraction (default 0.05)",
-        "0.05",
     ),
     OptionSpec(
         "convperf-speedup-floor",

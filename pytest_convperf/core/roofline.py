@@ -31,7 +31,7 @@ class SpecPeak:
         )
 
 
-# NVIDIA datasheets (see /work/shared/reference/conv-domain.md for the H100's). The H100 PCIe
+# NVIDIA datasheets (docs/design.md §17 quotes the H100's). The H100 PCIe
 # (HBM2e, 2.0 TB/s), H100 NVL and the A100 40GB/PCIe differ in bandwidth and are left out: an
 # unlisted GPU has no spec peak (None), never a guessed one.
 SPEC_PEAKS = (

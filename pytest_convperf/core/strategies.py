@@ -1,4 +1,4 @@
-"""Hypothesis strategies that build valid conv2d problems by construction (DESIGN §8).
+"""Hypothesis strategies that build valid conv2d problems by construction (docs/design.md §8).
 
 No ``assume``/``filter``: every draw is turned into a valid problem. The order is kind and
 channels, then kernel, stride and dilation, then the *output* size, then padding, and the input

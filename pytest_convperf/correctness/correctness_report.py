@@ -1,4 +1,4 @@
-"""The result of one correctness check (DESIGN §6) and its message: the candidate's and the
+"""The result of one correctness check (docs/design.md §6) and its message: the candidate's and the
 reference's errors against the fp64 oracle, which rule passed each tensor, the failures raised."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Correctness of a conv2d candidate against an fp64 oracle (DESIGN §6): running it.
+"""Correctness of a conv2d candidate against an fp64 oracle (docs/design.md §6): running it.
 
 The oracle is ``F.conv2d`` in float64 on the *same already-rounded* inputs, so only the
 candidate's own arithmetic is judged. How far off a result may be (the a-priori tolerance, the

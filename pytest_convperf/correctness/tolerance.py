@@ -1,4 +1,4 @@
-"""How far from the fp64 oracle a result may be (DESIGN §6): the a-priori tolerance, the
+"""How far from the fp64 oracle a result may be (docs/design.md §6): the a-priori tolerance, the
 worst-case bound a reference must stay within, and the rule that judges a candidate against the
 stock implementation's own error.
 
@@ -29,7 +29,7 @@ import torch
 
 from pytest_convperf.core.results import ErrorStats
 
-# dtype -> (rtol, a); atol = a * sqrt(K) * scale. DESIGN §6 and conv-domain.md §4.
+# dtype -> (rtol, a); atol = a * sqrt(K) * scale. docs/design.md §6.
 TOLERANCES: dict[str, tuple[float, float]] = {
     "fp64": (1e-7, 1e-12),
     "fp32": (1e-5, 2e-6),

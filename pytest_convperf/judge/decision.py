@@ -1,4 +1,4 @@
-"""The data of a baseline decision (DESIGN §7): its thresholds (:class:`Policy`), one statistical
+"""The data of a baseline decision (docs/design.md §7): its thresholds (:class:`Policy`), one statistical
 look at the slowdown (:class:`Stage`), the outcome (:class:`Decision`) and the message helpers
 that :mod:`pytest_convperf.judge.verdict` and :mod:`pytest_convperf.judge.few_rounds` share. Pure: no torch,
 no pytest.

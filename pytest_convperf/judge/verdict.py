@@ -1,4 +1,4 @@
-"""The baseline decision of DESIGN §7, as a pure function of measurements and a stored entry.
+"""The baseline decision of docs/design.md §7, as a pure function of measurements and a stored entry.
 
 In log space, ``d = median ln(t_cand / t_ref) - ln(baseline ratio)``. Its standard deviation
 ``sigma`` combines the run's own standard error with the between-run noise of the entry: the

@@ -1,4 +1,4 @@
-"""Warm-up and adaptive rounds (DESIGN §5), shared by every timer.
+"""Warm-up and adaptive rounds (docs/design.md §5), shared by every timer.
 
 Paired comparison: candidate and reference run back to back in each round, alternating which
 goes first, and each round gives ln(t_candidate / t_reference). Pairing cancels the drift that

@@ -20,7 +20,7 @@ class TimedCallError(RuntimeError):
 
 @dataclass(frozen=True)
 class StopRule:
-    """Warm-up and stopping parameters. Defaults are DESIGN §5's numbers.
+    """Warm-up and stopping parameters. Defaults are docs/design.md §5's numbers.
 
     ``target`` is the CI half-width of the median log ratio to reach (None: 0.005, or 0.01
     when the faster side's median is under ``short_kernel_s``). ``max_rounds``/``max_time_s``

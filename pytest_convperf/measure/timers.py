@@ -2,10 +2,11 @@
 
 A :class:`Timer` times *rounds*: ``run_round(jobs)`` runs every job once, in the given order,
 and returns one sample (seconds per call) for each. ``cuda.CudaTimer`` uses CUDA events with
-an L2 flush and a device-side gate, ``cpu.CpuTimer`` uses ``perf_counter_ns`` with a fixed
-thread count, and ``fake.FakeTimer`` replays given durations so the plugin's own tests drive
-warm-up and stopping deterministically. Warm-up and the adaptive paired rounds live in
-:mod:`pytest_convperf.measure.rounds`, shared by all timers.
+an L2 flush and a device-side gate, ``cpu.CpuTimer`` uses the calling thread's CPU time
+(``thread_time_ns``) in a 1-thread session and the wall clock (``perf_counter_ns``) with several
+threads, at a fixed thread count, and ``fake.FakeTimer`` replays given durations so the
+plugin's own tests drive warm-up and stopping deterministically. Warm-up and the adaptive paired
+rounds live in :mod:`pytest_convperf.measure.rounds`, shared by all timers.
 
 Selecting the fake timer: set ``CONVPERF_FAKE_TIMER`` to a JSON replay file (see
 :meth:`fake.FakeTimer.from_file`), or override the ``convperf_timer`` fixture in a conftest.
@@ -48,7 +49,8 @@ class TimerCallable:
     Warm-up, then adaptive rounds until the 95 % CI of the median is within +-0.5 % (+-1 %
     under 10 us) or a cap. ``mode`` is ``cold`` (L2 flushed before each sample), ``warm``,
     ``graph`` (CUDA graph replay of K calls, for kernels under ~20 us) or ``auto`` (cold,
-    switching to graph for short kernels). On a CPU every mode times with ``perf_counter_ns``.
+    switching to graph for short kernels). On a CPU every mode times with the CPU timer's clock:
+    thread CPU time in a 1-thread session (``cpu-thread``), the wall clock with several (``cpu``).
     """
 
     def __init__(self, timer: Timer) -> None:

@@ -1,4 +1,4 @@
-"""Warm-up and the timed jobs of a measurement (DESIGN §5): what :mod:`.rounds` runs its rounds on.
+"""Warm-up and the timed jobs of a measurement (docs/design.md §5): what :mod:`.rounds` runs its rounds on.
 
 One round runs every job once, alternating the order (:func:`run_round`); warm-up runs rounds
 until two windows agree (:func:`warm_up`); :func:`prepare` turns workloads into the timer's

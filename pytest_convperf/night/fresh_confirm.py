@@ -1,4 +1,4 @@
-"""The confirm of a speed FAIL in a fresh process (DESIGN §7, regression-anchors §4 step 3).
+"""The confirm of a speed FAIL in a fresh process (docs/design.md §7).
 
 A check's screen and its in-process confirm share the process they run in, and with it the
 process's offset of the time ratio (the between-run noise: allocation, code placement, clocks).

@@ -15,7 +15,7 @@ ruptures over MongoDB's e-divisive (``signal-processing-algorithms``): ruptures 
 numpy < 2, setuptools < 71 and Python ~3.11, and pulls gevent and structlog; it would not install
 beside torch's numpy 2 here.
 
-Persistence (DESIGN §14): a step counts once it has persisted ``persist`` nights (default 3):
+Persistence (docs/design.md §14): a step counts once it has persisted ``persist`` nights (default 3):
 every segment holds at least that many runs, so a step in the last one or two nights is not
 reported yet; it is new tonight when tonight is its ``persist``-th night. A step whose 95 % CI
 (Welch, segment means) holds zero is not a change. Pure functions plus a CLI

@@ -53,7 +53,7 @@ def test_calibrate_stores_between_run_noise(
     )
     assert result.ret == 0, result.stderr.str()
     sd = statistics.stdev(math.log(r) for r in RATIOS)
-    expected = noise_of([math.log(r) for r in RATIOS], 0.01)  # robust (MAD) from 3 runs on
+    expected = noise_of([math.log(r) for r in RATIOS], 0.01)  # SD of the spike-free runs
     entries = suite.entries()
     a, b = entries[suite.key("test_a")], entries[suite.key("test_b")]
     assert a["noise"] == pytest.approx(expected, rel=1e-2) and a["noise_runs"] == len(RATIOS)

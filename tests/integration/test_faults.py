@@ -188,7 +188,7 @@ def test_a_segfault_without_xdist_loses_no_measured_row(
 def test_a_segfault_under_xdist_fails_its_test_and_the_session_goes_on(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
 ) -> None:
-    """The README's way to run each test in isolation: a crashed worker is replaced."""
+    """docs/running.md's way to run each test in isolation: a crashed worker is replaced."""
     result, report = _run_crash_suite(pytester, monkeypatch, plugin_args, "-n", "1", "--max-worker-restart=5")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*test_b_segfaults*crashed*"])

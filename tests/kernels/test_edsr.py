@@ -25,7 +25,7 @@ CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
 
-# ---- parameter counts (conv-domain.md §6) -----------------------------------------------------
+# ---- parameter counts (docs/design.md §16) ---------------------------------------------------
 
 
 @pytest.mark.parametrize(
