@@ -23,6 +23,13 @@ struct LutGeometry {
   const float* bias;
 };
 
+// Kernel choice flags of launch_lut_conv (run-time variants in one build, for A/B timing).
+constexpr int kLutNaive = 1;        // the one-thread-per-output baseline
+constexpr int kLutDense = 2;        // depthwise calls through the dense tiled kernel (no lut_dw4_kernel)
+constexpr int kLutWholeTables = 4;  // 8-bit codes with their 256-entry tables (no nibble split)
+// lut_conv_plan's answer for the depthwise kernel (the tiled kernel's answers are its channel block).
+constexpr int kPlanDepthwise = -1;
+
 template <typename TableT>
 __device__ __forceinline__ void store(void* out, int64_t idx, TableT acc, int co, const LutGeometry& g) {
   if (g.fused) {
@@ -67,7 +74,6 @@ __global__ void __launch_bounds__(256) quantize_pack_kernel(const float* __restr
   }
 }
 
-// The baseline: one thread per output element, codes and tables straight from global memory.
 // The baseline: one thread per output element, codes and tables straight from global memory.
 // 32-bit index math within a sample (the host checks it fits); blockIdx.y walks the batch.
 template <typename TableT>
@@ -207,12 +213,183 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
   }
 }
 
+// ---- depthwise, packed 4-bit codes ------------------------------------------------------------
+// A depthwise call (groups == C_in == C_out) with 4-bit codes, a square k in {3, 5, 7}, stride 1 and
+// dilation 1 runs this kernel instead of the dense one (which gave every block one output channel).
+// A block is (bw output words) x (cpb channels) threads; blockIdx.y picks kDwRows output rows and
+// blockIdx.z the sample, so one block covers cpb channels of one sample. A thread owns one packed
+// output word (8 adjacent outputs) for kDwRows rows: per input row it loads 3 whole words (its own
+// and its neighbours', coalesced across the warp), shifts them into one 64-bit window that starts at
+// its first tap's column (8 + k - 1 <= 14 codes), unpacks the codes in registers and feeds each to
+// every output row and column that reads it. The cpb channels' tables (k*k*16 entries each) are
+// staged in shared memory behind the block's one barrier. Inputs read 1/8 of fp32's bytes; the fp32
+// output is the bulk of the traffic (docs/tuning-log.md).
+constexpr size_t kSmemBudget = 48 * 1024;  // no opt-in needed below this
+constexpr int kDwRows = 4;          // output rows per thread
+constexpr int kDwCols = 8;          // output columns per thread: one packed word of 4-bit codes
+constexpr uint32_t kZeroWord = 0x88888888u;  // eight zero-level codes (u = 8): entries exactly 0
+
+struct DwPlan {
+  int k;           // 0: the kernel does not apply
+  int words;       // output words per row, ceil(wo / 8)
+  int bw, cpb;     // block: bw words x cpb channels
+  int word_tiles;  // blocks along a row
+  uint32_t tail_fill;  // zero-level codes for the unused tail of a row's last input word
+  size_t smem_bytes;
+};
+
+template <typename TableT, int K>
+__global__ void __launch_bounds__(256) lut_dw4_kernel(const uint32_t* __restrict__ packed,
+                                                      const TableT* __restrict__ tables, void* __restrict__ out,
+                                                      LutGeometry g, int word_tiles, uint32_t tail_fill,
+                                                      bool vec_out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTab = K * K * 16;  // one channel's table entries
+  constexpr int kWin = kDwCols + K - 1;  // codes one input row feeds a thread
+  TableT* s_tab = reinterpret_cast<TableT*>(smem);
+  // The one division of the kernel, once per thread: blockIdx.x = channel block x word tile.
+  const int cblk = static_cast<int>(blockIdx.x) / word_tiles;
+  const int wtile = static_cast<int>(blockIdx.x) - cblk * word_tiles;
+  const int c0 = cblk * static_cast<int>(blockDim.y);
+  const int nch = min(static_cast<int>(blockDim.y), g.c - c0);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const int nthreads = blockDim.x * blockDim.y;
+  const TableT* src_tab = tables + static_cast<int64_t>(c0) * kTab;
+  for (int e = tid; e < nch * kTab; e += nthreads) s_tab[e] = __ldg(src_tab + e);
+  __syncthreads();
+
+  const int c = c0 + static_cast<int>(threadIdx.y);
+  const int j = wtile * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);  // output word
+  const int words = (g.wo + kDwCols - 1) / kDwCols;
+  if (c >= g.c || j >= words) return;  // after the block's only barrier
+  const int64_t plane = static_cast<int64_t>(blockIdx.z) * g.c + c;
+  const uint32_t* src = packed + plane * g.h * g.wp;
+  const TableT* tab = s_tab + threadIdx.y * kTab;
+  const int oy0 = static_cast<int>(blockIdx.y) * kDwRows;
+  // The window starts at column 8j - pw, inside word j - 1 (pw <= 7): shift the pair (j, j-1) right
+  // by 32 - 4 pw bits and bring word j + 1's codes in above.
+  const int shift = 32 - 4 * g.pw;
+
+  TableT acc[kDwRows][kDwCols];
+#pragma unroll
+  for (int r = 0; r < kDwRows; ++r)
+#pragma unroll
+    for (int o = 0; o < kDwCols; ++o) acc[r][o] = 0;
+
+#pragma unroll
+  for (int ir = 0; ir < kDwRows + K - 1; ++ir) {
+    const int iy = oy0 - g.ph + ir;
+    if (iy < 0 || iy >= g.h) continue;  // a padding row: every entry it would add is 0
+    const uint32_t* row = src + static_cast<int64_t>(iy) * g.wp;
+    uint32_t w3[3];
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+      const int k = j - 1 + q;
+      // Out of the row: zero-level codes; the last word's unused tail holds code 0, not the zero level.
+      w3[q] = (k >= 0 && k < g.wp) ? (__ldg(row + k) | (k == g.wp - 1 ? tail_fill : 0u)) : kZeroWord;
+    }
+    const uint64_t pair = (static_cast<uint64_t>(w3[1]) << 32) | w3[0];
+    const uint64_t win = (pair >> shift) | (static_cast<uint64_t>(w3[2]) << (64 - shift));
+    int code[kWin];
+#pragma unroll
+    for (int i = 0; i < kWin; ++i) code[i] = static_cast<int>((win >> (4 * i)) & 15u);
+#pragma unroll
+    for (int r = 0; r < kDwRows; ++r) {
+      const int ky = ir - r;  // compile-time after unrolling
+      if (ky >= 0 && ky < K) {
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx) {
+          const TableT* t = tab + (ky * K + kx) * 16;
+#pragma unroll
+          for (int o = 0; o < kDwCols; ++o) acc[r][o] += t[code[o + kx]];
+        }
+      }
+    }
+  }
+
+  const int ox0 = j * kDwCols;
+  const bool full = ox0 + kDwCols <= g.wo;
+  const float b = (g.fused && g.bias != nullptr) ? __ldg(g.bias + c) : 0.f;
+#pragma unroll
+  for (int r = 0; r < kDwRows; ++r) {
+    const int oy = oy0 + r;
+    if (oy >= g.ho) break;
+    const int64_t base = (plane * g.ho + oy) * static_cast<int64_t>(g.wo) + ox0;
+    if (g.fused && vec_out && full) {  // two 16-byte stores; the epilogue's two roundings as store()
+      float v[kDwCols];
+#pragma unroll
+      for (int o = 0; o < kDwCols; ++o) {
+        v[o] = __fmul_rn(static_cast<float>(acc[r][o]), g.scale);
+        if (g.bias != nullptr) v[o] = __fadd_rn(v[o], b);
+      }
+      float4* dst = reinterpret_cast<float4*>(static_cast<float*>(out) + base);
+      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+      for (int o = 0; o < kDwCols; ++o) {
+        if (ox0 + o < g.wo) store(out, base + o, acc[r][o], c, g);
+      }
+    }
+  }
+}
+
+// Whether lut_dw4_kernel runs on g, and its block shape: as many channels per block as 256 threads and
+// the shared-memory budget allow, the row's words along x (tiled by 256 on very wide rows).
+DwPlan plan_dw4(const LutGeometry& g, size_t table_elem) {
+  DwPlan p{};
+  const bool shape_ok = g.bits == 4 && g.cg == 1 && g.cog == 1 && g.kh == g.kw &&
+                        (g.kh == 3 || g.kh == 5 || g.kh == 7) && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+                        g.dw == 1 && g.pw <= 7;
+  if (!shape_ok || g.n > 65535) return p;
+  const int64_t row_groups = (g.ho + kDwRows - 1) / kDwRows;
+  if (row_groups > 65535) return p;
+  p.words = (g.wo + kDwCols - 1) / kDwCols;
+  p.bw = p.words < 256 ? p.words : 256;
+  p.word_tiles = (p.words + p.bw - 1) / p.bw;
+  const size_t per_channel = static_cast<size_t>(g.kh) * g.kw * 16 * table_elem;
+  int64_t cpb = 256 / p.bw;
+  if (cpb > g.c) cpb = g.c;
+  if (cpb * per_channel > kSmemBudget) cpb = static_cast<int64_t>(kSmemBudget / per_channel);
+  if (cpb < 1) return p;
+  p.cpb = static_cast<int>(cpb);
+  if (static_cast<int64_t>((g.c + p.cpb - 1) / p.cpb) * p.word_tiles > INT32_MAX) return p;
+  const int tail = g.w % kDwCols;
+  p.tail_fill = tail == 0 ? 0u : kZeroWord & ~((1u << (4 * tail)) - 1u);
+  p.smem_bytes = static_cast<size_t>(p.cpb) * per_channel;
+  p.k = g.kh;
+  return p;
+}
+
+template <typename TableT>
+cudaError_t launch_dw4(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
+                       const DwPlan& p, cudaStream_t stream) {
+  const dim3 grid(((g.c + p.cpb - 1) / p.cpb) * p.word_tiles, (g.ho + kDwRows - 1) / kDwRows, g.n);
+  const dim3 block(p.bw, p.cpb);
+  // 16-byte stores need a 4-float aligned row start: wo % 4 == 0 (the output is a fresh, aligned tensor).
+  const bool vec_out = g.wo % 4 == 0;
+  switch (p.k) {
+    case 3:
+      lut_dw4_kernel<TableT, 3><<<grid, block, p.smem_bytes, stream>>>(packed, tables, out, g, p.word_tiles,
+                                                                       p.tail_fill, vec_out);
+      break;
+    case 5:
+      lut_dw4_kernel<TableT, 5><<<grid, block, p.smem_bytes, stream>>>(packed, tables, out, g, p.word_tiles,
+                                                                       p.tail_fill, vec_out);
+      break;
+    default:
+      lut_dw4_kernel<TableT, 7><<<grid, block, p.smem_bytes, stream>>>(packed, tables, out, g, p.word_tiles,
+                                                                       p.tail_fill, vec_out);
+      break;
+  }
+  return cudaGetLastError();
+}
+
 int grid_for(int64_t total) {
   const int64_t blocks = (total + 255) / 256;
   return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
-constexpr size_t kSmemBudget = 48 * 1024;  // no opt-in needed below this
 
 // Host-side choice of the tiled kernel's configuration, made before any launch (so a failed
 // launch is always reported, never mistaken for "use the naive kernel"): the output-channel block
@@ -281,12 +458,17 @@ cudaError_t launch_tiled(const uint32_t* packed, const TableT* tables, void* out
 }
 
 template <typename TableT>
-cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out, const LutGeometry& g, bool naive,
+cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out, const LutGeometry& g, int flags,
                            cudaStream_t stream) {
   const TableT* t = static_cast<const TableT*>(tables);
   void* o = out;
   const int64_t total = static_cast<int64_t>(g.n) * g.cout * g.ho * g.wo;
   if (total == 0) return cudaSuccess;
+  const bool naive = (flags & kLutNaive) != 0;
+  if (!naive && (flags & kLutDense) == 0) {
+    const DwPlan d = plan_dw4(g, sizeof(TableT));
+    if (d.k > 0) return launch_dw4<TableT>(packed, t, o, g, d, stream);
+  }
   const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT));
   if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false>(packed, t, o, g, p, stream);
   switch (p.co_block) {
@@ -317,25 +499,28 @@ cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, in
   return cudaGetLastError();
 }
 
-// Which kernel launch_lut_conv runs for this geometry (decided on the host, before launching):
-// the tiled kernel's output-channel block (8, 4, 2 or 1), or 0 for the naive kernel.
+// Which kernel launch_lut_conv runs for this geometry and these flags (decided on the host, before
+// launching): kPlanDepthwise, the tiled kernel's output-channel block (8, 4, 2 or 1), or 0 for naive.
 int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, int groups, int kh, int kw, int sh,
-                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, bool naive) {
-  if (naive) return 0;
+                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, int flags) {
+  if ((flags & kLutNaive) != 0) return 0;
   LutGeometry g;
   g.n = n; g.c = c; g.h = h; g.w = w; g.wp = wp;
   g.cout = cout; g.cg = c / groups; g.cog = cout / groups;
   g.kh = kh; g.kw = kw; g.sh = sh; g.sw = sw; g.ph = ph; g.pw = pw; g.dh = dh; g.dw = dw;
   g.ho = ho; g.wo = wo; g.bits = bits;
   g.fused = false; g.scale = 1.0f; g.bias = nullptr;
-  return plan_tiled(g, is_float ? sizeof(float) : sizeof(int32_t)).co_block;
+  const size_t elem = is_float ? sizeof(float) : sizeof(int32_t);
+  if ((flags & kLutDense) == 0 && plan_dw4(g, elem).k > 0) return kPlanDepthwise;
+  return plan_tiled(g, elem).co_block;
 }
 
 // tables: [cout, cg, kh, kw, 2^bits] of int32 (is_float = false) or float; out: [n, cout, ho, wo], the raw sums
-// in the tables' type, or (fused) float32 sums * scale + bias (bias may be null).
+// in the tables' type, or (fused) float32 sums * scale + bias (bias may be null). flags: kLut* (0: the
+// fastest kernel that applies).
 cudaError_t launch_lut_conv(const uint32_t* packed, const void* tables, void* out, bool is_float, int n, int c, int h,
                             int w, int wp, int cout, int groups, int kh, int kw, int sh, int sw, int ph, int pw,
-                            int dh, int dw, int ho, int wo, int bits, bool naive, bool fused, float scale,
+                            int dh, int dw, int ho, int wo, int bits, int flags, bool fused, float scale,
                             const float* bias, cudaStream_t stream) {
   LutGeometry g;
   g.n = n; g.c = c; g.h = h; g.w = w; g.wp = wp;
@@ -343,6 +528,6 @@ cudaError_t launch_lut_conv(const uint32_t* packed, const void* tables, void* ou
   g.kh = kh; g.kw = kw; g.sh = sh; g.sw = sw; g.ph = ph; g.pw = pw; g.dh = dh; g.dw = dw;
   g.ho = ho; g.wo = wo; g.bits = bits;
   g.fused = fused; g.scale = scale; g.bias = bias;
-  return is_float ? lut_conv_typed<float>(packed, tables, out, g, naive, stream)
-                  : lut_conv_typed<int32_t>(packed, tables, out, g, naive, stream);
+  return is_float ? lut_conv_typed<float>(packed, tables, out, g, flags, stream)
+                  : lut_conv_typed<int32_t>(packed, tables, out, g, flags, stream);
 }

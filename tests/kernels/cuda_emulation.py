@@ -375,11 +375,11 @@ extern "C" int quantize_pack(void* const* b, const int64_t* i, const double* f) 
   int(i[9]), int(i[10]), int(i[11]), int(i[12]), int(i[13]), int(i[14]), int(i[15]), int(i[16]), int(i[17]), \
   int(i[18])
 extern "C" int lut_plan(void* const*, const int64_t* i, const double*) {
-  return lut_conv_plan(i[0] != 0, EMU_LUT_GEOM, i[19] != 0);
+  return lut_conv_plan(i[0] != 0, EMU_LUT_GEOM, int(i[19]));
 }
 extern "C" int lut_conv(void* const* b, const int64_t* i, const double* f) {
   return int(launch_lut_conv(static_cast<const uint32_t*>(b[0]), b[1], b[2], i[0] != 0, EMU_LUT_GEOM,
-                             i[19] != 0, i[20] != 0, float(f[0]), static_cast<const float*>(b[3]), nullptr));
+                             int(i[19]), i[20] != 0, float(f[0]), static_cast<const float*>(b[3]), nullptr));
 }
 """,
     "edsr": r"""

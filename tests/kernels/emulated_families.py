@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from kernels._controls import cpu as controls_cpu
 from kernels.edsr import reference as edsr_ref
 from kernels.im2col_gemm import columns
+from kernels.pcilt import ops as pcilt_ops
 from kernels.pcilt import reference as pcilt_ref
 from kernels.pcilt import tables as pcilt_tables
 from kernels.quant import inv_step, qrange
@@ -122,10 +123,11 @@ def lut_case(x_shape: Sequence[int], cout: int, groups: int, k: Pair, bits: int,
 
 def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: float, s: Pair, p: Pair,
                    d: Pair, groups: int, bits: int, *, integer: bool, naive: bool, fused: bool,
-                   bias: bool = False) -> int:  # fmt: skip
-    """The lookup conv (naive or tiled, as the host plans it) against its oracle; returns the plan
-    (the tiled kernel's channel block, 0 for naive). Integer tables: exact against ``reference.lut_conv``;
-    float tables: fp64 ``conv2d`` of the levels; fused: the float epilogue of the exact sums."""
+                   bias: bool = False, dense: bool = False) -> int:  # fmt: skip
+    """The lookup conv (naive, tiled or depthwise, as the host plans it) against its oracle; returns the
+    plan (-1 depthwise, the tiled kernel's channel block, 0 naive). Integer tables: exact against
+    ``reference.lut_conv``; float tables: fp64 ``conv2d`` of the levels; fused: the float epilogue of
+    the exact sums. ``dense`` keeps a depthwise call on the tiled kernel (``ops.forward(dense=True)``)."""
     n, c, h, w = x.shape
     cout, _, kh, kw = wt.shape
     codes = pcilt_tables.activation_codes(x, act_step, bits)
@@ -150,7 +152,7 @@ def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: 
         ho,
         wo,
         bits,
-        int(naive),
+        pcilt_ops.kernel_flags(naive, dense),
     ]
     plan = emu.call("lut_plan", [], ints) if emu.sanitizer is None else -1
     out_dtype = torch.float32 if fused or not integer else torch.int32

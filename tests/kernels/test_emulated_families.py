@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.kernels import emulated_families as fam
-from tests.kernels.cuda_emulation import Emulation, emulation, geometry
+from tests.kernels.cuda_emulation import Emulation, emulation, family_source, geometry
 
 
 def _open(family: str) -> Iterator[Emulation]:
@@ -107,6 +107,60 @@ def test_lut_conv_fused_epilogue(pcilt_emu: Emulation, naive: bool, integer: boo
     for bias in (False, True):
         fam.check_lut_conv(pcilt_emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=integer, naive=naive,
                            fused=True, bias=bias)  # fmt: skip
+
+
+DW_CASES = [  # (x shape, kernel, padding): depthwise, 4-bit, stride 1 -> the depthwise kernel
+    ((2, 5, 11, 13), 3, (1, 1)),  # wo = 13: scalar stores; W % 8 = 5: the last word's tail
+    ((1, 3, 9, 16), 3, (1, 1)),  # wo = 16: 16-byte stores, no tail
+    ((1, 2, 7, 20), 5, (2, 2)),  # a last word half outside the output row
+    ((1, 2, 10, 12), 7, (3, 3)),
+    ((1, 2, 6, 18), 3, (0, 0)),  # no padding: the window starts inside word j
+    ((1, 2, 5, 9), 3, (2, 7)),  # pw = 7 (the most a window allows), wo > w
+    ((1, 100, 4, 4), 3, (1, 1)),  # 100 channels: blocks of 85 (48 KiB of int32 tables) and 15
+    ((1, 2, 1, 2056), 3, (1, 1)),  # 257 output words: two word tiles per row
+]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("case", DW_CASES)
+def test_lut_conv_depthwise(pcilt_emu: Emulation, case: tuple, integer: bool) -> None:  # type: ignore[type-arg]
+    shape, k, p = case
+    c = shape[1]
+    x, wt, step = fam.lut_case(shape, c, c, (k, k), 4)
+    for fused, bias in ((False, False), (True, False), (True, True)):
+        plan = fam.check_lut_conv(pcilt_emu, x, wt, step, (1, 1), p, (1, 1), c, 4, integer=integer, naive=False,
+                                  fused=fused, bias=bias)  # fmt: skip
+        assert plan == -1, f"the host planned {plan}, not the depthwise kernel (-1)"
+
+
+def test_lut_conv_depthwise_dense_switch(pcilt_emu: Emulation) -> None:
+    """``dense`` keeps a depthwise call on the tiled kernel; 2/8-bit, strided or dilated depthwise calls
+    and a channel multiplier never take the depthwise kernel."""
+    x, wt, step = fam.lut_case((1, 4, 9, 10), 4, 4, (3, 3), 4)
+    one = (1, 1)
+    plan = fam.check_lut_conv(pcilt_emu, x, wt, step, one, one, one, 4, 4, integer=True, naive=False, fused=True,
+                              dense=True)  # fmt: skip
+    assert plan == 1, f"dense: planned {plan}, not the tiled kernel's channel block 1"
+    for bits, s, d in ((2, one, one), (8, one, one), (4, (2, 2), one), (4, one, (2, 2))):
+        x, wt, step = fam.lut_case((1, 4, 9, 10), 4, 4, (3, 3), bits)
+        plan = fam.check_lut_conv(pcilt_emu, x, wt, step, s, one, d, 4, bits, integer=True, naive=False,
+                                  fused=False)  # fmt: skip
+        assert plan > 0, f"bits={bits} stride={s} dilation={d}: planned {plan}, expected the tiled kernel"
+    x, wt, step = fam.lut_case((1, 4, 9, 10), 8, 4, (3, 3), 4)  # two output channels per group
+    assert fam.check_lut_conv(pcilt_emu, x, wt, step, one, one, one, 4, 4, integer=True, naive=False,
+                              fused=False) > 0  # fmt: skip
+
+
+def test_lut_conv_depthwise_catches_planted_tail() -> None:
+    """Control: the depthwise kernel without the zero-level fill of the last word's unused tail reads
+    code 0 (level -8) right of the image, and the oracle comparison fails on a 13-wide image."""
+    text = family_source("pcilt").read_text()
+    old = "(__ldg(row + k) | (k == g.wp - 1 ? tail_fill : 0u))"
+    assert text.count(old) == 1, "the planted defect's anchor is not unique in pcilt.cu any more"
+    emu = emulation("pcilt", text=text.replace(old, "__ldg(row + k)"))
+    x, wt, step = fam.lut_case((1, 2, 5, 13), 2, 2, (3, 3), 4)
+    with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
+        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=True, naive=False, fused=False)
 
 
 @pytest.mark.parametrize("c", [16, 32, 64])

@@ -65,6 +65,8 @@ X = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
 LUT4 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
 LUT8 = fam.lut_case((1, 1, 9, 9), 2, 1, (7, 7), 8)
 LUT_G = fam.lut_case((1, 4, 18, 17), 4, 2, (3, 3), 2)
+LUT_DW = fam.lut_case((2, 5, 9, 16), 5, 5, (3, 3), 4)  # depthwise, 4-bit: the depthwise kernel
+LUT_DW_ODD = fam.lut_case((1, 3, 6, 13), 3, 3, (5, 5), 4)
 ONE = (1, 1)
 
 # (family, case id, run on an emulation): small shapes that reach every kernel and code path.
@@ -143,6 +145,20 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
     ),
     (
         "pcilt",
+        "depthwise-vec-fused",
+        lambda e: fam.check_lut_conv(
+            e, *LUT_DW, ONE, ONE, ONE, 5, 4, integer=True, naive=False, fused=True, bias=True
+        ),
+    ),
+    (
+        "pcilt",
+        "depthwise-k5-tail-float",
+        lambda e: fam.check_lut_conv(
+            e, *LUT_DW_ODD, ONE, (2, 2), ONE, 3, 4, integer=False, naive=False, fused=True
+        ),
+    ),
+    (
+        "pcilt",
         "naive-fused",
         lambda e: fam.check_lut_conv(
             e, *LUT4, (2, 1), ONE, ONE, 1, 4, integer=True, naive=True, fused=True, bias=True
@@ -209,6 +225,20 @@ EDSR_DEFECTS = {
         "misaligned address",
     ),
 }
+
+
+def test_ubsan_catches_planted_misaligned_depthwise_store() -> None:
+    """pcilt.cu's depthwise kernel without the wo % 4 check on its 16-byte stores: a 13-wide output row
+    is not 16-byte aligned, and UBSan names the kernel and the store's line."""
+    cu = family_source("pcilt")
+    text = _mutate(cu.read_text(), "const bool vec_out = g.wo % 4 == 0;", "const bool vec_out = true;")
+    line = _line_of(text, "dst[0] = make_float4(")
+    emu = emulation("pcilt", "asan", text)
+    with pytest.raises(SanitizerError) as err:
+        fam.check_lut_conv(emu, *LUT_DW_ODD, ONE, (2, 2), ONE, 3, 4, integer=True, naive=False, fused=True)
+    msg = str(err.value).splitlines()[0]
+    assert "misaligned address" in msg and "in kernel lut_dw4_kernel" in msg, msg
+    assert f"pcilt/{cu.name}:{line}" in msg, msg
 
 
 @pytest.mark.parametrize("defect", list(EDSR_DEFECTS))
