@@ -128,8 +128,8 @@ def test_lut_conv_depthwise(pcilt_emu: Emulation, case: tuple, integer: bool) ->
     c = shape[1]
     x, wt, step = fam.lut_case(shape, c, c, (k, k), 4)
     for fused, bias in ((False, False), (True, False), (True, True)):
-        plan = fam.check_lut_conv(pcilt_emu, x, wt, step, (1, 1), p, (1, 1), c, 4, integer=integer, naive=False,
-                                  fused=fused, bias=bias)  # fmt: skip
+        plan = fam.check_lut_conv(pcilt_emu, x, wt, step, (1, 1), p, (1, 1), c, 4, integer=integer,
+                                  naive=False, fused=fused, bias=bias)  # fmt: skip
         assert plan == -1, f"the host planned {plan}, not the depthwise kernel (-1)"
 
 
@@ -138,8 +138,8 @@ def test_lut_conv_depthwise_dense_switch(pcilt_emu: Emulation) -> None:
     and a channel multiplier never take the depthwise kernel."""
     x, wt, step = fam.lut_case((1, 4, 9, 10), 4, 4, (3, 3), 4)
     one = (1, 1)
-    plan = fam.check_lut_conv(pcilt_emu, x, wt, step, one, one, one, 4, 4, integer=True, naive=False, fused=True,
-                              dense=True)  # fmt: skip
+    plan = fam.check_lut_conv(pcilt_emu, x, wt, step, one, one, one, 4, 4, integer=True, naive=False,
+                              fused=True, dense=True)  # fmt: skip
     assert plan == 1, f"dense: planned {plan}, not the tiled kernel's channel block 1"
     for bits, s, d in ((2, one, one), (8, one, one), (4, (2, 2), one), (4, one, (2, 2))):
         x, wt, step = fam.lut_case((1, 4, 9, 10), 4, 4, (3, 3), bits)
@@ -160,7 +160,8 @@ def test_lut_conv_depthwise_catches_planted_tail() -> None:
     emu = emulation("pcilt", text=text.replace(old, "__ldg(row + k)"))
     x, wt, step = fam.lut_case((1, 2, 5, 13), 2, 2, (3, 3), 4)
     with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
-        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=True, naive=False, fused=False)
+        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=True, naive=False,
+                           fused=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("c", [16, 32, 64])
