@@ -38,31 +38,35 @@ _tables: WeightCache[PCILTTables] = WeightCache(CACHE_SIZE)
 _packed: WeightCache[torch.Tensor] = WeightCache(CACHE_SIZE)
 
 
+def quantize_pack_fake(x: torch.Tensor, inv: float, bits: int) -> torch.Tensor:
+    """The output the quantize_pack op allocates (its shape function)."""
+    n, c, h, w = x.shape
+    return x.new_empty((n, c, h, (w * bits + 31) // 32), dtype=torch.int32)
+
+
+def lut_conv_fake(
+    packed: torch.Tensor,
+    tables: torch.Tensor,
+    width: int,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    bits: int,
+    flags: int,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The output the lut_conv op allocates (its shape function)."""
+    n, _, h, _ = packed.shape
+    cout, _, kh, kw, _ = tables.shape
+    ho = out_size(h, kh, stride[0], padding[0], dilation[0])
+    wo = out_size(width, kw, stride[1], padding[1], dilation[1])
+    dtype = torch.float32 if scale is not None else tables.dtype
+    return tables.new_empty((n, cout, ho, wo), dtype=dtype)
+
+
 def _register_fakes() -> None:
-    def quantize_pack_fake(x: torch.Tensor, inv: float, bits: int) -> torch.Tensor:
-        n, c, h, w = x.shape
-        return x.new_empty((n, c, h, (w * bits + 31) // 32), dtype=torch.int32)
-
-    def lut_conv_fake(
-        packed: torch.Tensor,
-        tables: torch.Tensor,
-        width: int,
-        stride: list[int],
-        padding: list[int],
-        dilation: list[int],
-        groups: int,
-        bits: int,
-        flags: int,
-        scale: float | None = None,
-        bias: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        n, _, h, _ = packed.shape
-        cout, _, kh, kw, _ = tables.shape
-        ho = out_size(h, kh, stride[0], padding[0], dilation[0])
-        wo = out_size(width, kw, stride[1], padding[1], dilation[1])
-        dtype = torch.float32 if scale is not None else tables.dtype
-        return tables.new_empty((n, cout, ho, wo), dtype=dtype)
-
     ns = _build.namespace(FAMILY)  # after the load: a revision's copy has its own (see _build)
     torch.library.register_fake(f"{ns}::quantize_pack")(quantize_pack_fake)
     torch.library.register_fake(f"{ns}::lut_conv")(lut_conv_fake)
