@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.pcilt import ops, reference
+from kernels.pcilt import ops, reference, sweep_plan
 from kernels.pcilt.tables import (
     PCILTTables,
     activation_codes,
@@ -220,12 +220,6 @@ def test_prebuilt_tables_must_match_the_weight() -> None:
 
 
 # ---- launches and bytes per call (CPU, meta tensors) ------------------------------------------------
-DEPTHWISE_SEEDS = [  # the two largest depthwise seed shapes (perf_tests/test_pcilt.py's DEPTHWISE)
-    Conv2dProblem(n=16, c_in=32, h=112, w=112, c_out=32, kernel=(3, 3), padding=(1, 1), groups=32),
-    Conv2dProblem(n=16, c_in=144, h=56, w=56, c_out=144, kernel=(3, 3), padding=(1, 1), groups=144),
-]
-
-
 def _count_depthwise(monkeypatch: pytest.MonkeyPatch, problem: Conv2dProblem, *, prepacked: bool) -> Any:
     """The second of two ``ops.forward`` calls on one meta input (packing cached after the first when
     ``prepacked``): its launches and the bytes each reads and writes."""
@@ -250,7 +244,7 @@ def _count_depthwise(monkeypatch: pytest.MonkeyPatch, problem: Conv2dProblem, *,
     return rec, x, w, b, out
 
 
-@pytest.mark.parametrize("problem", DEPTHWISE_SEEDS, ids=str)
+@pytest.mark.parametrize("problem", sweep_plan.DEPTHWISE, ids=str)
 def test_depthwise_call_launches_and_bytes(monkeypatch: pytest.MonkeyPatch, problem: Conv2dProblem) -> None:
     """Packed 4-bit inputs: one launch, reading 1/8 of the fp32 input's bytes; the fp32 depthwise kernel
     moves x + w + b + y. The fp32 output dominates both: PCILT moves 4.5 bytes a pixel to fp32's 8
@@ -260,6 +254,8 @@ def test_depthwise_call_launches_and_bytes(monkeypatch: pytest.MonkeyPatch, prob
     assert rec.launches == ["lut_conv"], rec.launches
     fp32 = sum(t.numel() * t.element_size() for t in (x, w, b, out))
     ratio = rec.bytes_moved / fp32
+    assert rec.bytes_moved == sweep_plan.depthwise_bytes(problem, packed=True), "the sweep plan's byte model"
+    assert fp32 == sweep_plan.depthwise_bytes(problem, packed=False)
     print(f"{problem}: PCILT {rec.bytes_moved} B, fp32 depthwise {fp32} B, {ratio:.4f}x")
     assert 0.5625 <= ratio < 0.57, f"PCILT moves {rec.bytes_moved} B, fp32 depthwise {fp32} B: {ratio:.4f}x"
     rec, x, *_ = _count_depthwise(monkeypatch, problem, prepacked=False)
