@@ -6,7 +6,8 @@ kernel, stride 1 and dilation 1 runs the depthwise kernel instead: many channels
 outputs x 4 rows per thread from whole packed words) and ``naive_forward`` (one thread per output,
 codes and tables from global memory: the baseline of the ">= 5x" goal) share everything else.
 ``dense=True`` keeps a depthwise call on the dense tiled kernel (the depthwise kernel's A/B
-baseline, in the same build). Tables
+baseline, in the same build). 8-bit tables are staged as two 16-entry nibble tables a tap
+(``whole_tables=True``: 256 entries, the baseline). Tables
 are built once per weight and cached (keyed on the weight object, its version and the table
 settings); :func:`build_tables` builds them explicitly. Inference only: no autograd.
 """
@@ -31,7 +32,7 @@ FAMILY = "pcilt"
 CACHE_SIZE = 8
 IntPair = int | Sequence[int]
 # Kernel choice bits of the lut_conv op (pcilt.cu's kLut*).
-NAIVE, DENSE = 1, 2
+NAIVE, DENSE, WHOLE_TABLES = 1, 2, 4
 KERNELS = {-1: "depthwise", 0: "naive"}  # lut_conv_kernel's answer; a channel block (> 0) is "tiled"
 
 _tables: WeightCache[PCILTTables] = WeightCache(CACHE_SIZE)
@@ -113,9 +114,9 @@ def _check_device(x: torch.Tensor) -> None:
         )
 
 
-def kernel_flags(naive: bool, dense: bool) -> int:
+def kernel_flags(naive: bool, dense: bool, whole_tables: bool = False) -> int:
     """The lut_conv op's kernel choice bits for these options."""
-    return (NAIVE if naive else 0) | (DENSE if dense else 0)
+    return (NAIVE if naive else 0) | (DENSE if dense else 0) | (WHOLE_TABLES if whole_tables else 0)
 
 
 def _lut_conv(
@@ -164,6 +165,7 @@ def lut_kernel(
     integer: bool = True,
     naive: bool = False,
     dense: bool = False,
+    whole_tables: bool = False,
 ) -> str:
     """Which lookup kernel ``forward`` runs on these arguments, as the host decides before launching:
     ``"depthwise"``, ``"tiled"`` or ``"naive"`` (requested, or the tiled kernel cannot run: grid
@@ -185,7 +187,7 @@ def lut_kernel(
             list(a.dilation),
             a.groups,
             bits,
-            kernel_flags(naive, dense),
+            kernel_flags(naive, dense, whole_tables),
         )
     )
     return KERNELS.get(plan, "tiled")
@@ -202,6 +204,7 @@ def lut_accumulate(
     act_step: float,
     naive: bool = False,
     dense: bool = False,
+    whole_tables: bool = False,
 ) -> torch.Tensor:
     """Raw sums of table entries (int32 for integer tables, float32 otherwise), ``[N, C_out, Ho, Wo]``."""
     return _lut_conv(
@@ -212,7 +215,7 @@ def lut_accumulate(
         dilation,
         groups,
         act_step=act_step,
-        flags=kernel_flags(naive, dense),
+        flags=kernel_flags(naive, dense, whole_tables),
         prepacked=False,
         scale=None,
         bias=None,
@@ -235,6 +238,7 @@ def forward(
     tables: PCILTTables | None = None,
     naive: bool = False,
     dense: bool = False,
+    whole_tables: bool = False,
     prepacked: bool = False,
 ) -> torch.Tensor:
     """PCILT conv2d (signature of ``F.conv2d``; inference only). See ``reference.forward``.
@@ -242,7 +246,9 @@ def forward(
     Two kernels: quantize+pack, then the lookup conv with the scale and bias fused into its
     epilogue. ``prepacked=True`` reuses the packed codes of an input object seen before (the
     "packed 4-bit inputs" case: activations that a previous quantized layer already packed).
-    ``dense=True`` runs a depthwise call on the dense tiled kernel (the depthwise kernel's baseline).
+    ``dense=True`` runs a depthwise call on the dense tiled kernel (the depthwise kernel's baseline);
+    ``whole_tables=True`` stages 8-bit tables whole (256 entries a tap) instead of as two 16-entry
+    nibble tables (the split's baseline).
     """
     if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
         raise RuntimeError(
@@ -262,7 +268,7 @@ def forward(
         dilation,
         groups,
         act_step=sx,
-        flags=kernel_flags(naive, dense),
+        flags=kernel_flags(naive, dense, whole_tables),
         prepacked=prepacked,
         scale=output_scale(t, sx),
         bias=bias,

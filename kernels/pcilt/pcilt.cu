@@ -118,16 +118,28 @@ constexpr int kTile = 16;  // 16 x 16 output pixels per block, one per thread
 // CO_BLOCK x kh x kw x 2^b table entries there too; every code read then feeds CO_BLOCK lookups.
 // Launch bounds (256, 4): without a minimum, nvcc 13.0's ptxas spilled 4-16 bytes in several
 // instances; 4 blocks per SM caps them at 64 registers (no spills on sm_80 / sm_90).
-template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM>
+//
+// SPLIT (8-bit codes, tables in shared memory): a tap's 256 entries are staged as two 16-entry nibble
+// tables, hi[h] = T[16 h] = w (16 h - 128) and lo[l] = T[128 + l] = w l, so T[u] = hi[u >> 4] + lo[u & 15]
+// (exact for integer tables). Why: the 32 lanes of a warp read one tap's row at their own codes; in a
+// 256-word row, lanes whose codes are equal mod 32 but different hit one bank with different words
+// (a conflict: ~3-4 wavefronts a lookup for spread codes), while a 16-word nibble table spans 16
+// distinct banks, so its lookup is one wavefront (equal codes broadcast): 2 wavefronts for both. The
+// rows also shrink 8x, so 8 output channels' tables fit beside the input tiles.
+constexpr int kSplitLevels = 32;  // staged entries a tap with SPLIT: hi[16] then lo[16]
+
+template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM, bool SPLIT>
 __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32_t* __restrict__ packed,
                                                                  const TableT* __restrict__ tables,
                                                                  void* __restrict__ out, LutGeometry g,
                                                                  int tiles_x, int in_th, int in_tw, int ci_block) {
   extern __shared__ __align__(16) unsigned char smem[];
+  static_assert(!SPLIT || TABLES_IN_SMEM, "nibble tables live in shared memory");
   const int levels = 1 << g.bits;
   const int taps = g.kh * g.kw;
+  const int row_levels = SPLIT ? kSplitLevels : levels;  // staged entries a tap
   TableT* s_tab = reinterpret_cast<TableT*>(smem);
-  const int tab_elems = TABLES_IN_SMEM ? CO_BLOCK * taps * levels : 0;  // per staged channel
+  const int tab_elems = TABLES_IN_SMEM ? CO_BLOCK * taps * row_levels : 0;  // per staged channel
   const int in_elems = in_th * in_tw;
   uint8_t* s_in = reinterpret_cast<uint8_t*>(s_tab + tab_elems * ci_block);
 
@@ -167,14 +179,19 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
         }
       }
       if (TABLES_IN_SMEM) {
-        const int row_elems = taps * levels;
+        const int row_elems = taps * row_levels;
         TableT* s_tab_q = s_tab + q * tab_elems;
 #pragma unroll
         for (int j = 0; j < CO_BLOCK; ++j) {
           const int co = co0 + j;
+          const TableT* src = tables + (static_cast<int64_t>(co) * g.cg + ci) * taps * levels;
           for (int e = tid; e < row_elems; e += kTile * kTile) {
-            s_tab_q[j * row_elems + e] =
-                co < co_end ? tables[(static_cast<int64_t>(co) * g.cg + ci) * row_elems + e] : TableT(0);
+            int from = e;  // SPLIT: entry k of tap t's 32 is hi[k] = T[16 k] or lo[k - 16] = T[128 + k - 16]
+            if (SPLIT) {
+              const int t = e >> 5, k = e & 31;
+              from = t * 256 + (k < 16 ? k * 16 : 112 + k);
+            }
+            s_tab_q[j * row_elems + e] = co < co_end ? src[from] : TableT(0);
           }
         }
       }
@@ -190,7 +207,10 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
             const int tap = ky * g.kw + kx;
 #pragma unroll
             for (int j = 0; j < CO_BLOCK; ++j) {
-              if (TABLES_IN_SMEM) {
+              if (SPLIT) {
+                const TableT* t = s_tab_q + (j * taps + tap) * kSplitLevels;
+                acc[j] += t[code >> 4] + t[16 + (code & 15)];
+              } else if (TABLES_IN_SMEM) {
                 acc[j] += s_tab_q[(j * taps + tap) * levels + code];
               } else if (co0 + j < co_end) {
                 acc[j] += __ldg(tables + ((static_cast<int64_t>(co0 + j) * g.cg + ci0 + q) * taps + tap) * levels +
@@ -405,11 +425,11 @@ struct TiledPlan {
 
 constexpr int kMaxCiBlock = 8;
 
-TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem) {
+TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem, bool split) {
   TiledPlan p{0, false, 0, 0, 0, 0, 1};
   const int64_t tiles_y = (g.ho + kTile - 1) / kTile, tiles_x = (g.wo + kTile - 1) / kTile;
   if (tiles_y * tiles_x > INT32_MAX || g.n > 65535) return p;
-  const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (1 << g.bits) * table_elem;
+  const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (split ? kSplitLevels : 1 << g.bits) * table_elem;
   int cob = 1;  // largest channel block that both fits the group and keeps the tables in shared memory
   if (g.cog >= 8 && 8 * per_co <= kSmemBudget / 2) {
     cob = 8;
@@ -446,15 +466,31 @@ TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem) {
   return p;
 }
 
-template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM>
+template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM, bool SPLIT>
 cudaError_t launch_tiled(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
                          const TiledPlan& p, cudaStream_t stream) {
   const int tiles = ((g.ho + kTile - 1) / kTile) * p.tiles_x;
   const dim3 grid(tiles, ((g.cog + CO_BLOCK - 1) / CO_BLOCK) * (g.cout / g.cog), g.n);
-  lut_tiled_kernel<TableT, CO_BLOCK, TABLES_IN_SMEM>
+  lut_tiled_kernel<TableT, CO_BLOCK, TABLES_IN_SMEM, SPLIT>
       <<<grid, kTile * kTile, p.smem_bytes, stream>>>(packed, tables, out, g, p.tiles_x, p.in_th, p.in_tw,
                                                       p.ci_block);
   return cudaGetLastError();
+}
+
+// The tiled kernel with its tables in shared memory, for the plan's output-channel block.
+template <typename TableT, bool SPLIT>
+cudaError_t launch_smem_tables(const uint32_t* packed, const TableT* t, void* o, const LutGeometry& g,
+                               const TiledPlan& p, cudaStream_t stream) {
+  switch (p.co_block) {
+    case 8:
+      return launch_tiled<TableT, 8, true, SPLIT>(packed, t, o, g, p, stream);
+    case 4:
+      return launch_tiled<TableT, 4, true, SPLIT>(packed, t, o, g, p, stream);
+    case 2:
+      return launch_tiled<TableT, 2, true, SPLIT>(packed, t, o, g, p, stream);
+    default:
+      return launch_tiled<TableT, 1, true, SPLIT>(packed, t, o, g, p, stream);
+  }
 }
 
 template <typename TableT>
@@ -469,20 +505,15 @@ cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out
     const DwPlan d = plan_dw4(g, sizeof(TableT));
     if (d.k > 0) return launch_dw4<TableT>(packed, t, o, g, d, stream);
   }
-  const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT));
-  if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false>(packed, t, o, g, p, stream);
-  switch (p.co_block) {
-    case 8:
-      return launch_tiled<TableT, 8, true>(packed, t, o, g, p, stream);
-    case 4:
-      return launch_tiled<TableT, 4, true>(packed, t, o, g, p, stream);
-    case 2:
-      return launch_tiled<TableT, 2, true>(packed, t, o, g, p, stream);
-    case 1:
-      return launch_tiled<TableT, 1, true>(packed, t, o, g, p, stream);
-    default:
-      break;  // naive requested, or the tiled kernel cannot run on g (plan_tiled says why)
+  // 8-bit tables in shared memory are split into nibble tables unless the flags ask for whole ones.
+  const bool split = g.bits == 8 && (flags & kLutWholeTables) == 0;
+  const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT), split);
+  if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false, false>(packed, t, o, g, p, stream);
+  if (p.co_block > 0) {
+    return split ? launch_smem_tables<TableT, true>(packed, t, o, g, p, stream)
+                 : launch_smem_tables<TableT, false>(packed, t, o, g, p, stream);
   }
+  // Naive requested, or the tiled kernel cannot run on g (plan_tiled says why).
   const int64_t per_sample = static_cast<int64_t>(g.cout) * g.ho * g.wo;
   const dim3 grid(grid_for(per_sample), g.n < 65535 ? g.n : 65535);
   lut_naive_kernel<TableT><<<grid, 256, 0, stream>>>(packed, t, o, g);
@@ -512,7 +543,7 @@ int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, i
   g.fused = false; g.scale = 1.0f; g.bias = nullptr;
   const size_t elem = is_float ? sizeof(float) : sizeof(int32_t);
   if ((flags & kLutDense) == 0 && plan_dw4(g, elem).k > 0) return kPlanDepthwise;
-  return plan_tiled(g, elem).co_block;
+  return plan_tiled(g, elem, bits == 8 && (flags & kLutWholeTables) == 0).co_block;
 }
 
 // tables: [cout, cg, kh, kw, 2^bits] of int32 (is_float = false) or float; out: [n, cout, ho, wo], the raw sums

@@ -1,8 +1,9 @@
 """Every kernel family's real ``.cu`` run on the CPU (``tests/kernels/cuda_emulation.py``) against its oracle.
 
 im2col (three column layouts, row bands, K padding, int8) and col2im; PCILT's fused quantize+pack and its
-lookup conv (naive, and the tiled kernel with every channel block and with tables outside shared memory,
-integer and float tables, fused epilogue); the fused EDSR block (vector and scalar epilogues, partial
+lookup conv (naive, the tiled kernel with every channel block, with tables outside shared memory and
+with 8-bit nibble tables, the depthwise kernel on packed 4-bit codes, integer and float tables, fused
+epilogue); the fused EDSR block (vector and scalar epilogues, partial
 tiles, residual, ReLU); the negative controls (each defect against its CPU twin). Depthwise has its own
 module (``tests/kernels/test_depthwise_emulated.py``). Index math and algorithms only: speed is a GPU matter.
 """
@@ -78,23 +79,27 @@ def test_quantize_pack(pcilt_emu: Emulation, bits: int, w: int) -> None:
     fam.check_quantize_pack(pcilt_emu, x, fam.pcilt_tables.default_act_step(x, bits), bits)
 
 
-LUT_CASES = [  # (x shape, cout, groups, kernel, stride, padding, dilation, bits, expected plan)
-    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, 8),
-    ((1, 4, 18, 17), 4, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2, 2),
-    ((1, 2, 8, 9), 4, 1, (3, 2), (2, 1), (1, 0), (1, 2), 4, 4),
-    ((1, 3, 6, 7), 3, 3, (3, 3), (1, 1), (1, 1), (1, 1), 8, 1),
-    ((1, 1, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 1),  # 8-bit 7x7 tables: outside shared memory
-    ((1, 6, 9, 9), 4, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, 4),  # 6 channels: a block of 4, then of 2
-    ((1, 11, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 1),  # global tables: 8 + 3 channels
+LUT_CASES = [  # (x shape, cout, groups, kernel, stride, padding, dilation, bits, whole tables, expected plan)
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, False, 8),
+    ((1, 4, 18, 17), 4, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2, False, 2),
+    ((1, 2, 8, 9), 4, 1, (3, 2), (2, 1), (1, 0), (1, 2), 4, False, 4),
+    ((1, 3, 6, 7), 3, 3, (3, 3), (1, 1), (1, 1), (1, 1), 8, False, 1),
+    ((1, 1, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, True, 1),  # whole 8-bit 7x7 tables: global memory
+    ((1, 6, 9, 9), 4, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, False, 4),  # 6 channels: a block of 4, then of 2
+    ((1, 11, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, True, 1),  # global tables: 8 + 3 channels
+    # 8-bit nibble tables (1/8 of the shared memory): 7x7 tables staged for 2 channels (whole: global), ...
+    ((1, 11, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, False, 2),
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 8, False, 8),  # ... 3x3 for 8 (whole: 2)
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 8, True, 2),
 ]
 
 
 @pytest.mark.parametrize("integer", [True, False])
 @pytest.mark.parametrize("case", LUT_CASES)
 def test_lut_conv_tiled_and_naive(pcilt_emu: Emulation, case: tuple, integer: bool) -> None:  # type: ignore[type-arg]
-    shape, cout, groups, k, s, p, d, bits, expected = case
+    shape, cout, groups, k, s, p, d, bits, whole, expected = case
     x, wt, step = fam.lut_case(shape, cout, groups, k, bits)
-    common = dict(integer=integer, fused=False)
+    common = dict(integer=integer, fused=False, whole_tables=whole)
     plan = fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, naive=False, **common)  # type: ignore[arg-type]
     assert plan == expected, f"the host planned co_block={plan}, the case is meant to cover {expected}"
     assert fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, naive=True, **common) == 0  # type: ignore[arg-type]
@@ -161,6 +166,19 @@ def test_lut_conv_depthwise_catches_planted_tail() -> None:
     x, wt, step = fam.lut_case((1, 2, 5, 13), 2, 2, (3, 3), 4)
     with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
         fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=True, naive=False,
+                           fused=False)  # fmt: skip
+
+
+def test_lut_conv_nibble_tables_catch_planted_offset() -> None:
+    """Control: 8-bit nibble tables staged with the lo table one entry off (T[129 + l] for T[128 + l])
+    fail the exact integer oracle."""
+    text = family_source("pcilt").read_text()
+    old = "from = t * 256 + (k < 16 ? k * 16 : 112 + k);"
+    assert text.count(old) == 1, "the planted defect's anchor is not unique in pcilt.cu any more"
+    emu = emulation("pcilt", text=text.replace(old, "from = t * 256 + (k < 16 ? k * 16 : 113 + k);"))
+    x, wt, step = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 8)
+    with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
+        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 1, 8, integer=True, naive=False,
                            fused=False)  # fmt: skip
 
 

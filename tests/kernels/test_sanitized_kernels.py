@@ -65,6 +65,7 @@ X = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
 LUT4 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
 LUT8 = fam.lut_case((1, 1, 9, 9), 2, 1, (7, 7), 8)
 LUT_G = fam.lut_case((1, 4, 18, 17), 4, 2, (3, 3), 2)
+LUT8_3 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 8)  # 8-bit nibble tables, 8 output channels a block
 LUT_DW = fam.lut_case((2, 5, 9, 16), 5, 5, (3, 3), 4)  # depthwise, 4-bit: the depthwise kernel
 LUT_DW_ODD = fam.lut_case((1, 3, 6, 13), 3, 3, (5, 5), 4)
 ONE = (1, 1)
@@ -156,6 +157,11 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         lambda e: fam.check_lut_conv(
             e, *LUT_DW_ODD, ONE, (2, 2), ONE, 3, 4, integer=False, naive=False, fused=True
         ),
+    ),
+    (
+        "pcilt",
+        "tiled-8bit-nibble-tables-float",
+        lambda e: fam.check_lut_conv(e, *LUT8_3, ONE, ONE, ONE, 1, 8, integer=False, naive=False, fused=True),
     ),
     (
         "pcilt",
