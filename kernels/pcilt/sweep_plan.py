@@ -1,5 +1,6 @@
 """The PCILT sweep's cases (inference, forward only): the seed layer at 2, 4 and 8 bits with the
-tiled kernel and the naive one, float tables at 4 bits, and the depthwise problems with 4-bit inputs
+tiled kernel and the naive one, 8 bits with whole 256-entry tables (the nibble tables' baseline),
+float tables at 4 bits, and the depthwise problems with 4-bit inputs
 packed per call and packed once (``prepacked``) on the depthwise kernel, against the dense tiled
 kernel (``dense=True``, the kernel it replaced) and our own fp32 depthwise kernel (the goal's
 reference: >= 1.5x). A new variant adds its rows to :func:`cases`."""
@@ -68,6 +69,8 @@ def cases() -> list[Case]:
         out.append(
             conv_case(FAMILY, f"naive-{bits}bit", fixed_step(ops.naive_forward, bits), SEED_CASE, "forward")
         )
+    whole = fixed_step(ops.forward, 8, whole_tables=True)  # the nibble tables' baseline
+    out.append(conv_case(FAMILY, "tiled-8bit-whole-tables", whole, SEED_CASE, "forward"))
     float_tables = fixed_step(ops.forward, 4, integer=False)
     out.append(conv_case(FAMILY, "tiled-4bit-float-tables", float_tables, SEED_CASE, "forward"))
     for problem in DEPTHWISE:

@@ -169,6 +169,15 @@ def test_lut_conv_depthwise_catches_planted_tail() -> None:
                            fused=False)  # fmt: skip
 
 
+@pytest.mark.parametrize(("whole", "expected"), [(False, 8), (True, 2)])
+def test_lut_plan_seed_8bit(pcilt_emu: Emulation, whole: bool, expected: int) -> None:
+    """Seed 003 (1 x 64 x 224² -> 128, 3x3) at 8 bits: nibble tables let a block hold 8 output channels'
+    tables (whole 256-entry tables: 2). The host's plan only; nothing runs."""
+    flags = fam.pcilt_ops.kernel_flags(False, False, whole)
+    ints = [0, 1, 64, 224, 224, 224 * 8 // 32, 128, 1, 3, 3, 1, 1, 1, 1, 1, 1, 224, 224, 8, flags]
+    assert pcilt_emu.call("lut_plan", [], ints) == expected
+
+
 def test_lut_conv_nibble_tables_catch_planted_offset() -> None:
     """Control: 8-bit nibble tables staged with the lo table one entry off (T[129 + l] for T[128 + l])
     fail the exact integer oracle."""
