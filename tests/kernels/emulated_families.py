@@ -58,20 +58,23 @@ def _i2c_ints(x_shape: Sequence[int], k: Pair, s: Pair, p: Pair, d: Pair, row0: 
 
 
 def check_im2col(emu: Emulation, x: torch.Tensor, k: Pair, s: Pair, p: Pair, d: Pair, row0: int, rows: int,
-                 layout: str, pad_k_to: int = 1) -> None:  # fmt: skip
-    """im2col of a row band against ``columns.im2col`` (a copy: exact); padded K rows stay untouched."""
+                 layout: str, pad_k_to: int = 1, ones_row: bool = False) -> None:  # fmt: skip
+    """im2col of a row band against ``columns.im2col`` (a copy: exact); padded K rows stay untouched;
+    ``ones_row``: the row after C*kh*kw holds ones (the fused bias's row)."""
     n, c = x.shape[0], x.shape[1]
     g = _i2c_ints(x.shape, k, s, p, d, row0, rows)
     length = rows * g[12]
-    kk = c * k[0] * k[1]
+    kk = c * k[0] * k[1] + int(ones_row)
     k_total = -(-kk // pad_k_to) * pad_k_to
     sentinel = -128 if x.dtype == torch.int8 else float("nan")
     col = torch.full(col_shape(layout, n, k_total, length), sentinel, dtype=x.dtype)
     err = emu.call(
-        "im2col", [x.contiguous(), col], [I2C_DTYPES[x.dtype], *g, *col_strides(layout, n, k_total, length)]
+        "im2col",
+        [x.contiguous(), col],
+        [I2C_DTYPES[x.dtype], *g, *col_strides(layout, n, k_total, length), int(ones_row)],
     )
     assert err == 0, f"launch_im2col returned cudaError {err}"
-    ref = columns.im2col(x, k, s, p, d, row0, rows, layout, pad_k_to)
+    ref = columns.im2col(x, k, s, p, d, row0, rows, layout, pad_k_to, ones_row)
     pad = [slice(None)] * 3
     pad[{"nkl": 1, "knl": 0, "nlk": 2}[layout]] = slice(kk, None)
     written, expect = col.clone(), ref.clone()
