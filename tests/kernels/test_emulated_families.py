@@ -58,6 +58,16 @@ def test_im2col(im2col_emu: Emulation, layout: str, dtype: torch.dtype, geom: tu
     fam.check_im2col(im2col_emu, x, k, s, p, d, 0, ho, layout)
     if ho > 2:  # a band of rows, K padded as the int8 GEMM wants
         fam.check_im2col(im2col_emu, x, k, s, p, d, 1, ho - 2, layout, pad_k_to=8)
+    if layout != "nlk":  # the fused bias's ones row, alone and before K padding
+        fam.check_im2col(im2col_emu, x, k, s, p, d, 0, ho, layout, ones_row=True)
+        fam.check_im2col(im2col_emu, x, k, s, p, d, 0, ho, layout, pad_k_to=8, ones_row=True)
+
+
+def test_im2col_ones_row_refused_on_k_fast_layout(im2col_emu: Emulation) -> None:
+    """The k-fast kernel (nlk) writes no ones row: the launcher says so (cudaErrorInvalidValue)."""
+    x = torch.randn(1, 2, 5, 5)
+    with pytest.raises(AssertionError, match="cudaError 1"):
+        fam.check_im2col(im2col_emu, x, (3, 3), (1, 1), (1, 1), (1, 1), 0, 5, "nlk", ones_row=True)
 
 
 @pytest.mark.parametrize("layout", ["nkl", "knl", "nlk"])

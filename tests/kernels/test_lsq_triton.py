@@ -222,7 +222,7 @@ def test_sweep_plan_lists_both_int8_variants_and_both_workspaces() -> None:
 
     cases = sweep_plan.cases()
     assert len({(c.variant, c.problem_id, c.phase) for c in cases}) == len(cases)  # every row once
-    tuning = {"lsq_v1", "lsq_v2", "chunk24MiB", "chunk256MiB", "implicit"}
+    tuning = {"lsq_v1", "lsq_v2", "chunk24MiB", "chunk256MiB", "chunk24MiB_bias_add", "implicit"}
     rows = [c for c in cases if c.variant in tuning]  # the new variants against the old
-    assert len(rows) == 10 and {c.variant for c in rows} == tuning
+    assert len(rows) == 12 and {c.variant for c in rows} == tuning
     assert all(Conv2dProblem.from_id(c.problem_id).id == c.problem_id for c in cases)

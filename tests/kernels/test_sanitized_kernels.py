@@ -100,6 +100,11 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "tile-v3-planes-s2-two-rounds",
         _dw(_dwp(n=1, c=2, h=50, w=50, kernel=(3, 3), stride=(2, 2), padding=(1, 1)), "v3"),
     ),
+    (
+        "im2col_gemm",
+        "im2col-knl-fp32-ones-row",
+        lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "knl", ones_row=True),
+    ),
     ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
     (
         "im2col_gemm",
