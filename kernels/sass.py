@@ -363,7 +363,12 @@ GATES: dict[str, tuple[Gate, ...]] = {
     ),
     # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
     # runs once per block).
-    "pcilt": (Gate(pattern=r"lut_tiled_kernel<", int_div_scope="loops", why="PCILT tiled loops"),),
+    # The depthwise kernel divides once per thread (block -> channel block, word tile), never in a loop,
+    # and keeps its unpacked codes and 4 x 8 accumulators in registers (no local-memory array).
+    "pcilt": (
+        Gate(pattern=r"lut_tiled_kernel<", int_div_scope="loops", why="PCILT tiled loops"),
+        Gate(pattern=r"lut_dw4_kernel<", int_div_scope="loops", no_local=True, why="PCILT depthwise, 4-bit"),
+    ),
     # The int8 implicit GEMM (LSQ v2) must run on the tensor cores; its runtime divisions are in the
     # prologue (pixel -> n, oy, ox once per thread), the K loop divides by constexprs only.
     "im2col_gemm": (

@@ -19,7 +19,7 @@
 
 cudaError_t launch_im2col(int dtype, const void* x, void* col, int n, int c, int h, int w, int kh, int kw, int sh,
                           int sw, int ph, int pw, int dh, int dw, int wo, int row0, int rows, int64_t sn,
-                          int64_t sk, int64_t sl, cudaStream_t stream);
+                          int64_t sk, int64_t sl, bool ones_row, cudaStream_t stream);
 cudaError_t launch_col2im(int dtype, const void* col, void* dx, int n, int c, int h, int w, int kh, int kw, int sh,
                           int sw, int ph, int pw, int dh, int dw, int wo, int row0, int rows, int h0, int hs,
                           int64_t sn, int64_t sk, int64_t sl, cudaStream_t stream);
@@ -84,7 +84,7 @@ void layout_strides(const std::string& layout, int64_t n, int64_t k_total, int64
 
 at::Tensor im2col_cuda(const at::Tensor& input, at::IntArrayRef kernel, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t row_start, int64_t rows,
-                       c10::string_view layout, int64_t pad_k_to) {
+                       c10::string_view layout, int64_t pad_k_to, bool ones_row) {
   TORCH_CHECK(input.is_cuda(), "im2col: input must be a CUDA tensor (use kernels.im2col_gemm.reference on the CPU)");
   TORCH_CHECK(input.dim() == 4, "im2col: input must be 4-D [N, C, H, W], got ", input.dim(), "-D");
   const int code = dtype_code(input, true);
@@ -97,7 +97,8 @@ at::Tensor im2col_cuda(const at::Tensor& input, at::IntArrayRef kernel, at::IntA
   TORCH_CHECK(row_start >= 0 && rows >= 1 && row_start + rows <= ho, "im2col: output rows [", row_start, ", ",
               row_start + rows, ") are outside [0, ", ho, ")");
   TORCH_CHECK(pad_k_to >= 1, "im2col: pad_k_to must be >= 1, got ", pad_k_to);
-  const int64_t k = c * p.kh * p.kw;
+  TORCH_CHECK(!ones_row || layout != "nlk", "im2col: ones_row needs layout nkl or knl, not nlk");
+  const int64_t k = c * p.kh * p.kw + (ones_row ? 1 : 0);  // the ones row is K's last written row
   const int64_t k_total = (k + pad_k_to - 1) / pad_k_to * pad_k_to;
   const int64_t l = rows * wo;
   int64_t sn = 0, sk = 0, sl = 0;
@@ -111,7 +112,7 @@ at::Tensor im2col_cuda(const at::Tensor& input, at::IntArrayRef kernel, at::IntA
                          {"dilation_w", p.dw}, {"W_out", wo}, {"row_start", row_start}, {"rows", rows}});
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaError_t err = launch_im2col(code, x.data_ptr(), col.data_ptr(), n, c, h, w, p.kh, p.kw, p.sh, p.sw, p.ph,
-                                        p.pw, p.dh, p.dw, wo, row_start, rows, sn, sk, sl,
+                                        p.pw, p.dh, p.dw, wo, row_start, rows, sn, sk, sl, ones_row,
                                         at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "im2col kernel launch failed: ", cudaGetErrorString(err));
   return col;
@@ -158,7 +159,7 @@ at::Tensor col2im_cuda(const at::Tensor& col_in, at::IntArrayRef input_shape, at
 CONVPERF_TORCH_LIBRARY(m) {
   m.def(
       "im2col(Tensor input, int[2] kernel, int[2] stride, int[2] padding, int[2] dilation, int row_start, "
-      "int rows, str layout, int pad_k_to) -> Tensor");
+      "int rows, str layout, int pad_k_to, bool ones_row=False) -> Tensor");
   m.def(
       "col2im(Tensor col, int[4] input_shape, int[2] kernel, int[2] stride, int[2] padding, int[2] dilation, "
       "int row_start, int rows, str layout, int h_start, int h_rows) -> Tensor");

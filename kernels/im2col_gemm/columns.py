@@ -55,16 +55,21 @@ def im2col(
     rows: int,
     layout: str = "nkl",
     pad_k_to: int = 1,
+    ones_row: bool = False,
 ) -> torch.Tensor:
     """Column buffer of output rows ``[row_start, row_start + rows)``; layout ``nkl``/``knl``/``nlk``.
 
-    K (= C*kh*kw, ordered channel, ky, kx as ``F.unfold``) is zero-padded to a multiple of ``pad_k_to``.
+    K (= C*kh*kw, ordered channel, ky, kx as ``F.unfold``) is zero-padded to a multiple of ``pad_k_to``;
+    ``ones_row`` adds a row of ones after it (before the padding): the row that multiplies a bias
+    column appended to the weight matrix, so the GEMM adds the bias.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
     band, _, _ = _band(x, kernel, stride, padding, dilation, row_start, rows)
     src = band if band.is_floating_point() else band.float()  # unfold has no integer kernels
     col = F.unfold(src, tuple(kernel), dilation=tuple(dilation), stride=tuple(stride)).to(x.dtype)
+    if ones_row:
+        col = torch.cat([col, col.new_ones((col.shape[0], 1, col.shape[2]))], 1)
     k = col.shape[1]
     k_total = -(-k // pad_k_to) * pad_k_to
     if k_total != k:

@@ -25,6 +25,7 @@ struct Geometry {
   int kh, kw, sh, sw, ph, pw, dh, dw;
   int wo;                // output width
   int row0, rows;        // band of output rows held by the column buffer
+  bool ones_row;         // write a row of ones at k = C*kh*kw (the bias's row of the GEMM's K)
 };
 
 // One thread per (n, c, band row, ox); it writes the kh*kw column entries of its output pixel (layouts with sl == 1).
@@ -58,6 +59,9 @@ __global__ void __launch_bounds__(256) im2col_kernel(const T* __restrict__ x, T*
         cp += sk;
       }
     }
+    // The last channel's thread ends at row C*kh*kw: the ones that multiply the bias column of the
+    // weight matrix, so the GEMM adds the bias (no separate pass over the output).
+    if (g.ones_row && ci == g.c - 1) *cp = from_f<T>(1.0f);
   }
 }
 
@@ -135,8 +139,9 @@ cudaError_t im2col_typed(const void* x, void* col, const Geometry& g, int64_t sn
                          cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(g.n) * g.c * g.rows * g.wo;
   if (total == 0) return cudaSuccess;
+  if (g.ones_row && sk == 1) return cudaErrorInvalidValue;  // the k-fast kernel writes no ones row
   const int64_t extent = static_cast<int64_t>(g.n) * g.c * g.h * g.w;
-  const int64_t col_extent = (g.n - 1) * sn + (static_cast<int64_t>(g.c) * g.kh * g.kw - 1) * sk +
+  const int64_t col_extent = (g.n - 1) * sn + (static_cast<int64_t>(g.c) * g.kh * g.kw + g.ones_row - 1) * sk +
                              (static_cast<int64_t>(g.rows) * g.wo - 1) * sl + 1;
   const bool small = extent < INT32_MAX && col_extent < INT32_MAX && total * g.kh * g.kw < INT32_MAX;
   if (sk == 1) {  // K contiguous: the k-fastest mapping keeps the writes coalesced
@@ -180,6 +185,7 @@ Geometry make_geometry(int n, int c, int h, int w, int kh, int kw, int sh, int s
   g.n = n; g.c = c; g.h = h; g.w = w;
   g.kh = kh; g.kw = kw; g.sh = sh; g.sw = sw; g.ph = ph; g.pw = pw; g.dh = dh; g.dw = dw;
   g.wo = wo; g.row0 = row0; g.rows = rows;
+  g.ones_row = false;
   return g;
 }
 
@@ -188,8 +194,9 @@ Geometry make_geometry(int n, int c, int h, int w, int kh, int kw, int sh, int s
 // x: contiguous [n, c, h, w]; col: see the layout note at the top. Returns the launch status.
 cudaError_t launch_im2col(int dtype, const void* x, void* col, int n, int c, int h, int w, int kh, int kw, int sh,
                           int sw, int ph, int pw, int dh, int dw, int wo, int row0, int rows, int64_t sn,
-                          int64_t sk, int64_t sl, cudaStream_t stream) {
-  const Geometry g = make_geometry(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, wo, row0, rows);
+                          int64_t sk, int64_t sl, bool ones_row, cudaStream_t stream) {
+  Geometry g = make_geometry(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, wo, row0, rows);
+  g.ones_row = ones_row;
   return convperf::dispatch_float_or_i8(DType(dtype), [&](auto t) {
     return im2col_typed<typename decltype(t)::type>(x, col, g, sn, sk, sl, stream);
   });

@@ -7,7 +7,9 @@ The CUDA ops (``torch.ops.convperf_im2col_gemm.im2col`` / ``col2im``) load on fi
 :func:`forward` is the custom op ``convperf_im2col_gemm_py::conv2d`` whose backward
 (``conv2d_backward``) rebuilds the columns chunk by chunk, so forward and backward both keep the
 column buffer under ``workspace_bytes``
-(default 24 MiB: within L2). Variants: :func:`lsq_forward` (int8 GEMM through
+(default 24 MiB: within L2); with one group its bias rides in the GEMM (a bias column on the
+weight matrix, a ones row on the columns; ``CONVPERF_IM2COL_BIAS=add`` adds it in a pass after).
+Variants: :func:`lsq_forward` (int8 GEMM through
 ``torch._int_mm``; LSQ gradients), :func:`lsq_accumulate`, :func:`sparse_forward`,
 :func:`structured_forward`.
 """
@@ -15,12 +17,14 @@ column buffer under ``workspace_bytes``
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from kernels import _build
+from kernels._weight_cache import WeightCache
 from kernels.im2col_gemm import columns, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
 from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry, with_bias
@@ -29,6 +33,18 @@ from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
 FAMILY = "im2col_gemm"
 LSQ_VARIANTS = ("v1", "v2")
 LSQ_VARIANT_ENV = "CONVPERF_LSQ_VARIANT"
+BIAS_VARIANTS = ("gemm", "add")
+BIAS_VARIANT_ENV = "CONVPERF_IM2COL_BIAS"
+
+
+def bias_variant() -> str:
+    """``$CONVPERF_IM2COL_BIAS`` (read on every call, so one process can time both): ``gemm`` (default)
+    adds the fp32/fp16 explicit path's bias inside the GEMM (a bias column on the weight matrix, a ones
+    row on the column buffer: no pass over the output); ``add`` adds it in a pass after the GEMMs."""
+    value = os.environ.get(BIAS_VARIANT_ENV, "gemm")
+    if value not in BIAS_VARIANTS:
+        raise ValueError(f"{BIAS_VARIANT_ENV}={value!r} must be one of {', '.join(BIAS_VARIANTS)}")
+    return value
 
 
 def lsq_variant(variant: str | None = None) -> str:
@@ -54,10 +70,11 @@ def _register_cpp_rules() -> None:
         rows: int,
         layout: str,
         pad_k_to: int,
+        ones_row: bool = False,
     ) -> torch.Tensor:
         n, c = x.shape[0], x.shape[1]
         wo = out_size(x.shape[3], kernel[1], stride[1], padding[1], dilation[1])
-        k = c * kernel[0] * kernel[1]
+        k = c * kernel[0] * kernel[1] + int(ones_row)
         kt = -(-k // pad_k_to) * pad_k_to
         length = rows * wo
         shape = {"nkl": (n, kt, length), "knl": (kt, n, length), "nlk": (n, length, kt)}[layout]
@@ -89,9 +106,9 @@ def _register_cpp_rules() -> None:
         ctx.rest = rest
 
     def im2col_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        kernel, stride, padding, dilation, row_start, rows, layout, _ = ctx.rest
+        kernel, stride, padding, dilation, row_start, rows, layout = ctx.rest[:7]
         dx = im2col_grad(grad, ctx.shape, kernel, stride, padding, dilation, row_start, rows, layout)
-        return (dx, None, None, None, None, None, None, None, None)
+        return (dx, *(None for _ in ctx.rest))
 
     torch.library.register_autograd(f"{ns}::im2col", im2col_backward, setup_context=im2col_setup)
 
@@ -130,14 +147,24 @@ def im2col(
     rows: int,
     layout: str = "nkl",
     pad_k_to: int = 1,
+    ones_row: bool = False,
 ) -> torch.Tensor:
     """Column buffer (CUDA kernel on a GPU tensor, ``F.unfold`` on a CPU one); see ``columns.im2col``."""
     if x.is_cuda:
         out: torch.Tensor = _cuda_ops().im2col(
-            x, list(kernel), list(stride), list(padding), list(dilation), row_start, rows, layout, pad_k_to
+            x,
+            list(kernel),
+            list(stride),
+            list(padding),
+            list(dilation),
+            row_start,
+            rows,
+            layout,
+            pad_k_to,
+            ones_row,
         )
         return out
-    return columns.im2col(x, kernel, stride, padding, dilation, row_start, rows, layout, pad_k_to)
+    return columns.im2col(x, kernel, stride, padding, dilation, row_start, rows, layout, pad_k_to, ones_row)
 
 
 def col2im(
@@ -204,18 +231,44 @@ def _conv2d(
     ho, wo, k, cog = geometry(x, weight, a)
     g = groups
     out = x.new_empty((n, weight.shape[0], ho, wo))
+    # The bias in the GEMM: a bias column on the weight matrix times a ones row on the columns (one
+    # group only: the column buffer has one ones row; and only when a row of columns with the ones
+    # still fits the workspace). Else, or with the "add" variant: a pass after.
+    fits = (k + 1) * wo * x.element_size() <= workspace_bytes
+    in_gemm = bias is not None and g == 1 and fits and bias_variant() == "gemm"
     wmat = weight.contiguous().view(g, cog, k)
-    for ch in plan_chunks(n, ho, wo, g * k, x.element_size(), workspace_bytes):
+    if bias is not None and in_gemm:
+        wmat = _weight_with_bias(weight, bias)
+    kb = k + int(in_gemm)
+    for ch in plan_chunks(n, ho, wo, g * kb, x.element_size(), workspace_bytes):
         nb, rows = ch.n1 - ch.n0, ch.r1 - ch.r0
-        col = im2col(x[ch.n0 : ch.n1], a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows).view(
-            nb, g, k, -1
-        )
+        col = im2col(
+            x[ch.n0 : ch.n1], a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows, ones_row=in_gemm
+        ).view(nb, g, kb, -1)
         # Write the GEMM straight into the output; a band of rows is a strided matrix of it
         # ([cog, rows * wo] with row stride ho * wo), which cuBLAS writes without a temporary.
         torch.matmul(wmat, col, out=out[ch.n0 : ch.n1, :, ch.r0 : ch.r1].view(nb, g, cog, rows * wo))
-    if bias is not None:
+    if bias is not None and not in_gemm:
         out.add_(bias.view(1, -1, 1, 1))
     return out
+
+
+_biased: WeightCache[tuple[weakref.ref[torch.Tensor], torch.Tensor]] = WeightCache(8)
+
+
+def _weight_with_bias(weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``[1, C_out, C_in*kh*kw + 1]``: the weight matrix with the bias as its last column, built once per
+    (weight, bias) version (a layer's parameters change only at an optimizer step)."""
+
+    def build() -> tuple[weakref.ref[torch.Tensor], torch.Tensor]:
+        cout = weight.shape[0]
+        return weakref.ref(bias), torch.cat([weight.reshape(cout, -1), bias.view(cout, 1)], 1).unsqueeze(0)
+
+    key = (id(bias), bias._version)
+    ref, wmat = _biased.get(weight, key, build)
+    if ref() is not bias:  # a new bias that reuses a freed one's id: never the stale column
+        ref, wmat = build()
+    return wmat
 
 
 @_conv2d.register_fake

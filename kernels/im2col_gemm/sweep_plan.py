@@ -13,6 +13,7 @@ against ``v2`` (Triton, 3 launches); fp32 on the EDSR shapes, the column buffer 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -77,6 +78,10 @@ FP32_WORKSPACES = {"chunk24MiB": 24 * 1024 * 1024, "chunk256MiB": 256 * 1024 * 1
 FP32_PREDICTED_US = {
     ("chunk24MiB", 0): 65.0,
     ("chunk24MiB", 1): 106.0,
+    # the bias as a pass after the GEMMs (CONVPERF_IM2COL_BIAS=add): + a read and a write of the
+    # output (18.9 / 33.6 MB at ~2.6 TB/s)
+    ("chunk24MiB_bias_add", 0): 72.0,
+    ("chunk24MiB_bias_add", 1): 119.0,
     ("implicit", 0): 60.0,
     ("implicit", 1): 105.0,
 }
@@ -95,12 +100,21 @@ def _lsq_call(problem: Conv2dProblem, variant: str, device: str) -> Call:
     return call
 
 
-def _fp32_call(problem: Conv2dProblem, workspace: int, device: str) -> Call:
+def _fp32_call(problem: Conv2dProblem, workspace: int, device: str, bias: str = "gemm") -> Call:
     x, w, b = problem.make_inputs(seed=0, device=device)
 
     def call() -> object:
-        with torch.no_grad():
-            return ops.forward(x, w, b, *problem.conv_args(), workspace_bytes=workspace)
+        # Read by the op on each call; restored, so no later row inherits it (host-side writes).
+        before = os.environ.get(ops.BIAS_VARIANT_ENV)
+        os.environ[ops.BIAS_VARIANT_ENV] = bias
+        try:
+            with torch.no_grad():
+                return ops.forward(x, w, b, *problem.conv_args(), workspace_bytes=workspace)
+        finally:
+            if before is None:
+                del os.environ[ops.BIAS_VARIANT_ENV]
+            else:
+                os.environ[ops.BIAS_VARIANT_ENV] = before
 
     return call
 
@@ -129,6 +143,9 @@ def _tuning_cases() -> list[Case]:
             out.append(
                 Case(FAMILY, name, p.id, "forward", p.min_bytes, make, FP32_PREDICTED_US.get((name, i)))
             )
+        make = functools.partial(_fp32_call, p, FP32_WORKSPACES["chunk24MiB"], bias="add")
+        guess = FP32_PREDICTED_US[("chunk24MiB_bias_add", i)]
+        out.append(Case(FAMILY, "chunk24MiB_bias_add", p.id, "forward", p.min_bytes, make, guess))
         make = functools.partial(_implicit_call, p)
         out.append(
             Case(FAMILY, "implicit", p.id, "forward", p.min_bytes, make, FP32_PREDICTED_US[("implicit", i)])

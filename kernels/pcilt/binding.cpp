@@ -16,10 +16,10 @@ cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, in
                                  cudaStream_t stream);
 cudaError_t launch_lut_conv(const uint32_t* packed, const void* tables, void* out, bool is_float, int n, int c, int h,
                             int w, int wp, int cout, int groups, int kh, int kw, int sh, int sw, int ph, int pw,
-                            int dh, int dw, int ho, int wo, int bits, bool naive, bool fused, float scale,
+                            int dh, int dw, int ho, int wo, int bits, int flags, bool fused, float scale,
                             const float* bias, cudaStream_t stream);
 int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, int groups, int kh, int kw, int sh,
-                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, bool naive);
+                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, int flags);
 
 namespace {
 
@@ -103,19 +103,20 @@ LutArgs check_lut_args(const at::Tensor& packed_in, const at::Tensor& tables_in,
   return a;
 }
 
-// Which kernel lut_conv runs for these arguments: the tiled kernel's output-channel block (8, 4, 2
-// or 1), or 0 when the naive kernel runs (naive requested, or the tiled kernel cannot run here).
+// Which kernel lut_conv runs for these arguments: -1 for the depthwise kernel, the tiled kernel's
+// output-channel block (8, 4, 2 or 1), or 0 when the naive kernel runs (requested, or the tiled kernel
+// cannot run here). flags: the kernel choice bits of launch_lut_conv (pcilt.cu's kLut*).
 int64_t lut_conv_kernel_cuda(const at::Tensor& packed_in, const at::Tensor& tables_in, int64_t width,
                              at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-                             int64_t bits, bool naive) {
+                             int64_t bits, int64_t flags) {
   const LutArgs a = check_lut_args(packed_in, tables_in, width, stride, padding, dilation, groups, bits);
   return lut_conv_plan(a.tables.scalar_type() == at::kFloat, a.n, a.c, a.h, a.width, a.wp, a.cout, groups, a.kh,
                        a.kw, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], a.ho, a.wo, bits,
-                       naive);
+                       static_cast<int>(flags));
 }
 
 at::Tensor lut_conv_cuda(const at::Tensor& packed_in, const at::Tensor& tables_in, int64_t width, at::IntArrayRef stride,
-                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, int64_t bits, bool naive,
+                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups, int64_t bits, int64_t flags,
                          c10::optional<double> scale, const c10::optional<at::Tensor>& bias_in) {
   const LutArgs a = check_lut_args(packed_in, tables_in, width, stride, padding, dilation, groups, bits);
   const at::Tensor& packed = a.packed;
@@ -136,7 +137,7 @@ at::Tensor lut_conv_cuda(const at::Tensor& packed_in, const at::Tensor& tables_i
   const cudaError_t err = launch_lut_conv(
       reinterpret_cast<const uint32_t*>(packed.data_ptr<int32_t>()), tables.data_ptr(), out.data_ptr(),
       tables.scalar_type() == at::kFloat, n, c, h, width, wp, cout, groups, kh, kw, stride[0], stride[1], padding[0],
-      padding[1], dilation[0], dilation[1], ho, wo, bits, naive, fused, fused ? static_cast<float>(*scale) : 1.0f,
+      padding[1], dilation[0], dilation[1], ho, wo, bits, static_cast<int>(flags), fused, fused ? static_cast<float>(*scale) : 1.0f,
       bias.defined() ? bias.data_ptr<float>() : nullptr, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "pcilt.lut_conv launch failed: ", cudaGetErrorString(err));
   return out;
@@ -148,10 +149,10 @@ CONVPERF_TORCH_LIBRARY(m) {
   m.def("quantize_pack(Tensor input, float inv_step, int bits) -> Tensor");
   m.def(
       "lut_conv(Tensor packed, Tensor tables, int width, int[2] stride, int[2] padding, int[2] dilation, int groups, "
-      "int bits, bool naive, float? scale=None, Tensor? bias=None) -> Tensor");
+      "int bits, int flags, float? scale=None, Tensor? bias=None) -> Tensor");
   m.def(
       "lut_conv_kernel(Tensor packed, Tensor tables, int width, int[2] stride, int[2] padding, int[2] dilation, "
-      "int groups, int bits, bool naive) -> int");
+      "int groups, int bits, int flags) -> int");
 }
 
 CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) {

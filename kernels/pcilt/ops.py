@@ -1,8 +1,13 @@
 """PCILT conv2d on a GPU: fused quantize+pack kernel, then a lookup-table conv kernel.
 
 ``forward`` (tiled kernel: a 16x16 output tile x up to 8 output channels per block, input codes and
-the block's tables staged in shared memory) and ``naive_forward`` (one thread per output, codes
-and tables from global memory: the baseline of the ">= 5x" goal) share everything else. Tables
+the block's tables staged in shared memory; a depthwise call with 4-bit codes, a square 3/5/7
+kernel, stride 1 and dilation 1 runs the depthwise kernel instead: many channels per block, 8
+outputs x 4 rows per thread from whole packed words) and ``naive_forward`` (one thread per output,
+codes and tables from global memory: the baseline of the ">= 5x" goal) share everything else.
+``dense=True`` keeps a depthwise call on the dense tiled kernel (the depthwise kernel's A/B
+baseline, in the same build). 8-bit tables are staged as two 16-entry nibble tables a tap
+(``whole_tables=True``: 256 entries, the baseline). Tables
 are built once per weight and cached (keyed on the weight object, its version and the table
 settings); :func:`build_tables` builds them explicitly. Inference only: no autograd.
 """
@@ -26,36 +31,43 @@ from kernels.quant import inv_step
 FAMILY = "pcilt"
 CACHE_SIZE = 8
 IntPair = int | Sequence[int]
+# Kernel choice bits of the lut_conv op (pcilt.cu's kLut*).
+NAIVE, DENSE, WHOLE_TABLES = 1, 2, 4
+KERNELS = {-1: "depthwise", 0: "naive"}  # lut_conv_kernel's answer; a channel block (> 0) is "tiled"
 
 _tables: WeightCache[PCILTTables] = WeightCache(CACHE_SIZE)
 _packed: WeightCache[torch.Tensor] = WeightCache(CACHE_SIZE)
 
 
+def quantize_pack_fake(x: torch.Tensor, inv: float, bits: int) -> torch.Tensor:
+    """The output the quantize_pack op allocates (its shape function)."""
+    n, c, h, w = x.shape
+    return x.new_empty((n, c, h, (w * bits + 31) // 32), dtype=torch.int32)
+
+
+def lut_conv_fake(
+    packed: torch.Tensor,
+    tables: torch.Tensor,
+    width: int,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    bits: int,
+    flags: int,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The output the lut_conv op allocates (its shape function)."""
+    n, _, h, _ = packed.shape
+    cout, _, kh, kw, _ = tables.shape
+    ho = out_size(h, kh, stride[0], padding[0], dilation[0])
+    wo = out_size(width, kw, stride[1], padding[1], dilation[1])
+    dtype = torch.float32 if scale is not None else tables.dtype
+    return tables.new_empty((n, cout, ho, wo), dtype=dtype)
+
+
 def _register_fakes() -> None:
-    def quantize_pack_fake(x: torch.Tensor, inv: float, bits: int) -> torch.Tensor:
-        n, c, h, w = x.shape
-        return x.new_empty((n, c, h, (w * bits + 31) // 32), dtype=torch.int32)
-
-    def lut_conv_fake(
-        packed: torch.Tensor,
-        tables: torch.Tensor,
-        width: int,
-        stride: list[int],
-        padding: list[int],
-        dilation: list[int],
-        groups: int,
-        bits: int,
-        naive: bool,
-        scale: float | None = None,
-        bias: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        n, _, h, _ = packed.shape
-        cout, _, kh, kw, _ = tables.shape
-        ho = out_size(h, kh, stride[0], padding[0], dilation[0])
-        wo = out_size(width, kw, stride[1], padding[1], dilation[1])
-        dtype = torch.float32 if scale is not None else tables.dtype
-        return tables.new_empty((n, cout, ho, wo), dtype=dtype)
-
     ns = _build.namespace(FAMILY)  # after the load: a revision's copy has its own (see _build)
     torch.library.register_fake(f"{ns}::quantize_pack")(quantize_pack_fake)
     torch.library.register_fake(f"{ns}::lut_conv")(lut_conv_fake)
@@ -94,6 +106,19 @@ def packed_input(x: torch.Tensor, act_step: float, bits: int) -> torch.Tensor:
     return _packed.get(x, (act_step, bits), lambda: quantize_pack(x, act_step, bits))
 
 
+def _check_device(x: torch.Tensor) -> None:
+    """CUDA tensors run the kernels; ``meta`` ones only their shapes (counting launches and bytes)."""
+    if x.device.type not in ("cuda", "meta"):
+        raise ValueError(
+            "the PCILT kernels need a CUDA tensor; on the CPU use kernels.pcilt.reference.forward"
+        )
+
+
+def kernel_flags(naive: bool, dense: bool, whole_tables: bool = False) -> int:
+    """The lut_conv op's kernel choice bits for these options."""
+    return (NAIVE if naive else 0) | (DENSE if dense else 0) | (WHOLE_TABLES if whole_tables else 0)
+
+
 def _lut_conv(
     input: torch.Tensor,
     tables: PCILTTables,
@@ -103,17 +128,14 @@ def _lut_conv(
     groups: int,
     *,
     act_step: float,
-    naive: bool,
+    flags: int,
     prepacked: bool,
     scale: float | None,
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
     probe = tables.tables.new_empty(tables.tables.shape[:4], dtype=input.dtype)
     x, a, unbatched = normalize(input, probe, bias, stride, padding, dilation, groups)
-    if not x.is_cuda:
-        raise ValueError(
-            "the PCILT kernels need a CUDA tensor; on the CPU use kernels.pcilt.reference.forward"
-        )
+    _check_device(x)
     packed = packed_input(x, act_step, tables.bits) if prepacked else quantize_pack(x, act_step, tables.bits)
     out: torch.Tensor = _cuda_ops().lut_conv(
         packed,
@@ -124,7 +146,7 @@ def _lut_conv(
         list(a.dilation),
         a.groups,
         tables.bits,
-        naive,
+        flags,
         scale,
         bias.float().contiguous() if bias is not None else None,
     )
@@ -142,24 +164,33 @@ def lut_kernel(
     bits: int = 4,
     integer: bool = True,
     naive: bool = False,
+    dense: bool = False,
+    whole_tables: bool = False,
 ) -> str:
     """Which lookup kernel ``forward`` runs on these arguments, as the host decides before launching:
-    ``"tiled"`` or ``"naive"`` (requested, or the tiled kernel cannot run: grid limits, huge
-    stride/dilation tiles). Tables are built (cached) as ``forward`` would."""
+    ``"depthwise"``, ``"tiled"`` or ``"naive"`` (requested, or the tiled kernel cannot run: grid
+    limits, huge stride/dilation tiles). Tables are built (cached) as ``forward`` would."""
     check_bits(bits)
     t = build_tables(weight, bits, integer=integer)
     probe = t.tables.new_empty(t.tables.shape[:4], dtype=input.dtype)
     x, a, _ = normalize(input, probe, None, stride, padding, dilation, groups)
-    if not x.is_cuda:
-        raise ValueError("the PCILT kernels need a CUDA tensor")
+    _check_device(x)
     c, h, w = x.shape[1], x.shape[2], x.shape[3]
     packed = x.new_empty((x.shape[0], c, h, -(-w * bits // 32)), dtype=torch.int32)
-    co_block = int(
+    plan = int(
         _cuda_ops().lut_conv_kernel(
-            packed, t.tables, w, list(a.stride), list(a.padding), list(a.dilation), a.groups, bits, naive
+            packed,
+            t.tables,
+            w,
+            list(a.stride),
+            list(a.padding),
+            list(a.dilation),
+            a.groups,
+            bits,
+            kernel_flags(naive, dense, whole_tables),
         )
     )
-    return "tiled" if co_block > 0 else "naive"
+    return KERNELS.get(plan, "tiled")
 
 
 def lut_accumulate(
@@ -172,6 +203,8 @@ def lut_accumulate(
     *,
     act_step: float,
     naive: bool = False,
+    dense: bool = False,
+    whole_tables: bool = False,
 ) -> torch.Tensor:
     """Raw sums of table entries (int32 for integer tables, float32 otherwise), ``[N, C_out, Ho, Wo]``."""
     return _lut_conv(
@@ -182,7 +215,7 @@ def lut_accumulate(
         dilation,
         groups,
         act_step=act_step,
-        naive=naive,
+        flags=kernel_flags(naive, dense, whole_tables),
         prepacked=False,
         scale=None,
         bias=None,
@@ -204,6 +237,8 @@ def forward(
     weight_step: float | None = None,
     tables: PCILTTables | None = None,
     naive: bool = False,
+    dense: bool = False,
+    whole_tables: bool = False,
     prepacked: bool = False,
 ) -> torch.Tensor:
     """PCILT conv2d (signature of ``F.conv2d``; inference only). See ``reference.forward``.
@@ -211,6 +246,9 @@ def forward(
     Two kernels: quantize+pack, then the lookup conv with the scale and bias fused into its
     epilogue. ``prepacked=True`` reuses the packed codes of an input object seen before (the
     "packed 4-bit inputs" case: activations that a previous quantized layer already packed).
+    ``dense=True`` runs a depthwise call on the dense tiled kernel (the depthwise kernel's baseline);
+    ``whole_tables=True`` stages 8-bit tables whole (256 entries a tap) instead of as two 16-entry
+    nibble tables (the split's baseline).
     """
     if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
         raise RuntimeError(
@@ -230,7 +268,7 @@ def forward(
         dilation,
         groups,
         act_step=sx,
-        naive=naive,
+        flags=kernel_flags(naive, dense, whole_tables),
         prepacked=prepacked,
         scale=output_scale(t, sx),
         bias=bias,

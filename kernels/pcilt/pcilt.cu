@@ -23,6 +23,13 @@ struct LutGeometry {
   const float* bias;
 };
 
+// Kernel choice flags of launch_lut_conv (run-time variants in one build, for A/B timing).
+constexpr int kLutNaive = 1;        // the one-thread-per-output baseline
+constexpr int kLutDense = 2;        // depthwise calls through the dense tiled kernel (no lut_dw4_kernel)
+constexpr int kLutWholeTables = 4;  // 8-bit codes with their 256-entry tables (no nibble split)
+// lut_conv_plan's answer for the depthwise kernel (the tiled kernel's answers are its channel block).
+constexpr int kPlanDepthwise = -1;
+
 template <typename TableT>
 __device__ __forceinline__ void store(void* out, int64_t idx, TableT acc, int co, const LutGeometry& g) {
   if (g.fused) {
@@ -68,7 +75,6 @@ __global__ void __launch_bounds__(256) quantize_pack_kernel(const float* __restr
 }
 
 // The baseline: one thread per output element, codes and tables straight from global memory.
-// The baseline: one thread per output element, codes and tables straight from global memory.
 // 32-bit index math within a sample (the host checks it fits); blockIdx.y walks the batch.
 template <typename TableT>
 __global__ void __launch_bounds__(256, 4) lut_naive_kernel(const uint32_t* __restrict__ packed,
@@ -112,16 +118,28 @@ constexpr int kTile = 16;  // 16 x 16 output pixels per block, one per thread
 // CO_BLOCK x kh x kw x 2^b table entries there too; every code read then feeds CO_BLOCK lookups.
 // Launch bounds (256, 4): without a minimum, nvcc 13.0's ptxas spilled 4-16 bytes in several
 // instances; 4 blocks per SM caps them at 64 registers (no spills on sm_80 / sm_90).
-template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM>
+//
+// SPLIT (8-bit codes, tables in shared memory): a tap's 256 entries are staged as two 16-entry nibble
+// tables, hi[h] = T[16 h] = w (16 h - 128) and lo[l] = T[128 + l] = w l, so T[u] = hi[u >> 4] + lo[u & 15]
+// (exact for integer tables). Why: the 32 lanes of a warp read one tap's row at their own codes; in a
+// 256-word row, lanes whose codes are equal mod 32 but different hit one bank with different words
+// (a conflict: ~3-4 wavefronts a lookup for spread codes), while a 16-word nibble table spans 16
+// distinct banks, so its lookup is one wavefront (equal codes broadcast): 2 wavefronts for both. The
+// rows also shrink 8x, so 8 output channels' tables fit beside the input tiles.
+constexpr int kSplitLevels = 32;  // staged entries a tap with SPLIT: hi[16] then lo[16]
+
+template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM, bool SPLIT>
 __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32_t* __restrict__ packed,
                                                                  const TableT* __restrict__ tables,
                                                                  void* __restrict__ out, LutGeometry g,
                                                                  int tiles_x, int in_th, int in_tw, int ci_block) {
   extern __shared__ __align__(16) unsigned char smem[];
+  static_assert(!SPLIT || TABLES_IN_SMEM, "nibble tables live in shared memory");
   const int levels = 1 << g.bits;
   const int taps = g.kh * g.kw;
+  const int row_levels = SPLIT ? kSplitLevels : levels;  // staged entries a tap
   TableT* s_tab = reinterpret_cast<TableT*>(smem);
-  const int tab_elems = TABLES_IN_SMEM ? CO_BLOCK * taps * levels : 0;  // per staged channel
+  const int tab_elems = TABLES_IN_SMEM ? CO_BLOCK * taps * row_levels : 0;  // per staged channel
   const int in_elems = in_th * in_tw;
   uint8_t* s_in = reinterpret_cast<uint8_t*>(s_tab + tab_elems * ci_block);
 
@@ -161,14 +179,19 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
         }
       }
       if (TABLES_IN_SMEM) {
-        const int row_elems = taps * levels;
+        const int row_elems = taps * row_levels;
         TableT* s_tab_q = s_tab + q * tab_elems;
 #pragma unroll
         for (int j = 0; j < CO_BLOCK; ++j) {
           const int co = co0 + j;
+          const TableT* src = tables + (static_cast<int64_t>(co) * g.cg + ci) * taps * levels;
           for (int e = tid; e < row_elems; e += kTile * kTile) {
-            s_tab_q[j * row_elems + e] =
-                co < co_end ? tables[(static_cast<int64_t>(co) * g.cg + ci) * row_elems + e] : TableT(0);
+            int from = e;  // SPLIT: entry k of tap t's 32 is hi[k] = T[16 k] or lo[k - 16] = T[128 + k - 16]
+            if (SPLIT) {
+              const int t = e >> 5, k = e & 31;
+              from = t * 256 + (k < 16 ? k * 16 : 112 + k);
+            }
+            s_tab_q[j * row_elems + e] = co < co_end ? src[from] : TableT(0);
           }
         }
       }
@@ -184,7 +207,10 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
             const int tap = ky * g.kw + kx;
 #pragma unroll
             for (int j = 0; j < CO_BLOCK; ++j) {
-              if (TABLES_IN_SMEM) {
+              if (SPLIT) {
+                const TableT* t = s_tab_q + (j * taps + tap) * kSplitLevels;
+                acc[j] += t[code >> 4] + t[16 + (code & 15)];
+              } else if (TABLES_IN_SMEM) {
                 acc[j] += s_tab_q[(j * taps + tap) * levels + code];
               } else if (co0 + j < co_end) {
                 acc[j] += __ldg(tables + ((static_cast<int64_t>(co0 + j) * g.cg + ci0 + q) * taps + tap) * levels +
@@ -207,12 +233,183 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
   }
 }
 
+// ---- depthwise, packed 4-bit codes ------------------------------------------------------------
+// A depthwise call (groups == C_in == C_out) with 4-bit codes, a square k in {3, 5, 7}, stride 1 and
+// dilation 1 runs this kernel instead of the dense one (which gave every block one output channel).
+// A block is (bw output words) x (cpb channels) threads; blockIdx.y picks kDwRows output rows and
+// blockIdx.z the sample, so one block covers cpb channels of one sample. A thread owns one packed
+// output word (8 adjacent outputs) for kDwRows rows: per input row it loads 3 whole words (its own
+// and its neighbours', coalesced across the warp), shifts them into one 64-bit window that starts at
+// its first tap's column (8 + k - 1 <= 14 codes), unpacks the codes in registers and feeds each to
+// every output row and column that reads it. The cpb channels' tables (k*k*16 entries each) are
+// staged in shared memory behind the block's one barrier. Inputs read 1/8 of fp32's bytes; the fp32
+// output is the bulk of the traffic (docs/tuning-log.md).
+constexpr size_t kSmemBudget = 48 * 1024;  // no opt-in needed below this
+constexpr int kDwRows = 4;          // output rows per thread
+constexpr int kDwCols = 8;          // output columns per thread: one packed word of 4-bit codes
+constexpr uint32_t kZeroWord = 0x88888888u;  // eight zero-level codes (u = 8): entries exactly 0
+
+struct DwPlan {
+  int k;           // 0: the kernel does not apply
+  int words;       // output words per row, ceil(wo / 8)
+  int bw, cpb;     // block: bw words x cpb channels
+  int word_tiles;  // blocks along a row
+  uint32_t tail_fill;  // zero-level codes for the unused tail of a row's last input word
+  size_t smem_bytes;
+};
+
+template <typename TableT, int K>
+__global__ void __launch_bounds__(256) lut_dw4_kernel(const uint32_t* __restrict__ packed,
+                                                      const TableT* __restrict__ tables, void* __restrict__ out,
+                                                      LutGeometry g, int word_tiles, uint32_t tail_fill,
+                                                      bool vec_out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTab = K * K * 16;  // one channel's table entries
+  constexpr int kWin = kDwCols + K - 1;  // codes one input row feeds a thread
+  TableT* s_tab = reinterpret_cast<TableT*>(smem);
+  // The one division of the kernel, once per thread: blockIdx.x = channel block x word tile.
+  const int cblk = static_cast<int>(blockIdx.x) / word_tiles;
+  const int wtile = static_cast<int>(blockIdx.x) - cblk * word_tiles;
+  const int c0 = cblk * static_cast<int>(blockDim.y);
+  const int nch = min(static_cast<int>(blockDim.y), g.c - c0);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const int nthreads = blockDim.x * blockDim.y;
+  const TableT* src_tab = tables + static_cast<int64_t>(c0) * kTab;
+  for (int e = tid; e < nch * kTab; e += nthreads) s_tab[e] = __ldg(src_tab + e);
+  __syncthreads();
+
+  const int c = c0 + static_cast<int>(threadIdx.y);
+  const int j = wtile * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);  // output word
+  const int words = (g.wo + kDwCols - 1) / kDwCols;
+  if (c >= g.c || j >= words) return;  // after the block's only barrier
+  const int64_t plane = static_cast<int64_t>(blockIdx.z) * g.c + c;
+  const uint32_t* src = packed + plane * g.h * g.wp;
+  const TableT* tab = s_tab + threadIdx.y * kTab;
+  const int oy0 = static_cast<int>(blockIdx.y) * kDwRows;
+  // The window starts at column 8j - pw, inside word j - 1 (pw <= 7): shift the pair (j, j-1) right
+  // by 32 - 4 pw bits and bring word j + 1's codes in above.
+  const int shift = 32 - 4 * g.pw;
+
+  TableT acc[kDwRows][kDwCols];
+#pragma unroll
+  for (int r = 0; r < kDwRows; ++r)
+#pragma unroll
+    for (int o = 0; o < kDwCols; ++o) acc[r][o] = 0;
+
+#pragma unroll
+  for (int ir = 0; ir < kDwRows + K - 1; ++ir) {
+    const int iy = oy0 - g.ph + ir;
+    if (iy < 0 || iy >= g.h) continue;  // a padding row: every entry it would add is 0
+    const uint32_t* row = src + static_cast<int64_t>(iy) * g.wp;
+    uint32_t w3[3];
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+      const int k = j - 1 + q;
+      // Out of the row: zero-level codes; the last word's unused tail holds code 0, not the zero level.
+      w3[q] = (k >= 0 && k < g.wp) ? (__ldg(row + k) | (k == g.wp - 1 ? tail_fill : 0u)) : kZeroWord;
+    }
+    const uint64_t pair = (static_cast<uint64_t>(w3[1]) << 32) | w3[0];
+    const uint64_t win = (pair >> shift) | (static_cast<uint64_t>(w3[2]) << (64 - shift));
+    int code[kWin];
+#pragma unroll
+    for (int i = 0; i < kWin; ++i) code[i] = static_cast<int>((win >> (4 * i)) & 15u);
+#pragma unroll
+    for (int r = 0; r < kDwRows; ++r) {
+      const int ky = ir - r;  // compile-time after unrolling
+      if (ky >= 0 && ky < K) {
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx) {
+          const TableT* t = tab + (ky * K + kx) * 16;
+#pragma unroll
+          for (int o = 0; o < kDwCols; ++o) acc[r][o] += t[code[o + kx]];
+        }
+      }
+    }
+  }
+
+  const int ox0 = j * kDwCols;
+  const bool full = ox0 + kDwCols <= g.wo;
+  const float b = (g.fused && g.bias != nullptr) ? __ldg(g.bias + c) : 0.f;
+#pragma unroll
+  for (int r = 0; r < kDwRows; ++r) {
+    const int oy = oy0 + r;
+    if (oy >= g.ho) break;
+    const int64_t base = (plane * g.ho + oy) * static_cast<int64_t>(g.wo) + ox0;
+    if (g.fused && vec_out && full) {  // two 16-byte stores; the epilogue's two roundings as store()
+      float v[kDwCols];
+#pragma unroll
+      for (int o = 0; o < kDwCols; ++o) {
+        v[o] = __fmul_rn(static_cast<float>(acc[r][o]), g.scale);
+        if (g.bias != nullptr) v[o] = __fadd_rn(v[o], b);
+      }
+      float4* dst = reinterpret_cast<float4*>(static_cast<float*>(out) + base);
+      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+      for (int o = 0; o < kDwCols; ++o) {
+        if (ox0 + o < g.wo) store(out, base + o, acc[r][o], c, g);
+      }
+    }
+  }
+}
+
+// Whether lut_dw4_kernel runs on g, and its block shape: as many channels per block as 256 threads and
+// the shared-memory budget allow, the row's words along x (tiled by 256 on very wide rows).
+DwPlan plan_dw4(const LutGeometry& g, size_t table_elem) {
+  DwPlan p{};
+  const bool shape_ok = g.bits == 4 && g.cg == 1 && g.cog == 1 && g.kh == g.kw &&
+                        (g.kh == 3 || g.kh == 5 || g.kh == 7) && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+                        g.dw == 1 && g.pw <= 7;
+  if (!shape_ok || g.n > 65535) return p;
+  const int64_t row_groups = (g.ho + kDwRows - 1) / kDwRows;
+  if (row_groups > 65535) return p;
+  p.words = (g.wo + kDwCols - 1) / kDwCols;
+  p.bw = p.words < 256 ? p.words : 256;
+  p.word_tiles = (p.words + p.bw - 1) / p.bw;
+  const size_t per_channel = static_cast<size_t>(g.kh) * g.kw * 16 * table_elem;
+  int64_t cpb = 256 / p.bw;
+  if (cpb > g.c) cpb = g.c;
+  if (cpb * per_channel > kSmemBudget) cpb = static_cast<int64_t>(kSmemBudget / per_channel);
+  if (cpb < 1) return p;
+  p.cpb = static_cast<int>(cpb);
+  if (static_cast<int64_t>((g.c + p.cpb - 1) / p.cpb) * p.word_tiles > INT32_MAX) return p;
+  const int tail = g.w % kDwCols;
+  p.tail_fill = tail == 0 ? 0u : kZeroWord & ~((1u << (4 * tail)) - 1u);
+  p.smem_bytes = static_cast<size_t>(p.cpb) * per_channel;
+  p.k = g.kh;
+  return p;
+}
+
+template <typename TableT>
+cudaError_t launch_dw4(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
+                       const DwPlan& p, cudaStream_t stream) {
+  const dim3 grid(((g.c + p.cpb - 1) / p.cpb) * p.word_tiles, (g.ho + kDwRows - 1) / kDwRows, g.n);
+  const dim3 block(p.bw, p.cpb);
+  // 16-byte stores need a 4-float aligned row start: wo % 4 == 0 (the output is a fresh, aligned tensor).
+  const bool vec_out = g.wo % 4 == 0;
+  switch (p.k) {
+    case 3:
+      lut_dw4_kernel<TableT, 3><<<grid, block, p.smem_bytes, stream>>>(packed, tables, out, g, p.word_tiles,
+                                                                       p.tail_fill, vec_out);
+      break;
+    case 5:
+      lut_dw4_kernel<TableT, 5><<<grid, block, p.smem_bytes, stream>>>(packed, tables, out, g, p.word_tiles,
+                                                                       p.tail_fill, vec_out);
+      break;
+    default:
+      lut_dw4_kernel<TableT, 7><<<grid, block, p.smem_bytes, stream>>>(packed, tables, out, g, p.word_tiles,
+                                                                       p.tail_fill, vec_out);
+      break;
+  }
+  return cudaGetLastError();
+}
+
 int grid_for(int64_t total) {
   const int64_t blocks = (total + 255) / 256;
   return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
-constexpr size_t kSmemBudget = 48 * 1024;  // no opt-in needed below this
 
 // Host-side choice of the tiled kernel's configuration, made before any launch (so a failed
 // launch is always reported, never mistaken for "use the naive kernel"): the output-channel block
@@ -228,11 +425,11 @@ struct TiledPlan {
 
 constexpr int kMaxCiBlock = 8;
 
-TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem) {
+TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem, bool split) {
   TiledPlan p{0, false, 0, 0, 0, 0, 1};
   const int64_t tiles_y = (g.ho + kTile - 1) / kTile, tiles_x = (g.wo + kTile - 1) / kTile;
   if (tiles_y * tiles_x > INT32_MAX || g.n > 65535) return p;
-  const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (1 << g.bits) * table_elem;
+  const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (split ? kSplitLevels : 1 << g.bits) * table_elem;
   int cob = 1;  // largest channel block that both fits the group and keeps the tables in shared memory
   if (g.cog >= 8 && 8 * per_co <= kSmemBudget / 2) {
     cob = 8;
@@ -269,38 +466,54 @@ TiledPlan plan_tiled(const LutGeometry& g, size_t table_elem) {
   return p;
 }
 
-template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM>
+template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM, bool SPLIT>
 cudaError_t launch_tiled(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
                          const TiledPlan& p, cudaStream_t stream) {
   const int tiles = ((g.ho + kTile - 1) / kTile) * p.tiles_x;
   const dim3 grid(tiles, ((g.cog + CO_BLOCK - 1) / CO_BLOCK) * (g.cout / g.cog), g.n);
-  lut_tiled_kernel<TableT, CO_BLOCK, TABLES_IN_SMEM>
+  lut_tiled_kernel<TableT, CO_BLOCK, TABLES_IN_SMEM, SPLIT>
       <<<grid, kTile * kTile, p.smem_bytes, stream>>>(packed, tables, out, g, p.tiles_x, p.in_th, p.in_tw,
                                                       p.ci_block);
   return cudaGetLastError();
 }
 
+// The tiled kernel with its tables in shared memory, for the plan's output-channel block.
+template <typename TableT, bool SPLIT>
+cudaError_t launch_smem_tables(const uint32_t* packed, const TableT* t, void* o, const LutGeometry& g,
+                               const TiledPlan& p, cudaStream_t stream) {
+  switch (p.co_block) {
+    case 8:
+      return launch_tiled<TableT, 8, true, SPLIT>(packed, t, o, g, p, stream);
+    case 4:
+      return launch_tiled<TableT, 4, true, SPLIT>(packed, t, o, g, p, stream);
+    case 2:
+      return launch_tiled<TableT, 2, true, SPLIT>(packed, t, o, g, p, stream);
+    default:
+      return launch_tiled<TableT, 1, true, SPLIT>(packed, t, o, g, p, stream);
+  }
+}
+
 template <typename TableT>
-cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out, const LutGeometry& g, bool naive,
+cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out, const LutGeometry& g, int flags,
                            cudaStream_t stream) {
   const TableT* t = static_cast<const TableT*>(tables);
   void* o = out;
   const int64_t total = static_cast<int64_t>(g.n) * g.cout * g.ho * g.wo;
   if (total == 0) return cudaSuccess;
-  const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT));
-  if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false>(packed, t, o, g, p, stream);
-  switch (p.co_block) {
-    case 8:
-      return launch_tiled<TableT, 8, true>(packed, t, o, g, p, stream);
-    case 4:
-      return launch_tiled<TableT, 4, true>(packed, t, o, g, p, stream);
-    case 2:
-      return launch_tiled<TableT, 2, true>(packed, t, o, g, p, stream);
-    case 1:
-      return launch_tiled<TableT, 1, true>(packed, t, o, g, p, stream);
-    default:
-      break;  // naive requested, or the tiled kernel cannot run on g (plan_tiled says why)
+  const bool naive = (flags & kLutNaive) != 0;
+  if (!naive && (flags & kLutDense) == 0) {
+    const DwPlan d = plan_dw4(g, sizeof(TableT));
+    if (d.k > 0) return launch_dw4<TableT>(packed, t, o, g, d, stream);
   }
+  // 8-bit tables in shared memory are split into nibble tables unless the flags ask for whole ones.
+  const bool split = g.bits == 8 && (flags & kLutWholeTables) == 0;
+  const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT), split);
+  if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false, false>(packed, t, o, g, p, stream);
+  if (p.co_block > 0) {
+    return split ? launch_smem_tables<TableT, true>(packed, t, o, g, p, stream)
+                 : launch_smem_tables<TableT, false>(packed, t, o, g, p, stream);
+  }
+  // Naive requested, or the tiled kernel cannot run on g (plan_tiled says why).
   const int64_t per_sample = static_cast<int64_t>(g.cout) * g.ho * g.wo;
   const dim3 grid(grid_for(per_sample), g.n < 65535 ? g.n : 65535);
   lut_naive_kernel<TableT><<<grid, 256, 0, stream>>>(packed, t, o, g);
@@ -317,25 +530,28 @@ cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, in
   return cudaGetLastError();
 }
 
-// Which kernel launch_lut_conv runs for this geometry (decided on the host, before launching):
-// the tiled kernel's output-channel block (8, 4, 2 or 1), or 0 for the naive kernel.
+// Which kernel launch_lut_conv runs for this geometry and these flags (decided on the host, before
+// launching): kPlanDepthwise, the tiled kernel's output-channel block (8, 4, 2 or 1), or 0 for naive.
 int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, int groups, int kh, int kw, int sh,
-                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, bool naive) {
-  if (naive) return 0;
+                  int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, int flags) {
+  if ((flags & kLutNaive) != 0) return 0;
   LutGeometry g;
   g.n = n; g.c = c; g.h = h; g.w = w; g.wp = wp;
   g.cout = cout; g.cg = c / groups; g.cog = cout / groups;
   g.kh = kh; g.kw = kw; g.sh = sh; g.sw = sw; g.ph = ph; g.pw = pw; g.dh = dh; g.dw = dw;
   g.ho = ho; g.wo = wo; g.bits = bits;
   g.fused = false; g.scale = 1.0f; g.bias = nullptr;
-  return plan_tiled(g, is_float ? sizeof(float) : sizeof(int32_t)).co_block;
+  const size_t elem = is_float ? sizeof(float) : sizeof(int32_t);
+  if ((flags & kLutDense) == 0 && plan_dw4(g, elem).k > 0) return kPlanDepthwise;
+  return plan_tiled(g, elem, bits == 8 && (flags & kLutWholeTables) == 0).co_block;
 }
 
 // tables: [cout, cg, kh, kw, 2^bits] of int32 (is_float = false) or float; out: [n, cout, ho, wo], the raw sums
-// in the tables' type, or (fused) float32 sums * scale + bias (bias may be null).
+// in the tables' type, or (fused) float32 sums * scale + bias (bias may be null). flags: kLut* (0: the
+// fastest kernel that applies).
 cudaError_t launch_lut_conv(const uint32_t* packed, const void* tables, void* out, bool is_float, int n, int c, int h,
                             int w, int wp, int cout, int groups, int kh, int kw, int sh, int sw, int ph, int pw,
-                            int dh, int dw, int ho, int wo, int bits, bool naive, bool fused, float scale,
+                            int dh, int dw, int ho, int wo, int bits, int flags, bool fused, float scale,
                             const float* bias, cudaStream_t stream) {
   LutGeometry g;
   g.n = n; g.c = c; g.h = h; g.w = w; g.wp = wp;
@@ -343,6 +559,6 @@ cudaError_t launch_lut_conv(const uint32_t* packed, const void* tables, void* ou
   g.kh = kh; g.kw = kw; g.sh = sh; g.sw = sw; g.ph = ph; g.pw = pw; g.dh = dh; g.dw = dw;
   g.ho = ho; g.wo = wo; g.bits = bits;
   g.fused = fused; g.scale = scale; g.bias = bias;
-  return is_float ? lut_conv_typed<float>(packed, tables, out, g, naive, stream)
-                  : lut_conv_typed<int32_t>(packed, tables, out, g, naive, stream);
+  return is_float ? lut_conv_typed<float>(packed, tables, out, g, flags, stream)
+                  : lut_conv_typed<int32_t>(packed, tables, out, g, flags, stream);
 }

@@ -357,7 +357,7 @@ extern "C" int dw_weight_grad(void* const* b, const int64_t* i, const double*) {
 extern "C" int im2col(void* const* b, const int64_t* i, const double*) {
   return int(launch_im2col(int(i[0]), b[0], b[1], int(i[1]), int(i[2]), int(i[3]), int(i[4]), int(i[5]),
                            int(i[6]), int(i[7]), int(i[8]), int(i[9]), int(i[10]), int(i[11]), int(i[12]),
-                           int(i[13]), int(i[14]), int(i[15]), i[16], i[17], i[18], nullptr));
+                           int(i[13]), int(i[14]), int(i[15]), i[16], i[17], i[18], i[19] != 0, nullptr));
 }
 extern "C" int col2im(void* const* b, const int64_t* i, const double*) {
   return int(launch_col2im(int(i[0]), b[0], b[1], int(i[1]), int(i[2]), int(i[3]), int(i[4]), int(i[5]),
@@ -375,11 +375,11 @@ extern "C" int quantize_pack(void* const* b, const int64_t* i, const double* f) 
   int(i[9]), int(i[10]), int(i[11]), int(i[12]), int(i[13]), int(i[14]), int(i[15]), int(i[16]), int(i[17]), \
   int(i[18])
 extern "C" int lut_plan(void* const*, const int64_t* i, const double*) {
-  return lut_conv_plan(i[0] != 0, EMU_LUT_GEOM, i[19] != 0);
+  return lut_conv_plan(i[0] != 0, EMU_LUT_GEOM, int(i[19]));
 }
 extern "C" int lut_conv(void* const* b, const int64_t* i, const double* f) {
   return int(launch_lut_conv(static_cast<const uint32_t*>(b[0]), b[1], b[2], i[0] != 0, EMU_LUT_GEOM,
-                             i[19] != 0, i[20] != 0, float(f[0]), static_cast<const float*>(b[3]), nullptr));
+                             int(i[19]), i[20] != 0, float(f[0]), static_cast<const float*>(b[3]), nullptr));
 }
 """,
     "edsr": r"""

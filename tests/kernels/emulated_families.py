@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from kernels._controls import cpu as controls_cpu
 from kernels.edsr import reference as edsr_ref
 from kernels.im2col_gemm import columns
+from kernels.pcilt import ops as pcilt_ops
 from kernels.pcilt import reference as pcilt_ref
 from kernels.pcilt import tables as pcilt_tables
 from kernels.quant import inv_step, qrange
@@ -57,20 +58,23 @@ def _i2c_ints(x_shape: Sequence[int], k: Pair, s: Pair, p: Pair, d: Pair, row0: 
 
 
 def check_im2col(emu: Emulation, x: torch.Tensor, k: Pair, s: Pair, p: Pair, d: Pair, row0: int, rows: int,
-                 layout: str, pad_k_to: int = 1) -> None:  # fmt: skip
-    """im2col of a row band against ``columns.im2col`` (a copy: exact); padded K rows stay untouched."""
+                 layout: str, pad_k_to: int = 1, ones_row: bool = False) -> None:  # fmt: skip
+    """im2col of a row band against ``columns.im2col`` (a copy: exact); padded K rows stay untouched;
+    ``ones_row``: the row after C*kh*kw holds ones (the fused bias's row)."""
     n, c = x.shape[0], x.shape[1]
     g = _i2c_ints(x.shape, k, s, p, d, row0, rows)
     length = rows * g[12]
-    kk = c * k[0] * k[1]
+    kk = c * k[0] * k[1] + int(ones_row)
     k_total = -(-kk // pad_k_to) * pad_k_to
     sentinel = -128 if x.dtype == torch.int8 else float("nan")
     col = torch.full(col_shape(layout, n, k_total, length), sentinel, dtype=x.dtype)
     err = emu.call(
-        "im2col", [x.contiguous(), col], [I2C_DTYPES[x.dtype], *g, *col_strides(layout, n, k_total, length)]
+        "im2col",
+        [x.contiguous(), col],
+        [I2C_DTYPES[x.dtype], *g, *col_strides(layout, n, k_total, length), int(ones_row)],
     )
     assert err == 0, f"launch_im2col returned cudaError {err}"
-    ref = columns.im2col(x, k, s, p, d, row0, rows, layout, pad_k_to)
+    ref = columns.im2col(x, k, s, p, d, row0, rows, layout, pad_k_to, ones_row)
     pad = [slice(None)] * 3
     pad[{"nkl": 1, "knl": 0, "nlk": 2}[layout]] = slice(kk, None)
     written, expect = col.clone(), ref.clone()
@@ -122,10 +126,12 @@ def lut_case(x_shape: Sequence[int], cout: int, groups: int, k: Pair, bits: int,
 
 def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: float, s: Pair, p: Pair,
                    d: Pair, groups: int, bits: int, *, integer: bool, naive: bool, fused: bool,
-                   bias: bool = False) -> int:  # fmt: skip
-    """The lookup conv (naive or tiled, as the host plans it) against its oracle; returns the plan
-    (the tiled kernel's channel block, 0 for naive). Integer tables: exact against ``reference.lut_conv``;
-    float tables: fp64 ``conv2d`` of the levels; fused: the float epilogue of the exact sums."""
+                   bias: bool = False, dense: bool = False, whole_tables: bool = False) -> int:  # fmt: skip
+    """The lookup conv (naive, tiled or depthwise, as the host plans it) against its oracle; returns the
+    plan (-1 depthwise, the tiled kernel's channel block, 0 naive). Integer tables: exact against
+    ``reference.lut_conv``; float tables: fp64 ``conv2d`` of the levels; fused: the float epilogue of
+    the exact sums. ``dense`` keeps a depthwise call on the tiled kernel (``ops.forward(dense=True)``),
+    ``whole_tables`` stages 8-bit tables whole (not as nibble tables)."""
     n, c, h, w = x.shape
     cout, _, kh, kw = wt.shape
     codes = pcilt_tables.activation_codes(x, act_step, bits)
@@ -150,7 +156,7 @@ def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: 
         ho,
         wo,
         bits,
-        int(naive),
+        pcilt_ops.kernel_flags(naive, dense, whole_tables),
     ]
     plan = emu.call("lut_plan", [], ints) if emu.sanitizer is None else -1
     out_dtype = torch.float32 if fused or not integer else torch.int32
@@ -160,7 +166,7 @@ def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: 
     scale = pcilt_ref.output_scale(t, act_step)
     err = emu.call("lut_conv", [packed, t.tables, out, b], [*ints, int(fused)], [scale])
     assert err == 0, f"launch_lut_conv returned cudaError {err}"
-    what = f"lut_conv plan={plan} bits={bits} integer={integer} fused={fused}"
+    what = f"lut_conv plan={plan} bits={bits} integer={integer} fused={fused} whole_tables={whole_tables}"
     if integer:
         acc = pcilt_ref.lut_conv(codes, t, s, p, d, groups)
         if fused:

@@ -114,6 +114,31 @@ def stub_triton(monkeypatch: pytest.MonkeyPatch, module: Any, rec: Record) -> No
     monkeypatch.setattr(module, "kernel", lambda name, interpret: Launcher(rec, name))
 
 
+class OpsStub:
+    """Stands in for a family's ``LazyOps`` (``module._cuda_ops``): ``_cuda_ops().name(...)`` records one
+    launch ``name`` with the bytes of its tensor arguments and of the output ``fakes[name]`` allocates
+    (the op's registered shape function), and runs nothing."""
+
+    def __init__(self, rec: Record, fakes: dict[str, Callable[..., torch.Tensor]]) -> None:
+        self.rec = rec
+        self.fakes = fakes
+
+    def __call__(self) -> OpsStub:
+        return self
+
+    def __getattr__(self, name: str) -> Callable[..., torch.Tensor]:
+        fake = self.fakes[name]
+
+        def launch(*args: Any, **kwargs: Any) -> torch.Tensor:
+            out = fake(*args, **kwargs)
+            self.rec.launches.append(name)
+            tensors = {id(a): a for a in (*args, *kwargs.values(), out) if isinstance(a, torch.Tensor)}
+            self.rec.traffic.append(_nbytes(list(tensors.values())))
+            return out
+
+        return launch
+
+
 def stub_im2col(monkeypatch: pytest.MonkeyPatch, ops: Any, rec: Record, mode: _Mode) -> None:
     """``ops.im2col`` (one CUDA kernel on a GPU) records one launch and allocates its column buffer."""
     real = ops.columns.im2col

@@ -1,8 +1,9 @@
 """Every kernel family's real ``.cu`` run on the CPU (``tests/kernels/cuda_emulation.py``) against its oracle.
 
 im2col (three column layouts, row bands, K padding, int8) and col2im; PCILT's fused quantize+pack and its
-lookup conv (naive, and the tiled kernel with every channel block and with tables outside shared memory,
-integer and float tables, fused epilogue); the fused EDSR block (vector and scalar epilogues, partial
+lookup conv (naive, the tiled kernel with every channel block, with tables outside shared memory and
+with 8-bit nibble tables, the depthwise kernel on packed 4-bit codes, integer and float tables, fused
+epilogue); the fused EDSR block (vector and scalar epilogues, partial
 tiles, residual, ReLU); the negative controls (each defect against its CPU twin). Depthwise has its own
 module (``tests/kernels/test_depthwise_emulated.py``). Index math and algorithms only: speed is a GPU matter.
 """
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from tests.kernels import emulated_families as fam
-from tests.kernels.cuda_emulation import Emulation, emulation, geometry
+from tests.kernels.cuda_emulation import Emulation, emulation, family_source, geometry
 
 
 def _open(family: str) -> Iterator[Emulation]:
@@ -57,6 +58,16 @@ def test_im2col(im2col_emu: Emulation, layout: str, dtype: torch.dtype, geom: tu
     fam.check_im2col(im2col_emu, x, k, s, p, d, 0, ho, layout)
     if ho > 2:  # a band of rows, K padded as the int8 GEMM wants
         fam.check_im2col(im2col_emu, x, k, s, p, d, 1, ho - 2, layout, pad_k_to=8)
+    if layout != "nlk":  # the fused bias's ones row, alone and before K padding
+        fam.check_im2col(im2col_emu, x, k, s, p, d, 0, ho, layout, ones_row=True)
+        fam.check_im2col(im2col_emu, x, k, s, p, d, 0, ho, layout, pad_k_to=8, ones_row=True)
+
+
+def test_im2col_ones_row_refused_on_k_fast_layout(im2col_emu: Emulation) -> None:
+    """The k-fast kernel (nlk) writes no ones row: the launcher says so (cudaErrorInvalidValue)."""
+    x = torch.randn(1, 2, 5, 5)
+    with pytest.raises(AssertionError, match="cudaError 1"):
+        fam.check_im2col(im2col_emu, x, (3, 3), (1, 1), (1, 1), (1, 1), 0, 5, "nlk", ones_row=True)
 
 
 @pytest.mark.parametrize("layout", ["nkl", "knl", "nlk"])
@@ -78,23 +89,27 @@ def test_quantize_pack(pcilt_emu: Emulation, bits: int, w: int) -> None:
     fam.check_quantize_pack(pcilt_emu, x, fam.pcilt_tables.default_act_step(x, bits), bits)
 
 
-LUT_CASES = [  # (x shape, cout, groups, kernel, stride, padding, dilation, bits, expected plan)
-    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, 8),
-    ((1, 4, 18, 17), 4, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2, 2),
-    ((1, 2, 8, 9), 4, 1, (3, 2), (2, 1), (1, 0), (1, 2), 4, 4),
-    ((1, 3, 6, 7), 3, 3, (3, 3), (1, 1), (1, 1), (1, 1), 8, 1),
-    ((1, 1, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 1),  # 8-bit 7x7 tables: outside shared memory
-    ((1, 6, 9, 9), 4, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, 4),  # 6 channels: a block of 4, then of 2
-    ((1, 11, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 1),  # global tables: 8 + 3 channels
+LUT_CASES = [  # (x shape, cout, groups, kernel, stride, padding, dilation, bits, whole tables, expected plan)
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, False, 8),
+    ((1, 4, 18, 17), 4, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2, False, 2),
+    ((1, 2, 8, 9), 4, 1, (3, 2), (2, 1), (1, 0), (1, 2), 4, False, 4),
+    ((1, 3, 6, 7), 3, 3, (3, 3), (1, 1), (1, 1), (1, 1), 8, False, 1),
+    ((1, 1, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, True, 1),  # whole 8-bit 7x7 tables: global memory
+    ((1, 6, 9, 9), 4, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, False, 4),  # 6 channels: a block of 4, then of 2
+    ((1, 11, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, True, 1),  # global tables: 8 + 3 channels
+    # 8-bit nibble tables (1/8 of the shared memory): 7x7 tables staged for 2 channels (whole: global), ...
+    ((1, 11, 9, 9), 2, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, False, 2),
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 8, False, 8),  # ... 3x3 for 8 (whole: 2)
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 8, True, 2),
 ]
 
 
 @pytest.mark.parametrize("integer", [True, False])
 @pytest.mark.parametrize("case", LUT_CASES)
 def test_lut_conv_tiled_and_naive(pcilt_emu: Emulation, case: tuple, integer: bool) -> None:  # type: ignore[type-arg]
-    shape, cout, groups, k, s, p, d, bits, expected = case
+    shape, cout, groups, k, s, p, d, bits, whole, expected = case
     x, wt, step = fam.lut_case(shape, cout, groups, k, bits)
-    common = dict(integer=integer, fused=False)
+    common = dict(integer=integer, fused=False, whole_tables=whole)
     plan = fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, naive=False, **common)  # type: ignore[arg-type]
     assert plan == expected, f"the host planned co_block={plan}, the case is meant to cover {expected}"
     assert fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, naive=True, **common) == 0  # type: ignore[arg-type]
@@ -107,6 +122,83 @@ def test_lut_conv_fused_epilogue(pcilt_emu: Emulation, naive: bool, integer: boo
     for bias in (False, True):
         fam.check_lut_conv(pcilt_emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=integer, naive=naive,
                            fused=True, bias=bias)  # fmt: skip
+
+
+DW_CASES = [  # (x shape, kernel, padding): depthwise, 4-bit, stride 1 -> the depthwise kernel
+    ((2, 5, 11, 13), 3, (1, 1)),  # wo = 13: scalar stores; W % 8 = 5: the last word's tail
+    ((1, 3, 9, 16), 3, (1, 1)),  # wo = 16: 16-byte stores, no tail
+    ((1, 2, 7, 20), 5, (2, 2)),  # a last word half outside the output row
+    ((1, 2, 10, 12), 7, (3, 3)),
+    ((1, 2, 6, 18), 3, (0, 0)),  # no padding: the window starts inside word j
+    ((1, 2, 5, 9), 3, (2, 7)),  # pw = 7 (the most a window allows), wo > w
+    ((1, 100, 4, 4), 3, (1, 1)),  # 100 channels: blocks of 85 (48 KiB of int32 tables) and 15
+    ((1, 2, 1, 2056), 3, (1, 1)),  # 257 output words: two word tiles per row
+]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("case", DW_CASES)
+def test_lut_conv_depthwise(pcilt_emu: Emulation, case: tuple, integer: bool) -> None:  # type: ignore[type-arg]
+    shape, k, p = case
+    c = shape[1]
+    x, wt, step = fam.lut_case(shape, c, c, (k, k), 4)
+    for fused, bias in ((False, False), (True, False), (True, True)):
+        plan = fam.check_lut_conv(pcilt_emu, x, wt, step, (1, 1), p, (1, 1), c, 4, integer=integer,
+                                  naive=False, fused=fused, bias=bias)  # fmt: skip
+        assert plan == -1, f"the host planned {plan}, not the depthwise kernel (-1)"
+
+
+def test_lut_conv_depthwise_dense_switch(pcilt_emu: Emulation) -> None:
+    """``dense`` keeps a depthwise call on the tiled kernel; 2/8-bit, strided or dilated depthwise calls
+    and a channel multiplier never take the depthwise kernel."""
+    x, wt, step = fam.lut_case((1, 4, 9, 10), 4, 4, (3, 3), 4)
+    one = (1, 1)
+    plan = fam.check_lut_conv(pcilt_emu, x, wt, step, one, one, one, 4, 4, integer=True, naive=False,
+                              fused=True, dense=True)  # fmt: skip
+    assert plan == 1, f"dense: planned {plan}, not the tiled kernel's channel block 1"
+    for bits, s, d in ((2, one, one), (8, one, one), (4, (2, 2), one), (4, one, (2, 2))):
+        x, wt, step = fam.lut_case((1, 4, 9, 10), 4, 4, (3, 3), bits)
+        plan = fam.check_lut_conv(pcilt_emu, x, wt, step, s, one, d, 4, bits, integer=True, naive=False,
+                                  fused=False)  # fmt: skip
+        assert plan > 0, f"bits={bits} stride={s} dilation={d}: planned {plan}, expected the tiled kernel"
+    x, wt, step = fam.lut_case((1, 4, 9, 10), 8, 4, (3, 3), 4)  # two output channels per group
+    assert fam.check_lut_conv(pcilt_emu, x, wt, step, one, one, one, 4, 4, integer=True, naive=False,
+                              fused=False) > 0  # fmt: skip
+
+
+def test_lut_conv_depthwise_catches_planted_tail() -> None:
+    """Control: the depthwise kernel without the zero-level fill of the last word's unused tail reads
+    code 0 (level -8) right of the image, and the oracle comparison fails on a 13-wide image."""
+    text = family_source("pcilt").read_text()
+    old = "(__ldg(row + k) | (k == g.wp - 1 ? tail_fill : 0u))"
+    assert text.count(old) == 1, "the planted defect's anchor is not unique in pcilt.cu any more"
+    emu = emulation("pcilt", text=text.replace(old, "__ldg(row + k)"))
+    x, wt, step = fam.lut_case((1, 2, 5, 13), 2, 2, (3, 3), 4)
+    with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
+        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=True, naive=False,
+                           fused=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(("whole", "expected"), [(False, 8), (True, 2)])
+def test_lut_plan_seed_8bit(pcilt_emu: Emulation, whole: bool, expected: int) -> None:
+    """Seed 003 (1 x 64 x 224² -> 128, 3x3) at 8 bits: nibble tables let a block hold 8 output channels'
+    tables (whole 256-entry tables: 2). The host's plan only; nothing runs."""
+    flags = fam.pcilt_ops.kernel_flags(False, False, whole)
+    ints = [0, 1, 64, 224, 224, 224 * 8 // 32, 128, 1, 3, 3, 1, 1, 1, 1, 1, 1, 224, 224, 8, flags]
+    assert pcilt_emu.call("lut_plan", [], ints) == expected
+
+
+def test_lut_conv_nibble_tables_catch_planted_offset() -> None:
+    """Control: 8-bit nibble tables staged with the lo table one entry off (T[129 + l] for T[128 + l])
+    fail the exact integer oracle."""
+    text = family_source("pcilt").read_text()
+    old = "from = t * 256 + (k < 16 ? k * 16 : 112 + k);"
+    assert text.count(old) == 1, "the planted defect's anchor is not unique in pcilt.cu any more"
+    emu = emulation("pcilt", text=text.replace(old, "from = t * 256 + (k < 16 ? k * 16 : 113 + k);"))
+    x, wt, step = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 8)
+    with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
+        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 1, 8, integer=True, naive=False,
+                           fused=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("c", [16, 32, 64])

@@ -171,6 +171,35 @@ def test_fp32_forward_keeps_its_column_buffer_in_l2(
 
 
 @pytest.mark.parametrize("shape", EDSR_SHAPES)
+def test_fp32_forward_adds_its_bias_in_the_gemm(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
+) -> None:
+    """The bias rides in the GEMM (a ones row on the columns): per chunk an im2col and a matmul, and no
+    pass over the output (``CONVPERF_IM2COL_BIAS=add``, the control, adds one: counted the same way)."""
+    x, w = _meta_edsr_conv(shape)
+    b = torch.empty(shape[1], device="meta")
+    counts = {}
+    for variant in ("gemm", "add"):
+        monkeypatch.setenv(ops.BIAS_VARIANT_ENV, variant)
+        with launch_count.counting() as (rec, mode), torch.no_grad():
+            launch_count.stub_im2col(monkeypatch, ops, rec, mode)
+            args = (x, w, b, [1, 1], [1, 1], [1, 1], 1, ops.DEFAULT_WORKSPACE_BYTES)
+            ops._conv2d._init_fn(*args)  # the first call builds the biased weight matrix (one cat)
+            rec.launches.clear()
+            rec.traffic.clear()
+            y = ops._conv2d._init_fn(*args)
+        counts[variant] = (len(rec.launches), rec.bytes_moved)
+        chunks = rec.launches.count("im2col")
+        assert chunks >= 1 and rec.launches.count("matmul") + rec.launches.count("bmm") >= 1, rec.launches
+        if variant == "gemm":
+            assert "add" not in rec.launches and "add_" not in rec.launches, rec.launches
+    launches, moved = counts["gemm"]
+    assert launches == counts["add"][0] - 1, counts
+    # The add pass touches the output (counted once per launch); the ones rows cost 1/(K+1) of the columns.
+    assert counts["add"][1] - moved >= 0.95 * y.numel() * 4, counts
+
+
+@pytest.mark.parametrize("shape", EDSR_SHAPES)
 def test_fp32_weight_grad_has_no_per_sample_buffer(
     monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]
 ) -> None:
@@ -193,7 +222,7 @@ def test_sweep_plan_lists_both_int8_variants_and_both_workspaces() -> None:
 
     cases = sweep_plan.cases()
     assert len({(c.variant, c.problem_id, c.phase) for c in cases}) == len(cases)  # every row once
-    tuning = {"lsq_v1", "lsq_v2", "chunk24MiB", "chunk256MiB", "implicit"}
+    tuning = {"lsq_v1", "lsq_v2", "chunk24MiB", "chunk256MiB", "chunk24MiB_bias_add", "implicit"}
     rows = [c for c in cases if c.variant in tuning]  # the new variants against the old
-    assert len(rows) == 10 and {c.variant for c in rows} == tuning
+    assert len(rows) == 12 and {c.variant for c in rows} == tuning
     assert all(Conv2dProblem.from_id(c.problem_id).id == c.problem_id for c in cases)

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.pcilt import ops, reference
+from kernels.pcilt import ops, reference, sweep_plan
 from kernels.pcilt.tables import (
+    PCILTTables,
     activation_codes,
     build_tables,
     default_act_step,
@@ -216,3 +217,47 @@ def test_prebuilt_tables_must_match_the_weight() -> None:
     with pytest.raises(ValueError, match="do not match the weight"):
         ops.forward(x, w, tables=other, bits=4)
     assert reference.forward(x, w, tables=build_tables(w, 4), bits=4).shape == (1, 3, 3, 3)
+
+
+# ---- launches and bytes per call (CPU, meta tensors) ------------------------------------------------
+def _count_depthwise(monkeypatch: pytest.MonkeyPatch, problem: Conv2dProblem, *, prepacked: bool) -> Any:
+    """The second of two ``ops.forward`` calls on one meta input (packing cached after the first when
+    ``prepacked``): its launches and the bytes each reads and writes."""
+    from tests.kernels import launch_count
+
+    x, w, b = (t.to("meta") if t is not None else None for t in problem.make_inputs(seed=0))
+    assert x is not None and w is not None
+    t = build_tables(torch.zeros(w.shape), 4)  # only the tables' shape and dtype matter on meta
+    tables = PCILTTables(t.tables.to("meta"), t.bits, t.integer, t.weight_step)
+    ops.clear_cache()
+    kw: dict[str, Any] = {"bits": 4, "act_step": ACT_STEP, "tables": tables, "prepacked": prepacked}
+    with launch_count.counting() as (rec, _mode), torch.no_grad():
+        stub = launch_count.OpsStub(
+            rec, {"quantize_pack": ops.quantize_pack_fake, "lut_conv": ops.lut_conv_fake}
+        )
+        monkeypatch.setattr(ops, "_cuda_ops", stub)
+        ops.forward(x, w, b, *problem.conv_args(), **kw)
+        rec.launches.clear()
+        rec.traffic.clear()
+        out = ops.forward(x, w, b, *problem.conv_args(), **kw)
+    ops.clear_cache()
+    return rec, x, w, b, out
+
+
+@pytest.mark.parametrize("problem", sweep_plan.DEPTHWISE, ids=str)
+def test_depthwise_call_launches_and_bytes(monkeypatch: pytest.MonkeyPatch, problem: Conv2dProblem) -> None:
+    """Packed 4-bit inputs: one launch, reading 1/8 of the fp32 input's bytes; the fp32 depthwise kernel
+    moves x + w + b + y. The fp32 output dominates both: PCILT moves 4.5 bytes a pixel to fp32's 8
+    (0.5625x, a 1.78x ceiling if both run at the same bandwidth); packing per call adds a launch that
+    reads x and writes the codes."""
+    rec, x, w, b, out = _count_depthwise(monkeypatch, problem, prepacked=True)
+    assert rec.launches == ["lut_conv"], rec.launches
+    fp32 = sum(t.numel() * t.element_size() for t in (x, w, b, out))
+    ratio = rec.bytes_moved / fp32
+    assert rec.bytes_moved == sweep_plan.depthwise_bytes(problem, packed=True), "the sweep plan's byte model"
+    assert fp32 == sweep_plan.depthwise_bytes(problem, packed=False)
+    print(f"{problem}: PCILT {rec.bytes_moved} B, fp32 depthwise {fp32} B, {ratio:.4f}x")
+    assert 0.5625 <= ratio < 0.57, f"PCILT moves {rec.bytes_moved} B, fp32 depthwise {fp32} B: {ratio:.4f}x"
+    rec, x, *_ = _count_depthwise(monkeypatch, problem, prepacked=False)
+    assert rec.launches == ["quantize_pack", "lut_conv"], rec.launches
+    assert rec.traffic[0] == x.numel() * 4 + x.numel() // 2  # fp32 in, 4-bit codes out

@@ -65,6 +65,9 @@ X = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
 LUT4 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
 LUT8 = fam.lut_case((1, 1, 9, 9), 2, 1, (7, 7), 8)
 LUT_G = fam.lut_case((1, 4, 18, 17), 4, 2, (3, 3), 2)
+LUT8_3 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 8)  # 8-bit nibble tables, 8 output channels a block
+LUT_DW = fam.lut_case((2, 5, 9, 16), 5, 5, (3, 3), 4)  # depthwise, 4-bit: the depthwise kernel
+LUT_DW_ODD = fam.lut_case((1, 3, 6, 13), 3, 3, (5, 5), 4)
 ONE = (1, 1)
 
 # (family, case id, run on an emulation): small shapes that reach every kernel and code path.
@@ -96,6 +99,11 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "depthwise",
         "tile-v3-planes-s2-two-rounds",
         _dw(_dwp(n=1, c=2, h=50, w=50, kernel=(3, 3), stride=(2, 2), padding=(1, 1)), "v3"),
+    ),
+    (
+        "im2col_gemm",
+        "im2col-knl-fp32-ones-row",
+        lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "knl", ones_row=True),
     ),
     ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
     (
@@ -140,6 +148,25 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         lambda e: fam.check_lut_conv(
             e, *LUT8, ONE, (3, 3), ONE, 1, 8, integer=False, naive=False, fused=False
         ),
+    ),
+    (
+        "pcilt",
+        "depthwise-vec-fused",
+        lambda e: fam.check_lut_conv(
+            e, *LUT_DW, ONE, ONE, ONE, 5, 4, integer=True, naive=False, fused=True, bias=True
+        ),
+    ),
+    (
+        "pcilt",
+        "depthwise-k5-tail-float",
+        lambda e: fam.check_lut_conv(
+            e, *LUT_DW_ODD, ONE, (2, 2), ONE, 3, 4, integer=False, naive=False, fused=True
+        ),
+    ),
+    (
+        "pcilt",
+        "tiled-8bit-nibble-tables-float",
+        lambda e: fam.check_lut_conv(e, *LUT8_3, ONE, ONE, ONE, 1, 8, integer=False, naive=False, fused=True),
     ),
     (
         "pcilt",
@@ -209,6 +236,20 @@ EDSR_DEFECTS = {
         "misaligned address",
     ),
 }
+
+
+def test_ubsan_catches_planted_misaligned_depthwise_store() -> None:
+    """pcilt.cu's depthwise kernel without the wo % 4 check on its 16-byte stores: a 13-wide output row
+    is not 16-byte aligned, and UBSan names the kernel and the store's line."""
+    cu = family_source("pcilt")
+    text = _mutate(cu.read_text(), "const bool vec_out = g.wo % 4 == 0;", "const bool vec_out = true;")
+    line = _line_of(text, "dst[0] = make_float4(")
+    emu = emulation("pcilt", "asan", text)
+    with pytest.raises(SanitizerError) as err:
+        fam.check_lut_conv(emu, *LUT_DW_ODD, ONE, (2, 2), ONE, 3, 4, integer=True, naive=False, fused=True)
+    msg = str(err.value).splitlines()[0]
+    assert "misaligned address" in msg and "in kernel lut_dw4_kernel" in msg, msg
+    assert f"pcilt/{cu.name}:{line}" in msg, msg
 
 
 @pytest.mark.parametrize("defect", list(EDSR_DEFECTS))
