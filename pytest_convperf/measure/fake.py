@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.core.device import ClockSample
-from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.protocol import Job, Unwatched
 
 Times = Mapping[str, "float | Sequence[float]"] | Callable[[str, int], float]
 
 
-class FakeTimer:
+class FakeTimer(Unwatched):
     """Timer whose samples come from ``times``; ``clocks`` gives one reading per round (cycling).
 
     ``times`` maps a job name to a duration or a sequence of durations (seconds), or is a
