@@ -24,9 +24,14 @@ if TYPE_CHECKING:
     from pytest_convperf.check.fixture import ConvperfFixture
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.measure.timers import MeasureOne
     from pytest_convperf.reports.sections import ReportSections
 
 MARKER = "convperf"
+GPU_TIMER_DEPRECATED = (
+    "the gpu_timer fixture is renamed convperf_measure_one (it times on the CPU too); "
+    "gpu_timer will be removed: use convperf_measure_one"
+)
 SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or ini convperf = true)"
 
 
@@ -235,27 +240,39 @@ def convperf_device(request: pytest.FixtureRequest) -> DeviceInfo:
 
 @pytest.fixture
 def convperf_timer(request: pytest.FixtureRequest) -> Any:
-    """The Timer that ``convperf`` and ``gpu_timer`` measure with (CUDA events, CPU clock, or fake).
+    """The Timer that ``convperf`` and ``convperf_measure_one`` measure with (CUDA events, CPU
+    clock, or fake).
 
     Override it in a conftest to replay exact durations, e.g. ``return
-    FakeTimer({"candidate": 5e-4, "reference": 1e-3})`` from ``pytest_convperf.measure.fake``;
+    FakeTimer({"candidate": 5e-4, "reference": 1e-3})`` (``from pytest_convperf import FakeTimer``);
     ``$CONVPERF_FAKE_TIMER`` naming a JSON replay file does the same for a whole session.
     """
     return _session(request).timer()
 
 
 @pytest.fixture
-def gpu_timer(request: pytest.FixtureRequest, convperf_timer: Any) -> Any:
-    """Time a no-argument callable: ``gpu_timer(fn, *, mode="cold") -> Measurement``.
+def convperf_measure_one(request: pytest.FixtureRequest, convperf_timer: Any) -> MeasureOne:
+    """Time a no-argument callable: ``convperf_measure_one(fn, *, mode="cold", **rule) -> Measurement``.
 
     On a GPU: CUDA events; ``cold`` flushes L2 before each sample, ``warm`` does not, ``graph``
-    replays a CUDA graph for kernels under ~20 us. On a CPU: ``perf_counter_ns`` with a fixed
-    thread count (the mode is reported as ``cpu``). Stops adaptively on the CI of the median.
-    ``m.inconclusive`` (None when fine) says why the clocks were too unstable to trust ``m``.
+    replays a CUDA graph for kernels under ~20 us. On a CPU: the thread's CPU clock (the wall clock
+    with ``$CONVPERF_CPU_THREADS`` > 1) at a fixed thread count; the mode is reported as
+    ``cpu-thread`` (or ``cpu``). Stops adaptively on the CI of the median; ``rule`` overrides
+    ``StopRule`` fields. ``m.inconclusive`` (None when fine) says why the clocks were too unstable.
     """
-    from pytest_convperf.measure.timers import make_timer_callable
+    from pytest_convperf.measure.timers import make_measure_one
 
-    return make_timer_callable(_session(request).device_info(), convperf_timer)
+    return make_measure_one(_session(request).device_info(), convperf_timer)
+
+
+@pytest.fixture
+def gpu_timer(convperf_measure_one: MeasureOne) -> MeasureOne:
+    """Deprecated alias of ``convperf_measure_one`` (it times on the CPU too). Time a no-argument
+    callable: ``gpu_timer(fn, *, mode="cold", **rule) -> Measurement``."""
+    import warnings
+
+    warnings.warn(GPU_TIMER_DEPRECATED, DeprecationWarning, stacklevel=2)
+    return convperf_measure_one
 
 
 @pytest.fixture

@@ -5,6 +5,8 @@ stock network against the same network running our kernels) has no problem spec,
 :func:`check_pair` times the two callables in paired rounds and hands the comparison to
 ``convperf.gate``, the same last step as a check: the baseline decision, which fails a confirmed
 regression of the time ratio and passes NEW/PASS/IMPROVED/ADVISORY with a note, and one result row.
+Its run/confirm step is a check's (:func:`~pytest_convperf.check.pairing.first_and_confirm`), each
+measurement under the timing slot (:func:`~pytest_convperf.check.pairing.slotted_pair`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from pytest_convperf.check.pairing import first_and_confirm, slotted_pair
 from pytest_convperf.core.precision import ieee_fp32
-from pytest_convperf.measure.rounds import StopRule, Workload, measure_pair
+from pytest_convperf.measure.rounds import StopRule, Workload
 
 if TYPE_CHECKING:
     from pytest_convperf.check.fixture import ConvperfFixture
@@ -53,22 +56,23 @@ def check_pair(
         **dict(facts or {}),
     }
 
-    def run(r: StopRule, extra: Mapping[str, Any]) -> Comparison:
+    config = convperf.request.config
+
+    def run(r: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
+        # Under the timing slot, like every check: alone on a device shared by xdist workers.
         with ieee_fp32() if ieee else nullcontext():
-            return measure_pair(
+            return slotted_pair(
+                config,
                 timer,
                 Workload("candidate", candidate),
                 Workload("reference", reference),
                 mode=mode,
                 rule=r,
                 facts={**base_facts, **extra},
+                stored_mode=sticky,
             )
 
-    first = run(the_rule, {})
-
-    def confirm(n_rounds: int) -> Comparison:
-        return run(the_rule.for_rounds(n_rounds, first.n_rounds), {"confirm_of_rounds": first.n_rounds})
-
+    first, confirm = first_and_confirm(run, the_rule, {}, None)
     test = str(convperf.request.node.name)
     return convperf.gate(
         first,

@@ -2,7 +2,7 @@
 
 It replaces the clock only: jobs are still called (``call_jobs=False`` skips that), so a
 test exercises the same code as a real run. Durations are looked up by job name
-(``candidate``, ``reference`` in paired comparisons; ``timed`` for ``gpu_timer``) and a
+(``candidate``, ``reference`` in paired comparisons; ``timed`` for ``convperf_measure_one``) and a
 ``"*"`` entry serves any other name. A sequence is consumed one value per sample and cycles.
 The simulated clock (``now()``) advances by every returned duration, so time caps are
 deterministic too.
