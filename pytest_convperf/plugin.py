@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from pytest_convperf.check.fixture import ConvperfFixture
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.measure.memory import TrackMemory
+    from pytest_convperf.measure.profiling import StartTrace
+    from pytest_convperf.measure.protocol import Timer
     from pytest_convperf.measure.timers import MeasureOne
     from pytest_convperf.reports.sections import ReportSections
 
@@ -251,7 +254,7 @@ def convperf_timer(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def convperf_measure_one(request: pytest.FixtureRequest, convperf_timer: Any) -> MeasureOne:
+def convperf_measure_one(request: pytest.FixtureRequest, convperf_timer: Timer) -> MeasureOne:
     """Time a no-argument callable: ``convperf_measure_one(fn, *, mode="cold", **rule) -> Measurement``.
 
     On a GPU: CUDA events; ``cold`` flushes L2 before each sample, ``warm`` does not, ``graph``
@@ -276,7 +279,7 @@ def gpu_timer(convperf_measure_one: MeasureOne) -> MeasureOne:
 
 
 @pytest.fixture
-def gpu_memory(request: pytest.FixtureRequest) -> Any:
+def gpu_memory(request: pytest.FixtureRequest) -> TrackMemory:
     """Peak memory of a block: ``with gpu_memory() as mem: ...`` then ``mem.peak_bytes``.
 
     On a GPU: peak bytes from the CUDA caching allocator (``mem.peak_bytes``) and device memory
@@ -290,7 +293,7 @@ def gpu_memory(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def profiler_trace(request: pytest.FixtureRequest) -> Any:
+def profiler_trace(request: pytest.FixtureRequest) -> StartTrace:
     """Profile a block: ``with profiler_trace("name") as tr: ...``.
 
     Afterwards ``tr.path`` is a Chrome/Perfetto JSON trace under the report directory (a
