@@ -18,8 +18,7 @@ xdist_only = pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reaso
 TWO_MODELS = """
 import json, os, time
 import pytest
-from pytest_convperf.check.pair_check import check_pair
-from pytest_convperf.measure.fake import FakeTimer
+from pytest_convperf import FakeTimer, check_pair
 
 HERE = os.path.dirname(__file__)
 
