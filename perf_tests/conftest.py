@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from pytest_convperf.core.device import DeviceInfo
+from pytest_convperf import DeviceInfo
 
 Candidate = Callable[..., torch.Tensor]
 

@@ -6,8 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.core.strategies import conv2d_problems
+from pytest_convperf import Conv2dProblem, conv2d_problems
 
 
 def small_problems(**overrides: Any) -> st.SearchStrategy[Conv2dProblem]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,20 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from pytest_convperf.check.fixture import ConvperfFixture
-from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.results import Measurement
-from pytest_convperf.measure.memory import MemoryUsage
-from pytest_convperf.measure.profiling import Trace
-
-#: The ``gpu_timer`` fixture's type: ``gpu_timer(fn, *, mode="cold", **rule) -> Measurement``.
-TimerFn = Callable[..., Measurement]
-#: The ``convperf`` fixture's type.
-Convperf = ConvperfFixture
-#: The ``gpu_memory`` fixture's type: ``with gpu_memory() as mem: ...``.
-MemoryFn = Callable[[], AbstractContextManager[MemoryUsage]]
-#: The ``profiler_trace`` fixture's type: ``with profiler_trace("name") as tr: ...``.
-TraceFn = Callable[[str], AbstractContextManager[Trace]]
+from pytest_convperf import DeviceInfo, Measurement
 
 FULL_ENV = "CONVPERF_MODELS_FULL"
 
@@ -96,8 +83,8 @@ MODEL_GPU_RULE: dict[str, Any] = {"max_time_s": 1.0, "warmup_cap_s": 1.0}
 
 
 def rule_for(device: torch.device, *, layer: bool = False) -> dict[str, Any]:
-    """Stop-rule overrides for ``gpu_timer``: CPU rules (models, layers); on a GPU a shorter cap for
-    whole models and the plugin's defaults (docs/design.md §5) for layers."""
+    """Stop-rule overrides for ``convperf_measure_one``: CPU rules (models, layers); on a GPU a
+    shorter cap for whole models and the plugin's defaults (docs/design.md §5) for layers."""
     if device.type == "cuda":
         return {} if layer else dict(MODEL_GPU_RULE)
     return dict(LAYER_CPU_RULE if layer else CPU_RULE)

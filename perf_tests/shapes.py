@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 # The seed's shapes (and their problems) live with the kernels tuned for them; the suite builds on them.
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES as DEPTHWISE_SEED_SHAPES
 from kernels.depthwise.seed import depthwise_seed_problem as depthwise_seed_problem
-from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.core.strategies import conv2d_problems
+from pytest_convperf import Conv2dProblem, conv2d_problems
 
 CPU_BATCH = 1
 # What the depthwise kernels take: every dtype and layout they support.

@@ -34,12 +34,14 @@ from perf_tests.shapes import (
     seed_label,
     short_id,
 )
-from pytest_convperf.check.cliff_search import CliffSearch
-from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.core.results import Comparison
-from pytest_convperf.correctness.oracle import assert_conv_close
-from pytest_convperf.reports.sections import ReportSections
+from pytest_convperf import (
+    CliffSearch,
+    Comparison,
+    Conv2dProblem,
+    DeviceInfo,
+    ReportSections,
+    assert_conv_close,
+)
 
 Candidate = Callable[..., torch.Tensor]
 PHASES = ("forward", "input_grad", "weight_grad")

@@ -27,19 +27,26 @@ from perf_tests.paired import (
     ACCURACY_HEADER,
     GOAL_RATIO_HEADER,
     accuracy_lines,
-    gated_model_pair,
-    gated_pair,
+    check_model_pair,
     pair_rule,
     ratio_line,
 )
 from perf_tests.variant_tables import goal_status
-from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.precision import ieee_fp32, tf32_enabled
-from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.tolerance import judge_against_stock
-from pytest_convperf.measure.memory import MemoryUsage
-from pytest_convperf.measure.profiling import KernelRow
-from pytest_convperf.reports.sections import ReportSections
+from pytest_convperf import (
+    Conv2dProblem,
+    ConvperfFixture,
+    DeviceInfo,
+    KernelRow,
+    MeasureOne,
+    MemoryUsage,
+    ReportSections,
+    StartTrace,
+    TrackMemory,
+    check_pair,
+    ieee_fp32,
+    judge_against_stock,
+    tf32_enabled,
+)
 
 pytestmark = pytest.mark.convperf
 
@@ -159,9 +166,9 @@ def _input(device: torch.device) -> torch.Tensor:
 def test_edsr_variant(
     block: Block,
     device: torch.device,
-    gpu_timer: mb.TimerFn,
-    gpu_memory: mb.MemoryFn,
-    profiler_trace: mb.TraceFn,
+    convperf_measure_one: MeasureOne,
+    gpu_memory: TrackMemory,
+    profiler_trace: StartTrace,
     edsr_report: EdsrReport,
 ) -> None:
     """Forward/backward time, peak memory and the kernel table of one EDSR variant (seed 000)."""
@@ -171,8 +178,8 @@ def test_edsr_variant(
     assert params == SEED_PARAMS[block]
     x = _input(device)
     calls = mb.phase_callables(model, x)
-    fwd = gpu_timer(calls["forward"], **mb.rule_for(device))
-    bwd = gpu_timer(calls["backward"], **mb.rule_for(device))
+    fwd = convperf_measure_one(calls["forward"], **mb.rule_for(device))
+    bwd = convperf_measure_one(calls["backward"], **mb.rule_for(device))
     del calls
     model.zero_grad(set_to_none=True)
     with gpu_memory() as mem:
@@ -200,7 +207,7 @@ def _memory_cell(mem: MemoryUsage) -> str:
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
 def test_separable_vs_standard_edsr(
-    phase: str, device: torch.device, convperf: mb.Convperf, edsr_report: EdsrReport
+    phase: str, device: torch.device, convperf: ConvperfFixture, edsr_report: EdsrReport
 ) -> None:
     """The seed's question, paired: wall-clock of the separable EDSR over the standard one (stock PyTorch).
 
@@ -212,9 +219,9 @@ def test_separable_vs_standard_edsr(
     standard = EDSR(block="standard").to(device)
     x = _input(device)
     shape = "x".join(map(str, x.shape))
-    comparison = gated_model_pair(
+    comparison = check_model_pair(
         convperf,
-        what=f"edsr-separable-vs-standard-{shape}",
+        name=f"edsr-separable-vs-standard-{shape}",
         phase=phase,
         candidate=separable,
         reference=standard,
@@ -232,13 +239,13 @@ def test_separable_vs_standard_edsr(
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
-def test_edsr_depthwise_check(phase: str, device: torch.device, convperf: mb.Convperf) -> None:
+def test_edsr_depthwise_check(phase: str, device: torch.device, convperf: ConvperfFixture) -> None:
     """Our depthwise kernel on the separable EDSR's depthwise conv, checked like any conv."""
     convperf.check(swap.our_depthwise(device), depthwise_problem(device), phase=phase)
 
 
 def test_fused_block_vs_unfused_pytorch_block(
-    device: torch.device, convperf: mb.Convperf, edsr_report: EdsrReport
+    device: torch.device, convperf: ConvperfFixture, edsr_report: EdsrReport
 ) -> None:
     """The fused dw+pw block (2 kernels) against the stock separable block (goal >= 1.3x on an H100)."""
     torch.manual_seed(0)
@@ -277,9 +284,9 @@ def test_fused_block_vs_unfused_pytorch_block(
         with torch.no_grad():
             return stock(x)
 
-    comparison = gated_pair(
+    comparison = check_pair(
         convperf,
-        what=f"edsr-block-{shape}",
+        name=f"edsr-block-{shape}",
         phase="forward",
         candidate=run_fused,
         reference=run_stock,
@@ -294,7 +301,7 @@ def test_fused_block_vs_unfused_pytorch_block(
 @pytest.mark.parametrize("phase", ["forward", "backward"])
 @pytest.mark.parametrize("impl", ["ours", "fused"])
 def test_separable_edsr_on_our_kernels(
-    impl: str, phase: str, device: torch.device, convperf: mb.Convperf, edsr_report: EdsrReport
+    impl: str, phase: str, device: torch.device, convperf: ConvperfFixture, edsr_report: EdsrReport
 ) -> None:
     """The separable EDSR on our depthwise (``ours``) or fused block kernel vs the stock model."""
     torch.manual_seed(0)
@@ -327,9 +334,9 @@ def test_separable_edsr_on_our_kernels(
             "the composition's correctness was checked above"
         )
     shape = "x".join(map(str, x.shape))
-    comparison = gated_model_pair(
+    comparison = check_model_pair(
         convperf,
-        what=f"edsr-separable-{impl}-{shape}",
+        name=f"edsr-separable-{impl}-{shape}",
         phase=phase,
         candidate=ours,
         reference=stock,

@@ -32,12 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark as torch_benchmark
 
+from pytest_convperf import Conv2dProblem, DeviceInfo, ReportSections, Timer
 from pytest_convperf.core import stats
-from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.measure.rounds import measure_one, measure_pair
-from pytest_convperf.measure.timers import Timer
-from pytest_convperf.reports.sections import ReportSections
 
 REPEATS = 5
 GPU_PROBLEM = Conv2dProblem(n=16, c_in=32, h=112, w=112, c_out=32, padding=(1, 1), groups=32)

@@ -29,9 +29,7 @@ from kernels.im2col_gemm.variants import TWO_FOUR_SPARSE, two_four_path
 from kernels.quant import lsq_init_step, quality
 from perf_tests.fuzz import small_problems
 from perf_tests.variant_tables import MB, Table, device_note, fmt, goal_status, peak_mb, table_fixture
-from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import assert_conv_close, stable_seed
+from pytest_convperf import Conv2dProblem, DeviceInfo, assert_conv_close, stable_seed
 
 Fn = Callable[..., torch.Tensor]
 KERNELS = (3, 5, 7)

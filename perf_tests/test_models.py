@@ -20,12 +20,18 @@ import torch
 
 from perf_tests import models as mb
 from perf_tests import swap
-from perf_tests.paired import ACCURACY_HEADER, RATIO_HEADER, accuracy_lines, gated_model_pair, ratio_line
-from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.precision import ieee_fp32, tf32_enabled
-from pytest_convperf.core.results import Measurement
-from pytest_convperf.correctness.tolerance import Ruling, judge_against_stock
-from pytest_convperf.reports.sections import ReportSections
+from perf_tests.paired import ACCURACY_HEADER, RATIO_HEADER, accuracy_lines, check_model_pair, ratio_line
+from pytest_convperf import (
+    ConvperfFixture,
+    DeviceInfo,
+    Measurement,
+    MeasureOne,
+    ReportSections,
+    Ruling,
+    ieee_fp32,
+    judge_against_stock,
+    tf32_enabled,
+)
 
 pytestmark = pytest.mark.convperf
 
@@ -125,12 +131,14 @@ def device(convperf_device: DeviceInfo) -> Iterator[torch.device]:
 
 
 @pytest.mark.parametrize("name", mb.MODELS)
-def test_model_phases(name: str, device: torch.device, gpu_timer: mb.TimerFn, tables: Tables) -> None:
+def test_model_phases(
+    name: str, device: torch.device, convperf_measure_one: MeasureOne, tables: Tables
+) -> None:
     """Seed 004's model table row: forward, backward, total and inference times (advisory)."""
     model = mb.build_model(name, device)
     x = mb.seeded_input(mb.model_input_shape(name, device), device)
     calls = mb.phase_callables(model, x)
-    times = {phase: gpu_timer(calls[phase], **mb.rule_for(device)) for phase in mb.MODEL_PHASES}
+    times = {phase: convperf_measure_one(calls[phase], **mb.rule_for(device)) for phase in mb.MODEL_PHASES}
     tables.models[name] = times
     # Same-run ratio with a wide band: a step (forward + backward) must take longer than its forward.
     assert times["total"].median > times["forward"].median, times
@@ -138,7 +146,7 @@ def test_model_phases(name: str, device: torch.device, gpu_timer: mb.TimerFn, ta
 
 @pytest.mark.parametrize("spec", mb.LAYERS, ids=lambda s: s.name.replace("/", "s"))
 def test_layer_phases(
-    spec: mb.LayerSpec, device: torch.device, gpu_timer: mb.TimerFn, tables: Tables
+    spec: mb.LayerSpec, device: torch.device, convperf_measure_one: MeasureOne, tables: Tables
 ) -> None:
     """Seed 004's layer table row: forward, backward, total times (advisory)."""
     torch.manual_seed(0)
@@ -146,7 +154,7 @@ def test_layer_phases(
     x = mb.seeded_input(spec.input_shape(device), device)
     calls = mb.layer_callables(layer, x)
     tables.layers[spec.name] = {
-        p: gpu_timer(calls[p], **mb.rule_for(device, layer=True)) for p in mb.LAYER_PHASES
+        p: convperf_measure_one(calls[p], **mb.rule_for(device, layer=True)) for p in mb.LAYER_PHASES
     }
 
 
@@ -192,7 +200,7 @@ def e2e_errors(stock: torch.nn.Module, ours: torch.nn.Module, x: torch.Tensor) -
 @pytest.mark.parametrize("phase", ["forward", "backward"])
 @pytest.mark.parametrize("name", E2E_MODELS)
 def test_depthwise_swap_end_to_end(
-    name: str, phase: str, device: torch.device, convperf: mb.Convperf, tables: Tables
+    name: str, phase: str, device: torch.device, convperf: ConvperfFixture, tables: Tables
 ) -> None:
     """The stock network vs the same network on our depthwise kernel: same function, time ratio gated."""
     stock = mb.build_model(name, device)
@@ -208,9 +216,9 @@ def test_depthwise_swap_end_to_end(
         f"(rtol {E2E_RTOL}, atol {E2E_ATOL} x max) and more than 2x the stock fp32 model: {bad}"
     )
     errors = [r.stats for r in rulings]
-    comparison = gated_model_pair(
+    comparison = check_model_pair(
         convperf,
-        what=f"{name}-n{shape[0]}-{shape[2]}x{shape[3]}",
+        name=f"{name}-n{shape[0]}-{shape[2]}x{shape[3]}",
         phase=phase,
         candidate=ours,
         reference=stock,

@@ -31,10 +31,7 @@ from kernels.pcilt.tables import memory_report
 from kernels.quant import quality
 from perf_tests.fuzz import small_problems
 from perf_tests.variant_tables import Table, device_note, fmt, goal_status, peak_mb, table_fixture
-from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.core.results import Comparison
-from pytest_convperf.correctness.oracle import assert_conv_close, stable_seed
+from pytest_convperf import Comparison, Conv2dProblem, DeviceInfo, assert_conv_close, stable_seed
 
 Fn = Callable[..., torch.Tensor]
 SEED_CASE = Conv2dProblem(n=1, c_in=64, h=224, w=224, c_out=128, kernel=(3, 3), padding=(1, 1))

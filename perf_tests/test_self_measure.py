@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pytest_convperf import Conv2dProblem
 from pytest_convperf.core import stats
-from pytest_convperf.core.problem import Conv2dProblem
 
 # The workload: 4x32x56x56, k3 (about 10 ms of one CPU thread).
 PROBLEM = Conv2dProblem(n=4, c_in=32, h=56, w=56, c_out=32, kernel=(3, 3), padding=(1, 1))

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 import torch
 
-from pytest_convperf.reports.sections import ReportSections
+from pytest_convperf import ReportSections, TrackMemory
 
-MemoryFn = Callable[[], AbstractContextManager[Any]]
 MB = 1024 * 1024
 
 
@@ -56,7 +53,7 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def peak_mb(gpu_memory: MemoryFn, fn: Callable[[], object]) -> float:
+def peak_mb(gpu_memory: TrackMemory, fn: Callable[[], object]) -> float:
     """Peak memory of one call in MiB (CUDA allocator on a GPU, coarse resident-set growth on a CPU)."""
     with gpu_memory() as mem:
         fn()

@@ -24,9 +24,17 @@ if TYPE_CHECKING:
     from pytest_convperf.check.fixture import ConvperfFixture
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.measure.memory import TrackMemory
+    from pytest_convperf.measure.profiling import StartTrace
+    from pytest_convperf.measure.protocol import Timer
+    from pytest_convperf.measure.timers import MeasureOne
     from pytest_convperf.reports.sections import ReportSections
 
 MARKER = "convperf"
+GPU_TIMER_DEPRECATED = (
+    "the gpu_timer fixture is renamed convperf_measure_one (it times on the CPU too); "
+    "gpu_timer will be removed: use convperf_measure_one"
+)
 SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or ini convperf = true)"
 
 
@@ -235,32 +243,43 @@ def convperf_device(request: pytest.FixtureRequest) -> DeviceInfo:
 
 @pytest.fixture
 def convperf_timer(request: pytest.FixtureRequest) -> Any:
-    """The Timer that ``convperf`` and ``gpu_timer`` measure with (CUDA events, CPU clock, or fake).
+    """The Timer that ``convperf`` and ``convperf_measure_one`` measure with (CUDA events, CPU
+    clock, or fake).
 
     Override it in a conftest to replay exact durations, e.g. ``return
-    FakeTimer({"candidate": 5e-4, "reference": 1e-3})`` from ``pytest_convperf.measure.fake``;
+    FakeTimer({"candidate": 5e-4, "reference": 1e-3})`` (``from pytest_convperf import FakeTimer``);
     ``$CONVPERF_FAKE_TIMER`` naming a JSON replay file does the same for a whole session.
     """
     return _session(request).timer()
 
 
 @pytest.fixture
-def gpu_timer(request: pytest.FixtureRequest, convperf_timer: Any) -> Any:
-    """Time a no-argument callable: ``gpu_timer(fn, *, mode="cold") -> Measurement``.
+def convperf_measure_one(request: pytest.FixtureRequest, convperf_timer: Timer) -> MeasureOne:
+    """Time a no-argument callable: ``convperf_measure_one(fn, *, mode="cold", **rule) -> Measurement``.
 
     On a GPU: CUDA events; ``cold`` flushes L2 before each sample, ``warm`` does not, ``graph``
-    replays a CUDA graph for kernels under ~20 us. On a CPU, at a fixed thread count: the thread's
-    CPU time (``thread_time_ns``, mode ``cpu-thread``) in a 1-thread session, else the wall clock
-    (``perf_counter_ns``, mode ``cpu``). Stops adaptively on the CI of the median.
-    ``m.inconclusive`` (None when fine) says why the clocks were too unstable to trust ``m``.
+    replays a CUDA graph for kernels under ~20 us. On a CPU: the thread's CPU clock (the wall clock
+    with ``$CONVPERF_CPU_THREADS`` > 1) at a fixed thread count; the mode is reported as
+    ``cpu-thread`` (or ``cpu``). Stops adaptively on the CI of the median; ``rule`` overrides
+    ``StopRule`` fields. ``m.inconclusive`` (None when fine) says why the clocks were too unstable.
     """
-    from pytest_convperf.measure.timers import make_timer_callable
+    from pytest_convperf.measure.timers import make_measure_one
 
-    return make_timer_callable(_session(request).device_info(), convperf_timer)
+    return make_measure_one(_session(request).device_info(), convperf_timer)
 
 
 @pytest.fixture
-def gpu_memory(request: pytest.FixtureRequest) -> Any:
+def gpu_timer(convperf_measure_one: MeasureOne) -> MeasureOne:
+    """Deprecated alias of ``convperf_measure_one`` (it times on the CPU too). Time a no-argument
+    callable: ``gpu_timer(fn, *, mode="cold", **rule) -> Measurement``."""
+    import warnings
+
+    warnings.warn(GPU_TIMER_DEPRECATED, DeprecationWarning, stacklevel=2)
+    return convperf_measure_one
+
+
+@pytest.fixture
+def gpu_memory(request: pytest.FixtureRequest) -> TrackMemory:
     """Peak memory of a block: ``with gpu_memory() as mem: ...`` then ``mem.peak_bytes``.
 
     On a GPU: peak bytes from the CUDA caching allocator (``mem.peak_bytes``) and device memory
@@ -274,7 +293,7 @@ def gpu_memory(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def profiler_trace(request: pytest.FixtureRequest) -> Any:
+def profiler_trace(request: pytest.FixtureRequest) -> StartTrace:
     """Profile a block: ``with profiler_trace("name") as tr: ...``.
 
     Afterwards ``tr.path`` is a Chrome/Perfetto JSON trace under the report directory (a

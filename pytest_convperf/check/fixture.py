@@ -77,9 +77,7 @@ class ConvperfFixture:
 
             def on_round(stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
                 self.progress.observe_round(stage, index, names, times)
-                forward = getattr(live, "observe_round", None)
-                if forward is not None:
-                    forward(stage, index, names, times)
+                live.observe_round(stage, index, names, times)
 
             self._timer = ProgressTimer(live, on_round)
         assert self._timer is not None

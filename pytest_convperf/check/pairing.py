@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.measure.timers import Timer
 
-__all__ = ["ImplausibleTime", "TimedPair", "sanity", "time_pair"]
+__all__ = ["ImplausibleTime", "TimedPair", "first_and_confirm", "sanity", "slotted_pair", "time_pair"]
 
 
 class ImplausibleTime(AssertionError):
@@ -113,16 +113,16 @@ def time_pair(
                 cand = Workload("candidate", cand.call)
                 ref = Workload("reference", ref.call)
             try:
-                with timing_slot(config):  # under xdist: alone on a shared device
-                    comparison = measure_pair(
-                        timer,
-                        cand,
-                        ref,
-                        mode=mode,
-                        rule=the_rule,
-                        facts={**facts, **settings, **extra},
-                        stored_mode=sticky,
-                    )
+                comparison = slotted_pair(
+                    config,
+                    timer,
+                    cand,
+                    ref,
+                    mode=mode,
+                    rule=the_rule,
+                    facts={**facts, **settings, **extra},
+                    stored_mode=sticky,
+                )
             finally:
                 seen = sets.restore()  # the check's own values back (integrity, the confirm)
             last[0] = sets.last_output(seen)
@@ -132,17 +132,48 @@ def time_pair(
     with timing_slot(config), device_errors(device, nodeid, problem.id):
         extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
         extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
-    first = run(base_rule, extra, stored_mode)
-    first_output = last[0]
+    first, confirm = first_and_confirm(run, base_rule, extra, stored_mode)
+    return TimedPair(first, confirm, last[0])  # last[0]: the first measurement's (no confirm yet)
+
+
+def slotted_pair(
+    config: pytest.Config,
+    timer: Timer,
+    candidate: Workload,
+    reference: Workload,
+    *,
+    mode: str,
+    rule: StopRule,
+    facts: dict[str, Any],
+    stored_mode: str | None,
+) -> Comparison:
+    """One paired measurement (``measure_pair``) under the timing slot: under pytest-xdist it runs
+    alone on a device the workers share (:func:`~pytest_convperf.measure.parallel.timing_slot`)."""
+    with timing_slot(config):
+        return measure_pair(
+            timer, candidate, reference, mode=mode, rule=rule, facts=facts, stored_mode=stored_mode
+        )
+
+
+Run = Callable[[StopRule, dict[str, Any], "str | None"], Comparison]
+
+
+def first_and_confirm(
+    run: Run, rule: StopRule, extra: dict[str, Any], stored_mode: str | None
+) -> tuple[Comparison, Callable[[int], Comparison]]:
+    """The first measurement, ``run(rule, extra, stored_mode)``, and ``confirm(n_rounds)``, which
+    re-runs it with ``n_rounds`` more rounds (``StopRule.for_rounds``), the first's mode (``auto``
+    never mixes) and the ``confirm_of_rounds`` fact: the run/confirm step of every paired check."""
+    first = run(rule, extra, stored_mode)
 
     def confirm(n_rounds: int) -> Comparison:
         return run(
-            base_rule.for_rounds(n_rounds, first.n_rounds),
+            rule.for_rounds(n_rounds, first.n_rounds),
             {**extra, "confirm_of_rounds": first.n_rounds},
             first.candidate.mode,
         )
 
-    return TimedPair(first, confirm, first_output)
+    return first, confirm
 
 
 def sanity(comparison: Comparison, problem: Conv2dProblem, device: DeviceInfo) -> Comparison:

@@ -38,7 +38,7 @@ class Measurement:
     ``mode`` is how it was timed (``cold``, ``warm``, ``graph``, ``cpu``, ``fake``); ``l2`` is the
     cache state (``flushed``, ``warm`` or ``n/a`` on a CPU). ``ci`` is the 95 % confidence
     interval of the median. ``dropped`` counts samples discarded for clock or throttle reasons.
-    ``inconclusive`` (``gpu_timer`` only) gives the reason when too many rounds were dropped
+    ``inconclusive`` (``convperf_measure_one`` only) gives the reason when too many rounds were dropped
     (over 25 %) or fewer than 6 were kept; the samples are then all rounds, throttled ones included.
     """
 

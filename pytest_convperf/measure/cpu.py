@@ -36,7 +36,7 @@ import torch
 
 from pytest_convperf.core.env import load_avg
 from pytest_convperf.measure.allocator import fix_allocator
-from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.protocol import Job, Unwatched
 from pytest_convperf.measure.rule import TimedCallError
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class TimingTrick(TimedCallError):
     """A timed call did its work where the timer cannot see it (another thread, more threads)."""
 
 
-class CpuTimer:
+class CpuTimer(Unwatched):
     """Thread-CPU-time timer for 1-thread CPU sessions (mode ``cpu-thread``), wall clock (mode
     ``cpu``) for several threads; L2 state ``n/a``."""
 

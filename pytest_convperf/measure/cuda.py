@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_convperf.measure.protocol import FLUSH_KINDS, Job
+from pytest_convperf.measure.protocol import FLUSH_KINDS, Job, Unwatched
 
 if TYPE_CHECKING:
     from pytest_convperf.core.device import ClockSample, DeviceInfo
@@ -68,7 +68,7 @@ def read_flush(buffer: torch.Tensor, sink: torch.Tensor) -> None:
     torch.sum(buffer, 0, out=sink)
 
 
-class CudaTimer:
+class CudaTimer(Unwatched):
     """CUDA-event timer of one device (``kind == "cuda"``)."""
 
     kind = "cuda"

@@ -2,7 +2,7 @@
 
 It replaces the clock only: jobs are still called (``call_jobs=False`` skips that), so a
 test exercises the same code as a real run. Durations are looked up by job name
-(``candidate``, ``reference`` in paired comparisons; ``timed`` for ``gpu_timer``) and a
+(``candidate``, ``reference`` in paired comparisons; ``timed`` for ``convperf_measure_one``) and a
 ``"*"`` entry serves any other name. A sequence is consumed one value per sample and cycles.
 The simulated clock (``now()``) advances by every returned duration, so time caps are
 deterministic too.
@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.core.device import ClockSample
-from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.protocol import Job, Unwatched
 
 Times = Mapping[str, "float | Sequence[float]"] | Callable[[str, int], float]
 
 
-class FakeTimer:
+class FakeTimer(Unwatched):
     """Timer whose samples come from ``times``; ``clocks`` gives one reading per round (cycling).
 
     ``times`` maps a job name to a duration or a sequence of durations (seconds), or is a

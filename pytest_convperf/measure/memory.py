@@ -12,7 +12,7 @@ Both CPU numbers are coarse (page granularity, other threads count too).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +106,10 @@ def _cpu_usage() -> Iterator[MemoryUsage]:
         peak[0] = max(peak[0], (_status_kib("VmRSS") or 0) * 1024)
         usage.peak_total_bytes = peak[0]
         usage.peak_bytes = max(0, peak[0] - start)
+
+
+#: The ``gpu_memory`` fixture's type: ``with gpu_memory() as mem: ...`` then ``mem.peak_bytes``.
+TrackMemory = Callable[[], AbstractContextManager[MemoryUsage]]
 
 
 def memory_tracker(device: DeviceInfo) -> AbstractContextManager[MemoryUsage]:

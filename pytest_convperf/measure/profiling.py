@@ -119,9 +119,11 @@ def _profiled(path: Path, device: DeviceInfo) -> Iterator[Trace]:
     trace.kernels = kernel_rows(prof, device.is_cuda)
 
 
-def trace_factory(
-    trace_dir: Path, nodeid: str, device: DeviceInfo
-) -> Callable[[str], AbstractContextManager[Trace]]:
+#: The ``profiler_trace`` fixture's type: ``with profiler_trace("name") as tr: ...``.
+StartTrace = Callable[[str], AbstractContextManager[Trace]]
+
+
+def trace_factory(trace_dir: Path, nodeid: str, device: DeviceInfo) -> StartTrace:
     """The ``profiler_trace`` fixture: ``name -> context manager`` yielding a :class:`Trace`.
 
     Each call writes ``<trace_dir>/<safe test id>-<safe name>.json``; a repeated name in the

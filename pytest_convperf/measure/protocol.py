@@ -82,5 +82,20 @@ class Timer(Protocol):
         """What a report should know about this timer (flush bytes, gate, threads, ...)."""
         ...
 
+    def observe_round(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        """Called by the rounds engine after every round (``stage`` is ``warm-up`` or ``timing``)
+        with each job's seconds per call, in ``names``' order. A watcher (the live progress line,
+        :class:`pytest_convperf.reports.progress.ProgressTimer`) sees the rounds here; it never
+        steers the measurement. Timers nothing watches inherit :class:`Unwatched`'s no-op."""
+        ...
 
-__all__ = ["AUTO_CHOICES", "FLUSH_KINDS", "MEASURED_MODES", "MODES", "Job", "Timer"]
+
+class Unwatched:
+    """The no-op ``observe_round`` of a timer nothing watches (every concrete timer; a watching
+    proxy such as ``ProgressTimer`` defines its own)."""
+
+    def observe_round(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:
+        return None
+
+
+__all__ = ["AUTO_CHOICES", "FLUSH_KINDS", "MEASURED_MODES", "MODES", "Job", "Timer", "Unwatched"]

@@ -43,8 +43,8 @@ def make_timer(device_info: DeviceInfo) -> Timer:
     return CpuTimer(device_info)
 
 
-class TimerCallable:
-    """The ``gpu_timer`` fixture: ``gpu_timer(fn, *, mode="cold") -> Measurement``.
+class MeasureOne:
+    """The ``convperf_measure_one`` fixture: ``(fn, *, mode="cold", **rule) -> Measurement``.
 
     Warm-up, then adaptive rounds until the 95 % CI of the median is within +-0.5 % (+-1 %
     under 10 us) or a cap. ``mode`` is ``cold`` (L2 flushed before each sample), ``warm``,
@@ -62,9 +62,9 @@ class TimerCallable:
         return measure_one(self.timer, fn, mode=mode, rule=StopRule.for_timer(self.timer, **rule))
 
 
-def make_timer_callable(device_info: DeviceInfo, timer: Timer | None = None) -> TimerCallable:
-    """The object behind the ``gpu_timer`` fixture."""
-    return TimerCallable(timer if timer is not None else make_timer(device_info))
+def make_measure_one(device_info: DeviceInfo, timer: Timer | None = None) -> MeasureOne:
+    """The object behind the ``convperf_measure_one`` fixture."""
+    return MeasureOne(timer if timer is not None else make_timer(device_info))
 
 
 __all__ = [
@@ -74,8 +74,8 @@ __all__ = [
     "MEASURED_MODES",
     "MODES",
     "Job",
+    "MeasureOne",
     "Timer",
-    "TimerCallable",
+    "make_measure_one",
     "make_timer",
-    "make_timer_callable",
 ]

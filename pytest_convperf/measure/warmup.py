@@ -66,9 +66,8 @@ def run_round(timer: Timer, jobs: Sequence[Job], round_index: int, stage: str) -
                 "a sample must be a positive finite time"
             )
         out[k] = t
-    observe = getattr(timer, "observe_round", None)
-    if observe is not None:  # the live progress line (pytest_convperf.reports.progress) watches, never steers
-        observe(stage, round_index, [job.name for job in jobs], out)
+    # A watcher (the live progress line, pytest_convperf.reports.progress) sees it, never steers.
+    timer.observe_round(stage, round_index, [job.name for job in jobs], out)
     return out
 
 

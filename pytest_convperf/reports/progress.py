@@ -22,11 +22,14 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.core import stats
 from pytest_convperf.core.results import CheckRow
 from pytest_convperf.reports.report import CONFIRM, FIRST, ReportRow, fmt_time, speedup_text
+
+if TYPE_CHECKING:
+    from pytest_convperf.measure.protocol import Timer
 
 LIVE_INTERVAL_S = 0.25  # terminal redraws at most this often
 LINE_INTERVAL_S = 30.0  # without a terminal: one complete progress line per check at most this often
@@ -88,9 +91,10 @@ def verdict_text(row: CheckRow) -> str:
 
 
 class ProgressTimer:
-    """A Timer proxy: everything goes to the wrapped timer; ``observe_round`` feeds the live line."""
+    """A Timer proxy: everything goes to the wrapped timer; its ``observe_round`` (the protocol's
+    watcher call) feeds ``on_round`` instead of the wrapped timer's no-op."""
 
-    def __init__(self, timer: Any, on_round: Callable[[str, int, Sequence[str], Sequence[float]], None]):
+    def __init__(self, timer: Timer, on_round: Callable[[str, int, Sequence[str], Sequence[float]], None]):
         self._timer = timer
         self._on_round = on_round
 
@@ -127,7 +131,7 @@ class LiveProgress:
         self._drawn = False
         self._last = -math.inf
 
-    def wrap(self, timer: Any, nodeid: str, check: str) -> Any:
+    def wrap(self, timer: Timer, nodeid: str, check: str) -> Timer:
         """The check's timer, watched; the timer itself when progress is off."""
         if not self.enabled:
             return timer

@@ -22,8 +22,7 @@ import torch
 import torch._inductor
 import torch.profiler
 
-from pytest_convperf import profiling  # noqa: F401
-from pytest_convperf.measure import cpu, fake, rounds  # noqa: F401
+from pytest_convperf.measure import cpu, fake, profiling, rounds  # noqa: F401
 
 PROBLEM_SRC = """
 import pytest
@@ -379,3 +378,26 @@ def test_m(convperf):
 """
     )
     pytester.runpytest(*cpu_plugin_args, "--convperf").assert_outcomes(passed=1)
+
+
+def test_gpu_timer_is_a_deprecated_alias_of_convperf_measure_one(
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
+) -> None:
+    # One name per concept: the fixture times on the CPU too, so it is convperf_measure_one; the
+    # old name still works, with a warning naming the new one.
+    _fake_conftest(pytester, {"timed": 2e-3})
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_t(request, convperf_measure_one):
+            assert convperf_measure_one(lambda: None).median == 2e-3
+            with pytest.warns(DeprecationWarning, match="renamed convperf_measure_one"):
+                old = request.getfixturevalue("gpu_timer")
+            assert old is convperf_measure_one
+        """
+    )
+    pytester.runpytest(*cpu_plugin_args).assert_outcomes(passed=1)
+    out = pytester.runpytest(*cpu_plugin_args, "--fixtures").stdout.str()
+    assert "convperf_measure_one -- " in out or "convperf_measure_one [" in out, out
+    assert "Deprecated alias of ``convperf_measure_one``" in out

@@ -78,7 +78,7 @@ INNER = """
 import os
 import pytest
 from pytest_convperf.measure.fake import FakeTimer
-from perf_tests.paired import gated_pair
+from pytest_convperf import check_pair
 
 @pytest.fixture
 def convperf_timer():
@@ -86,17 +86,17 @@ def convperf_timer():
 
 @pytest.mark.convperf
 def test_model_pair(convperf):
-    c = gated_pair(convperf, what="toy-model", phase="forward", candidate=lambda: None,
+    c = check_pair(convperf, name="toy-model", phase="forward", candidate=lambda: None,
                    reference=lambda: None, rule={"min_rounds": 7})
     assert abs(c.time_ratio - float(os.environ["CAND_S"]) / 1e-3) < 1e-9
 """
 
 
-def test_gated_pair_records_new_then_fails_a_regression(
+def test_check_pair_records_new_then_fails_a_regression(
     pytester: pytest.Pytester, plugin_args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The CPU's noise floor makes every CPU check ADVISORY; a GPU-like floor lets the gate decide,
-    # which is what this test is about (the wiring of gated_pair, not the CPU policy).
+    # which is what this test is about (the wiring of check_pair, not the CPU policy).
     from pytest_convperf.judge import verdict
 
     monkeypatch.setattr(verdict, "CPU_NOISE_FLOOR", verdict.GPU_NOISE_FLOOR)

@@ -28,7 +28,7 @@ from pytest_convperf.measure.rounds import (
     measure_pair,
     warm_up,
 )
-from pytest_convperf.measure.timers import Job, TimerCallable, make_timer
+from pytest_convperf.measure.timers import Job, MeasureOne, make_timer
 
 
 def noop() -> None:
@@ -307,7 +307,7 @@ def test_env_var_selects_the_fake_timer(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_timer_callable_measures_one_function() -> None:
-    m = TimerCallable(FakeTimer({"timed": [1e-3, 1.01e-3, 0.99e-3]}))(noop)
+    m = MeasureOne(FakeTimer({"timed": [1e-3, 1.01e-3, 0.99e-3]}))(noop)
     assert m.median == pytest.approx(1e-3)
     assert m.n >= 21 and m.mode == "fake"
     assert m.ci[0] <= m.median <= m.ci[1]

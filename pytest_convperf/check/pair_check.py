@@ -1,0 +1,88 @@
+"""The public paired check of two arbitrary callables (whole models, fused blocks): ``check_pair``.
+
+``convperf.check`` takes a conv candidate and a ``Conv2dProblem``. A model-level comparison (the
+stock network against the same network running our kernels) has no problem spec, so
+:func:`check_pair` times the two callables in paired rounds and hands the comparison to
+``convperf.gate``, the same last step as a check: the baseline decision, which fails a confirmed
+regression of the time ratio and passes NEW/PASS/IMPROVED/ADVISORY with a note, and one result row.
+Its run/confirm step is a check's (:func:`~pytest_convperf.check.pairing.first_and_confirm`), each
+measurement under the timing slot (:func:`~pytest_convperf.check.pairing.slotted_pair`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+from pytest_convperf.check.pairing import first_and_confirm, slotted_pair
+from pytest_convperf.core.precision import ieee_fp32
+from pytest_convperf.measure.rounds import StopRule, Workload
+
+if TYPE_CHECKING:
+    from pytest_convperf.check.fixture import ConvperfFixture
+    from pytest_convperf.core.results import Comparison, ErrorStats
+
+
+def check_pair(
+    convperf: ConvperfFixture,
+    *,
+    name: str,
+    phase: str,
+    candidate: Callable[[], object],
+    reference: Callable[[], object],
+    errors: Sequence[ErrorStats] = (),
+    facts: Mapping[str, Any] | None = None,
+    rule: Mapping[str, Any] | None = None,
+    mode: str = "cold",
+    ieee: bool = True,
+) -> Comparison:
+    """Time ``candidate`` against ``reference`` in paired rounds, record a row, decide on the test.
+
+    ``name`` names the workload (e.g. ``mobilenet_v2-n8-224``; the row's ``problem``), ``phase``
+    the part timed (``forward``/``backward``/...). ``errors`` are the candidate's correctness stats
+    (checked by the caller; their drift is gated too). ``rule`` overrides the stop rule
+    (``StopRule`` fields, e.g. ``{"min_rounds": 7, "max_time_s": 1.0}``). ``ieee`` pins fp32 convs
+    and matmuls to IEEE (TF32 off) on both sides while timing, like ``convperf.check`` does for
+    fp32. The baseline key is the test's name (plus ``:<phase>`` unless the name holds the phase).
+    Returns the first measurement's comparison.
+    """
+    timer = convperf.timer
+    the_rule = StopRule.for_timer(timer, **dict(rule or {}))
+    base_facts: dict[str, Any] = {
+        "machine": convperf.device.slug,
+        "phase": phase,
+        "tf32": "off" if ieee else "pytorch default",
+        **dict(facts or {}),
+    }
+
+    config = convperf.request.config
+
+    def run(r: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
+        # Under the timing slot, like every check: alone on a device shared by xdist workers.
+        with ieee_fp32() if ieee else nullcontext():
+            return slotted_pair(
+                config,
+                timer,
+                Workload("candidate", candidate),
+                Workload("reference", reference),
+                mode=mode,
+                rule=r,
+                facts={**base_facts, **extra},
+                stored_mode=sticky,
+            )
+
+    first, confirm = first_and_confirm(run, the_rule, {}, None)
+    test = str(convperf.request.node.name)
+    return convperf.gate(
+        first,
+        name=name,
+        phase=phase,
+        errors=errors,
+        confirm=confirm,
+        key=test if phase in test else f"{test}:{phase}",
+        facts={k: v for k, v in base_facts.items() if isinstance(v, (str, int, float, bool, type(None)))},
+    )
+
+
+__all__ = ["check_pair"]
