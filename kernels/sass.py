@@ -360,6 +360,9 @@ GATES: dict[str, tuple[Gate, ...]] = {
             no_local=True,
             why="NCHW tiled forward / input grad (v3, batched staging)",
         ),
+        Gate(pattern=r"wgrad_tile_nchw<", no_local=True, why="NCHW staged weight grad (W2)"),
+        # W2's generic weight grad: the per-block channel/split decode may divide, the loops may not
+        Gate(pattern=r"wgrad_partial<[^>]*, true>", int_div_scope="loops", why="generic weight grad (W2)"),
     ),
     # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
     # runs once per block).

@@ -1030,6 +1030,7 @@ __global__ void __launch_bounds__(kThreads)
   const int passes = K > 0 ? K / KR : taps;
   const int64_t hw = static_cast<int64_t>(g.ho) * g.wo;
 
+  int pass_kh = 0, pass_kw = 0;  // K == 0: the pass's tap, stepped with the pass (no div/mod)
   for (int pass = 0; pass < passes; ++pass) {
     float acc[NV];
 #pragma unroll
@@ -1068,8 +1069,7 @@ __global__ void __launch_bounds__(kThreads)
             }
           }
         } else {
-          // K == 0: pass -> (kh, kw) once per pass, outside the position loop
-          const int ih = ih0 + (pass / g.kw) * g.dh, iw = iw0 + (pass % g.kw) * g.dw;
+          const int ih = ih0 + pass_kh * g.dh, iw = iw0 + pass_kw * g.dw;
           if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) {
             acc[0] = fmaf(d, to_f(x[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)]), acc[0]);
           }
@@ -1112,6 +1112,10 @@ __global__ void __launch_bounds__(kThreads)
           __syncthreads();
         }
       }
+    }
+    if (++pass_kw == g.kw) {
+      pass_kw = 0;
+      ++pass_kh;
     }
   }
   if (W2 && splits > 1) {
