@@ -33,7 +33,14 @@ from pathlib import Path
 
 import yaml
 
-from kernels.depthwise.model import STAGE_BATCH_V3_SCALAR, Shape, _geometry_v2, plan_v2, plan_v3, staging_rounds
+from kernels.depthwise.model import (
+    STAGE_BATCH_V3_SCALAR,
+    Shape,
+    _geometry_v2,
+    plan_v2,
+    plan_v3,
+    staging_rounds,
+)
 
 SMS = 132
 CLOCK_HZ = 1.755e9
@@ -160,7 +167,7 @@ def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     forward's tiles, ``splits`` blocks per channel walking their tiles one after another; per tile one
     round of batched scalar staging loads per 4 x 256 items and one round of dy loads; one launch."""
     per_channel = Shape(1, sh.n, sh.hw, sh.k, sh.s, sh.dtype_bytes)  # planes = N
-    tw, trows, pl, tiles_w, tiles_h, in_rows, in_cols = _geometry_v2(per_channel)
+    _, _, pl, tiles_w, tiles_h, in_rows, in_cols = _geometry_v2(per_channel)
     units = -(-sh.n // pl) * tiles_w * tiles_h
     splits = max(1, min(-(-4 * SMS // sh.c), units, 65535))
     per_split = -(-units // splits)

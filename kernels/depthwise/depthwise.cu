@@ -938,6 +938,106 @@ dim3 grid_for(int64_t n, int64_t per_sample) {
   return dim3(static_cast<unsigned>(bx < (1 << 20) ? bx : (1 << 20)), static_cast<unsigned>(by > 0 ? by : 1));
 }
 
+// ---- input grad, stride 2: four parity phases --------------------------------------------------
+// dx[ih][iw] sums w[kh][kw] * dy[oh][ow] over ih + ph - kh = 2 oh (and the same along W): of a filter
+// row's K taps only those with kh = ih + ph (mod 2) reach an input row, so each parity class of dx
+// (ih, iw mod 2) is a stride-1 correlation of dy with a sub-filter of the taps of one parity. A
+// thread computes the 4 outputs of one 2x2 quad (one per phase) from an R x R window of dy loaded
+// once, with no tap test and no div/mod (dgrad_direct: per output, K*K taps with two modulo tests and
+// two divisions each). Window row r feeds output row 2qi + a through tap kh = e + a - 2r, where
+// e = K - 1 + ((ph - K + 1) & 1) is the same for every thread: holding the filter shifted by
+// d = K - e (w'[i] = w[i - d], zero outside) makes the register index K + a - 2r compile-time.
+struct S2Args {
+  int qh, qw;  // quads per plane along H and W: ceil(H / 2), ceil(W / 2)
+  FastDiv by_outer, by_qw;  // NCHW: quads per plane, then qw; NHWC: C, then qw
+};
+
+template <typename T, int K, bool CL>
+__global__ void __launch_bounds__(kThreads)
+    dgrad_s2(const T* __restrict__ dy, const T* __restrict__ wt, T* __restrict__ dx, Geom g, S2Args a) {
+  constexpr int R = (K + 1) / 2 + 1;  // window rows (and columns) a quad reads
+  constexpr int KP = K + 1;           // the shifted filter's side
+  const int C = static_cast<int>(g.c);
+  const int quads = a.qh * a.qw;
+  const int per_sample = C * quads;
+  const int dh = 1 - ((g.ph - K + 1) & 1), dw = 1 - ((g.pw - K + 1) & 1);  // the shifts d
+  for (int64_t n = blockIdx.y; n < g.n; n += gridDim.y) {
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < per_sample; i += gridDim.x * kThreads) {
+      int c, q;
+      if (CL) {  // channels fastest: coalesced along C
+        q = fdiv(i, a.by_outer);
+        c = i - q * C;
+      } else {  // quad columns fastest: coalesced along W
+        c = fdiv(i, a.by_outer);
+        q = i - c * quads;
+      }
+      const int qi = fdiv(q, a.by_qw);
+      const int qj = q - qi * a.qw;
+      float wr[KP * KP];
+      const T* wc = wt + static_cast<int64_t>(c) * K * K;
+#pragma unroll
+      for (int y = 0; y < KP; ++y) {
+#pragma unroll
+        for (int x = 0; x < KP; ++x) {
+          const int kh = y - dh, kw = x - dw;
+          wr[y * KP + x] = kh >= 0 && kh < K && kw >= 0 && kw < K ? to_f(wc[kh * K + kw]) : 0.f;
+        }
+      }
+      const int oh0 = (2 * qi + g.ph - K + 1) >> 1, ow0 = (2 * qj + g.pw - K + 1) >> 1;  // floor
+      float win[R * R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int oh = oh0 + r;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+          const int ow = ow0 + s;
+          win[r * R + s] = oh >= 0 && oh < g.ho && ow >= 0 && ow < g.wo
+                               ? to_f(dy[offset<CL>(n, c, oh, ow, g.c, g.ho, g.wo)])
+                               : 0.f;
+        }
+      }
+#pragma unroll
+      for (int ay = 0; ay < 2; ++ay) {
+        const int ih = 2 * qi + ay;
+#pragma unroll
+        for (int ax = 0; ax < 2; ++ax) {
+          const int iw = 2 * qj + ax;
+          float acc = 0.f;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const int y = K + ay - 2 * r;  // compile-time after unrolling
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+              const int x = K + ax - 2 * s;
+              if (y >= 0 && y < KP && x >= 0 && x < KP) acc = fmaf(wr[y * KP + x], win[r * R + s], acc);
+            }
+          }
+          if (ih < g.h && iw < g.w) dx[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)] = from_f<T>(acc);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+cudaError_t run_dgrad_s2(const T* dy, const T* w, T* dx, const Geom& g, bool cl, cudaStream_t st) {
+  S2Args a{};
+  a.qh = (g.h + 1) / 2;
+  a.qw = (g.w + 1) / 2;
+  a.by_outer = make_fastdiv(cl ? static_cast<uint32_t>(g.c) : static_cast<uint32_t>(a.qh * a.qw));
+  a.by_qw = make_fastdiv(a.qw);
+  const dim3 grid = grid_for(g.n, g.c * a.qh * a.qw);
+  return dispatch_ks(g.kh, 2, [&](auto K, auto) {
+    constexpr int kk = decltype(K)::value;
+    if (cl) {
+      dgrad_s2<T, kk, true><<<grid, kThreads, 0, st>>>(dy, w, dx, g, a);
+    } else {
+      dgrad_s2<T, kk, false><<<grid, kThreads, 0, st>>>(dy, w, dx, g, a);
+    }
+    return cudaGetLastError();
+  });
+}
+
 // ---- weight grad --------------------------------------------------------------------------------
 // Two variants (WgradVariant, picked at run time so one process can A/B them):
 // * W1 (wgrad_partial<..., false> + wgrad_finalize): per-position partial sums into a workspace the
@@ -1413,6 +1513,11 @@ cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g,
     a.flip = true;
     return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st)
               : dispatch_tile<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, variant, st);
+  }
+  // Stride 2 (square k in {1,3,5,7}, dilation 1): the parity-phase kernel; v1 keeps dgrad_direct,
+  // the A/B baseline.
+  if (variant != Variant::V1 && g.sh == 2 && g.sw == 2 && tile_supported(g.kh, g.kw, 2, 2, g.dh, g.dw)) {
+    return run_dgrad_s2<T>(dyp, wp, dxp, g, cl, st);
   }
   const dim3 grid = grid_for(g.n, g.c * g.h * g.w);
   if (cl) {

@@ -100,6 +100,7 @@ thread_local unsigned linear;
 uint3 bid;
 dim3 bdim, gdim;
 long launch_count = 0;  // kernel launches since the library was loaded (emu_launches)
+const char* last_kernel = "";  // the source name of the latest launch's kernel (emu_last_kernel)
 uint64_t order_seed = 0;  // nonzero: each launch runs its blocks in a seeded random order (emu_block_order)
 Block* block = nullptr;
 std::barrier<>* block_barrier = nullptr;
@@ -149,7 +150,8 @@ inline unsigned ballot(unsigned mask, bool pred) {
   return out;
 }
 template <typename F>
-void launch(dim3 grid, dim3 block_dim, size_t smem, F&& body) {
+void launch(dim3 grid, dim3 block_dim, size_t smem, const char* name, F&& body) {
+  last_kernel = name;
   const unsigned nt = block_dim.x * block_dim.y * block_dim.z;
   if (nt == 0 || nt > 1024) fail("launch with 0 or more than 1024 threads per block");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) fail("launch with an empty grid");
@@ -383,6 +385,10 @@ extern "C" int dw_wgrad_plan(void* const* b, const int64_t* i, const double*) {
 }
 // Emulator controls (in-process runs): kernel launches so far; the block order of later launches.
 extern "C" int emu_launches(void* const*, const int64_t*, const double*) { return int(emu::launch_count); }
+extern "C" int emu_last_kernel(void* const* b, const int64_t* i, const double*) {  // into b[0], i[0] bytes
+  std::snprintf(static_cast<char*>(b[0]), size_t(i[0]), "%s", emu::last_kernel);
+  return 0;
+}
 extern "C" int emu_block_order(void* const*, const int64_t* i, const double*) {
   emu::order_seed = uint64_t(i[0]);
   return 0;
@@ -520,7 +526,8 @@ def emulated_source(cu: Path = KERNEL, wrappers: str | None = None, text: str | 
         smem = cfg[2] if len(cfg) > 2 else "0"
         newlines = "\n" * m.group(0).count("\n")  # keep the .cu's line numbers below
         return (
-            f"emu::launch(dim3({cfg[0]}), dim3({cfg[1]}), {smem}, [&] {{ {m.group(1)}({m.group(3)}); }});"
+            f'emu::launch(dim3({cfg[0]}), dim3({cfg[1]}), {smem}, "{m.group(1)}", '
+            f"[&] {{ {m.group(1)}({m.group(3)}); }});"
             + newlines
         )
 
@@ -769,6 +776,12 @@ class EmulatedDepthwise:
     def launches(self) -> int:
         """Kernel launches the emulation has run since it was loaded (in-process runs only)."""
         return self.emu.call("emu_launches", [], [])
+
+    def last_kernel(self) -> str:
+        """The source name (with template arguments) of the kernel the latest launch ran."""
+        out = torch.zeros(256, dtype=torch.uint8)
+        self.emu.call("emu_last_kernel", [out], [out.numel()])
+        return bytes(out.tolist()).split(b"\0", 1)[0].decode()
 
     def block_order(self, seed: int) -> None:
         """Run the blocks of later launches in a seeded random order (0: index order)."""

@@ -247,7 +247,7 @@ def test_determinism_and_counter_checks_catch_planted_defects() -> None:
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     emu = EmulatedDepthwise(lib, "v2", "w2")
-    x, dy, (k, s, p, d), g = _wgrad_inputs("tile-k3")
+    x, dy, (k, *_), g = _wgrad_inputs("tile-k3")
     dws = []
     try:
         for seed in (1, 2, 3, 4):
@@ -259,3 +259,33 @@ def test_determinism_and_counter_checks_catch_planted_defects() -> None:
     finally:
         emu.block_order(0)
     assert any(not torch.equal(dw, dws[0]) for dw in dws[1:]), "block order never changed the sum"
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+@given(
+    k=st.sampled_from((1, 3, 5, 7)),
+    h=st.integers(1, 17),
+    w=st.integers(1, 17),
+    pad=st.integers(0, 4),
+    channels_last=st.booleans(),
+    dtype=st.sampled_from((torch.float32, torch.bfloat16)),
+)
+def test_emulated_stride2_input_grad_runs_the_parity_kernel(
+    emulated_lib: Emulation, k: int, h: int, w: int, pad: int, channels_last: bool, dtype: torch.dtype
+) -> None:
+    """Stride 2: the four-phase kernel (v2, v3; v1 keeps dgrad_direct) against the fp64 input grad,
+    odd and even sizes, every padding up to 4, k 1-7, NCHW and NHWC."""
+    h, w = max(h, k - 2 * pad), max(w, k - 2 * pad)
+    g = geometry((2, 3, h, w), (k, k), (2, 2), (pad, pad), (1, 1))
+    gen = torch.Generator().manual_seed(h * 100 + w)
+    dy = torch.randn(2, 3, g[4], g[5], generator=gen).to(dtype)
+    wt = torch.randn(3, 1, k, k, generator=gen).to(dtype)
+    if channels_last:
+        dy = dy.contiguous(memory_format=torch.channels_last)
+    want = torch.nn.grad.conv2d_input((2, 3, h, w), wt.double(), dy.double(), 2, pad, 1, 3)  # type: ignore[no-untyped-call]
+    for variant, kernel in (("v2", "dgrad_s2"), ("v3", "dgrad_s2"), ("v1", "dgrad_direct")):
+        emu = EmulatedDepthwise(emulated_lib, variant)
+        dx = emu.input_grad(dy, wt, (h, w), (2, 2), (pad, pad), (1, 1), channels_last)
+        assert emu.last_kernel().startswith(kernel + "<"), f"{variant} ran {emu.last_kernel()}"
+        assert_close_fp64(dx, want, k * k, f"{variant} stride-2 input grad k{k} {h}x{w} pad {pad}")

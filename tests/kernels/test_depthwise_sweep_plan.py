@@ -27,7 +27,11 @@ def test_every_row_once_and_the_tiled_rows_of_v1_v2_v3() -> None:
 
 
 def test_w2_weight_grad_is_predicted_faster_than_w1() -> None:
-    by = {(c.problem_id, c.variant): c for c in sweep_plan.cases() if c.phase == "weight_grad" and c.predicted_us}
+    by = {
+        (c.problem_id, c.variant): c
+        for c in sweep_plan.cases()
+        if c.phase == "weight_grad" and c.predicted_us
+    }
     pairs = [pid for pid, v in by if v == "w2"]
     assert len(pairs) == len(DEPTHWISE_SEED_SHAPES) * 2  # fp32 and fp16, NCHW
     for pid in pairs:
