@@ -159,7 +159,7 @@ def wgrad_splits(sh: Shape, channels_last: bool) -> tuple[int, int]:
 
 
 # wgrad_tile_nchw's registers per thread, sm_90, k <= 3 and k = 5 (python -m kernels.sass depthwise).
-WGRAD_TILE_REGS = (40, 56)
+WGRAD_TILE_REGS = (40, 63)
 
 
 def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:

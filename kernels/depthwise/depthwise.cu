@@ -1352,7 +1352,8 @@ __global__ void __launch_bounds__(kThreads)
 // W2's tile plan for channel-wise tiles of an NCHW tiled geometry; false when it has none (the
 // generic kernel runs). Sets a.planes_units (tiles per channel) and every FastDiv the kernel uses.
 bool plan_wgrad_tile(Tile2Args& a, const Geom& g) {
-  if (!tile_supported(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) || g.c > 0x7fffffffLL ||
+  // k = 1 takes the generic kernel (a dot product per channel; the 16-bit tile instances spilled)
+  if (g.kh == 1 || !tile_supported(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) || g.c > 0x7fffffffLL ||
       g.n + kThreads >= 0x7fffffffLL) {
     return false;
   }
@@ -1432,11 +1433,23 @@ cudaError_t run_wgrad_tile(const T* dy, const T* x, T* dw, T* db, float* ws, uns
   wa.per_split = (a.planes_units + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(g.c), static_cast<unsigned>(splits));
   const int bytes = a.pl * a.plane_sz * static_cast<int>(sizeof(float));
-  return dispatch_ks(g.kh, g.sh, [&](auto K, auto S) {
+  auto run = [&](auto K, auto S) {
     constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
     wgrad_tile_nchw<T, kk, ss><<<grid, kThreads, bytes, st>>>(dy, x, ws, counters, dw, db, a, wa);
     return cudaGetLastError();
-  });
+  };
+  using std::integral_constant;
+  using One = integral_constant<int, 1>;
+  using Two = integral_constant<int, 2>;
+  switch (g.kh * 10 + g.sh) {  // plan_wgrad_tile's geometries: k in {3, 5, 7}, stride 1 or 2
+    case 31: return run(integral_constant<int, 3>{}, One{});
+    case 32: return run(integral_constant<int, 3>{}, Two{});
+    case 51: return run(integral_constant<int, 5>{}, One{});
+    case 52: return run(integral_constant<int, 5>{}, Two{});
+    case 71: return run(integral_constant<int, 7>{}, One{});
+    case 72: return run(integral_constant<int, 7>{}, Two{});
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 template <typename T, bool CL>

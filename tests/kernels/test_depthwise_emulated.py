@@ -155,14 +155,14 @@ def test_emulated_v3_batched_staging(emulated_lib: Emulation, hw: int, s: int, d
     )
 
 
-# Weight-grad geometries: the staged NCHW kernel (k 1-7, strides 1 and 2, odd sizes, a 1x1) and the
-# generic one (NHWC, dilation); W2 takes more than one split per channel on each with the emulator's 3
+# Weight-grad geometries: the staged NCHW kernel (k 3-7, strides 1 and 2, odd sizes) and the generic
+# one (1x1, NHWC, dilation); W2 takes more than one split per channel on each with the emulator's 3
 # SMs, so its last-block reduction runs.
 WGRAD_CASES = {
     "tile-k3": ((4, 2, 40, 40), 3, 1, 1, 1, False),
     "tile-k5-s2-odd": ((5, 2, 47, 43), 5, 2, 2, 1, False),
     "tile-k7": ((6, 2, 40, 36), 7, 1, 3, 1, False),
-    "tile-k1": ((8, 1, 30, 30), 1, 1, 0, 1, False),
+    "generic-k1": ((8, 1, 30, 30), 1, 1, 0, 1, False),
     "generic-nhwc": ((2, 35, 9, 7), 3, 1, 1, 1, True),
     "generic-dilation": ((8, 2, 30, 30), 3, 1, 2, 2, False),
 }
@@ -205,6 +205,9 @@ def test_emulated_weight_grad_w2_is_one_launch_with_the_bias(
         before = emu.launches()
         dw, db = emu.weight_grad(dy, x, (k, k), (s, s), (p, p), (d, d), cl, bias=True)
         assert emu.launches() - before == launches, f"{wgrad}: {emu.launches() - before} launches"
+        if wgrad == "w2":
+            kernel = "wgrad_tile_nchw<" if case.startswith("tile") else "wgrad_partial<"
+            assert emu.last_kernel().startswith(kernel), f"{case}: ran {emu.last_kernel()}"
         assert db is not None
         assert_close_fp64(dw, want_dw, terms, f"{case} {wgrad} dw")
         assert_close_fp64(db, want_db, terms, f"{case} {wgrad} db")
