@@ -942,9 +942,9 @@ dim3 grid_for(int64_t n, int64_t per_sample) {
 // dx[ih][iw] sums w[kh][kw] * dy[oh][ow] over ih + ph - kh = 2 oh (and the same along W): of a filter
 // row's K taps only those with kh = ih + ph (mod 2) reach an input row, so each parity class of dx
 // (ih, iw mod 2) is a stride-1 correlation of dy with a sub-filter of the taps of one parity. A
-// thread computes the 4 outputs of one 2x2 quad (one per phase) from an R x R window of dy loaded
-// once, with no tap test and no div/mod (dgrad_direct: per output, K*K taps with two modulo tests and
-// two divisions each). Window row r feeds output row 2qi + a through tap kh = e + a - 2r, where
+// thread computes the 4 outputs of one 2x2 quad (one per phase) from an R x R window of dy read once,
+// with no tap test and no div/mod (dgrad_direct: per output, K*K taps with two modulo tests and two
+// divisions each). Window row r feeds output row 2qi + a through tap kh = e + a - 2r, where
 // e = K - 1 + ((ph - K + 1) & 1) is the same for every thread: holding the filter shifted by
 // d = K - e (w'[i] = w[i - d], zero outside) makes the register index K + a - 2r compile-time.
 struct S2Args {
@@ -984,16 +984,34 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       const int oh0 = (2 * qi + g.ph - K + 1) >> 1, ow0 = (2 * qj + g.pw - K + 1) >> 1;  // floor
-      float win[R * R];
+      // 32-bit offsets inside the (n, c) plane (one sample is < 2^31 elements, the binding checks)
+      const T* dyp = dy + (CL ? n * g.ho * g.wo * g.c + c : (n * g.c + c) * g.ho * g.wo);
+      const int col_step = CL ? C : 1, row_step = g.wo * col_step;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (ay, ax) = (0,0), (0,1), (1,0), (1,1)
+      // The window streams row by row (R values live, not R * R): k = 7 with the whole window in
+      // registers spilled.
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int oh = oh0 + r;
+        const bool row_ok = oh >= 0 && oh < g.ho;
+        float v[R];
 #pragma unroll
         for (int s = 0; s < R; ++s) {
           const int ow = ow0 + s;
-          win[r * R + s] = oh >= 0 && oh < g.ho && ow >= 0 && ow < g.wo
-                               ? to_f(dy[offset<CL>(n, c, oh, ow, g.c, g.ho, g.wo)])
-                               : 0.f;
+          v[s] = row_ok && ow >= 0 && ow < g.wo ? to_f(dyp[oh * row_step + ow * col_step]) : 0.f;
+        }
+#pragma unroll
+        for (int ay = 0; ay < 2; ++ay) {
+          const int y = K + ay - 2 * r;  // compile-time after unrolling
+          if (y < 0 || y >= KP) continue;
+#pragma unroll
+          for (int ax = 0; ax < 2; ++ax) {
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+              const int x = K + ax - 2 * s;
+              if (x >= 0 && x < KP) acc[ay * 2 + ax] = fmaf(wr[y * KP + x], v[s], acc[ay * 2 + ax]);
+            }
+          }
         }
       }
 #pragma unroll
@@ -1002,17 +1020,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int ax = 0; ax < 2; ++ax) {
           const int iw = 2 * qj + ax;
-          float acc = 0.f;
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const int y = K + ay - 2 * r;  // compile-time after unrolling
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-              const int x = K + ax - 2 * s;
-              if (y >= 0 && y < KP && x >= 0 && x < KP) acc = fmaf(wr[y * KP + x], win[r * R + s], acc);
-            }
-          }
-          if (ih < g.h && iw < g.w) dx[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)] = from_f<T>(acc);
+          if (ih < g.h && iw < g.w) dx[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)] = from_f<T>(acc[ay * 2 + ax]);
         }
       }
     }
