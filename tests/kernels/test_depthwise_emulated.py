@@ -13,6 +13,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.nn import grad as nn_grad
 
 from kernels.depthwise import model
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
@@ -184,7 +185,7 @@ def _wgrad_inputs(
 def _oracle(x: torch.Tensor, dy: torch.Tensor, ksp: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     k, s, p, d = ksp
     c = x.shape[1]
-    dw = torch.nn.grad.conv2d_weight(x.double(), (c, 1, k, k), dy.double(), s, p, d, c)  # type: ignore[no-untyped-call]
+    dw = nn_grad.conv2d_weight(x.double(), (c, 1, k, k), dy.double(), s, p, d, c)  # type: ignore[no-untyped-call]
     return dw, dy.double().sum(dim=(0, 2, 3))
 
 
@@ -286,7 +287,7 @@ def test_emulated_stride2_input_grad_runs_the_parity_kernel(
     wt = torch.randn(3, 1, k, k, generator=gen).to(dtype)
     if channels_last:
         dy = dy.contiguous(memory_format=torch.channels_last)
-    want = torch.nn.grad.conv2d_input((2, 3, h, w), wt.double(), dy.double(), 2, pad, 1, 3)  # type: ignore[no-untyped-call]
+    want = nn_grad.conv2d_input((2, 3, h, w), wt.double(), dy.double(), 2, pad, 1, 3)  # type: ignore[no-untyped-call]
     for variant, kernel in (("v2", "dgrad_s2"), ("v3", "dgrad_s2"), ("v1", "dgrad_direct")):
         emu = EmulatedDepthwise(emulated_lib, variant)
         dx = emu.input_grad(dy, wt, (h, w), (2, 2), (pad, pad), (1, 1), channels_last)

@@ -79,7 +79,7 @@ def test_cpp_autograd_gives_the_gradients_of_conv2d() -> None:
         return nn_grad.conv2d_weight(x, (x.shape[1], 1, *khw), g, s, p, d, x.shape[1])  # type: ignore[no-untyped-call]
 
     def weight_bias_grad_cpu(g, x, khw, s, p, d):  # type: ignore[no-untyped-def]
-        return weight_grad_cpu(g, x, khw, s, p, d), g.sum(dim=(0, 2, 3))
+        return weight_grad_cpu(g, x, khw, s, p, d), g.sum(dim=(0, 2, 3))  # type: ignore[no-untyped-call]
 
     lib = torch.library.Library(ops.NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
     try:
@@ -123,11 +123,10 @@ def test_backward_launches(bias: bool, wants: str, expected: list[str]) -> None:
     ops = _loaded_ops()
     x, w = torch.empty(2, 8, 10, 10, device="meta"), torch.empty(8, 1, 3, 3, device="meta")
     b = torch.empty(8, device="meta") if bias else None
-    leaves = {"x": x, "w": w, "b": b}
-    for name in wants:
-        leaves[name].requires_grad_()  # type: ignore[union-attr]
+    leaves = {"x": x, "w": w, **({"b": b} if b is not None else {})}
+    wanted = [leaves[name].requires_grad_() for name in wants]
     out = ops._run_forward(x, w, b, [1, 1], [1, 1], [1, 1])
     grad = torch.empty_like(out)
     with launch_count.counting() as (rec, _):
-        torch.autograd.grad(out, [leaves[n] for n in wants], grad)
+        torch.autograd.grad(out, wanted, grad)
     assert sorted(rec.launches) == sorted(expected)

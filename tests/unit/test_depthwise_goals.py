@@ -1,4 +1,4 @@
-"""Issue 29's aggregate depthwise goals: the arithmetic over measured rows (``perf_tests.depthwise_goals``)."""
+"""Issue 29's aggregate depthwise goals: the arithmetic over measured rows (perf_tests.depthwise_goals)."""
 
 from __future__ import annotations
 
