@@ -946,7 +946,7 @@ dim3 grid_for(int64_t n, int64_t per_sample) {
 // with no tap test and no div/mod (dgrad_direct: per output, K*K taps with two modulo tests and two
 // divisions each). Window row r feeds output row 2qi + a through tap kh = e + a - 2r, where
 // e = K - 1 + ((ph - K + 1) & 1) is the same for every thread: holding the filter shifted by
-// d = K - e (w'[i] = w[i - d], zero outside) makes the register index K + a - 2r compile-time.
+// d = K - e (w'[i] = w[i - d], zero outside) makes the filter index K + a - 2r compile-time.
 struct S2Args {
   int qh, qw;  // quads per plane along H and W: ceil(H / 2), ceil(W / 2)
   FastDiv by_outer, by_qw;  // NCHW: quads per plane, then qw; NHWC: C, then qw
@@ -973,16 +973,9 @@ __global__ void __launch_bounds__(kThreads)
       }
       const int qi = fdiv(q, a.by_qw);
       const int qj = q - qi * a.qw;
-      float wr[KP * KP];
+      // w'[y][x] = w[y - dh][x - dw]: compile-time (y, x) less one runtime offset
       const T* wc = wt + static_cast<int64_t>(c) * K * K;
-#pragma unroll
-      for (int y = 0; y < KP; ++y) {
-#pragma unroll
-        for (int x = 0; x < KP; ++x) {
-          const int kh = y - dh, kw = x - dw;
-          wr[y * KP + x] = kh >= 0 && kh < K && kw >= 0 && kw < K ? to_f(wc[kh * K + kw]) : 0.f;
-        }
-      }
+      const int wshift = dh * K + dw;
       const int oh0 = (2 * qi + g.ph - K + 1) >> 1, ow0 = (2 * qj + g.pw - K + 1) >> 1;  // floor
       // 32-bit offsets inside the (n, c) plane (one sample is < 2^31 elements, the binding checks)
       const T* dyp = dy + (CL ? n * g.ho * g.wo * g.c + c : (n * g.c + c) * g.ho * g.wo);
@@ -1004,12 +997,19 @@ __global__ void __launch_bounds__(kThreads)
         for (int ay = 0; ay < 2; ++ay) {
           const int y = K + ay - 2 * r;  // compile-time after unrolling
           if (y < 0 || y >= KP) continue;
+          // this window row's filter row, read here (L1) rather than held whole: k = 7 spilled
+          const bool wy_ok = y - dh >= 0 && y - dh < K;
+          float wrow[KP];
+#pragma unroll
+          for (int x = 0; x < KP; ++x) {
+            wrow[x] = wy_ok && x - dw >= 0 && x - dw < K ? to_f(wc[y * K + x - wshift]) : 0.f;
+          }
 #pragma unroll
           for (int ax = 0; ax < 2; ++ax) {
 #pragma unroll
             for (int s = 0; s < R; ++s) {
               const int x = K + ax - 2 * s;
-              if (x >= 0 && x < KP) acc[ay * 2 + ax] = fmaf(wr[y * KP + x], v[s], acc[ay * 2 + ax]);
+              if (x >= 0 && x < KP) acc[ay * 2 + ax] = fmaf(wrow[x], v[s], acc[ay * 2 + ax]);
             }
           }
         }
