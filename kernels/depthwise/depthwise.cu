@@ -982,8 +982,10 @@ __global__ void __launch_bounds__(kThreads)
       const int col_step = CL ? C : 1, row_step = g.wo * col_step;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (ay, ax) = (0,0), (0,1), (1,0), (1,1)
       // The window streams row by row (R values live, not R * R): k = 7 with the whole window in
-      // registers spilled.
-#pragma unroll
+      // registers spilled. k >= 5 keeps the row loop rolled: unrolled, ptxas hoisted every row's
+      // loads (144-180 registers, and a spill in the 16-bit NHWC k5 instances).
+      constexpr int kUnrollRows = K >= 5 ? 1 : R;
+#pragma unroll kUnrollRows
       for (int r = 0; r < R; ++r) {
         const int oh = oh0 + r;
         const bool row_ok = oh >= 0 && oh < g.ho;
@@ -995,7 +997,7 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
         for (int ay = 0; ay < 2; ++ay) {
-          const int y = K + ay - 2 * r;  // compile-time after unrolling
+          const int y = K + ay - 2 * r;  // compile-time when the row loop is unrolled
           if (y < 0 || y >= KP) continue;
           // this window row's filter row, read here (L1) rather than held whole: k = 7 spilled
           const bool wy_ok = y - dh >= 0 && y - dh < K;
