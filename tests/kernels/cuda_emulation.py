@@ -527,8 +527,7 @@ def emulated_source(cu: Path = KERNEL, wrappers: str | None = None, text: str | 
         newlines = "\n" * m.group(0).count("\n")  # keep the .cu's line numbers below
         return (
             f'emu::launch(dim3({cfg[0]}), dim3({cfg[1]}), {smem}, "{m.group(1)}", '
-            f"[&] {{ {m.group(1)}({m.group(3)}); }});"
-            + newlines
+            f"[&] {{ {m.group(1)}({m.group(3)}); }});" + newlines
         )
 
     text, count = _LAUNCH.subn(launch, text)
