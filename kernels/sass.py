@@ -360,6 +360,10 @@ GATES: dict[str, tuple[Gate, ...]] = {
             no_local=True,
             why="NCHW tiled forward / input grad (v3, batched staging)",
         ),
+        Gate(pattern=r"wgrad_tile_nchw<", no_local=True, why="NCHW staged weight grad (W2)"),
+        Gate(pattern=r"dgrad_s2<", no_local=True, why="stride-2 input grad (parity phases)"),
+        # W2's generic weight grad: the per-block channel/split decode may divide, the loops may not
+        Gate(pattern=r"wgrad_partial<[^>]*, true>", int_div_scope="loops", why="generic weight grad (W2)"),
     ),
     # PCILT's tiled kernel: staging and lookup loops free of div/rem (the prologue's tile index math
     # runs once per block).

@@ -94,14 +94,14 @@ class Phase:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("night", 520, 400, "install 15 + prebuild sm_90a 69 + 3-module night ~280 + fresh confirm ~40"),
+    Phase("night", 510, 400, "install 15 + prebuild sm_90a 69 + 3-module night ~280 + fresh confirm ~40"),
     Phase(
         "planted",
         540,
         320,
         "install+cache 20 + 48 planted checks ~100 + confirm of 16 FAILs ~130 + A/B 2 x ~35",
     ),
-    Phase("sweep", 360, 200, "install+cache 20 + kernels.sweep all (511 rows x 100 reps) ~167 estimated"),
+    Phase("sweep", 360, 210, "install+cache 20 + kernels.sweep all (550 rows x 100 reps) ~180 estimated"),
     Phase("record", 480, 260, "install+cache 20 + missing baselines ~90 + ncu 4 x <= 30 + EfficientNet ~30"),
     Phase("sanitize", 480, 260, "install+cache 20 + 4 compute-sanitizer tools x <= 60"),
 )

@@ -9,6 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_depthwise
@@ -170,8 +174,47 @@ at::Tensor input_grad_cuda(const at::Tensor& grad_output, const at::Tensor& weig
   return dx;
 }
 
-at::Tensor weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& input, at::IntArrayRef kernel_hw,
-                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+// Which weight-grad kernel runs, read per call so one process can A/B them:
+// CONVPERF_DEPTHWISE_WGRAD=w1 (two launches, a workspace per call, the bias grad a separate sum) or
+// w2 (the default: one launch, bias fused, a cached workspace).
+convperf_dw::WgradVariant wgrad_variant_from_env() {
+  const char* v = std::getenv("CONVPERF_DEPTHWISE_WGRAD");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "w2") == 0) return convperf_dw::WgradVariant::W2;
+  TORCH_CHECK(std::strcmp(v, "w1") == 0, "convperf_depthwise: CONVPERF_DEPTHWISE_WGRAD=", v,
+              " is not a weight-grad variant; set it to w1 (two launches) or w2 (default: one launch, bias "
+              "fused), or unset it");
+  return convperf_dw::WgradVariant::W1;
+}
+
+// W2's workspace, one per (device, stream), grown when a call needs more and never shrunk: a call
+// allocates nothing and launches no memset (the kernel leaves its counters at zero). Per stream,
+// because calls on one stream run in order and two streams would share the counters. The map is
+// never destroyed (its tensors must not be freed after the CUDA context at exit).
+struct Workspace {
+  at::Tensor buf;  // floats partials, then counters (zero-initialised)
+  int64_t floats = 0, counters = 0;
+};
+
+std::pair<float*, unsigned*> cached_workspace(const at::Tensor& like, cudaStream_t stream, int64_t floats,
+                                               int64_t counters) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<int, cudaStream_t>, Workspace>();
+  const std::lock_guard<std::mutex> lock(mu);
+  Workspace& ws = (*cache)[{like.get_device(), stream}];
+  if (ws.floats < floats || ws.counters < counters) {
+    ws.floats = std::max(ws.floats, floats);
+    ws.counters = std::max(ws.counters, counters);
+    static_assert(sizeof(float) == sizeof(unsigned), "counters live in float slots");
+    ws.buf = at::zeros({ws.floats + ws.counters}, like.options().dtype(at::kFloat));
+  }
+  float* base = ws.buf.data_ptr<float>();
+  return {base, reinterpret_cast<unsigned*>(base + ws.floats)};
+}
+
+// dw, and db when `bias` (else an undefined tensor).
+std::tuple<at::Tensor, at::Tensor> weight_grads(const at::Tensor& grad_output, const at::Tensor& input,
+                                                at::IntArrayRef kernel_hw, at::IntArrayRef stride,
+                                                at::IntArrayRef padding, at::IntArrayRef dilation, bool bias) {
   TORCH_CHECK(grad_output.dim() == 4 && input.dim() == 4,
               "convperf_depthwise.weight_grad: grad_output and input must be 4-D, got ", grad_output.sizes(),
               " and ", input.sizes());
@@ -194,14 +237,38 @@ at::Tensor weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& inp
   const at::Tensor x = dense(input, cl);
   const at::Tensor dy = dense(grad_output, cl);
   at::Tensor dw = at::empty({g.c, 1, kh, kw}, input.options());
+  const convperf_dw::WgradVariant variant = wgrad_variant_from_env();
+  const bool w1 = variant == convperf_dw::WgradVariant::W1;
+  at::Tensor db = bias && !w1 ? at::empty({g.c}, input.options()) : at::Tensor();
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int splits = convperf_dw::weight_grad_splits(g, cl, sms);
-  at::Tensor ws = at::empty({static_cast<int64_t>(splits) * g.c * kh * kw}, input.options().dtype(at::kFloat));
+  const convperf_dw::WgradPlan plan = convperf_dw::weight_grad_plan(g, cl, sms, variant);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  float* partial = nullptr;
+  unsigned* counters = nullptr;
+  at::Tensor per_call;  // W1's workspace, the A/B baseline's allocation per call
+  if (w1) {
+    per_call = at::empty({plan.floats}, input.options().dtype(at::kFloat));
+    partial = per_call.data_ptr<float>();
+  } else if (plan.floats > 0) {
+    std::tie(partial, counters) = cached_workspace(input, stream, plan.floats, plan.counters);
+  }
   check_launch(convperf_dw::launch_weight_grad(dtype_of(x), dy.data_ptr(), x.data_ptr(), dw.data_ptr(),
-                                               ws.data_ptr<float>(), splits, g, cl,
-                                               at::cuda::getCurrentCUDAStream()),
+                                               db.defined() ? db.data_ptr() : nullptr, partial, counters, plan,
+                                               g, cl, stream, variant),
                "weight_grad");
-  return dw;
+  if (bias && w1) db = grad_output.sum({0, 2, 3}, false, at::kFloat).to(grad_output.scalar_type());
+  return {dw, db};
+}
+
+at::Tensor weight_grad_cuda(const at::Tensor& grad_output, const at::Tensor& input, at::IntArrayRef kernel_hw,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  return std::get<0>(weight_grads(grad_output, input, kernel_hw, stride, padding, dilation, false));
+}
+
+std::tuple<at::Tensor, at::Tensor> weight_bias_grad_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                                         at::IntArrayRef kernel_hw, at::IntArrayRef stride,
+                                                         at::IntArrayRef padding, at::IntArrayRef dilation) {
+  return weight_grads(grad_output, input, kernel_hw, stride, padding, dilation, true);
 }
 
 // ---- autograd, in C++ (issue 29): no Python on the per-call path of forward + backward ------------
@@ -228,6 +295,14 @@ const c10::TypedOperatorHandle<GradSig>& input_grad_op() {
 const c10::TypedOperatorHandle<GradSig>& weight_grad_op() {
   static const auto op =
       c10::Dispatcher::singleton().findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::weight_grad", "").typed<GradSig>();
+  return op;
+}
+using GradsSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, at::IntArrayRef,
+                                                     at::IntArrayRef, at::IntArrayRef, at::IntArrayRef);
+const c10::TypedOperatorHandle<GradsSig>& weight_bias_grad_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow(CONVPERF_STR(CONVPERF_NS) "::weight_bias_grad", "")
+                             .typed<GradsSig>();
   return op;
 }
 
@@ -259,10 +334,13 @@ class DepthwiseFunction : public torch::autograd::Function<DepthwiseFunction> {
     if (ctx->needs_input_grad(0)) {
       gi = input_grad_op().call(grad, weight, {input.size(2), input.size(3)}, stride, padding, dilation);
     }
-    if (ctx->needs_input_grad(1)) {
-      gw = weight_grad_op().call(grad, input, {weight.size(2), weight.size(3)}, stride, padding, dilation);
-    }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+    const bool wants_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
+    const std::vector<int64_t> khw = {weight.size(2), weight.size(3)};
+    if (ctx->needs_input_grad(1) && wants_bias) {  // one kernel for both (bias fused)
+      std::tie(gw, gb) = weight_bias_grad_op().call(grad, input, khw, stride, padding, dilation);
+    } else if (ctx->needs_input_grad(1)) {
+      gw = weight_grad_op().call(grad, input, khw, stride, padding, dilation);
+    } else if (wants_bias) {
       gb = grad.sum({0, 2, 3}, false, at::kFloat).to(grad.scalar_type());
     }
     return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor()};
@@ -283,12 +361,15 @@ CONVPERF_TORCH_LIBRARY(m) {
         "int[2] dilation) -> Tensor");
   m.def("weight_grad(Tensor grad_output, Tensor input, int[2] kernel_hw, int[2] stride, int[2] padding, "
         "int[2] dilation) -> Tensor");
+  m.def("weight_bias_grad(Tensor grad_output, Tensor input, int[2] kernel_hw, int[2] stride, int[2] padding, "
+        "int[2] dilation) -> (Tensor, Tensor)");
 }
 
 CONVPERF_TORCH_LIBRARY_IMPL(CUDA, m) {
   m.impl("forward", &forward_cuda);
   m.impl("input_grad", &input_grad_cuda);
   m.impl("weight_grad", &weight_grad_cuda);
+  m.impl("weight_bias_grad", &weight_bias_grad_cuda);
 }
 
 CONVPERF_TORCH_LIBRARY_IMPL(Autograd, m) { m.impl("forward", &forward_autograd); }

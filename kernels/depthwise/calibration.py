@@ -33,7 +33,14 @@ from pathlib import Path
 
 import yaml
 
-from kernels.depthwise.model import Shape, plan_v2, plan_v3, staging_rounds
+from kernels.depthwise.model import (
+    STAGE_BATCH_V3_SCALAR,
+    Shape,
+    _geometry_v2,
+    plan_v2,
+    plan_v3,
+    staging_rounds,
+)
 
 SMS = 132
 CLOCK_HZ = 1.755e9
@@ -57,7 +64,9 @@ class Params:
     issue_wgrad_nhwc: float  # wgrad_partial, channels_last
 
     def issue(self, kind: str) -> float:
-        return float(getattr(self, "issue_" + kind))
+        # W2's staged NCHW weight grad has no measured row yet: it borrows the tiled forward's figure,
+        # whose compute loop it mirrors (RPT rows per thread, each staged row read once into registers).
+        return float(getattr(self, "issue_" + ("tile" if kind == "wgrad_tile" else kind)))
 
 
 # Fitted on the H100 rows by `python -m kernels.depthwise.model --fit baselines/nvidia-h100-80gb-hbm3`.
@@ -149,18 +158,41 @@ def wgrad_splits(sh: Shape, channels_last: bool) -> tuple[int, int]:
     return splits, lanes
 
 
+# wgrad_tile_nchw's registers per thread, sm_90, k <= 3 and k = 5 (python -m kernels.sass depthwise).
+WGRAD_TILE_REGS = (40, 63)
+
+
+def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
+    """W2's staged NCHW weight grad (``wgrad_tile_nchw``, mirrored): a channel's N planes cut into the
+    forward's tiles, ``splits`` blocks per channel walking their tiles one after another; per tile one
+    round of batched scalar staging loads per 4 x 256 items and one round of dy loads; one launch."""
+    per_channel = Shape(1, sh.n, sh.hw, sh.k, sh.s, sh.dtype_bytes)  # planes = N
+    _, _, pl, tiles_w, tiles_h, in_rows, in_cols = _geometry_v2(per_channel)
+    units = -(-sh.n // pl) * tiles_w * tiles_h
+    splits = max(1, min(-(-4 * SMS // sh.c), units, 65535))
+    per_split = -(-units // splits)
+    rounds = per_split * (-(-(pl * in_rows * in_cols) // (STAGE_BATCH_V3_SCALAR * THREADS)) + 1)
+    occ = _occupancy(WGRAD_TILE_REGS[0 if sh.k <= 3 else 1], pl * in_rows * in_cols * 4)
+    x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
+    return Launch("wgrad_tile", x_and_dy, sh.c * splits, rounds, occ, 1, taps)
+
+
 def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:
     """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``);
-    ``variant`` picks the NCHW tiled kernel (v2, the measured one, or v3)."""
+    ``variant`` picks the NCHW tiled kernel (v2, the measured one, or v3) or the weight grad (w1,
+    the measured one, or w2: one launch, and for NCHW the staged kernel)."""
     taps = sh.outputs * (sh.k * sh.k + 8)
     if phase == "weight_grad":
         cl = layout == "nhwc"
-        splits, lanes = wgrad_splits(sh, cl)
+        if variant == "w2" and not cl:
+            return _wgrad_tile_launch(sh, taps)
+        splits, lanes = wgrad_splits(sh, cl)  # W2's generic kernel splits as W1 does
         blocks = -(-sh.c // (32 if cl else 1)) * splits
         per_split = -(-(sh.n * sh.ho * sh.ho) // splits)
         occ = _occupancy(32 if sh.k == 3 else 64)
         x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
-        return Launch("wgrad_" + layout, x_and_dy, blocks, -(-per_split // lanes), occ, 2, taps)
+        launches = 1 if variant == "w2" else 2
+        return Launch("wgrad_" + layout, x_and_dy, blocks, -(-per_split // lanes), occ, launches, taps)
     if layout == "nhwc":
         per_sample = sh.ho * -(-sh.ho // 4) * sh.c  # 4 outputs along W per thread
         blocks = -(-per_sample // THREADS) * sh.n

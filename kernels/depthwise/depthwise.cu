@@ -11,9 +11,11 @@
 // with one thread per output element in memory order (NHWC coalesced along C).
 //
 // Weight grad: one pass over x and dy. A block owns a channel (NCHW) or 32 channels (NHWC) and a
-// slice of the N*Ho*Wo positions; each thread keeps all KH*KW tap sums in registers (k = 7: one
-// filter row per pass), the block reduces them in a fixed order (warp shuffles, then warps in
-// index order), and a second kernel adds the per-slice partials in order: deterministic, no atomics.
+// slice of the positions; each thread keeps all KH*KW tap sums in registers (k = 7 in the generic
+// kernel: one filter row per pass), the block reduces them in a fixed order (warp shuffles, then warps
+// in index order), and the slices' partials are added in slice order: deterministic. W2 (the default)
+// stages input tiles for the NCHW tiled geometries, fuses the bias grad and adds the partials in the
+// block of a channel that finishes last (one launch); W1 adds them in a second kernel.
 // (The native kernel re-reads x and dy once per tap, with one block per (c, kh, kw).)
 #include "depthwise.cuh"
 
@@ -256,6 +258,7 @@ struct Tile2Args {
   FastDiv by_tiles_w, by_tiles_h, by_c, by_tw, by_trows;
   FastDiv by_outer, by_inner;  // staging: plane_sz|row_items|h*w, then in_cols|nch|w
   bool flip;
+  int planes_units;  // wgrad_tile_nchw: tiles per channel
 };
 
 // v2 threads compute 8 vertically adjacent outputs (v1: 4): the weights, addresses and setup of a
@@ -935,18 +938,194 @@ dim3 grid_for(int64_t n, int64_t per_sample) {
   return dim3(static_cast<unsigned>(bx < (1 << 20) ? bx : (1 << 20)), static_cast<unsigned>(by > 0 ? by : 1));
 }
 
-// ---- weight grad --------------------------------------------------------------------------------
-// K in {1,3,5}: all K*K taps in registers, one pass. K == 7: one kernel row (7 taps) per pass, because
-// 49 accumulators made ptxas spill on sm_80. K == 0: any KH x KW, one tap per pass.
+// ---- input grad, stride 2: four parity phases --------------------------------------------------
+// dx[ih][iw] sums w[kh][kw] * dy[oh][ow] over ih + ph - kh = 2 oh (and the same along W): of a filter
+// row's K taps only those with kh = ih + ph (mod 2) reach an input row, so each parity class of dx
+// (ih, iw mod 2) is a stride-1 correlation of dy with a sub-filter of the taps of one parity. A
+// thread computes the 4 outputs of one 2x2 quad (one per phase) from an R x R window of dy read once,
+// with no tap test and no div/mod (dgrad_direct: per output, K*K taps with two modulo tests and two
+// divisions each). Window row r feeds output row 2qi + a through tap kh = e + a - 2r, where
+// e = K - 1 + ((ph - K + 1) & 1) is the same for every thread: holding the filter shifted by
+// d = K - e (w'[i] = w[i - d], zero outside) makes the filter index K + a - 2r compile-time.
+struct S2Args {
+  int qh, qw;  // quads per plane along H and W: ceil(H / 2), ceil(W / 2)
+  FastDiv by_outer, by_qw;  // NCHW: quads per plane, then qw; NHWC: C, then qw
+};
+
 template <typename T, int K, bool CL>
 __global__ void __launch_bounds__(kThreads)
-    wgrad_partial(const T* __restrict__ dy, const T* __restrict__ x, float* __restrict__ partial, Geom g,
-                  int splits, int per_split) {
+    dgrad_s2(const T* __restrict__ dy, const T* __restrict__ wt, T* __restrict__ dx, Geom g, S2Args a) {
+  constexpr int R = (K + 1) / 2 + 1;  // window rows (and columns) a quad reads
+  constexpr int KP = K + 1;           // the shifted filter's side
+  const int C = static_cast<int>(g.c);
+  const int quads = a.qh * a.qw;
+  const int per_sample = C * quads;
+  const int dh = 1 - ((g.ph - K + 1) & 1), dw = 1 - ((g.pw - K + 1) & 1);  // the shifts d
+  for (int64_t n = blockIdx.y; n < g.n; n += gridDim.y) {
+    for (int i = blockIdx.x * kThreads + threadIdx.x; i < per_sample; i += gridDim.x * kThreads) {
+      int c, q;
+      if (CL) {  // channels fastest: coalesced along C
+        q = fdiv(i, a.by_outer);
+        c = i - q * C;
+      } else {  // quad columns fastest: coalesced along W
+        c = fdiv(i, a.by_outer);
+        q = i - c * quads;
+      }
+      const int qi = fdiv(q, a.by_qw);
+      const int qj = q - qi * a.qw;
+      // w'[y][x] = w[y - dh][x - dw]: compile-time (y, x) less one runtime offset
+      const T* wc = wt + static_cast<int64_t>(c) * K * K;
+      const int wshift = dh * K + dw;
+      const int oh0 = (2 * qi + g.ph - K + 1) >> 1, ow0 = (2 * qj + g.pw - K + 1) >> 1;  // floor
+      // 32-bit offsets inside the (n, c) plane (one sample is < 2^31 elements, the binding checks)
+      const T* dyp = dy + (CL ? n * g.ho * g.wo * g.c + c : (n * g.c + c) * g.ho * g.wo);
+      const int col_step = CL ? C : 1, row_step = g.wo * col_step;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (ay, ax) = (0,0), (0,1), (1,0), (1,1)
+      // The window streams row by row (R values live, not R * R): k = 7 with the whole window in
+      // registers spilled. k >= 5 keeps the row loop rolled: unrolled, ptxas hoisted every row's
+      // loads (144-180 registers, and a spill in the 16-bit NHWC k5 instances).
+      constexpr int kUnrollRows = K >= 5 ? 1 : R;
+#pragma unroll kUnrollRows
+      for (int r = 0; r < R; ++r) {
+        const int oh = oh0 + r;
+        const bool row_ok = oh >= 0 && oh < g.ho;
+        float v[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+          const int ow = ow0 + s;
+          v[s] = row_ok && ow >= 0 && ow < g.wo ? to_f(dyp[oh * row_step + ow * col_step]) : 0.f;
+        }
+#pragma unroll
+        for (int ay = 0; ay < 2; ++ay) {
+          const int y = K + ay - 2 * r;  // compile-time when the row loop is unrolled
+          if (y < 0 || y >= KP) continue;
+          // this window row's filter row, read here (L1) rather than held whole: k = 7 spilled
+          const bool wy_ok = y - dh >= 0 && y - dh < K;
+          float wrow[KP];
+#pragma unroll
+          for (int x = 0; x < KP; ++x) {
+            wrow[x] = wy_ok && x - dw >= 0 && x - dw < K ? to_f(wc[y * K + x - wshift]) : 0.f;
+          }
+#pragma unroll
+          for (int ax = 0; ax < 2; ++ax) {
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+              const int x = K + ax - 2 * s;
+              if (x >= 0 && x < KP) acc[ay * 2 + ax] = fmaf(wrow[x], v[s], acc[ay * 2 + ax]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int ay = 0; ay < 2; ++ay) {
+        const int ih = 2 * qi + ay;
+#pragma unroll
+        for (int ax = 0; ax < 2; ++ax) {
+          const int iw = 2 * qj + ax;
+          if (ih < g.h && iw < g.w) dx[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)] = from_f<T>(acc[ay * 2 + ax]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+cudaError_t run_dgrad_s2(const T* dy, const T* w, T* dx, const Geom& g, bool cl, cudaStream_t st) {
+  S2Args a{};
+  a.qh = (g.h + 1) / 2;
+  a.qw = (g.w + 1) / 2;
+  a.by_outer = make_fastdiv(cl ? static_cast<uint32_t>(g.c) : static_cast<uint32_t>(a.qh * a.qw));
+  a.by_qw = make_fastdiv(a.qw);
+  const dim3 grid = grid_for(g.n, g.c * a.qh * a.qw);
+  return dispatch_ks(g.kh, 2, [&](auto K, auto) {
+    constexpr int kk = decltype(K)::value;
+    if (cl) {
+      dgrad_s2<T, kk, true><<<grid, kThreads, 0, st>>>(dy, w, dx, g, a);
+    } else {
+      dgrad_s2<T, kk, false><<<grid, kThreads, 0, st>>>(dy, w, dx, g, a);
+    }
+    return cudaGetLastError();
+  });
+}
+
+// ---- weight grad --------------------------------------------------------------------------------
+// Two variants (WgradVariant, picked at run time so one process can A/B them):
+// * W1 (wgrad_partial<..., false> + wgrad_finalize): per-position partial sums into a workspace the
+//   caller allocates, then a second launch sums them; the caller adds the bias grad. The position
+//   -> (n, oh, ow) decomposition is 4 runtime div/mod per position, the K*K x loads unstaged.
+// * W2, the default: one launch, bias grad fused, no runtime division in a loop. The NCHW tiled
+//   geometries (tile_supported) run wgrad_tile_nchw, which stages input tiles in shared memory like
+//   the forward; the others run wgrad_partial<..., true>. A block writes its partial sums, and the
+//   block of a channel that arrives last (an arrival counter per channel) sums every split's partials
+//   in split order: the result is bitwise the same whatever order the blocks run in.
+//
+// Slots of one channel in W2's partials: its taps, then the bias. Partials: (splits, C, slots).
+struct WgradArgs {
+  int splits;
+  int per_split;  // positions (wgrad_partial) or tiles (wgrad_tile_nchw) per split
+  FastDiv by_wo, by_ho;  // wgrad_partial<..., true>: position -> (n, oh, ow)
+};
+
+// W2's cross-block step, run by every thread of a block whose partial slots of channels [c0, c0 + cw)
+// are written: the block that arrives last at `counter` sums the splits in order into dw / db and
+// leaves the counter at zero for the next call (a cached workspace needs no reset).
+template <typename T>
+__device__ __forceinline__ void wgrad_finish(const float* partial, unsigned* counters, int* last, T* dw, T* db,
+                                             int counter, int splits, int64_t c0, int cw, int64_t C, int taps) {
+  __threadfence();  // this thread's partial writes are visible before the block's arrival is
+  __syncthreads();
+  if (threadIdx.x == 0) last[0] = atomicAdd(counters + counter, 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (last[0] == 0) return;
+  __threadfence();
+  const int slots = taps + 1;
+  const volatile float* vp = partial;  // written by other blocks: no stale L1 line
+  for (int cl = 0; cl < cw; ++cl) {
+    const int64_t c = c0 + cl;
+    for (int t = threadIdx.x; t < slots; t += kThreads) {
+      float sum = 0.f;
+      for (int s = 0; s < splits; ++s) sum += vp[(static_cast<int64_t>(s) * C + c) * slots + t];
+      if (t < taps) {
+        dw[c * taps + t] = from_f<T>(sum);
+      } else if (db != nullptr) {
+        db[c] = from_f<T>(sum);
+      }
+    }
+  }
+  if (threadIdx.x == 0) counters[counter] = 0u;
+}
+
+// One reduced slot value of channel c: W2 with one split writes dw / db directly, else the partials.
+template <typename T, bool W2>
+__device__ __forceinline__ void wgrad_store(float* partial, T* dw, T* db, int split, int splits, int64_t c,
+                                            int64_t C, int taps, int slot, float v) {
+  if (!W2) {
+    partial[(static_cast<int64_t>(split) * C + c) * taps + slot] = v;
+  } else if (splits > 1) {
+    partial[(static_cast<int64_t>(split) * C + c) * (taps + 1) + slot] = v;
+  } else if (slot < taps) {
+    dw[c * taps + slot] = from_f<T>(v);
+  } else if (db != nullptr) {
+    db[c] = from_f<T>(v);
+  }
+}
+
+// One thread per position (NCHW: one channel per block; NHWC: 32 channels, lanes along C).
+// K in {1,3,5}: all K*K taps in registers, one pass. K == 7: one kernel row (7 taps) per pass, because
+// 49 accumulators made ptxas spill on sm_80. K == 0: any KH x KW, one tap per pass. W2 adds the bias
+// slot (pass 0), decomposes positions with FastDiv and finishes in the same launch.
+template <typename T, int K, bool CL, bool W2>
+__global__ void __launch_bounds__(kThreads)
+    wgrad_partial(const T* __restrict__ dy, const T* __restrict__ x, float* __restrict__ partial,
+                  unsigned* __restrict__ counters, T* __restrict__ dw, T* __restrict__ db, Geom g, WgradArgs wa) {
   constexpr int KR = K >= 7 ? 1 : (K > 0 ? K : 1);  // kernel rows per pass
   constexpr int NT = K > 0 ? KR * K : 1;
+  constexpr int NV = NT + (W2 ? 1 : 0);  // reduced values per pass: the taps, and W2's bias sum
   constexpr int CB = CL ? 32 : 1;  // channels per block (lanes along C for NHWC)
   constexpr int LANES = kThreads / CB;
-  __shared__ float red[kThreads / 32 * NT > kThreads ? kThreads / 32 * NT : kThreads];
+  __shared__ float red[kThreads / 32 * NV > kThreads ? kThreads / 32 * NV : kThreads];
+  __shared__ int last[1];
+  const int splits = wa.splits;
   const int64_t n_cb = (g.c + CB - 1) / CB;
   const int64_t cb = blockIdx.x % n_cb;
   const int split = static_cast<int>(blockIdx.x / n_cb);
@@ -955,25 +1134,36 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c = cb * CB + cl;
   const bool active = c < g.c;
   const int positions = static_cast<int>(g.n * g.ho * g.wo);
-  const int begin = split * per_split;
-  const int end = min(positions, begin + per_split);
+  const int begin = split * wa.per_split;
+  const int end = min(positions, begin + wa.per_split);
   const int taps = g.kh * g.kw;
   const int passes = K > 0 ? K / KR : taps;
   const int64_t hw = static_cast<int64_t>(g.ho) * g.wo;
 
+  int pass_kh = 0, pass_kw = 0;  // K == 0: the pass's tap, stepped with the pass (no div/mod)
   for (int pass = 0; pass < passes; ++pass) {
-    float acc[NT];
+    float acc[NV];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+    for (int t = 0; t < NV; ++t) acc[t] = 0.f;
     if (active) {
       for (int p = begin + pl; p < end; p += LANES) {
-        const int ow = p % g.wo;
-        const int rest = p / g.wo;
-        const int oh = rest % g.ho;
-        const int64_t n = rest / g.ho;
+        int ow, oh;
+        int64_t n;
+        if (W2) {
+          const int rest = fdiv(p, wa.by_wo);
+          ow = p - rest * g.wo;
+          n = fdiv(rest, wa.by_ho);
+          oh = rest - static_cast<int>(n) * g.ho;
+        } else {
+          ow = p % g.wo;
+          const int rest = p / g.wo;
+          oh = rest % g.ho;
+          n = rest / g.ho;
+        }
         const int64_t dy_off = CL ? (n * hw + static_cast<int64_t>(oh) * g.wo + ow) * g.c + c
                                   : (n * g.c + c) * hw + static_cast<int64_t>(oh) * g.wo + ow;
         const float d = to_f(dy[dy_off]);
+        if (W2) acc[NV - 1] += d;  // the bias slot (stored in pass 0 only)
         const int ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
         if (K > 0) {
 #pragma unroll
@@ -989,7 +1179,7 @@ __global__ void __launch_bounds__(kThreads)
             }
           }
         } else {
-          const int ih = ih0 + (pass / g.kw) * g.dh, iw = iw0 + (pass % g.kw) * g.dw;
+          const int ih = ih0 + pass_kh * g.dh, iw = iw0 + pass_kw * g.dw;
           if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) {
             acc[0] = fmaf(d, to_f(x[offset<CL>(n, c, ih, iw, g.c, g.h, g.w)]), acc[0]);
           }
@@ -998,35 +1188,50 @@ __global__ void __launch_bounds__(kThreads)
     }
     // Fixed-order reductions (shuffle tree, then warps/lanes in index order): the result does not
     // depend on scheduling. Every acc[] index is a compile-time constant, so acc stays in registers.
+    const int nv = W2 && pass == 0 ? NV : NT;  // the bias slot once
     if (!CL) {
       const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
+      for (int t = 0; t < NV; ++t) {
         float v = acc[t];
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) red[warp * NT + t] = v;
+        if (lane == 0) red[warp * NV + t] = v;
       }
       __syncthreads();
-      if (threadIdx.x < NT && active) {
+      if (static_cast<int>(threadIdx.x) < nv && active) {
         float sum = 0.f;
-        for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NT + threadIdx.x];
-        partial[(static_cast<int64_t>(split) * g.c + c) * taps + (K > 0 ? pass * NT + threadIdx.x : pass)] = sum;
+        for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + threadIdx.x];
+        const int t = threadIdx.x;
+        const int slot = t == NT ? taps : (K > 0 ? pass * NT + t : pass);
+        wgrad_store<T, W2>(partial, dw, db, split, splits, c, g.c, taps, slot, sum);
       }
       __syncthreads();
     } else {
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        red[threadIdx.x] = acc[t];
-        __syncthreads();
-        if (pl == 0 && active) {
-          float sum = 0.f;
-          for (int l = 0; l < LANES; ++l) sum += red[l * CB + cl];
-          partial[(static_cast<int64_t>(split) * g.c + c) * taps + (K > 0 ? pass * NT + t : pass)] = sum;
+      for (int t = 0; t < NV; ++t) {
+        if (t < nv) {
+          red[threadIdx.x] = acc[t];
+          __syncthreads();
+          if (pl == 0 && active) {
+            float sum = 0.f;
+            for (int l = 0; l < LANES; ++l) sum += red[l * CB + cl];
+            const int slot = t == NT ? taps : (K > 0 ? pass * NT + t : pass);
+            wgrad_store<T, W2>(partial, dw, db, split, splits, c, g.c, taps, slot, sum);
+          }
+          __syncthreads();
         }
-        __syncthreads();
       }
     }
+    if (++pass_kw == g.kw) {
+      pass_kw = 0;
+      ++pass_kh;
+    }
+  }
+  if (W2 && splits > 1) {
+    const int64_t c0 = cb * CB;
+    wgrad_finish<T>(partial, counters, last, dw, db, static_cast<int>(cb), splits, c0,
+                    static_cast<int>(min(static_cast<int64_t>(CB), g.c - c0)), g.c, taps);
   }
 }
 
@@ -1040,15 +1245,172 @@ __global__ void wgrad_finalize(const float* __restrict__ partial, T* __restrict_
   dw[i] = from_f<T>(sum);
 }
 
+// W2, NCHW tiled geometries: the block of (channel c = blockIdx.x, split = blockIdx.y) walks its
+// range of tiles. A tile is the forward's (plan_tile_v2 with planes = N: pl samples of channel c, th
+// x tw outputs); its halo'd input is staged in shared memory (a round of kStageBatchScalar loads in
+// flight per thread), then every thread takes RPT vertically adjacent outputs and feeds each staged
+// input row, read once into registers, to the K*K tap sums of every output row that uses it.
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads)
+    wgrad_tile_nchw(const T* __restrict__ dy, const T* __restrict__ x, float* __restrict__ partial,
+                    unsigned* __restrict__ counters, T* __restrict__ dw, T* __restrict__ db, Tile2Args a,
+                    WgradArgs wa) {
+  constexpr int RPT = kRowsPerThreadV2;
+  constexpr int NT = K * K;
+  constexpr int NV = NT + 1;  // the taps and the bias
+  constexpr int SB = kStageBatchScalar;
+  constexpr int IN_ROWS_T = (RPT - 1) * S + K;  // input rows one thread touches
+  extern __shared__ float smem[];
+  __shared__ float red[kThreads / 32 * NV];
+  __shared__ int last[1];
+  const int c = static_cast<int>(blockIdx.x);
+  const int split = static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int th = a.trows * RPT;
+  const int hw = a.h * a.w, ohw = a.ho * a.wo;
+  const int64_t chw = static_cast<int64_t>(a.c) * hw, cohw = static_cast<int64_t>(a.c) * ohw;
+  const T* xc = x + static_cast<int64_t>(c) * hw;
+  const T* dyc = dy + static_cast<int64_t>(c) * ohw;
+  // The thread's place in a tile (the forward's): fixed for the whole block.
+  const int rest = fdiv(tid, a.by_tw);
+  const int tx = tid - rest * a.tw;
+  const int p = fdiv(rest, a.by_trows);
+  const int ty = rest - p * a.trows;
+  const int total = a.pl * a.plane_sz;
+
+  float acc[NV];
+#pragma unroll
+  for (int t = 0; t < NV; ++t) acc[t] = 0.f;
+  const int u_end = min(a.planes_units, (split + 1) * wa.per_split);
+#pragma unroll 1
+  for (int u = split * wa.per_split; u < u_end; ++u) {
+    int q = fdiv(u, a.by_tiles_w);
+    const int ow0 = (u - q * a.tiles_w) * a.tw;
+    const int g = fdiv(q, a.by_tiles_h);
+    const int oh0 = (q - g * a.tiles_h) * th;
+    const int n0 = g * a.pl;
+    const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
+#pragma unroll 1
+    for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
+      float v[SB];
+#pragma unroll
+      for (int j = 0; j < SB; ++j) {  // every load of the round is issued before any is stored
+        const int i = i0 + j * kThreads + tid;
+        v[j] = 0.f;
+        if (i < total) {
+          const int pp = fdiv(i, a.by_outer);
+          const int r = i - pp * a.plane_sz;
+          const int row = fdiv(r, a.by_inner);
+          const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
+          if (n0 + pp < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
+            v[j] = to_f(xc[static_cast<int64_t>(n0 + pp) * chw + ih * a.w + iw]);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < SB; ++j) {
+        const int i = i0 + j * kThreads + tid;
+        if (i < total) smem[i] = v[j];
+      }
+    }
+    __syncthreads();
+    const int n = n0 + p, oh = oh0 + ty * RPT, ow = ow0 + tx;
+    if (p < a.pl && n < a.planes && ow < a.wo) {
+      float d[RPT];
+      const T* dyp = dyc + static_cast<int64_t>(n) * cohw + ow;
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) d[r] = oh + r < a.ho ? to_f(dyp[(oh + r) * a.wo]) : 0.f;
+      const float* s = smem + p * a.plane_sz + (ty * RPT * S) * a.in_cols + tx * S;
+      const int rows = min(RPT, a.ho - oh);  // rows past the output add nothing (0 * inf is NaN)
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) acc[NT] += d[r];
+#pragma unroll
+      for (int ir = 0; ir < IN_ROWS_T; ++ir) {
+        float v[K];
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) v[kw] = s[ir * a.in_cols + kw];
+#pragma unroll
+        for (int r = 0; r < RPT; ++r) {
+          const int kh = ir - r * S;  // compile-time after unrolling
+          if (kh >= 0 && kh < K && r < rows) {
+#pragma unroll
+            for (int kw = 0; kw < K; ++kw) acc[kh * K + kw] = fmaf(d[r], v[kw], acc[kh * K + kw]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the tile is read before the next one is staged over it
+  }
+
+  const int lane = tid % 32, warp = tid / 32;
+#pragma unroll
+  for (int t = 0; t < NV; ++t) {
+    float v = acc[t];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) red[warp * NV + t] = v;
+  }
+  __syncthreads();
+  if (tid < NV) {
+    float sum = 0.f;
+    for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + tid];
+    wgrad_store<T, true>(partial, dw, db, split, wa.splits, c, a.c, NT, tid, sum);
+  }
+  if (wa.splits > 1) wgrad_finish<T>(partial, counters, last, dw, db, c, wa.splits, c, 1, a.c, NT);
+}
+
+// W2's tile plan for channel-wise tiles of an NCHW tiled geometry; false when it has none (the
+// generic kernel runs). Sets a.planes_units (tiles per channel) and every FastDiv the kernel uses.
+bool plan_wgrad_tile(Tile2Args& a, const Geom& g) {
+  // k = 1 takes the generic kernel (a dot product per channel; the 16-bit tile instances spilled)
+  if (g.kh == 1 || !tile_supported(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) || g.c > 0x7fffffffLL ||
+      g.n + kThreads >= 0x7fffffffLL) {
+    return false;
+  }
+  a = Tile2Args{};
+  a.planes = static_cast<int>(g.n);  // a channel's planes: one per sample
+  a.c = static_cast<int>(g.c);
+  a.h = g.h;
+  a.w = g.w;
+  a.ho = g.ho;
+  a.wo = g.wo;
+  a.ph = g.ph;
+  a.pw = g.pw;
+  if (!plan_tile_v2(a, g.kh, g.sh)) return false;
+  const int64_t units = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
+  if (units > 0x7fffffffLL - kThreads) return false;
+  a.planes_units = static_cast<int>(units);
+  a.by_tiles_w = make_fastdiv(a.tiles_w);
+  a.by_tiles_h = make_fastdiv(a.tiles_h);
+  a.by_tw = make_fastdiv(a.tw);
+  a.by_trows = make_fastdiv(a.trows);
+  a.by_outer = make_fastdiv(a.plane_sz);
+  a.by_inner = make_fastdiv(a.in_cols);
+  return true;
+}
+
+// Blocks per channel (block group) of W2: about 4 waves of 256-thread blocks over the SMs, never more
+// splits than work items (tiles or positions) a split needs.
+int wgrad_w2_splits(int64_t channel_blocks, int64_t items, int64_t min_items_per_split, int num_sms) {
+  const int64_t target = 4LL * (num_sms > 0 ? num_sms : 1);
+  int64_t splits = (target + channel_blocks - 1) / channel_blocks;
+  const int64_t most = (items + min_items_per_split - 1) / min_items_per_split;
+  if (splits > most) splits = most;
+  if (splits > 65535) splits = 65535;  // gridDim.y of wgrad_tile_nchw
+  return static_cast<int>(splits < 1 ? 1 : splits);
+}
+
 template <typename T, int K, bool CL>
-cudaError_t run_wgrad(const T* dy, const T* x, T* dw, float* ws, int splits, const Geom& g,
-                      cudaStream_t st) {
+cudaError_t run_wgrad_w1(const T* dy, const T* x, T* dw, float* ws, int splits, const Geom& g, cudaStream_t st) {
   constexpr int CB = CL ? 32 : 1;
   const int positions = static_cast<int>(g.n * g.ho * g.wo);
-  const int per_split = (positions + splits - 1) / splits;
+  WgradArgs wa{};
+  wa.splits = splits;
+  wa.per_split = (positions + splits - 1) / splits;
   const int64_t blocks = ((g.c + CB - 1) / CB) * splits;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  wgrad_partial<T, K, CL><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(dy, x, ws, g, splits, per_split);
+  wgrad_partial<T, K, CL, false>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(dy, x, ws, nullptr, dw, nullptr, g, wa);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const int64_t ctaps = g.c * g.kh * g.kw;
@@ -1056,16 +1418,70 @@ cudaError_t run_wgrad(const T* dy, const T* x, T* dw, float* ws, int splits, con
   return cudaGetLastError();
 }
 
+template <typename T, int K, bool CL>
+cudaError_t run_wgrad_w2(const T* dy, const T* x, T* dw, T* db, float* ws, unsigned* counters, int splits,
+                         const Geom& g, cudaStream_t st) {
+  constexpr int CB = CL ? 32 : 1;
+  const int positions = static_cast<int>(g.n * g.ho * g.wo);
+  WgradArgs wa{};
+  wa.splits = splits;
+  wa.per_split = (positions + splits - 1) / splits;
+  wa.by_wo = make_fastdiv(g.wo);
+  wa.by_ho = make_fastdiv(g.ho);
+  const int64_t blocks = ((g.c + CB - 1) / CB) * splits;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  wgrad_partial<T, K, CL, true>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(dy, x, ws, counters, dw, db, g, wa);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t run_wgrad_tile(const T* dy, const T* x, T* dw, T* db, float* ws, unsigned* counters, int splits,
+                           const Geom& g, const Tile2Args& a, cudaStream_t st) {
+  WgradArgs wa{};
+  wa.splits = splits;
+  wa.per_split = (a.planes_units + splits - 1) / splits;
+  const dim3 grid(static_cast<unsigned>(g.c), static_cast<unsigned>(splits));
+  const int bytes = a.pl * a.plane_sz * static_cast<int>(sizeof(float));
+  auto run = [&](auto K, auto S) {
+    constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
+    wgrad_tile_nchw<T, kk, ss><<<grid, kThreads, bytes, st>>>(dy, x, ws, counters, dw, db, a, wa);
+    return cudaGetLastError();
+  };
+  using std::integral_constant;
+  using One = integral_constant<int, 1>;
+  using Two = integral_constant<int, 2>;
+  switch (g.kh * 10 + g.sh) {  // plan_wgrad_tile's geometries: k in {3, 5, 7}, stride 1 or 2
+    case 31: return run(integral_constant<int, 3>{}, One{});
+    case 32: return run(integral_constant<int, 3>{}, Two{});
+    case 51: return run(integral_constant<int, 5>{}, One{});
+    case 52: return run(integral_constant<int, 5>{}, Two{});
+    case 71: return run(integral_constant<int, 7>{}, One{});
+    case 72: return run(integral_constant<int, 7>{}, Two{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 template <typename T, bool CL>
-cudaError_t dispatch_wgrad(const T* dy, const T* x, T* dw, float* ws, int splits, const Geom& g,
-                           cudaStream_t st) {
+cudaError_t dispatch_wgrad(const T* dy, const T* x, T* dw, T* db, float* ws, unsigned* counters,
+                           const WgradPlan& plan, const Geom& g, WgradVariant v, cudaStream_t st) {
+  if (v == WgradVariant::W2 && !CL) {
+    Tile2Args a;
+    if (plan_wgrad_tile(a, g)) return run_wgrad_tile<T>(dy, x, dw, db, ws, counters, plan.splits, g, a, st);
+  }
   const int k = g.kh == g.kw ? g.kh : 0;
+  auto run = [&](auto K) {
+    constexpr int kk = decltype(K)::value;
+    return v == WgradVariant::W1 ? run_wgrad_w1<T, kk, CL>(dy, x, dw, ws, plan.splits, g, st)
+                                 : run_wgrad_w2<T, kk, CL>(dy, x, dw, db, ws, counters, plan.splits, g, st);
+  };
+  using std::integral_constant;
   switch (k) {
-    case 1: return run_wgrad<T, 1, CL>(dy, x, dw, ws, splits, g, st);
-    case 3: return run_wgrad<T, 3, CL>(dy, x, dw, ws, splits, g, st);
-    case 5: return run_wgrad<T, 5, CL>(dy, x, dw, ws, splits, g, st);
-    case 7: return run_wgrad<T, 7, CL>(dy, x, dw, ws, splits, g, st);
-    default: return run_wgrad<T, 0, CL>(dy, x, dw, ws, splits, g, st);
+    case 1: return run(integral_constant<int, 1>{});
+    case 3: return run(integral_constant<int, 3>{});
+    case 5: return run(integral_constant<int, 5>{});
+    case 7: return run(integral_constant<int, 7>{});
+    default: return run(integral_constant<int, 0>{});
   }
 }
 
@@ -1121,6 +1537,11 @@ cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g,
     return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st)
               : dispatch_tile<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, variant, st);
   }
+  // Stride 2 (square k in {1,3,5,7}, dilation 1): the parity-phase kernel; v1 keeps dgrad_direct,
+  // the A/B baseline.
+  if (variant != Variant::V1 && g.sh == 2 && g.sw == 2 && tile_supported(g.kh, g.kw, 2, 2, g.dh, g.dw)) {
+    return run_dgrad_s2<T>(dyp, wp, dxp, g, cl, st);
+  }
   const dim3 grid = grid_for(g.n, g.c * g.h * g.w);
   if (cl) {
     dgrad_direct<T, true><<<grid, kThreads, 0, st>>>(dyp, wp, dxp, g);
@@ -1131,13 +1552,14 @@ cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g,
 }
 
 template <typename T>
-cudaError_t weight_grad_t(const void* dy, const void* x, void* dw, float* ws, int splits, const Geom& g,
-                          bool cl, cudaStream_t st) {
+cudaError_t weight_grad_t(const void* dy, const void* x, void* dw, void* db, float* ws, unsigned* counters,
+                          const WgradPlan& plan, const Geom& g, bool cl, WgradVariant v, cudaStream_t st) {
   const T* dyp = static_cast<const T*>(dy);
   const T* xp = static_cast<const T*>(x);
   T* dwp = static_cast<T*>(dw);
-  return cl ? dispatch_wgrad<T, true>(dyp, xp, dwp, ws, splits, g, st)
-            : dispatch_wgrad<T, false>(dyp, xp, dwp, ws, splits, g, st);
+  T* dbp = static_cast<T*>(db);
+  return cl ? dispatch_wgrad<T, true>(dyp, xp, dwp, dbp, ws, counters, plan, g, v, st)
+            : dispatch_wgrad<T, false>(dyp, xp, dwp, dbp, ws, counters, plan, g, v, st);
 }
 
 }  // namespace
@@ -1174,10 +1596,41 @@ int weight_grad_splits(const Geom& g, bool channels_last, int num_sms) {
   return static_cast<int>(splits);
 }
 
-cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, float* workspace,
-                               int splits, const Geom& g, bool channels_last, cudaStream_t stream) {
+WgradPlan weight_grad_plan(const Geom& g, bool channels_last, int num_sms, WgradVariant variant) {
+  const int64_t taps = static_cast<int64_t>(g.kh) * g.kw;
+  if (variant == WgradVariant::W1) {
+    const int splits = weight_grad_splits(g, channels_last, num_sms);
+    return WgradPlan{splits, splits * g.c * taps, 0};
+  }
+  int splits;
+  int64_t counters = g.c;
+  Tile2Args a;
+  if (!channels_last && plan_wgrad_tile(a, g)) {
+    splits = wgrad_w2_splits(g.c, a.planes_units, 1, num_sms);
+  } else {
+    const int64_t cb = channels_last ? 32 : 1;
+    const int64_t channel_blocks = (g.c + cb - 1) / cb;
+    // >= 8 positions per lane per block, as W1
+    splits = wgrad_w2_splits(channel_blocks, g.n * g.ho * g.wo, kThreads / cb * 8, num_sms);
+    counters = channel_blocks;
+  }
+  if (splits == 1) return WgradPlan{1, 0, 0};
+  return WgradPlan{splits, splits * g.c * (taps + 1), counters};
+}
+
+cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, void* db, float* partial,
+                               unsigned* counters, const WgradPlan& plan, const Geom& g, bool channels_last,
+                               cudaStream_t stream, WgradVariant variant) {
+  if (g.c == 0) return cudaSuccess;
+  const bool w1 = variant == WgradVariant::W1;
+  // W1 always goes through its workspace and leaves the bias to the caller; W2 needs one with splits.
+  if (plan.splits < 1 || (w1 && (db != nullptr || partial == nullptr)) ||
+      (!w1 && plan.splits > 1 && (partial == nullptr || counters == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
   return convperf::dispatch_float(dtype, [&](auto t) {
-    return weight_grad_t<typename decltype(t)::type>(dy, x, dw, workspace, splits, g, channels_last, stream);
+    return weight_grad_t<typename decltype(t)::type>(dy, x, dw, db, partial, counters, plan, g, channels_last,
+                                                     variant, stream);
   });
 }
 

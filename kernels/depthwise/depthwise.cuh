@@ -41,12 +41,30 @@ cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void
 cudaError_t launch_input_grad(DType dtype, const void* dy, const void* w, void* dx, const Geom& g,
                               bool channels_last, cudaStream_t stream, Variant variant = Variant::V2);
 
-// Number of position splits of the weight-grad reduction (workspace = splits * C * KH * KW floats).
+// Which weight-grad kernel runs: W1 (per-position partial sums into a caller's workspace, then a
+// finalize launch; the bias grad is the caller's; kept so one process can A/B it) or W2 (the default:
+// staged input tiles for the NCHW tiled geometries, bias grad fused, one launch; the last block of a
+// channel sums the per-split partials in split order, so the result is deterministic).
+enum class WgradVariant : int { W1 = 1, W2 = 2 };
+
+// Number of position splits of the W1 reduction (workspace = splits * C * KH * KW floats).
 int weight_grad_splits(const Geom& g, bool channels_last, int num_sms);
 
-// dw (C,1,KH,KW) from dy and x: per-block partial sums into `workspace`, then a second kernel sums
-// the partials in a fixed order (deterministic; no atomics).
-cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, float* workspace,
-                               int splits, const Geom& g, bool channels_last, cudaStream_t stream);
+// What one weight-grad call needs: `splits` blocks per channel, `floats` partial sums and `counters`
+// arrival counters of workspace (W2: both 0 when one block per channel covers the positions; its
+// counters must be zero before the first call and are left zero by every call, so a cached
+// workspace needs no reset).
+struct WgradPlan {
+  int splits;
+  int64_t floats;
+  int64_t counters;
+};
+WgradPlan weight_grad_plan(const Geom& g, bool channels_last, int num_sms, WgradVariant variant);
+
+// dw (C,1,KH,KW) from dy and x, and with W2 db (C) when `db` is not null (W1 takes db == null).
+// `partial` / `counters` hold plan.floats / plan.counters elements (null when 0).
+cudaError_t launch_weight_grad(DType dtype, const void* dy, const void* x, void* dw, void* db, float* partial,
+                               unsigned* counters, const WgradPlan& plan, const Geom& g, bool channels_last,
+                               cudaStream_t stream, WgradVariant variant);
 
 }  // namespace convperf_dw

@@ -1,6 +1,7 @@
 """Depthwise conv2d on CUDA: ``forward`` with ``F.conv2d``'s signature, differentiable.
 
-The ops ``torch.ops.convperf_depthwise.{forward,input_grad,weight_grad}`` come from ``binding.cpp``;
+The ops ``torch.ops.convperf_depthwise.{forward,input_grad,weight_grad,weight_bias_grad}`` come from
+``binding.cpp`` (``weight_bias_grad``: the weight and bias gradients from one kernel);
 the library is built and loaded by ``kernels._build.LazyOps`` on the first call (or on
 :func:`ensure_loaded`), which also registers their fake (meta) implementations. The autograd
 formula of ``forward`` (input, weight and bias gradients; the gradient ops are not differentiable
@@ -69,9 +70,23 @@ def _register() -> None:
     ) -> torch.Tensor:
         return input.new_empty((input.shape[1], 1, kernel_hw[0], kernel_hw[1]))
 
+    def weight_bias_grad_fake(
+        grad_output: torch.Tensor,
+        input: torch.Tensor,
+        kernel_hw: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return (
+            weight_grad_fake(grad_output, input, kernel_hw, stride, padding, dilation),
+            input.new_empty((input.shape[1],)),
+        )
+
     torch.library.register_fake(f"{NAMESPACE}::forward")(forward_fake)
     torch.library.register_fake(f"{NAMESPACE}::input_grad")(input_grad_fake)
     torch.library.register_fake(f"{NAMESPACE}::weight_grad")(weight_grad_fake)
+    torch.library.register_fake(f"{NAMESPACE}::weight_bias_grad")(weight_bias_grad_fake)
     global _forward_op
     _forward_op = getattr(torch.ops, NAMESPACE).forward.default
 

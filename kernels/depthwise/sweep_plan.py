@@ -1,10 +1,12 @@
 """The depthwise sweep's cases: every variant on the seed shapes (kernels/depthwise/seed.py).
 
-``v2`` (the default kernel) in fp32/fp16 x NCHW/NHWC x forward/input_grad/weight_grad; ``v1`` (the
-first tiled kernel, ``CONVPERF_DEPTHWISE_VARIANT=v1``) where the switch changes the kernel: the NCHW
-tiled forward and input gradient; ``v3`` (batched 16-byte staging, issue 29) on the same NCHW rows.
-NCHW v2/v3 rows carry the calibrated model's prediction (``calibration.py``, a cold call), written
-before a GPU measures them. A new variant adds its rows to :func:`cases`.
+``v2`` (the default kernel) in fp32/fp16 x NCHW/NHWC x forward/input_grad; ``v1`` (the first tiled
+kernel, ``CONVPERF_DEPTHWISE_VARIANT=v1``) where the switch changes the kernel: the NCHW tiled forward
+and input gradient; ``v3`` (batched 16-byte staging, issue 29) on the same NCHW rows. The weight grad
+rows run ``w2`` (the default: one launch, staged NCHW tiles) and ``w1`` (two launches, the measured
+baseline), switched by ``CONVPERF_DEPTHWISE_WGRAD``. NCHW rows of v2/v3/w1/w2 carry the calibrated
+model's prediction (``calibration.py``, a cold call), written before a GPU measures them. A new
+variant adds its rows to :func:`cases`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from kernels.sweep_case import Case
 
 FAMILY = "depthwise"
 VARIANT_ENV = "CONVPERF_DEPTHWISE_VARIANT"
+WGRAD_ENV = "CONVPERF_DEPTHWISE_WGRAD"
 DTYPES = ("fp32", "fp16")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
 LAYOUTS = ("nchw", "nhwc")
@@ -30,6 +33,15 @@ def predicted_us(shape: tuple[int, int, int, int], dtype: str, phase: str, varia
     return calibration.predict_launch(launch, "cold") * 1e6
 
 
+def _variants(layout: str, phase: str) -> list[tuple[str, dict[str, str], bool]]:
+    """(variant, its environment, whether the model predicts it) of one (layout, phase)."""
+    if phase == "weight_grad":
+        return [(v, {WGRAD_ENV: v}, layout == "nchw") for v in ("w2", "w1")]
+    if layout == "nchw":  # where the switch picks the tiled kernel
+        return [(v, {VARIANT_ENV: v}, v != "v1") for v in ("v2", "v1", "v3")]
+    return [("v2", {VARIANT_ENV: "v2"}, False)]
+
+
 def cases() -> list[Case]:
     out: list[Case] = []
     for shape in DEPTHWISE_SEED_SHAPES:
@@ -37,12 +49,8 @@ def cases() -> list[Case]:
             for layout in LAYOUTS:
                 problem = depthwise_seed_problem(*shape, dtype=dtype, layout=layout)
                 for phase in PHASES:
-                    tiled = layout == "nchw" and phase != "weight_grad"  # where the switch picks the kernel
-                    for variant in ("v2", "v1", "v3") if tiled else ("v2",):
-                        guess = (
-                            predicted_us(shape, dtype, phase, variant) if tiled and variant != "v1" else None
-                        )
-                        env = {VARIANT_ENV: variant}
+                    for variant, env, predicted in _variants(layout, phase):
+                        guess = predicted_us(shape, dtype, phase, variant) if predicted else None
                         out.append(
                             conv_case(
                                 FAMILY, variant, ops.forward, problem, phase, env=env, predicted_us=guess

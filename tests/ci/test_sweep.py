@@ -40,9 +40,9 @@ def test_every_family_plan_is_well_formed() -> None:
             Conv2dProblem.from_id(case.problem_id)  # a valid id
             anchor = sweep.anchor_name(*sweep._dtype_layout(case))
             assert (case.problem_id, anchor, case.phase) in planned_keys, f"{case.variant}: no {anchor}"
-    # Both depthwise kernels where the switch changes the kernel, v2 everywhere.
+    # Both depthwise kernels where the switch changes the kernel; both weight grads (w1, w2).
     dw = {(r.case.variant, r.case.phase) for r in planned["depthwise"]}
-    assert {("v1", "forward"), ("v1", "input_grad"), ("v2", "weight_grad")} <= dw
+    assert {("v1", "forward"), ("v1", "input_grad"), ("w1", "weight_grad"), ("w2", "weight_grad")} <= dw
 
 
 def test_the_plan_reaches_300_rows(capsys: pytest.CaptureFixture[str]) -> None:

@@ -65,6 +65,8 @@ SHIM = r"""
 #include <memory>
 #include <mutex>
 #include <new>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 #include <cuda_runtime.h>
@@ -97,6 +99,9 @@ thread_local uint3 tid;
 thread_local unsigned linear;
 uint3 bid;
 dim3 bdim, gdim;
+long launch_count = 0;  // kernel launches since the library was loaded (emu_launches)
+const char* last_kernel = "";  // the source name of the latest launch's kernel (emu_last_kernel)
+uint64_t order_seed = 0;  // nonzero: each launch runs its blocks in a seeded random order (emu_block_order)
 Block* block = nullptr;
 std::barrier<>* block_barrier = nullptr;
 // Exactly sized and 16-byte aligned (float4 shared arrays), filled with garbage: ASan sees the end.
@@ -145,16 +150,24 @@ inline unsigned ballot(unsigned mask, bool pred) {
   return out;
 }
 template <typename F>
-void launch(dim3 grid, dim3 block_dim, size_t smem, F&& body) {
+void launch(dim3 grid, dim3 block_dim, size_t smem, const char* name, F&& body) {
+  last_kernel = name;
   const unsigned nt = block_dim.x * block_dim.y * block_dim.z;
   if (nt == 0 || nt > 1024) fail("launch with 0 or more than 1024 threads per block");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) fail("launch with an empty grid");
   if (grid.y > 65535 || grid.z > 65535) fail("gridDim.y/z above 65535");
   gdim = grid;
   bdim = block_dim;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
+  ++launch_count;
+  // Blocks run one at a time, in index order unless order_seed asks for a shuffled one: a result that
+  // depends on the order blocks finish in (atomics, "last block" logic) changes with the seed.
+  const uint64_t nblocks = uint64_t(grid.x) * grid.y * grid.z;
+  std::vector<uint64_t> order(nblocks);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  if (order_seed != 0) std::shuffle(order.begin(), order.end(), std::mt19937_64(order_seed + launch_count));
+  for (const uint64_t lin : order) {
+        const unsigned x = unsigned(lin % grid.x), y = unsigned(lin / grid.x % grid.y),
+                       z = unsigned(lin / grid.x / grid.y);
         bid = uint3{x, y, z};
         Block b;
         b.dynamic = alloc(smem);
@@ -177,7 +190,7 @@ void launch(dim3 grid, dim3 block_dim, size_t smem, F&& body) {
         for (auto& th : threads) th.join();
         release(b.dynamic);
         for (auto& kv : b.arrays) release(kv.second.first);
-      }
+  }
 }
 }  // namespace emu
 #define threadIdx (emu::tid)
@@ -345,12 +358,40 @@ extern "C" int dw_plan_v2(void* const* b, const int64_t* i, const double*) {
   std::memcpy(b[0], v, sizeof(v));
   return 0;
 }
+// ints: dtype, channels_last, SMs, WgradVariant, geometry; buffers: dy, x, dw, db (null: no bias grad).
+// The workspace is fresh (NaN partials, zero counters) per call, as the binding's cache holds it; a W2
+// call must leave every counter at zero (else 1000), so the next call on a cached one starts clean.
 extern "C" int dw_weight_grad(void* const* b, const int64_t* i, const double*) {
+  const convperf_dw::Geom g = dw_geom(i + 4);
+  const auto v = convperf_dw::WgradVariant(i[3]);
+  const convperf_dw::WgradPlan plan = convperf_dw::weight_grad_plan(g, i[1] != 0, int(i[2]), v);
+  std::vector<float> ws(size_t(plan.floats), std::nanf(""));
+  std::vector<unsigned> counters(size_t(plan.counters), 0u);
+  const int err = int(convperf_dw::launch_weight_grad(DType(i[0]), b[0], b[1], b[2], b[3],
+                                                      ws.empty() ? nullptr : ws.data(),
+                                                      counters.empty() ? nullptr : counters.data(), plan, g,
+                                                      i[1] != 0, nullptr, v));
+  for (const unsigned c : counters)
+    if (c != 0) return 1000;
+  return err;
+}
+// The plan of a weight-grad call into b[0] (3 int64): splits, workspace floats, counters.
+extern "C" int dw_wgrad_plan(void* const* b, const int64_t* i, const double*) {
   const convperf_dw::Geom g = dw_geom(i + 3);
-  const int splits = convperf_dw::weight_grad_splits(g, i[1] != 0, int(i[2]));
-  std::vector<float> ws(size_t(splits) * g.c * g.kh * g.kw, std::nanf(""));
-  return int(convperf_dw::launch_weight_grad(DType(i[0]), b[0], b[1], b[2], ws.data(), splits, g, i[1] != 0,
-                                             nullptr));
+  const auto p = convperf_dw::weight_grad_plan(g, i[0] != 0, int(i[1]), convperf_dw::WgradVariant(i[2]));
+  const int64_t v[3] = {p.splits, p.floats, p.counters};
+  std::memcpy(b[0], v, sizeof(v));
+  return 0;
+}
+// Emulator controls (in-process runs): kernel launches so far; the block order of later launches.
+extern "C" int emu_launches(void* const*, const int64_t*, const double*) { return int(emu::launch_count); }
+extern "C" int emu_last_kernel(void* const* b, const int64_t* i, const double*) {  // into b[0], i[0] bytes
+  std::snprintf(static_cast<char*>(b[0]), size_t(i[0]), "%s", emu::last_kernel);
+  return 0;
+}
+extern "C" int emu_block_order(void* const*, const int64_t* i, const double*) {
+  emu::order_seed = uint64_t(i[0]);
+  return 0;
 }
 """,
     "im2col_gemm": r"""
@@ -485,8 +526,8 @@ def emulated_source(cu: Path = KERNEL, wrappers: str | None = None, text: str | 
         smem = cfg[2] if len(cfg) > 2 else "0"
         newlines = "\n" * m.group(0).count("\n")  # keep the .cu's line numbers below
         return (
-            f"emu::launch(dim3({cfg[0]}), dim3({cfg[1]}), {smem}, [&] {{ {m.group(1)}({m.group(3)}); }});"
-            + newlines
+            f'emu::launch(dim3({cfg[0]}), dim3({cfg[1]}), {smem}, "{m.group(1)}", '
+            f"[&] {{ {m.group(1)}({m.group(3)}); }});" + newlines
         )
 
     text, count = _LAUNCH.subn(launch, text)
@@ -658,15 +699,21 @@ def geometry(x_shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int], p
 
 # The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad.
 VARIANTS = {"v1": 1, "v2": 2, "v3": 3}
+# The weight-grad variants (``WgradVariant``): w1 (two launches, the caller sums the bias), w2 (one).
+WGRAD_VARIANTS = {"w1": 1, "w2": 2}
 
 
 class EmulatedDepthwise:
     """The three host entry points of depthwise.cu, run on CPU tensors through the emulator, with the
-    NCHW tiled kernels of ``variant`` (``"v1"`` or ``"v2"``, see ``VARIANTS``)."""
+    NCHW tiled kernels of ``variant`` (see ``VARIANTS``) and the weight grad of ``wgrad`` (see
+    ``WGRAD_VARIANTS``)."""
 
-    def __init__(self, emu: Emulation, variant: str = "v2") -> None:
+    def __init__(self, emu: Emulation, variant: str = "v2", wgrad: str | None = None) -> None:
         self.emu = emu
         self.variant = VARIANTS[variant]
+        # By default v1 (the A/B baselines) pairs with w1 and every newer variant with w2, so a test
+        # parametrised over VARIANTS covers both weight grads.
+        self.wgrad = WGRAD_VARIANTS[wgrad or ("w1" if variant == "v1" else "w2")]
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: tuple[int, int],
                 p: tuple[int, int], d: tuple[int, int], channels_last: bool) -> torch.Tensor:  # fmt: skip
@@ -699,18 +746,45 @@ class EmulatedDepthwise:
         return dx
 
     def weight_grad(self, dy: torch.Tensor, x: torch.Tensor, k: tuple[int, int], s: tuple[int, int],
-                    p: tuple[int, int], d: tuple[int, int], channels_last: bool,
-                    sms: int = 3) -> torch.Tensor:  # fmt: skip
+                    p: tuple[int, int], d: tuple[int, int], channels_last: bool, bias: bool = False,
+                    sms: int = 3) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        """(dw, db): db from the kernel (w2) or a sum over dy here (w1, as the binding does); None
+        without ``bias``."""
         g = geometry(tuple(x.shape), k, s, p, d)
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         x = x.contiguous(memory_format=fmt)
         dy = dy.contiguous(memory_format=fmt)
         dw = torch.full((g[1], 1, *k), float("nan"), dtype=x.dtype)
+        fused = bias and self.wgrad == WGRAD_VARIANTS["w2"]
+        db = torch.full((g[1],), float("nan"), dtype=x.dtype) if fused else None
         err = self.emu.call(
-            "dw_weight_grad", [dy, x, dw], [DTYPE_CODES[x.dtype], int(channels_last), sms, *g]
+            "dw_weight_grad", [dy, x, dw, db], [DTYPE_CODES[x.dtype], int(channels_last), sms, self.wgrad, *g]
         )
-        assert err == 0, f"launch_weight_grad returned cudaError {err}"
-        return dw
+        assert err == 0, f"launch_weight_grad returned cudaError {err} (1000: a counter left nonzero)"
+        if bias and not fused:
+            db = dy.sum(dim=(0, 2, 3), dtype=torch.float32).to(dy.dtype)
+        return dw, db
+
+    def wgrad_plan(self, g: Sequence[int], channels_last: bool, sms: int = 3) -> tuple[int, int, int]:
+        """(splits, workspace floats, counters) of a weight-grad call (``weight_grad_plan``)."""
+        out = torch.zeros(3, dtype=torch.int64)
+        self.emu.call("dw_wgrad_plan", [out], [int(channels_last), sms, self.wgrad, *g])
+        a, b, c = out.tolist()
+        return a, b, c
+
+    def launches(self) -> int:
+        """Kernel launches the emulation has run since it was loaded (in-process runs only)."""
+        return self.emu.call("emu_launches", [], [])
+
+    def last_kernel(self) -> str:
+        """The source name (with template arguments) of the kernel the latest launch ran."""
+        out = torch.zeros(256, dtype=torch.uint8)
+        self.emu.call("emu_last_kernel", [out], [out.numel()])
+        return bytes(out.tolist()).split(b"\0", 1)[0].decode()
+
+    def block_order(self, seed: int) -> None:
+        """Run the blocks of later launches in a seeded random order (0: index order)."""
+        self.emu.call("emu_block_order", [], [seed])
 
     def plan_v2(self, g: Sequence[int]) -> list[int] | None:
         """``depthwise.cu``'s v2 tile plan of a forward on geometry ``g`` (see ``dw_plan_v2``), or None."""
@@ -736,8 +810,7 @@ def depthwise_candidate(emu: EmulatedDepthwise) -> Any:
             x, w = ctx.saved_tensors
             s, p, d, cl, has_bias = ctx.args
             dx = emu.input_grad(gy, w, (x.shape[2], x.shape[3]), s, p, d, cl)
-            dw = emu.weight_grad(gy, x, (w.shape[2], w.shape[3]), s, p, d, cl)
-            db = gy.sum(dim=(0, 2, 3), dtype=torch.float32).to(gy.dtype) if has_bias else None
+            dw, db = emu.weight_grad(gy, x, (w.shape[2], w.shape[3]), s, p, d, cl, has_bias)
             return dx, dw, db, None, None, None
 
     def emulated_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: Any, padding: Any,

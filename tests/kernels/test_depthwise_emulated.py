@@ -13,6 +13,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.nn import grad as nn_grad
 
 from kernels.depthwise import model
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
@@ -25,8 +26,10 @@ from tests.kernels.cuda_emulation import (
     Emulation,
     depthwise_candidate,
     emulation,
+    family_source,
     geometry,
 )
+from tests.kernels.emulated_families import assert_close_fp64
 
 PROBLEMS = depthwise_problems(
     kernel_sizes=(1, 2, 3, 4, 5, 7),
@@ -51,7 +54,8 @@ def emulated_lib() -> Emulation:
 
 @pytest.fixture(params=sorted(VARIANTS))
 def emulated(request: pytest.FixtureRequest, emulated_lib: Emulation) -> Iterator[EmulatedDepthwise]:
-    """Every test runs on each NCHW tiled variant (v1, the A/B baseline, and v2)."""
+    """Every test runs on each NCHW tiled variant (v1 with the W1 weight grad: the A/B baselines; v2
+    and v3 with W2)."""
     yield EmulatedDepthwise(emulated_lib, request.param)
 
 
@@ -150,3 +154,142 @@ def test_emulated_v3_batched_staging(emulated_lib: Emulation, hw: int, s: int, d
     assert_conv_close(
         depthwise_candidate(EmulatedDepthwise(emulated_lib, "v3")), problem, backward=s == 1, device="cpu"
     )
+
+
+# Weight-grad geometries: the staged NCHW kernel (k 3-7, strides 1 and 2, odd sizes) and the generic
+# one (1x1, NHWC, dilation); W2 takes more than one split per channel on each with the emulator's 3
+# SMs, so its last-block reduction runs.
+WGRAD_CASES = {
+    "tile-k3": ((4, 2, 40, 40), 3, 1, 1, 1, False),
+    "tile-k5-s2-odd": ((5, 2, 47, 43), 5, 2, 2, 1, False),
+    "tile-k7": ((6, 2, 40, 36), 7, 1, 3, 1, False),
+    "generic-k1": ((8, 1, 30, 30), 1, 1, 0, 1, False),
+    "generic-nhwc": ((2, 35, 9, 7), 3, 1, 1, 1, True),
+    "generic-dilation": ((8, 2, 30, 30), 3, 1, 2, 2, False),
+}
+
+
+def _wgrad_inputs(
+    case: str, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], list[int]]:
+    shape, k, s, p, d, cl = WGRAD_CASES[case]
+    g = geometry(shape, (k, k), (s, s), (p, p), (d, d))
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=gen).to(dtype)
+    dy = torch.randn(g[0], g[1], g[4], g[5], generator=gen).to(dtype)
+    if cl:
+        x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
+    return x, dy, (k, s, p, d), g
+
+
+def _oracle(x: torch.Tensor, dy: torch.Tensor, ksp: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    k, s, p, d = ksp
+    c = x.shape[1]
+    dw = nn_grad.conv2d_weight(x.double(), (c, 1, k, k), dy.double(), s, p, d, c)  # type: ignore[no-untyped-call]
+    return dw, dy.double().sum(dim=(0, 2, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", list(WGRAD_CASES))
+def test_emulated_weight_grad_w2_is_one_launch_with_the_bias(
+    emulated_lib: Emulation, case: str, dtype: torch.dtype
+) -> None:
+    """W2: dw and the fused db in one launch (W1: two, and the bias a separate sum), both right."""
+    x, dy, (k, s, p, d), g = _wgrad_inputs(case, dtype)
+    cl = WGRAD_CASES[case][5]
+    want_dw, want_db = _oracle(x, dy, (k, s, p, d))
+    terms = g[0] * g[4] * g[5]
+    for wgrad, launches in (("w1", 2), ("w2", 1)):
+        emu = EmulatedDepthwise(emulated_lib, "v2", wgrad)
+        splits = emu.wgrad_plan(g, cl)[0]
+        assert splits > 1 or wgrad == "w1", f"{case}: one split, the cross-block reduction is not exercised"
+        before = emu.launches()
+        dw, db = emu.weight_grad(dy, x, (k, k), (s, s), (p, p), (d, d), cl, bias=True)
+        assert emu.launches() - before == launches, f"{wgrad}: {emu.launches() - before} launches"
+        if wgrad == "w2":
+            kernel = "wgrad_tile_nchw<" if case.startswith("tile") else "wgrad_partial<"
+            assert emu.last_kernel().startswith(kernel), f"{case}: ran {emu.last_kernel()}"
+        assert db is not None
+        assert_close_fp64(dw, want_dw, terms, f"{case} {wgrad} dw")
+        assert_close_fp64(db, want_db, terms, f"{case} {wgrad} db")
+
+
+@pytest.mark.parametrize("case", list(WGRAD_CASES))
+def test_emulated_weight_grad_w2_is_bitwise_deterministic(emulated_lib: Emulation, case: str) -> None:
+    """The blocks of a launch run in a different order each time (a different block of each channel
+    finishes last and sums the splits): dw and db stay bitwise the same."""
+    x, dy, (k, s, p, d), _ = _wgrad_inputs(case)
+    cl = WGRAD_CASES[case][5]
+    emu = EmulatedDepthwise(emulated_lib, "v2", "w2")
+    runs = []
+    try:
+        for seed in (0, 1, 2, 3):
+            emu.block_order(seed)
+            runs.append(emu.weight_grad(dy, x, (k, k), (s, s), (p, p), (d, d), cl, bias=True))
+    finally:
+        emu.block_order(0)
+    for dw, db in runs[1:]:
+        assert torch.equal(dw, runs[0][0]) and db is not None and torch.equal(db, runs[0][1])  # type: ignore[arg-type]
+
+
+def test_determinism_and_counter_checks_catch_planted_defects() -> None:
+    """Controls of the two tests above, on a mutated depthwise.cu: the last block sums the splits
+    starting at its own (an order that depends on which block finishes last), and never resets its
+    channel's counter. Both must be seen: results that change with the block order, and the
+    emulator's counter check (rc 1000)."""
+    cu = family_source("depthwise")
+    text = cu.read_text()
+    old = "for (int s = 0; s < splits; ++s) sum += vp[(static_cast<int64_t>(s) * C + c) * slots + t];"
+    new = (
+        "for (int s0 = 0; s0 < splits; ++s0) { const int s = (s0 + static_cast<int>(blockIdx.y)) % splits; "
+        "sum += vp[(static_cast<int64_t>(s) * C + c) * slots + t]; }"
+    )
+    reset = "if (threadIdx.x == 0) counters[counter] = 0u;"
+    assert text.count(old) == 1 and text.count(reset) == 1, "the planted defects' anchors moved"
+    try:
+        lib = emulation("depthwise", text=text.replace(old, new).replace(reset, ""))
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    emu = EmulatedDepthwise(lib, "v2", "w2")
+    x, dy, (k, *_), g = _wgrad_inputs("tile-k3")
+    dws = []
+    try:
+        for seed in (1, 2, 3, 4):
+            emu.block_order(seed)
+            dw = torch.full((g[1], 1, k, k), float("nan"))
+            rc = lib.call("dw_weight_grad", [dy, x, dw, None], [0, 0, 3, 2, *g])
+            assert rc == 1000, f"the counter check missed a counter left nonzero (rc {rc})"
+            dws.append(dw)
+    finally:
+        emu.block_order(0)
+    assert any(not torch.equal(dw, dws[0]) for dw in dws[1:]), "block order never changed the sum"
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+@given(
+    k=st.sampled_from((1, 3, 5, 7)),
+    h=st.integers(1, 17),
+    w=st.integers(1, 17),
+    pad=st.integers(0, 4),
+    channels_last=st.booleans(),
+    dtype=st.sampled_from((torch.float32, torch.bfloat16)),
+)
+def test_emulated_stride2_input_grad_runs_the_parity_kernel(
+    emulated_lib: Emulation, k: int, h: int, w: int, pad: int, channels_last: bool, dtype: torch.dtype
+) -> None:
+    """Stride 2: the four-phase kernel (v2, v3; v1 keeps dgrad_direct) against the fp64 input grad,
+    odd and even sizes, every padding up to 4, k 1-7, NCHW and NHWC."""
+    h, w = max(h, k - 2 * pad), max(w, k - 2 * pad)
+    g = geometry((2, 3, h, w), (k, k), (2, 2), (pad, pad), (1, 1))
+    gen = torch.Generator().manual_seed(h * 100 + w)
+    dy = torch.randn(2, 3, g[4], g[5], generator=gen).to(dtype)
+    wt = torch.randn(3, 1, k, k, generator=gen).to(dtype)
+    if channels_last:
+        dy = dy.contiguous(memory_format=torch.channels_last)
+    want = nn_grad.conv2d_input((2, 3, h, w), wt.double(), dy.double(), 2, pad, 1, 3)  # type: ignore[no-untyped-call]
+    for variant, kernel in (("v2", "dgrad_s2"), ("v3", "dgrad_s2"), ("v1", "dgrad_direct")):
+        emu = EmulatedDepthwise(emulated_lib, variant)
+        dx = emu.input_grad(dy, wt, (h, w), (2, 2), (pad, pad), (1, 1), channels_last)
+        assert emu.last_kernel().startswith(kernel + "<"), f"{variant} ran {emu.last_kernel()}"
+        assert_close_fp64(dx, want, k * k, f"{variant} stride-2 input grad k{k} {h}x{w} pad {pad}")

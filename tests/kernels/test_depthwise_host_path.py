@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn import grad as nn_grad
 
 from perf_tests import swap
+from tests.kernels import launch_count
 
 
 def _loaded_ops() -> ModuleType:
@@ -77,11 +78,15 @@ def test_cpp_autograd_gives_the_gradients_of_conv2d() -> None:
     def weight_grad_cpu(g, x, khw, s, p, d):  # type: ignore[no-untyped-def]
         return nn_grad.conv2d_weight(x, (x.shape[1], 1, *khw), g, s, p, d, x.shape[1])  # type: ignore[no-untyped-call]
 
+    def weight_bias_grad_cpu(g, x, khw, s, p, d):  # type: ignore[no-untyped-def]
+        return weight_grad_cpu(g, x, khw, s, p, d), g.sum(dim=(0, 2, 3))  # type: ignore[no-untyped-call]
+
     lib = torch.library.Library(ops.NAMESPACE, "IMPL")  # type: ignore[no-untyped-call]
     try:
         lib.impl("forward", forward_cpu, "CPU")  # type: ignore[no-untyped-call]
         lib.impl("input_grad", input_grad_cpu, "CPU")  # type: ignore[no-untyped-call]
         lib.impl("weight_grad", weight_grad_cpu, "CPU")  # type: ignore[no-untyped-call]
+        lib.impl("weight_bias_grad", weight_bias_grad_cpu, "CPU")  # type: ignore[no-untyped-call]
         gen = torch.Generator().manual_seed(0)
         x, w, b = (
             torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((2, 3, 9, 8), (3, 1, 3, 3), (3,))
@@ -101,3 +106,27 @@ def test_cpp_autograd_gives_the_gradients_of_conv2d() -> None:
         )
     finally:
         lib._destroy()  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize(
+    ("bias", "wants", "expected"),
+    [
+        (True, "xwb", ["input_grad", "weight_bias_grad"]),  # the bias grad comes with the weight's
+        (False, "xw", ["input_grad", "weight_grad"]),
+        (True, "wb", ["weight_bias_grad"]),
+        (True, "b", ["sum"]),  # no weight grad wanted: the bias alone is a sum
+    ],
+)
+def test_backward_launches(bias: bool, wants: str, expected: list[str]) -> None:
+    """The ops (GPU launches) of the C++ backward, counted on meta tensors: with a bias, its gradient
+    is fused into the weight grad's kernel; no separate ``sum`` (W1's) runs."""
+    ops = _loaded_ops()
+    x, w = torch.empty(2, 8, 10, 10, device="meta"), torch.empty(8, 1, 3, 3, device="meta")
+    b = torch.empty(8, device="meta") if bias else None
+    leaves = {"x": x, "w": w, **({"b": b} if b is not None else {})}
+    wanted = [leaves[name].requires_grad_() for name in wants]
+    out = ops._run_forward(x, w, b, [1, 1], [1, 1], [1, 1])
+    grad = torch.empty_like(out)
+    with launch_count.counting() as (rec, _):
+        torch.autograd.grad(out, wanted, grad)
+    assert sorted(rec.launches) == sorted(expected)

@@ -12,17 +12,30 @@ def test_every_row_once_and_the_tiled_rows_of_v1_v2_v3() -> None:
     keys = {(c.problem_id, c.phase, c.variant) for c in cases}
     assert len(cases) == len(keys)
     shapes = len(DEPTHWISE_SEED_SHAPES)
-    # NCHW forward/input grad: v1, v2, v3; every other (layout, phase): v2 only
-    assert len(cases) == shapes * 2 * (2 * 3 + 1 + 3)
-    assert {c.variant for c in cases} == {"v1", "v2", "v3"}
+    # NCHW forward/input grad: v1, v2, v3; NHWC forward/input grad: v2; weight grad: w1, w2
+    assert len(cases) == shapes * 2 * (2 * 3 + 2 * 1 + 2 * 2)
+    assert {c.variant for c in cases} == {"v1", "v2", "v3", "w1", "w2"}
     for c in cases:
         p = Conv2dProblem.from_id(c.problem_id)
         assert p.groups == p.c_in and c.bytes_moved > 0
-        tiled = p.layout == "nchw" and c.phase != "weight_grad"
-        if tiled and c.variant != "v1":  # the calibrated model predicts what the GPU will measure
+        assert (c.variant in ("w1", "w2")) == (c.phase == "weight_grad")
+        # the calibrated model predicts what the GPU will measure (NCHW; not v1)
+        if p.layout == "nchw" and c.variant != "v1":
             assert c.predicted_us is not None and c.predicted_us > 0
         else:
             assert c.predicted_us is None
+
+
+def test_w2_weight_grad_is_predicted_faster_than_w1() -> None:
+    by = {
+        (c.problem_id, c.variant): c
+        for c in sweep_plan.cases()
+        if c.phase == "weight_grad" and c.predicted_us
+    }
+    pairs = [pid for pid, v in by if v == "w2"]
+    assert len(pairs) == len(DEPTHWISE_SEED_SHAPES) * 2  # fp32 and fp16, NCHW
+    for pid in pairs:
+        assert by[(pid, "w2")].predicted_us < by[(pid, "w1")].predicted_us  # type: ignore[operator]
 
 
 def test_v3_is_predicted_faster_on_the_largest_shape() -> None:

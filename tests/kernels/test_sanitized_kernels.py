@@ -105,6 +105,18 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "im2col-knl-fp32-ones-row",
         lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "knl", ones_row=True),
     ),
+    # W2 weight grad with more than one split per channel (the last-block reduction, its counters and
+    # fences) and the fused bias: the staged NCHW kernel (stride 2, odd sizes) and the generic NHWC one.
+    (
+        "depthwise",
+        "wgrad-w2-tile-splits",
+        _dw(_dwp(n=5, c=2, h=47, w=43, kernel=(5, 5), stride=(2, 2), padding=(2, 2))),
+    ),
+    (
+        "depthwise",
+        "wgrad-w2-nhwc-splits",
+        _dw(_dwp(n=2, c=35, h=9, w=7, kernel=(3, 3), padding=(1, 1), layout="nhwc")),
+    ),
     ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
     (
         "im2col_gemm",
