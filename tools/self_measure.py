@@ -45,7 +45,8 @@ def test_self(convperf, i):
     c = convperf.measure(same, P)
     with open(os.environ["SELF_OUT"], "a") as f:
         f.write(json.dumps({"i": i, "ratio": c.time_ratio, "ci": list(c.time_ratio_ci),
-                            "n": c.n_rounds, "noisy": c.noisy}) + "\\n")
+                            "n": c.n_rounds, "noisy": c.noisy, "log_ratios": list(c.log_ratios),
+                            "stop": c.facts.get("stop")}) + "\\n")
 """
 
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measurements", type=int, default=6)
     ap.add_argument("--busy", type=int, default=0, help="busy loops to run beside it")
     ap.add_argument("--bound", type=float, default=0.02, help="allowed |ratio - 1|")
+    ap.add_argument("--dump", type=Path, help="write every measurement (with its per-round log ratios) here, as JSON")
     args = ap.parse_args(argv)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     print(f"busy loops: {args.busy}; load average before: {load_avg()}", flush=True)
@@ -93,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             p.kill()
             p.wait()
     print(f"load average after: {load_avg()}")
+    if args.dump is not None:
+        args.dump.write_text(json.dumps(rows))
     ratios = [float(r["ratio"]) for r in rows]
     within = sum(abs(x - 1) <= args.bound for x in ratios)
     covering = sum(float(r["ci"][0]) <= 1.0 <= float(r["ci"][1]) for r in rows)
