@@ -191,11 +191,12 @@ def test_time_cap_uses_the_timer_clock() -> None:
 
 
 def test_plateau_stops_when_the_ci_does_not_shrink() -> None:
-    # Noise that grows with the round index: more rounds do not narrow the CI.
+    # Noise that grows with the round index: more rounds do not narrow the CI. It is random:
+    # signs alternating with the round would cancel in every AB/BA pair.
     def growing(name: str, index: int) -> float:
         if name == "reference":
             return 1e-3
-        return 1e-3 * math.exp((1 if index % 2 else -1) * 0.01 * (1 + index / 10))
+        return 1e-3 * math.exp(random.Random(index).gauss(0.0, 0.01) * (1 + index / 10))
 
     timer = FakeTimer(growing)
     cmp = measure_pair(timer, noop, noop, rule=StopRule(warmup_min_calls=0, warmup_cap_s=0.0))
