@@ -12,7 +12,8 @@ Extends ``shared/reference/regression-sim.py`` (its noise model) to whole nights
 - ``cw ~ U(0.01, cw_hi)`` and the true between-run SD ``sb ~ U(0.003, sb_hi)`` per check.
 
 The stored entry is what the project really makes: ``time_ratio`` the median of the ``ref_runs``
-runs of the recording session (each run's median as ``measure_pair`` takes it, over AB/BA pairs), ``noise`` from ``noise_runs`` calibration runs by
+runs of the recording session (each run's median as ``measure_pair`` takes it, over AB/BA
+pairs), ``noise`` from ``noise_runs`` calibration runs by
 :func:`~pytest_convperf.calibration.noise_of`, floored (so it is mis-estimated by sampling alone),
 and the ratio pooled with the calibration runs by :func:`~pytest_convperf.calibration.recentre`
 (``recentre``). The truth is the unchanged ratio (ln 0), so the stored ratio's own error is

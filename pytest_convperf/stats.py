@@ -109,12 +109,12 @@ def crossover_units(log_ratios: Sequence[float], rounds: Sequence[int]) -> list[
     """The mean log ratio of each whole AB/BA pair of rounds: round 2k (candidate first) with 2k+1.
 
     ``rounds`` are the round indices of ``log_ratios`` (kept rounds; a pair with a dropped round is
-    left out). The call that goes first in a round is slower: on the 2-core CPU box 1.5 % quiet and
-    2-10 % under load, whichever side it is. Alternating cancels that on average, but every round's
-    log ratio carries it as +-delta, so the rounds form two humps delta apart and their median sits
-    in the sparse valley between them, moving with the load. The mean over a pair holds each side
-    once in each place: delta cancels in every unit, whatever its size that moment (a 2x2
-    crossover's per-unit contrast).
+    left out). The call that goes first in a round is slower, whichever side it is: on the 2-core
+    CPU box by 1.5-2.5 % at load average under 4 and 2-8 % above. Alternating cancels that on
+    average, but every round's log ratio carries it as +-delta, so the rounds form two humps
+    2 delta apart and their median sits in the sparse valley between them, moving with the load.
+    The mean over a pair holds each side once in each place: delta cancels in every unit, whatever
+    its size that moment (a 2x2 crossover's per-unit contrast).
     """
     at = dict(zip(rounds, log_ratios))
     return [0.5 * (at[r] + at[r + 1]) for r in rounds if r % 2 == 0 and r + 1 in at]

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measurements", type=int, default=6)
     ap.add_argument("--busy", type=int, default=0, help="busy loops to run beside it")
     ap.add_argument("--bound", type=float, default=0.02, help="allowed |ratio - 1|")
-    ap.add_argument("--dump", type=Path, help="write every measurement (with its per-round log ratios) here, as JSON")
+    ap.add_argument("--dump", type=Path, help="write the measurements, rounds too, as JSON")
     args = ap.parse_args(argv)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     print(f"busy loops: {args.busy}; load average before: {load_avg()}", flush=True)

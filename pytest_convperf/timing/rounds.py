@@ -3,12 +3,12 @@
 Paired comparison: candidate and reference run back to back in each round, alternating which
 goes first, and each round gives ln(t_candidate / t_reference). Pairing cancels the drift that
 both share (clock ramps, a neighbour's load), which is why the ratio is far steadier than
-either time. The first call of a round is slower, whichever side it is (on a loaded CPU box by
-2-10 %), so the ratio and its CI come from AB/BA pairs of rounds, each the mean of its two log
-ratios (``stats.crossover_units``): the order effect cancels in every pair instead of only on
-average. Rounds stop when the 95 % CI of that median log ratio is within the target
-(+-0.5 %, +-1 % under 10 us) after at least ``min_rounds``, or at a cap (rounds, time, or a
-plateau of the CI width): then the result is flagged ``noisy``.
+either time. The first call of a round is slower, whichever side it is (on the 2-core CPU box
+by 1.5-8 %, growing with the load), so the ratio and its CI come from AB/BA pairs of rounds,
+each the mean of its two log ratios (``stats.crossover_units``): the order effect cancels in
+every pair instead of only on average. Rounds stop when the 95 % CI of that median log ratio is
+within the target (+-0.5 %, +-1 % under 10 us) after at least ``min_rounds``, or at a cap
+(rounds, time, or a plateau of the CI width): then the result is flagged ``noisy``.
 
 Warm-up and the choice of graph jobs are :mod:`pytest_convperf.timing.warmup`.
 

@@ -122,7 +122,7 @@ class OrderEffectTimer(FakeTimer):
     def run_round(self, jobs: Sequence[Job]) -> list[float]:
         delta = 0.05 + 0.03 * math.sin(self.rounds / 15.0)
         out = []
-        for position, job in enumerate(jobs):
+        for position in range(len(jobs)):
             t = 1e-3 * math.exp(self.rng.gauss(0.0, 0.01) + (delta if position == 0 else 0.0))
             self.elapsed += t
             out.append(t)
