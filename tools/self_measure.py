@@ -11,6 +11,7 @@ Usage::
 
     python tools/self_measure.py                 # quiet (as quiet as the box is)
     python tools/self_measure.py --busy 2        # two busy loops beside it
+    python tools/self_measure.py --dump r.json   # keep every measurement's rounds (log ratios)
 """
 
 from __future__ import annotations
