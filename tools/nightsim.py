@@ -12,7 +12,8 @@ paired rounds of ``ln(t_cand / t_ref) = mu + drift + b + e_i``:
 - ``cw ~ U(0.01, cw_hi)`` and the true between-run SD ``sb ~ U(0.003, sb_hi)`` per check.
 
 The stored entry is what the project really makes: ``time_ratio`` the median of the ``ref_runs``
-runs of the recording session, ``noise`` from ``noise_runs`` calibration runs by
+runs of the recording session (each run's median as ``measure_pair`` takes it, over AB/BA
+pairs), ``noise`` from ``noise_runs`` calibration runs by
 :func:`~pytest_convperf.baselines.calibration.noise_of`, floored (so it is mis-estimated by sampling alone),
 and the ratio pooled with the calibration runs by :func:`~pytest_convperf.baselines.calibration.recentre`
 (``recentre``). The truth is the unchanged ratio (ln 0), so the stored ratio's own error is
@@ -42,6 +43,7 @@ from pytest_convperf.baselines.calibration import noise_of, recentre, spike_free
 from pytest_convperf.baselines.store import Entry
 from pytest_convperf.core.config import METHODS, Method
 from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.core.stats import MIN_CROSSOVER_UNITS
 from pytest_convperf.judge.verdict import Decision, Policy, decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.rounds import StopRule, measure_pair
@@ -128,8 +130,17 @@ class _Check:
         """Median log ratio of ``runs`` runs of ``n`` rounds at mu = 0, each with its own offset
         (one batch of draws: the calibration of 500 checks is most of a night's cost otherwise)."""
         b = sb * rng.standard_t(5, size=(runs, 1)) / math.sqrt(5 / 3)
-        medians: np.ndarray = np.median(b + _noise(rng, (runs, n), self.cw), axis=1)
-        return medians
+        return _paired_medians(b + _noise(rng, (runs, n), self.cw))
+
+
+def _paired_medians(lr: np.ndarray) -> np.ndarray:
+    """Each row's median log ratio as ``measure_pair`` takes it (``stats.paired_summary``): over
+    the means of its AB/BA pairs of rounds, or its rounds when under 6 pairs are whole."""
+    pairs = lr.shape[1] // 2
+    if pairs < MIN_CROSSOVER_UNITS:
+        return np.asarray(np.median(lr, axis=1))
+    units = 0.5 * (lr[:, 0 : 2 * pairs : 2] + lr[:, 1 : 2 * pairs : 2])
+    return np.asarray(np.median(units, axis=1))
 
 
 def measure(rng: np.random.Generator, check: _Check, mu: float, rounds: int, offset: float) -> Comparison:

@@ -11,6 +11,7 @@ Usage::
 
     python tools/self_measure.py                 # quiet (as quiet as the box is)
     python tools/self_measure.py --busy 2        # two busy loops beside it
+    python tools/self_measure.py --dump r.json   # keep every measurement's rounds (log ratios)
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def test_self(convperf, i):
     c = convperf.measure(same, P)
     with open(os.environ["SELF_OUT"], "a") as f:
         f.write(json.dumps({"i": i, "ratio": c.time_ratio, "ci": list(c.time_ratio_ci),
-                            "n": c.n_rounds, "noisy": c.noisy}) + "\\n")
+                            "n": c.n_rounds, "noisy": c.noisy, "log_ratios": list(c.log_ratios),
+                            "stop": c.facts.get("stop")}) + "\\n")
 """
 
 
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measurements", type=int, default=6)
     ap.add_argument("--busy", type=int, default=0, help="busy loops to run beside it")
     ap.add_argument("--bound", type=float, default=0.02, help="allowed |ratio - 1|")
+    ap.add_argument("--dump", type=Path, help="write the measurements, rounds too, as JSON")
     args = ap.parse_args(argv)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     print(f"busy loops: {args.busy}; load average before: {load_avg()}", flush=True)
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             p.kill()
             p.wait()
     print(f"load average after: {load_avg()}")
+    if args.dump is not None:
+        args.dump.write_text(json.dumps(rows))
     ratios = [float(r["ratio"]) for r in rows]
     within = sum(abs(x - 1) <= args.bound for x in ratios)
     covering = sum(float(r["ci"][0]) <= 1.0 <= float(r["ci"][1]) for r in rows)

@@ -71,8 +71,9 @@ class Comparison:
     """A candidate and a reference timed in paired rounds.
 
     ``log_ratios`` holds ln(t_candidate / t_reference) per kept round; ``time_ratio`` is
-    exp(median log ratio) with ``time_ratio_ci`` its 95 % CI; ``speedup`` = 1 / time_ratio.
-    ``se`` is the standard error of the median log ratio (used by the baseline decision).
+    exp(median log ratio) over the rounds' AB/BA pairs (``stats.paired_summary``) with
+    ``time_ratio_ci`` its 95 % CI; ``speedup`` = 1 / time_ratio.
+    ``se`` is the standard error of that median log ratio (used by the baseline decision).
     ``inconclusive`` gives the reason when too many rounds were dropped (clocks, throttling).
     ``facts`` carries what reports need: backend chosen, tf32 state, clocks, flush bytes, ...
     """

@@ -3,9 +3,12 @@
 Paired comparison: candidate and reference run back to back in each round, alternating which
 goes first, and each round gives ln(t_candidate / t_reference). Pairing cancels the drift that
 both share (clock ramps, a neighbour's load), which is why the ratio is far steadier than
-either time. Rounds stop when the 95 % CI of the median log ratio is within the target
-(+-0.5 %, +-1 % under 10 us) after at least ``min_rounds``, or at a cap (rounds, time, or a
-plateau of the CI width): then the result is flagged ``noisy``.
+either time. The first call of a round is slower, whichever side it is (on the 2-core CPU box
+by 1.5-8 %, growing with the load), so the ratio and its CI come from AB/BA pairs of rounds,
+each the mean of its two log ratios (``stats.crossover_units``): the order effect cancels in
+every pair instead of only on average. Rounds stop when the 95 % CI of that median log ratio is
+within the target (+-0.5 %, +-1 % under 10 us) after at least ``min_rounds``, or at a cap
+(rounds, time, or a plateau of the CI width): then the result is flagged ``noisy``.
 
 Warm-up and the choice of graph jobs are :mod:`pytest_convperf.measure.warmup`.
 
@@ -68,11 +71,13 @@ class _Rounds:
         return len(self.clocks)
 
 
-def _metric(rounds: _Rounds, kept: Sequence[int]) -> list[float]:
-    """Paired: per-round log ratios (job 0 over job 1); single: log times."""
+def _summary(rounds: _Rounds, kept: Sequence[int]) -> stats.MedianSummary:
+    """Paired: the time ratio over AB/BA crossover units of the kept rounds (job 0 over job 1;
+    :func:`~pytest_convperf.core.stats.paired_summary`); single: the log times."""
     if len(rounds.times) == 2:
-        return stats.log_ratios([rounds.times[0][i] for i in kept], [rounds.times[1][i] for i in kept])
-    return [math.log(rounds.times[0][i]) for i in kept]
+        lr = stats.log_ratios([rounds.times[0][i] for i in kept], [rounds.times[1][i] for i in kept])
+        return stats.paired_summary(lr, kept)
+    return stats.summarize([math.log(rounds.times[0][i]) for i in kept])
 
 
 def _due(n: int) -> bool:
@@ -105,7 +110,7 @@ def run_rounds(timer: Timer, jobs: Sequence[Job], rule: StopRule) -> _Rounds:
         if len(kept) >= max(6, rule.min_rounds // 2):
             fastest = min(stats.median([rounds.times[k][i] for i in kept]) for k in range(len(jobs)))
             rounds.target = rule.target or (0.01 if fastest < rule.short_kernel_s else 0.005)
-            halfwidth = stats.summarize(_metric(rounds, kept)).halfwidth
+            halfwidth = _summary(rounds, kept).halfwidth
             if len(kept) >= rule.min_rounds and halfwidth <= rounds.target:
                 rounds.converged = True
                 rounds.stop = f"CI half-width {halfwidth:.4f} <= {rounds.target} after {n} rounds"
@@ -225,7 +230,7 @@ def measure_pair(
     c_samples = [rounds.times[0][i] for i in use]
     r_samples = [rounds.times[1][i] for i in use]
     lr = stats.log_ratios(c_samples, r_samples)
-    summary = stats.summarize(lr)
+    summary = stats.paired_summary(lr, use)
     out_facts.update(timer.facts())
     out_facts.update(
         warmup=warm.to_dict(),

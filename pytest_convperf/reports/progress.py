@@ -69,7 +69,7 @@ class Tally:
         n = len(self.log_ratios)
         line = f"{self.check}: {self.stage}, {n} rounds"
         if n >= 6:  # the order-statistic CI needs a few rounds
-            s = stats.summarize(self.log_ratios)
+            s = stats.paired_summary(self.log_ratios)  # as the result's: over AB/BA pairs
             lo, hi = math.exp(-s.ci[1]), math.exp(-s.ci[0])
             line += f", speedup {math.exp(-s.median):.3f}x [{lo:.3f}, {hi:.3f}]"
         return line

@@ -88,3 +88,20 @@ def test_spread_and_cv() -> None:
     assert stats.relative_spread([1.0, 1.1, 0.9]) == pytest.approx(0.2)
     assert stats.coefficient_of_variation([2.0]) == 0.0
     assert stats.coefficient_of_variation([1.0, 3.0]) == pytest.approx(math.sqrt(2) / 2)
+
+
+def test_crossover_units_average_each_whole_ab_ba_pair() -> None:
+    # Rounds 0..5 with round 3 dropped: pairs (0, 1) and (4, 5) are whole, (2, 3) is not.
+    units = stats.crossover_units([0.04, -0.02, 0.5, 0.06, -0.04], [0, 1, 2, 4, 5])
+    assert units == pytest.approx([0.01, 0.01])
+
+
+def test_paired_summary_cancels_an_order_effect_and_falls_back_under_six_pairs() -> None:
+    # The first call of a round 5 % slower (even rounds: candidate first): two humps, true ratio 1.
+    rng = random.Random(7)
+    lr = [(0.05 if k % 2 == 0 else -0.05) + rng.gauss(0.0, 0.01) for k in range(200)]
+    s = stats.paired_summary(lr)
+    assert abs(s.median) < 0.003 and s.halfwidth < 0.004
+    assert stats.summarize(lr).halfwidth > 3 * s.halfwidth  # the rounds' median sits between humps
+    few = [0.01, 0.03, 0.02, 0.05, 0.04, 0.0, 0.06]  # 3 whole pairs: the rounds themselves
+    assert stats.paired_summary(few) == stats.summarize(few)
