@@ -24,7 +24,7 @@ from pytest_convperf.ab.revisions import Checkouts, RevisionError, repo_root, re
 from pytest_convperf.ab.rule import ab_policy, decide_ab
 
 if TYPE_CHECKING:
-    from pytest_convperf.check.workload import Candidate
+    from pytest_convperf.check.calls import Candidate
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.core.results import CheckRow
 
@@ -75,7 +75,7 @@ class ABSession:
         a_speedup: tuple[float, tuple[float, float]],
     ) -> dict[str, Any]:
         """Time A's candidate against REF's; return the row's ``facts["ab"]``."""
-        from pytest_convperf.check.workload import phase_call
+        from pytest_convperf.check.calls import phase_call
         from pytest_convperf.correctness.oracle import stable_seed
 
         test_file = Path(str(fixture.request.node.path)).resolve()

@@ -132,7 +132,7 @@ class UpdatePlan:
 
 
 def plan_update(
-    cfg: ConvperfConfig, decision: Decision, old: Entry | None, candidate: Entry, policy: Policy
+    cfg: ConvperfConfig, decision: Decision, old: Entry | None, proposed: Entry, policy: Policy
 ) -> UpdatePlan | None:
     """Apply the update rules (selection, hysteresis, reason required) to one decided check."""
     if not cfg.update:
@@ -149,30 +149,30 @@ def plan_update(
             f"{verdict.value} is not selected by --convperf-update-baselines={','.join(sorted(cfg.update))}",
         )
     if old is None:
-        return UpdatePlan("write", "new entry", candidate)
+        return UpdatePlan("write", "new entry", proposed)
     band = max(old.noise, policy.noise_floor)
-    shift = math.log(candidate.time_ratio / old.time_ratio)
+    shift = math.log(proposed.time_ratio / old.time_ratio)
     env_changed = bool(decision.env_diff)
     drift = verdict is Verdict.CORRECTNESS_FAIL
     # An entry recorded before quality was gated gains its quality block on the next update.
-    quality_added = bool(candidate.quality) and not old.quality
+    quality_added = bool(proposed.quality) and not old.quality
     # Likewise its timing mode, so that ``auto`` reuses it from then on (sticky per key).
-    mode_added = candidate.mode is not None and old.mode is None
+    mode_added = proposed.mode is not None and old.mode is None
     if abs(shift) <= band and not env_changed and not drift and not quality_added and not mode_added:
         return UpdatePlan(
             "keep",
-            f"the new ratio {candidate.time_ratio:.4g} lies within the noise band "
+            f"the new ratio {proposed.time_ratio:.4g} lies within the noise band "
             f"(+-{band:.2%}) of the stored {old.time_ratio:.4g}; entry left as is",
         )
     slower = shift > band or drift
     if shift < -math.log(IMPLAUSIBLE_SPEEDUP) and not cfg.reason:
         return UpdatePlan(
             "refused",
-            f"recording a ratio {old.time_ratio:.4g} -> {candidate.time_ratio:.4g} "
+            f"recording a ratio {old.time_ratio:.4g} -> {proposed.time_ratio:.4g} "
             f"({math.exp(-shift):.2f}x faster than stored; over {IMPLAUSIBLE_SPEEDUP:g}x is implausible "
             "without a word: a cached result, or work the timer cannot see?) needs "
             "--convperf-reason=TEXT (stored with the entry for reviewers); the baseline was not changed",
-            candidate,
+            proposed,
         )
     if slower and not cfg.reason:
         what = (
@@ -180,16 +180,16 @@ def plan_update(
             if drift and decision.stage == "quality"
             else "larger errors"
             if drift
-            else f"a slower ratio ({old.time_ratio:.4g} -> {candidate.time_ratio:.4g})"
+            else f"a slower ratio ({old.time_ratio:.4g} -> {proposed.time_ratio:.4g})"
         )
         return UpdatePlan(
             "refused",
             f"recording {what} needs --convperf-reason=TEXT (stored with the entry "
             "for reviewers); the baseline was not changed",
-            candidate,
+            proposed,
             slower=True,
         )
-    return UpdatePlan("write", "updated", candidate, slower=slower)
+    return UpdatePlan("write", "updated", proposed, slower=slower)
 
 
 def git_output(rootdir: Path, *args: str, timeout: float = 10) -> str | None:

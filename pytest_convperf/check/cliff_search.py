@@ -36,7 +36,7 @@ from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
     from pytest_convperf.check.fixture import ConvperfFixture
-    from pytest_convperf.check.workload import Candidate
+    from pytest_convperf.check.calls import Candidate
     from pytest_convperf.core.results import Comparison
 
 

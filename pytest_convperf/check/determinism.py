@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from pytest_convperf.check.workload import Candidate, phase_call
+from pytest_convperf.check.calls import Candidate, phase_call
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.correctness.integrity import Finding
 

@@ -21,7 +21,7 @@ from pytest_convperf.ab.ab_plugin import ab_session
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.pairing import ImplausibleTime, time_pair
-from pytest_convperf.check.workload import (
+from pytest_convperf.check.calls import (
     PHASES,
     Candidate,
     check_phase,

@@ -93,10 +93,10 @@ def judge(
         # Decided for correctness/quality drift only: the timing must never be recorded.
         plan = UpdatePlan("skip", "inconclusive measurements are never recorded") if cfg.update else None
     else:
-        candidate = new_entry(
+        proposed = new_entry(
             final, old, policy, env=env, backend=backend, errors=errors, quality=quality, kernels=kernels
         )
-        plan = plan_update(cfg, decision, old, candidate, policy)
+        plan = plan_update(cfg, decision, old, proposed, policy)
     fields: dict[str, Any] = {
         "machine": store.machine,
         "baselines_file": str(store.path(module)),

@@ -1,7 +1,7 @@
 """The paired timing of one check: the facts taken once, the first measurement, its confirm.
 
 :func:`time_pair` measures a candidate against its reference on the check's inputs (under the
-timing slot and the perf settings of :mod:`pytest_convperf.check.workload`), and returns the first
+timing slot and the perf settings of :mod:`pytest_convperf.check.calls`), and returns the first
 :class:`~pytest_convperf.core.results.Comparison` with ``confirm(n_rounds)``, which re-times the same
 pair with that many rounds (the confirm run is asked for in rounds from end to end). Every
 comparison passes the roofline sanity check (:func:`sanity`): a time under half the floor is
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch.nn.functional as F
 
 from pytest_convperf.check.faults import device_errors
-from pytest_convperf.check.workload import (
+from pytest_convperf.check.calls import (
     Candidate,
     InputSets,
     check_phase,

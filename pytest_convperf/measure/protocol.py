@@ -30,7 +30,7 @@ class Job:
     ``flush`` asks the timer to evict L2 before the sample (outside the timed region).
     ``mode`` and ``l2`` describe the job for the report (``Measurement.mode``/``.l2``).
     ``before(round_index)``, when set, runs before each round that times this job, outside the
-    timed region (fresh input values: :meth:`pytest_convperf.check.workload.InputSets.refresh`).
+    timed region (fresh input values: :meth:`pytest_convperf.check.calls.InputSets.refresh`).
     """
 
     name: str
