@@ -35,8 +35,8 @@ from pytest_convperf.judge.cliffs import plan_found, plan_pinned
 from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
+    from pytest_convperf.check.context import Candidate
     from pytest_convperf.check.fixture import ConvperfFixture
-    from pytest_convperf.check.calls import Candidate
     from pytest_convperf.core.results import Comparison
 
 

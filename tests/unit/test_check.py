@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.check import fixture as check
 from pytest_convperf.check import calls
+from pytest_convperf.check import fixture as check
 from pytest_convperf.check.faults import device_errors
 from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.core.precision import tf32_enabled
