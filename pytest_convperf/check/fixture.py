@@ -220,7 +220,7 @@ class ConvperfFixture:
                 "rounds": progress.describe(),
                 "slowest_call_s": progress.slowest_call_s,
             }
-            return self._unjudged_row(ctx, Verdict.TIMEOUT.value, message, (), {"timeout": stopped})
+            return self._unjudged_row(ctx, Verdict.TIMEOUT, message, (), {"timeout": stopped})
 
         def on_overrun(message: str) -> None:  # the watchdog thread, before it ends the process
             if self.session.cfg.report_dir is not None:
@@ -304,7 +304,7 @@ class ConvperfFixture:
             facts["deterministic"] = True
         if not report.ok or not report.reference_ok:
             # A correctness failure is recorded without a judgement: there is no timing to judge.
-            verdict = Verdict.CORRECTNESS_FAIL.value if not report.ok else None
+            verdict = Verdict.CORRECTNESS_FAIL if not report.ok else None
             errors = tuple(report.candidate_errors)
             self._record_failure(ctx, facts, Finding("", report.message(), errors, verdict))
         if deterministic:
@@ -357,7 +357,7 @@ class ConvperfFixture:
     def _unjudged_row(
         self,
         ctx: CheckContext,
-        verdict: str | None,
+        verdict: Verdict | None,
         message: str,
         errors: tuple[ErrorStats, ...],
         facts: dict[str, Any],
@@ -468,7 +468,7 @@ class ConvperfFixture:
                 phase=phase,
                 comparison=comparison,
                 errors=tuple(errors),
-                verdict=judgement.decision.verdict.value,
+                verdict=judgement.decision.verdict,
                 message=judgement.decision.message,
                 facts=dict(facts or {}),
                 extra_metrics=metrics,

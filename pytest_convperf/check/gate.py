@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines.updates import UpdatePlan, new_entry, plan_update
+from pytest_convperf.baselines.updates import new_entry, plan_update
+from pytest_convperf.core.entry import UpdatePlan
 from pytest_convperf.core.env import env_from_facts, timing_of
 from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.judge.policy import decision_of, policy_for
@@ -101,8 +102,8 @@ def judge(
         "device_kind": device.kind,
         "env": env,
         "timing": timing_of(final),
-        "decision": decision.to_dict(),
-        "baseline": old.to_yaml() if old is not None else None,
-        "update": plan.to_dict() if plan is not None else None,
+        "decision": decision,
+        "baseline": old,
+        "update": plan,
     }
     return Judgement(decision, plan, fields, deferred=cfg.false_alarms != "none")

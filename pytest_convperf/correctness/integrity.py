@@ -46,7 +46,7 @@ class Finding:
     tag: str
     message: str
     errors: tuple[ErrorStats, ...] = ()
-    verdict: str | None = Verdict.CORRECTNESS_FAIL.value
+    verdict: Verdict | None = Verdict.CORRECTNESS_FAIL
 
     @classmethod
     def of(cls, message: str, errors: Sequence[ErrorStats] = ()) -> Finding:

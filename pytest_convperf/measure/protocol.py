@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pytest_convperf.core.results import FLUSH_KINDS, MEASURED_MODES
+from pytest_convperf.core.entry import FLUSH_KINDS, MEASURED_MODES
 
 if TYPE_CHECKING:
     from pytest_convperf.core.device import ClockSample
