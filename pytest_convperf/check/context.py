@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_convperf.core.results import CheckRow, ErrorStats, Verdict
+
 if TYPE_CHECKING:
     import pytest
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-    from pytest_convperf.core.results import CheckRow, Comparison
+    from pytest_convperf.core.results import Comparison
     from pytest_convperf.measure.timers import Timer
     from pytest_convperf.reports.progress import LiveProgress
 
@@ -58,6 +60,23 @@ class CheckSession(Protocol):
     def record(self, nodeid: str, row: CheckRow) -> None: ...
 
     def record_cliff(self, nodeid: str, change: dict[str, Any]) -> None: ...
+
+
+def baseline_key(node: Any, name: str, phase: str) -> str:
+    """Baseline key: the test name (plus ``@<name>`` when the test name lacks it), ``:<phase>``.
+
+    ``node``: the test's pytest item. A test in a class is keyed ``Class::name`` so that same-named
+    methods of two classes in one file get distinct keys; module-level tests keep the bare name.
+    """
+    test = str(node.name)
+    cls = getattr(node, "cls", None)
+    if cls is not None:
+        test = f"{cls.__name__}::{test}"
+    if name not in test:
+        test = f"{test}@{name}"
+    key = test if phase == "forward" else f"{test}:{phase}"
+    # A lone surrogate ('\ud800' in a test id) cannot be stored in UTF-8 YAML: its escape is.
+    return key.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,23 @@ class CheckContext:
     @property
     def entry(self) -> Entry | None:
         return self.slot.entry
+
+    def unjudged_row(
+        self, verdict: Verdict | None, message: str, errors: tuple[ErrorStats, ...], facts: dict[str, Any]
+    ) -> CheckRow:
+        """The row of this check stopped before its judgement (correctness, integrity, a timeout)."""
+        return CheckRow(
+            key=self.key,
+            nodeid=self.nodeid,
+            module=self.slot.module,
+            problem=self.problem.id,
+            phase=self.phase,
+            comparison=None,
+            errors=errors,
+            verdict=verdict,
+            message=message,
+            facts=facts,
+        )
 
     @property
     def stored_mode(self) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch.nn.functional as F
@@ -26,9 +26,11 @@ from pytest_convperf.check.calls import (
     phase_call,
     trace_facts,
 )
-from pytest_convperf.check.context import BaselineSlot, Candidate, CheckContext, CheckSession
+from pytest_convperf.check.context import BaselineSlot, Candidate, CheckContext, CheckSession, baseline_key
 from pytest_convperf.check.determinism import nondeterminism
+from pytest_convperf.check.disabled import TIMING_DISABLED, correctness_only
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
+from pytest_convperf.check.gate import judge_and_record
 from pytest_convperf.check.pairing import ImplausibleTime, time_pair
 from pytest_convperf.core import inflight
 from pytest_convperf.core.problem import require_problem
@@ -47,7 +49,6 @@ if TYPE_CHECKING:
     from pytest_convperf.measure.timers import Timer
 
 # Comparison facts a check's row carries in its own ``facts``.
-TIMING_DISABLED = "timing and baselines run only with --convperf (disabled mode)"
 _ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
@@ -109,15 +110,7 @@ class ConvperfFixture:
         A test in a class is keyed ``Class::name`` so that same-named methods of two classes in one
         file get distinct keys; module-level tests keep the bare name.
         """
-        test = str(self.request.node.name)
-        cls = getattr(self.request.node, "cls", None)
-        if cls is not None:
-            test = f"{cls.__name__}::{test}"
-        if name not in test:
-            test = f"{test}@{name}"
-        key = test if phase == "forward" else f"{test}:{phase}"
-        # A lone surrogate ('\ud800' in a test id) cannot be stored in UTF-8 YAML: its escape is.
-        return key.encode("utf-8", "backslashreplace").decode("utf-8")
+        return baseline_key(self.request.node, name, phase)
 
     # ---- timing ------------------------------------------------------------------------------------
     def measure(
@@ -205,7 +198,9 @@ class ConvperfFixture:
         """
         problem = require_problem(problem, "convperf.check")
         if not self.session.cfg.enabled:
-            self._correctness_only(candidate, problem, reference=reference, phase=phase, oracle=oracle)
+            correctness_only(
+                candidate, problem, self.device, self.nodeid, reference=reference, phase=phase, oracle=oracle
+            )
         ctx = self.context(candidate, problem, reference=reference, phase=phase, mode=mode)
         cfg_limit = self.session.cfg.check_timeout
         limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(ctx.timer).check_timeout_s()
@@ -220,7 +215,7 @@ class ConvperfFixture:
                 "rounds": progress.describe(),
                 "slowest_call_s": progress.slowest_call_s,
             }
-            return self._unjudged_row(ctx, Verdict.TIMEOUT, message, (), {"timeout": stopped})
+            return ctx.unjudged_row(Verdict.TIMEOUT, message, (), {"timeout": stopped})
 
         def on_overrun(message: str) -> None:  # the watchdog thread, before it ends the process
             if self.session.cfg.report_dir is not None:
@@ -250,33 +245,6 @@ class ConvperfFixture:
             if len(self.session.pending.get(self.nodeid, [])) == recorded:  # not judged yet: its row
                 self.session.record(self.nodeid, timeout_row(str(exc)))
             pytest.fail(str(exc), pytrace=False)
-
-    def _correctness_only(
-        self,
-        candidate: Candidate,
-        problem: Conv2dProblem,
-        *,
-        reference: Candidate | None,
-        phase: str,
-        oracle: Candidate | None,
-    ) -> NoReturn:
-        """Disabled mode (no --convperf): the check's correctness once, as a plain ``pytest`` run
-        must still catch a wrong kernel; then the test skips (nothing timed, no baseline read)."""
-        check_phase(phase)
-        device = self.device
-        with device_errors(device, self.nodeid, problem.id), correctness_settings():
-            report = check_conv(
-                candidate,
-                problem,
-                reference=reference,
-                seed=stable_seed(problem),
-                device=device.torch_device,
-                backward=phase != "forward",
-                oracle=oracle,
-            )
-        if not report.ok or not report.reference_ok:
-            pytest.fail(report.message(), pytrace=False)
-        pytest.skip(f"correctness passed ({problem.id}, {phase}); {TIMING_DISABLED}")
 
     def _check(
         self,
@@ -342,9 +310,12 @@ class ConvperfFixture:
                 self, ctx, a_speedup=(comparison.speedup, comparison.speedup_ci)
             )  # fmt: skip
         self.progress.at("the judgement (its confirm measurement)")
-        self._gate(
-            comparison,
+        judge_and_record(
+            self.session,
+            ctx.nodeid,
             ctx.slot,
+            device,
+            comparison,
             name=problem.id,
             phase=phase,
             errors=report.candidate_errors,
@@ -354,35 +325,12 @@ class ConvperfFixture:
         )
         return comparison
 
-    def _unjudged_row(
-        self,
-        ctx: CheckContext,
-        verdict: Verdict | None,
-        message: str,
-        errors: tuple[ErrorStats, ...],
-        facts: dict[str, Any],
-    ) -> CheckRow:
-        """The row of a check stopped before its judgement (correctness, integrity, a timeout)."""
-        return CheckRow(
-            key=ctx.key,
-            nodeid=ctx.nodeid,
-            module=ctx.slot.module,
-            problem=ctx.problem.id,
-            phase=ctx.phase,
-            comparison=None,
-            errors=errors,
-            verdict=verdict,
-            message=message,
-            facts=facts,
-        )
-
     def _record_failure(self, ctx: CheckContext, facts: dict[str, Any], found: Finding | None) -> None:
         """A check that failed with nothing to judge: its row without timings, then the test fails."""
         if found is None:
             return
         facts = {**facts, "integrity": found.tag} if found.tag else facts
-        row = self._unjudged_row(ctx, found.verdict, found.message, found.errors, facts)
-        self.session.record(self.nodeid, row)
+        self.session.record(ctx.nodeid, ctx.unjudged_row(found.verdict, found.message, found.errors, facts))
         pytest.fail(found.message, pytrace=False)
 
     # ---- the judgement ----------------------------------------------------------------------------
@@ -416,9 +364,12 @@ class ConvperfFixture:
             pytest.skip(TIMING_DISABLED)
         key = key if key is not None else self.key_for(name, phase)
         slot = BaselineSlot.look_up(self.store, self.module, key)
-        return self._gate(
-            comparison,
+        return judge_and_record(
+            self.session,
+            self.nodeid,
             slot,
+            self.device,
+            comparison,
             name=name,
             phase=phase,
             errors=errors,
@@ -426,59 +377,6 @@ class ConvperfFixture:
             facts=facts,
             extra_metrics=extra_metrics,
         )
-
-    def _gate(
-        self,
-        comparison: Comparison,
-        slot: BaselineSlot,
-        *,
-        name: str,
-        phase: str,
-        errors: Sequence[ErrorStats],
-        confirm: Callable[[int], Comparison],
-        facts: Mapping[str, Any] | None,
-        extra_metrics: Mapping[str, float] | None,
-    ) -> Comparison:
-        """:meth:`gate` on the check's baseline slot (its entry looked up once)."""
-        from pytest_convperf.baselines.updates import quality_of
-        from pytest_convperf.check.gate import judge
-
-        confirm_run = self.session.confirm_run
-        if confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
-            confirm_run.measure(self.nodeid, slot.key, confirm)
-            return comparison
-        metrics = {k: float(v) for k, v in extra_metrics.items()} if extra_metrics else None
-        judgement = judge(
-            self.session.cfg,
-            slot,
-            self.device,
-            comparison,
-            confirm=confirm,
-            errors=errors,
-            backend=comparison.facts.get("reference_backend"),
-            quality=quality_of(metrics or {}),
-        )
-        self.session.record(
-            self.nodeid,
-            CheckRow(
-                key=slot.key,
-                nodeid=self.nodeid,
-                module=slot.module,
-                problem=name,
-                phase=phase,
-                comparison=comparison,
-                errors=tuple(errors),
-                verdict=judgement.decision.verdict,
-                message=judgement.decision.message,
-                facts=dict(facts or {}),
-                extra_metrics=metrics,
-                **judgement.row_fields,
-            ),
-        )
-        if comparison.inconclusive and judgement.decision.verdict is Verdict.INCONCLUSIVE:
-            pytest.skip(f"convperf INCONCLUSIVE on {name}: {comparison.inconclusive}")
-        judgement.enforce()
-        return comparison
 
     def _correctness_facts(self, report: CorrectnessReport) -> dict[str, Any]:
         return {

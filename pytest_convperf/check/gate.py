@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines.updates import new_entry, plan_update
+from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
 from pytest_convperf.core.entry import UpdatePlan
 from pytest_convperf.core.env import env_from_facts, timing_of
-from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.judge.policy import decision_of, policy_for
 from pytest_convperf.judge.verdict import Decision
 
 if TYPE_CHECKING:
-    from pytest_convperf.check.context import BaselineSlot
+    from pytest_convperf.check.context import BaselineSlot, CheckSession
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
 
@@ -107,3 +107,56 @@ def judge(
         "update": plan,
     }
     return Judgement(decision, plan, fields, deferred=cfg.false_alarms != "none")
+
+
+def judge_and_record(
+    session: CheckSession,
+    nodeid: str,
+    slot: BaselineSlot,
+    device: DeviceInfo,
+    comparison: Comparison,
+    *,
+    name: str,
+    phase: str,
+    errors: Sequence[ErrorStats],
+    confirm: Callable[[int], Comparison],
+    facts: Mapping[str, Any] | None,
+    extra_metrics: Mapping[str, float] | None,
+) -> Comparison:
+    """``ConvperfFixture.gate`` on a check's slot: :func:`judge`, record the row once (keywords,
+    typed), then skip (INCONCLUSIVE timing) or :meth:`Judgement.enforce`. In a fresh-process
+    confirm run the comparison is only measured again, nothing is judged."""
+    confirm_run = session.confirm_run
+    if confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
+        confirm_run.measure(nodeid, slot.key, confirm)
+        return comparison
+    metrics = {k: float(v) for k, v in extra_metrics.items()} if extra_metrics else None
+    judgement = judge(
+        session.cfg,
+        slot,
+        device,
+        comparison,
+        confirm=confirm,
+        errors=errors,
+        backend=comparison.facts.get("reference_backend"),
+        quality=quality_of(metrics or {}),
+    )
+    row = CheckRow(
+        key=slot.key,
+        nodeid=nodeid,
+        module=slot.module,
+        problem=name,
+        phase=phase,
+        comparison=comparison,
+        errors=tuple(errors),
+        verdict=judgement.decision.verdict,
+        message=judgement.decision.message,
+        facts=dict(facts or {}),
+        extra_metrics=metrics,
+        **judgement.row_fields,
+    )
+    session.record(nodeid, row)
+    if comparison.inconclusive and judgement.decision.verdict is Verdict.INCONCLUSIVE:
+        pytest.skip(f"convperf INCONCLUSIVE on {name}: {comparison.inconclusive}")
+    judgement.enforce()
+    return comparison
