@@ -86,7 +86,7 @@ class CliffSearch:
         return (self._store().machine, self.convperf.module, key)
 
     def _store(self) -> Any:
-        return self.session.store(fake=self.convperf.timer.kind == "fake")
+        return self.convperf.store  # the fixture chooses the store once (fake timer: -fake)
 
     def pinned(self, family: str) -> list[tuple[str, Conv2dProblem]]:
         """(key, problem) of the cliffs pinned for ``family`` in this test's baseline file."""
