@@ -35,9 +35,7 @@ def _never(n_rounds: int) -> Comparison:
 
 def test_a_new_check_is_new_and_plans_a_write_when_selected(tmp_path: Path) -> None:
     cfg = ConvperfConfig(enabled=True, update=frozenset({"new"}), baselines_dir=tmp_path / "bl")
-    j = judge(
-        cfg, _store(tmp_path, None), DEVICE, comparison(0.5), confirm=_never
-    )
+    j = judge(cfg, _store(tmp_path, None), DEVICE, comparison(0.5), confirm=_never)
     assert j.decision.verdict is Verdict.NEW
     assert j.update is not None and j.update.action == "write"
     assert j.row_fields["machine"] == "box" and j.row_fields["baseline"] is None
