@@ -22,8 +22,7 @@ import torch
 import torch._inductor
 import torch.profiler
 
-from pytest_convperf.measure import profiling  # noqa: F401
-from pytest_convperf.measure import cpu, fake, rounds  # noqa: F401
+from pytest_convperf.measure import cpu, fake, profiling, rounds  # noqa: F401
 
 PROBLEM_SRC = """
 import pytest
