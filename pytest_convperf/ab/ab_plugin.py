@@ -24,8 +24,7 @@ from pytest_convperf.ab.revisions import Checkouts, RevisionError, repo_root, re
 from pytest_convperf.ab.rule import ab_policy, decide_ab
 
 if TYPE_CHECKING:
-    from pytest_convperf.check.workload import Candidate
-    from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.check.context import CheckContext
     from pytest_convperf.core.results import CheckRow
 
 OPTION = "convperf_against"
@@ -65,19 +64,16 @@ class ABSession:
     def compare(
         self,
         fixture: Any,  # check.ConvperfFixture (check imports this module)
-        candidate: Candidate,
-        problem: Conv2dProblem,
+        ctx: CheckContext,
         *,
-        reference: Candidate | None,
-        phase: str,
-        mode: str,
-        inputs: ConvInputs,
         a_speedup: tuple[float, tuple[float, float]],
     ) -> dict[str, Any]:
-        """Time A's candidate against REF's; return the row's ``facts["ab"]``."""
-        from pytest_convperf.check.workload import phase_call
-        from pytest_convperf.correctness.oracle import stable_seed
+        """Time A's candidate (``ctx.candidate``) against REF's; return the row's ``facts["ab"]``."""
+        from dataclasses import replace
 
+        from pytest_convperf.check.calls import phase_call
+
+        candidate, problem, phase, inputs = ctx.candidate, ctx.problem, ctx.phase, ctx.inputs
         test_file = Path(str(fixture.request.node.path)).resolve()
         try:
             rel_test = test_file.relative_to(self.repo.resolve()).as_posix()
@@ -96,25 +92,23 @@ class ABSession:
             ref_fn = ref_candidate(candidate, self.repo, tree, self.ref.sha, self.ref.label)
         except CandidateLookupError as exc:
             self._fail(str(exc))
-        device = fixture.device
+        device = ctx.device
         fixture.progress.at(f"REF {self.ref.label}'s candidate's first call (--convperf-against)")
         try:  # one call first: a REF kernel that does not build fails here, named, not mid-timing
-            phase_call(ref_fn, inputs, problem, phase, stable_seed(problem), device.torch_device)()
+            phase_call(ref_fn, inputs, problem, phase, ctx.seed, device.torch_device)()
         except Exception as exc:
             self._fail(f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}")
         from pytest_convperf.check.pairing import time_pair  # imports torch: not at plugin load
 
-        where = (fixture.timer, device, fixture.request.config, fixture.nodeid)  # as fixture.measure times
         fixture.progress.at(f"timing against REF {self.ref.label}'s candidate (--convperf-against)")
-        timed = time_pair(
-            *where, candidate, problem, reference=ref_fn, phase=phase, mode=mode, rule=None, inputs=inputs
-        )
+        timed = time_pair(ctx, reference=ref_fn)
         first, confirm = timed.first, timed.confirm
         cfg = fixture.session.cfg
         policy = ab_policy(device.kind, tolerance=cfg.tolerance, noise_floor=cfg.noise_floor)
         result = decide_ab(first, confirm, policy)
         fixture.progress.at(f"timing REF {self.ref.label}'s candidate against the reference")
-        ref_vs_reference = fixture.measure(ref_fn, problem, reference=reference, phase=phase, mode=mode)
+        # REF's candidate in A's place, against the check's reference, on the check's inputs.
+        ref_vs_reference = time_pair(replace(ctx, candidate=ref_fn)).first
         ref_meas = first.reference
         return {
             "a": self.a.label,

@@ -38,16 +38,16 @@ class Applied:
 
 
 def mark_written(rows: Sequence[CheckRow], applied: Applied | None) -> list[CheckRow]:
-    """The rows with ``update["written"]`` on each planned write: True only for an entry written.
+    """The rows with ``update.written`` on each planned write: True only for an entry written.
 
     A row whose write was planned but never applied (the session crashed before its end, so its row
     comes from the journal; or the file write failed) then never reads as recorded."""
     written = applied.written if applied is not None else frozenset()
     out = []
     for row in rows:
-        plan = row.update or {}
-        if plan.get("action") == "write":
+        plan = row.update
+        if plan is not None and plan.action == "write":
             done = (str(row.machine), row.module, row.key) in written
-            row = dataclasses.replace(row, update={**plan, "written": done})
+            row = dataclasses.replace(row, update=dataclasses.replace(plan, written=done))
         out.append(row)
     return out

@@ -8,7 +8,7 @@ One home for everything ``--convperf-update-baselines`` does, in the order it ha
    decided check, giving an :class:`UpdatePlan` that rides in the check's row;
 3. :func:`apply_updates` runs on the controller at session end: it validates every target file,
    writes the planned entries (grouped per file, under the store's lock) and renders
-   ``convperf-update.md`` for reviewers (:func:`render_update_md`).
+   ``convperf-update.md`` for reviewers (``update_record.render_update_md``).
 
 The judgement itself (entry lookup and ``verdict.decide``) is :mod:`pytest_convperf.check.gate`.
 """
@@ -22,7 +22,6 @@ import site
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +31,11 @@ from pytest_convperf.baselines.orphans import PRUNE
 from pytest_convperf.baselines.orphans import render_md as render_orphans
 from pytest_convperf.baselines.store import Entry, Store, parse_entry, read_file
 from pytest_convperf.baselines.update_outcome import Applied, utf8
+from pytest_convperf.baselines.update_record import UPDATE_MD, render_update_md
+from pytest_convperf.core.entry import UpdatePlan
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.files import atomic_write
-from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict, ratio_text
+from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.judge.cliffs import CliffChange, file_changes, render_md
 from pytest_convperf.judge.quality import QUALITY_KEYS
 from pytest_convperf.judge.verdict import Decision, Policy
@@ -46,9 +47,6 @@ IMPLAUSIBLE_SPEEDUP = 2.0
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
-
-# The review record of an update run (in the report folder, else the rootdir).
-UPDATE_MD = "convperf-update.md"
 
 # Update kinds (``--convperf-update-baselines``) that rewrite each verdict.
 UPDATE_KIND_FOR: dict[Verdict, str] = {
@@ -109,30 +107,8 @@ def new_entry(
     )
 
 
-@dataclass(frozen=True)
-class UpdatePlan:
-    """What ``--convperf-update-baselines`` will do with this check's entry.
-
-    ``action``: ``write`` (the controller writes ``entry``), ``keep`` (inside the noise band),
-    ``refused`` (slower without ``--convperf-reason``), or ``skip`` (verdict not selected).
-    """
-
-    action: str
-    why: str
-    entry: Entry | None = None
-    slower: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "why": self.why,
-            "slower": self.slower,
-            "entry": self.entry.to_yaml() if self.entry is not None else None,
-        }
-
-
 def plan_update(
-    cfg: ConvperfConfig, decision: Decision, old: Entry | None, candidate: Entry, policy: Policy
+    cfg: ConvperfConfig, decision: Decision, old: Entry | None, proposed: Entry, policy: Policy
 ) -> UpdatePlan | None:
     """Apply the update rules (selection, hysteresis, reason required) to one decided check."""
     if not cfg.update:
@@ -149,30 +125,30 @@ def plan_update(
             f"{verdict.value} is not selected by --convperf-update-baselines={','.join(sorted(cfg.update))}",
         )
     if old is None:
-        return UpdatePlan("write", "new entry", candidate)
+        return UpdatePlan("write", "new entry", proposed)
     band = max(old.noise, policy.noise_floor)
-    shift = math.log(candidate.time_ratio / old.time_ratio)
+    shift = math.log(proposed.time_ratio / old.time_ratio)
     env_changed = bool(decision.env_diff)
     drift = verdict is Verdict.CORRECTNESS_FAIL
     # An entry recorded before quality was gated gains its quality block on the next update.
-    quality_added = bool(candidate.quality) and not old.quality
+    quality_added = bool(proposed.quality) and not old.quality
     # Likewise its timing mode, so that ``auto`` reuses it from then on (sticky per key).
-    mode_added = candidate.mode is not None and old.mode is None
+    mode_added = proposed.mode is not None and old.mode is None
     if abs(shift) <= band and not env_changed and not drift and not quality_added and not mode_added:
         return UpdatePlan(
             "keep",
-            f"the new ratio {candidate.time_ratio:.4g} lies within the noise band "
+            f"the new ratio {proposed.time_ratio:.4g} lies within the noise band "
             f"(+-{band:.2%}) of the stored {old.time_ratio:.4g}; entry left as is",
         )
     slower = shift > band or drift
     if shift < -math.log(IMPLAUSIBLE_SPEEDUP) and not cfg.reason:
         return UpdatePlan(
             "refused",
-            f"recording a ratio {old.time_ratio:.4g} -> {candidate.time_ratio:.4g} "
+            f"recording a ratio {old.time_ratio:.4g} -> {proposed.time_ratio:.4g} "
             f"({math.exp(-shift):.2f}x faster than stored; over {IMPLAUSIBLE_SPEEDUP:g}x is implausible "
             "without a word: a cached result, or work the timer cannot see?) needs "
             "--convperf-reason=TEXT (stored with the entry for reviewers); the baseline was not changed",
-            candidate,
+            proposed,
         )
     if slower and not cfg.reason:
         what = (
@@ -180,16 +156,16 @@ def plan_update(
             if drift and decision.stage == "quality"
             else "larger errors"
             if drift
-            else f"a slower ratio ({old.time_ratio:.4g} -> {candidate.time_ratio:.4g})"
+            else f"a slower ratio ({old.time_ratio:.4g} -> {proposed.time_ratio:.4g})"
         )
         return UpdatePlan(
             "refused",
             f"recording {what} needs --convperf-reason=TEXT (stored with the entry "
             "for reviewers); the baseline was not changed",
-            candidate,
+            proposed,
             slower=True,
         )
-    return UpdatePlan("write", "updated", candidate, slower=slower)
+    return UpdatePlan("write", "updated", proposed, slower=slower)
 
 
 def git_output(rootdir: Path, *args: str, timeout: float = 10) -> str | None:
@@ -275,39 +251,6 @@ def _imported_sources(top: Path) -> list[str]:
     return sorted(out)
 
 
-def _entry_line(key: str, old: Mapping[str, Any] | None, new: Entry, row: CheckRow) -> str:
-    decision = row.decision or {}
-    ci = decision.get("delta_ci")
-    new_y = new.to_yaml()
-    if old:
-        shift = math.expm1(math.log(new.time_ratio / float(old["time_ratio"])))
-        old_us = old.get("us", {})
-        change = (
-            f"{ratio_text(float(old['time_ratio']))} -> {ratio_text(new_y['time_ratio'])} "
-            f"({shift * 100:+.1f} %"
-            + (f", 95 % CI {ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} %" if ci else "")
-            + ")"
-        )
-        us = (
-            f"cand {old_us.get('candidate', '?')} -> {new_y['us']['candidate']} us, "
-            f"ref {old_us.get('reference', '?')} -> {new_y['us']['reference']} us"
-        )
-        env_old = old.get("env") or {}
-        env_moves = [
-            f"{k} {env_old.get(k)} -> {v}" for k, v in new_y["env"].items() if env_old.get(k) not in (None, v)
-        ]
-        env = "; ".join(env_moves) or "env unchanged"
-    else:
-        change = f"(new) -> {ratio_text(new_y['time_ratio'])}"
-        us = f"cand {new_y['us']['candidate']} us, ref {new_y['us']['reference']} us"
-        env = ", ".join(f"{k} {v}" for k, v in new_y["env"].items())
-    reason = (new.updated or {}).get("reason", "")
-    return (
-        f"| `{key}` | {row.verdict} | {change} | {us} | {env} | "
-        f"{reason.replace('|', '/') if reason else ''} |"
-    )
-
-
 def apply_updates(
     cfg: ConvperfConfig,
     rows: Sequence[CheckRow],
@@ -337,28 +280,29 @@ def apply_updates(
             updated["code"] = code
     if cfg.reason:
         updated["reason"] = cfg.reason
-    per_file: dict[tuple[str, str], dict[str, tuple[Entry, CheckRow]]] = {}
+    per_file: dict[tuple[str, str], dict[str, tuple[Entry, CheckRow | None]]] = {}
     kept: list[str] = []
     refused: list[str] = []
     bad: list[str] = []
     for row in rows:
-        plan = row.update or {}
-        action = plan.get("action")
-        label = f"`{row.key}` ({row.module}): {plan.get('why', '')}"
-        if action == "keep":
+        plan = row.update
+        if plan is None:
+            continue
+        label = f"`{row.key}` ({row.module}): {plan.why}"
+        if plan.action == "keep":
             kept.append(label)
-        elif action == "refused":
+        elif plan.action == "refused":
             refused.append(label)
-        if action != "write" or not plan.get("entry"):
+        if plan.action != "write" or plan.entry is None:
             continue
         if not utf8(row.key):  # YAML cannot hold it: this entry is named, the others are written
             bad.append(f"{row.key!r} ({row.module}) not written: its key is not UTF-8 (a lone surrogate)")
             continue
-        entry = parse_entry(row.key, plan["entry"])
-        entry = dataclasses.replace(entry, updated=dict(updated) or None)
+        entry = dataclasses.replace(plan.entry, updated=dict(updated) or None)
         entries = per_file.setdefault((str(row.machine), row.module), {})
         if row.key in entries:
             other = entries[row.key][1]
+            assert other is not None  # cliffs are added below
             raise pytest.UsageError(
                 f"convperf: two tests record the same baseline key {row.key!r} in "
                 f"{row.machine}/{row.module}.yaml: {other.nodeid} and {row.nodeid}; "
@@ -373,8 +317,7 @@ def apply_updates(
     for where, pinned in pins.items():  # a pinned cliff is a new entry with its ``cliff`` field
         for key, raw in pinned.items():
             entry = dataclasses.replace(parse_entry(key, raw), updated=dict(updated) or None)
-            row = CheckRow(key, "", where[1], key, "forward", None, (), "cliff", "", machine=where[0])
-            per_file.setdefault(where, {})[key] = (entry, row)
+            per_file.setdefault(where, {})[key] = (entry, None)  # no check's row: a pinned cliff
     for where, keys in retired.items():  # retirement wins over a re-check's own update
         for key in keys:
             per_file.get(where, {}).pop(key, None)
@@ -412,39 +355,3 @@ def apply_updates(
         except OSError:
             pass  # the terminal summary says it (session notes)
     return Applied(path, True, frozenset(written), tuple(failed))
-
-
-def render_update_md(
-    cfg: ConvperfConfig,
-    per_file: Mapping[tuple[str, str], Mapping[str, tuple[Entry, CheckRow]]],
-    kept: Sequence[str],
-    refused: Sequence[str],
-    commit: str | None,
-) -> str:
-    """``convperf-update.md``: per written file, old -> new of every entry; then kept and refused checks."""
-    lines = ["# convperf baseline update", ""]
-    if cfg.reason:
-        lines += [f"Reason: {cfg.reason}", ""]
-    if commit:
-        lines += [f"Measured at commit {commit}", ""]
-    for (machine, module), entries in sorted(per_file.items()):
-        lines += [
-            f"## {Store(cfg.baselines_dir, machine).path(module)}",
-            "",
-            "| check | verdict | time_ratio (speedup): old -> new, delta, CI | us | env | reason |",
-            "|---|---|---|---|---|---|",
-        ]
-        for key, (entry, row) in sorted(entries.items()):
-            lines.append(_entry_line(key, row.baseline, entry, row))
-        lines.append("")
-    if not per_file:
-        lines += ["No entry was written.", ""]
-    if kept:
-        lines += ["## Left as they are (inside their noise band)", ""] + [f"- {k}" for k in kept] + [""]
-    if refused:
-        lines += (
-            ["## Refused (slower, or implausibly faster, without --convperf-reason)", ""]
-            + [f"- {k}" for k in refused]
-            + [""]
-        )
-    return "\n".join(lines)

@@ -35,8 +35,8 @@ from pytest_convperf.judge.cliffs import plan_found, plan_pinned
 from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
+    from pytest_convperf.check.context import Candidate
     from pytest_convperf.check.fixture import ConvperfFixture
-    from pytest_convperf.check.workload import Candidate
     from pytest_convperf.core.results import Comparison
 
 
@@ -86,7 +86,7 @@ class CliffSearch:
         return (self._store().machine, self.convperf.module, key)
 
     def _store(self) -> Any:
-        return self.session.store(fake=self.convperf.timer.kind == "fake")
+        return self.convperf.store  # the fixture chooses the store once (fake timer: -fake)
 
     def pinned(self, family: str) -> list[tuple[str, Conv2dProblem]]:
         """(key, problem) of the cliffs pinned for ``family`` in this test's baseline file."""

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from pytest_convperf.check.workload import Candidate, phase_call
+from pytest_convperf.check.calls import phase_call
+from pytest_convperf.check.context import Candidate
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.correctness.integrity import Finding
 

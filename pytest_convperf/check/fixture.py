@@ -12,24 +12,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch.nn.functional as F
 
 from pytest_convperf.ab.ab_plugin import ab_session
-from pytest_convperf.check.determinism import nondeterminism
-from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
-from pytest_convperf.check.pairing import ImplausibleTime, time_pair
-from pytest_convperf.check.workload import (
+from pytest_convperf.check.calls import (
     PHASES,
-    Candidate,
     check_phase,
     correctness_settings,
     perf_settings,
     phase_call,
     trace_facts,
 )
+from pytest_convperf.check.context import BaselineSlot, Candidate, CheckContext, CheckSession, baseline_key
+from pytest_convperf.check.determinism import nondeterminism
+from pytest_convperf.check.disabled import TIMING_DISABLED, correctness_only
+from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
+from pytest_convperf.check.gate import judge_and_record
+from pytest_convperf.check.pairing import ImplausibleTime, time_pair
 from pytest_convperf.core import inflight
 from pytest_convperf.core.problem import require_problem
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
@@ -41,20 +43,19 @@ from pytest_convperf.reports import journal
 from pytest_convperf.reports.progress import ProgressTimer
 
 if TYPE_CHECKING:
+    from pytest_convperf.baselines.store import Store
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
     from pytest_convperf.measure.timers import Timer
-    from pytest_convperf.session import ConvperfSession
 
 # Comparison facts a check's row carries in its own ``facts``.
-TIMING_DISABLED = "timing and baselines run only with --convperf (disabled mode)"
 _ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
 class ConvperfFixture:
     """Object behind the ``convperf`` fixture (see the fixture's docstring in ``plugin.py``)."""
 
-    def __init__(self, session: ConvperfSession, request: pytest.FixtureRequest) -> None:
+    def __init__(self, session: CheckSession, request: pytest.FixtureRequest) -> None:
         self.session = session
         self.request = request
         self._timer: Timer | None = None
@@ -84,6 +85,11 @@ class ConvperfFixture:
         return self._timer
 
     @property
+    def store(self) -> Store:
+        """This machine's baseline store, chosen once from the timer (fake numbers: ``-fake``)."""
+        return self.session.store(fake=getattr(self.timer, "kind", None) == "fake")
+
+    @property
     def nodeid(self) -> str:
         return str(self.request.node.nodeid)
 
@@ -102,15 +108,7 @@ class ConvperfFixture:
         A test in a class is keyed ``Class::name`` so that same-named methods of two classes in one
         file get distinct keys; module-level tests keep the bare name.
         """
-        test = str(self.request.node.name)
-        cls = getattr(self.request.node, "cls", None)
-        if cls is not None:
-            test = f"{cls.__name__}::{test}"
-        if name not in test:
-            test = f"{test}@{name}"
-        key = test if phase == "forward" else f"{test}:{phase}"
-        # A lone surrogate ('\ud800' in a test id) cannot be stored in UTF-8 YAML: its escape is.
-        return key.encode("utf-8", "backslashreplace").decode("utf-8")
+        return baseline_key(self.request.node, name, phase)
 
     # ---- timing ------------------------------------------------------------------------------------
     def measure(
@@ -132,14 +130,46 @@ class ConvperfFixture:
         problem = require_problem(problem, "convperf.measure")
         if not self.session.cfg.enabled:
             pytest.skip(TIMING_DISABLED)
-        timed = time_pair(
-            *self._where(), candidate, problem, reference=reference, phase=phase, mode=mode, rule=rule
-        )
-        return timed.first
+        ctx = self.context(candidate, problem, reference=reference, phase=phase, mode=mode, look_up=False)
+        return time_pair(ctx, rule=rule).first
 
-    def _where(self) -> tuple[Timer, DeviceInfo, pytest.Config, str]:
-        """Where this test times: :func:`~pytest_convperf.check.pairing.time_pair`'s first four arguments."""
-        return self.timer, self.device, self.request.config, self.nodeid
+    def context(
+        self,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        *,
+        reference: Candidate | None,
+        phase: str,
+        mode: str,
+        look_up: bool = True,
+    ) -> CheckContext:
+        """The context of one check, each part derived once: the phase validated, the device made
+        usable, the seed, the key, the one input set, the store and (``look_up``) the stored entry."""
+        check_phase(phase)
+        device = self.device
+        device.ensure_usable()
+        seed = stable_seed(problem)
+        key = self.key(problem, phase)
+        slot = (
+            BaselineSlot.look_up(self.store, self.module, key)
+            if look_up
+            else BaselineSlot(self.store, self.module, key, None)
+        )
+        return CheckContext(
+            problem=problem,
+            phase=phase,
+            seed=seed,
+            candidate=candidate,
+            reference=reference,
+            # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
+            inputs=problem.make_inputs(seed, device.torch_device),
+            mode=mode,
+            device=device,
+            timer=self.timer,
+            config=self.request.config,
+            nodeid=self.nodeid,
+            slot=slot,
+        )
 
     # ---- the check -----------------------------------------------------------------------------------
     def check(
@@ -166,9 +196,12 @@ class ConvperfFixture:
         """
         problem = require_problem(problem, "convperf.check")
         if not self.session.cfg.enabled:
-            self._correctness_only(candidate, problem, reference=reference, phase=phase, oracle=oracle)
+            correctness_only(
+                candidate, problem, self.device, self.nodeid, reference=reference, phase=phase, oracle=oracle
+            )
+        ctx = self.context(candidate, problem, reference=reference, phase=phase, mode=mode)
         cfg_limit = self.session.cfg.check_timeout
-        limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(self.timer).check_timeout_s()
+        limit = cfg_limit if cfg_limit is not None else StopRule.for_timer(ctx.timer).check_timeout_s()
         self.progress = CheckProgress()
         recorded = len(self.session.pending.get(self.nodeid, []))
 
@@ -180,8 +213,7 @@ class ConvperfFixture:
                 "rounds": progress.describe(),
                 "slowest_call_s": progress.slowest_call_s,
             }
-            args = (problem.id, phase, None, (), Verdict.TIMEOUT.value, message, {"timeout": stopped})
-            return CheckRow(self.key(problem, phase), self.nodeid, self.module, *args)
+            return ctx.unjudged_row(Verdict.TIMEOUT, message, (), {"timeout": stopped})
 
         def on_overrun(message: str) -> None:  # the watchdog thread, before it ends the process
             if self.session.cfg.report_dir is not None:
@@ -197,7 +229,7 @@ class ConvperfFixture:
                 inflight.running(
                     step="the timed check",
                     problem=problem.id,
-                    seed=stable_seed(problem),
+                    seed=ctx.seed,
                     phase=phase,
                     candidate=describe(candidate),
                     reference=describe(reference or F.conv2d),
@@ -205,154 +237,98 @@ class ConvperfFixture:
                 ),
             ):
                 return self._check(
-                    candidate,
-                    problem,
-                    reference=reference,
-                    phase=phase,
-                    mode=mode,
-                    oracle=oracle,
-                    extra_metrics=extra_metrics,
-                    deterministic=deterministic,
+                    ctx, oracle=oracle, extra_metrics=extra_metrics, deterministic=deterministic
                 )
         except CheckTimeout as exc:
             if len(self.session.pending.get(self.nodeid, [])) == recorded:  # not judged yet: its row
                 self.session.record(self.nodeid, timeout_row(str(exc)))
             pytest.fail(str(exc), pytrace=False)
 
-    def _correctness_only(
-        self,
-        candidate: Candidate,
-        problem: Conv2dProblem,
-        *,
-        reference: Candidate | None,
-        phase: str,
-        oracle: Candidate | None,
-    ) -> NoReturn:
-        """Disabled mode (no --convperf): the check's correctness once, as a plain ``pytest`` run
-        must still catch a wrong kernel; then the test skips (nothing timed, no baseline read)."""
-        check_phase(phase)
-        device = self.device
-        with device_errors(device, self.nodeid, problem.id), correctness_settings():
-            report = check_conv(
-                candidate,
-                problem,
-                reference=reference,
-                seed=stable_seed(problem),
-                device=device.torch_device,
-                backward=phase != "forward",
-                oracle=oracle,
-            )
-        if not report.ok or not report.reference_ok:
-            pytest.fail(report.message(), pytrace=False)
-        pytest.skip(f"correctness passed ({problem.id}, {phase}); {TIMING_DISABLED}")
-
     def _check(
         self,
-        candidate: Candidate,
-        problem: Conv2dProblem,
+        ctx: CheckContext,
         *,
-        reference: Candidate | None,
-        phase: str,
-        mode: str,
         oracle: Candidate | None,
         extra_metrics: dict[str, float] | None,
         deterministic: bool,
     ) -> Comparison:
-        check_phase(phase)
-        device = self.device
-        device.ensure_usable()
-        seed = stable_seed(problem)
-        key = self.key(problem, phase)
-        # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
-        inputs = problem.make_inputs(seed, device.torch_device)
+        candidate, problem, phase, device = ctx.candidate, ctx.problem, ctx.phase, ctx.device
         self.progress.at("correctness")
-        with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
+        with device_errors(device, ctx.nodeid, problem.id), correctness_settings():
             report = check_conv(
                 candidate,
                 problem,
-                reference=reference,
-                seed=seed,
+                reference=ctx.reference,
+                seed=ctx.seed,
                 device=device.torch_device,
                 backward=phase != "forward",
                 oracle=oracle,
-                inputs=inputs,
+                inputs=ctx.inputs,
             )
         facts = self._correctness_facts(report)
         if deterministic:
             facts["deterministic"] = True
         if not report.ok or not report.reference_ok:
             # A correctness failure is recorded without a judgement: there is no timing to judge.
-            verdict = Verdict.CORRECTNESS_FAIL.value if not report.ok else None
+            verdict = Verdict.CORRECTNESS_FAIL if not report.ok else None
             errors = tuple(report.candidate_errors)
-            self._record_failure(key, problem, phase, facts, Finding("", report.message(), errors, verdict))
+            self._record_failure(ctx, facts, Finding("", report.message(), errors, verdict))
         if deterministic:
             self.progress.at("the determinism check")
-            with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device):
-                found = nondeterminism(candidate, problem, phase, inputs, seed, device.torch_device)
-            self._record_failure(key, problem, phase, facts, found)
-        entry = self.session.store(fake=self.timer.kind == "fake").get(self.module, key)
-        sticky = entry.mode if mode == "auto" and entry is not None else None  # auto: time as stored
+            with device_errors(device, ctx.nodeid, problem.id), perf_settings(problem, device):
+                found = nondeterminism(candidate, problem, phase, ctx.inputs, ctx.seed, device.torch_device)
+            self._record_failure(ctx, facts, found)
         self.progress.at("the first measurement")
-        timed = time_pair(
-            *self._where(),
-            candidate,
-            problem,
-            reference=reference,
-            phase=phase,
-            mode=mode,
-            rule=None,
-            inputs=inputs,
-            stored_mode=sticky,
-        )
+        timed = time_pair(ctx, stored_mode=ctx.stored_mode)  # auto: time as stored
         comparison, confirm = timed.first, timed.confirm
         if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
             self.progress.at("the integrity check after timing")
-            with device_errors(self.device, self.nodeid, problem.id), correctness_settings():
-                found = after_timing(candidate, problem, inputs, timed.last_output, seed, device, oracle)
-            self._record_failure(key, problem, phase, facts, found)
-        if self.session.cfg.updating or (entry is not None and entry.kernels):  # which kernel changed
+            with device_errors(device, ctx.nodeid, problem.id), correctness_settings():
+                found = after_timing(
+                    candidate, problem, ctx.inputs, timed.last_output, ctx.seed, device, oracle
+                )
+            self._record_failure(ctx, facts, found)
+        if self.session.cfg.updating or (ctx.entry is not None and ctx.entry.kernels):  # which kernel changed
             self.progress.at("the kernel table")
-            call = phase_call(candidate, inputs, problem, phase, seed, device.torch_device)
-            with device_errors(self.device, self.nodeid, problem.id), perf_settings(problem, device):
+            call = phase_call(candidate, ctx.inputs, problem, phase, ctx.seed, device.torch_device)
+            with device_errors(device, ctx.nodeid, problem.id), perf_settings(problem, device):
                 kernels = candidate_kernels(call, device)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "kernels": kernels})
         if self.session.cfg.trace:
             from pytest_convperf.measure.profiling import trace_factory
 
-            start = trace_factory(self.session.trace_dir(), self.nodeid, self.device)
-            ref = reference or F.conv2d
-            traces = trace_facts(start, candidate, ref, problem, phase, seed, inputs, self.device)
+            start = trace_factory(self.session.trace_dir(), ctx.nodeid, device)
+            traces = trace_facts(ctx, start, ctx.reference or F.conv2d)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})
         facts.update({k: v for k, v in comparison.facts.items() if k in _ROW_FACTS})
         ab = ab_session(self.request.config)
         if ab is not None:  # --convperf-against: the same candidate at REF, timed here (ab_plugin)
             self.progress.at(f"the A/B against --convperf-against={ab.ref.label}")
             facts["ab"] = ab.compare(
-                self, candidate, problem, reference=reference, phase=phase, mode=mode, inputs=inputs,
-                a_speedup=(comparison.speedup, comparison.speedup_ci),
+                self, ctx, a_speedup=(comparison.speedup, comparison.speedup_ci)
             )  # fmt: skip
         self.progress.at("the judgement (its confirm measurement)")
-        self.gate(
+        judge_and_record(
+            self.session,
+            ctx.nodeid,
+            ctx.slot,
+            device,
             comparison,
             name=problem.id,
             phase=phase,
             errors=report.candidate_errors,
             confirm=confirm,
-            key=key,
             facts=facts,
             extra_metrics=extra_metrics,
         )
         return comparison
 
-    def _record_failure(
-        self, key: str, problem: Conv2dProblem, phase: str, facts: dict[str, Any], found: Finding | None
-    ) -> None:
+    def _record_failure(self, ctx: CheckContext, facts: dict[str, Any], found: Finding | None) -> None:
         """A check that failed with nothing to judge: its row without timings, then the test fails."""
         if found is None:
             return
         facts = {**facts, "integrity": found.tag} if found.tag else facts
-        args = (problem.id, phase, None, found.errors, found.verdict, found.message, facts)
-        self.session.record(self.nodeid, CheckRow(key, self.nodeid, self.module, *args))
+        self.session.record(ctx.nodeid, ctx.unjudged_row(found.verdict, found.message, found.errors, facts))
         pytest.fail(found.message, pytrace=False)
 
     # ---- the judgement ----------------------------------------------------------------------------
@@ -381,51 +357,24 @@ class ConvperfFixture:
         refused update; skips it when the timing is INCONCLUSIVE (after the drift checks);
         PASS/NEW/IMPROVED/STALE/ADVISORY pass with a note. Returns ``comparison``.
         """
-        from pytest_convperf.baselines.updates import quality_of
-        from pytest_convperf.check.gate import judge
-
         check_phase(phase)
         if not self.session.cfg.enabled:
             pytest.skip(TIMING_DISABLED)
         key = key if key is not None else self.key_for(name, phase)
-        if self.session.confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
-            self.session.confirm_run.measure(self.nodeid, key, confirm)
-            return comparison
-        metrics = {k: float(v) for k, v in extra_metrics.items()} if extra_metrics else None
-        timer_kind = (facts or {}).get("timer", getattr(self.timer, "kind", None))
-        judgement = judge(
-            self.session.cfg,
-            self.session.store(fake=timer_kind == "fake"),
+        slot = BaselineSlot.look_up(self.store, self.module, key)
+        return judge_and_record(
+            self.session,
+            self.nodeid,
+            slot,
             self.device,
             comparison,
-            module=self.module,
-            key=key,
-            confirm=confirm,
+            name=name,
+            phase=phase,
             errors=errors,
-            backend=comparison.facts.get("reference_backend"),
-            quality=quality_of(metrics or {}),
+            confirm=confirm,
+            facts=facts,
+            extra_metrics=extra_metrics,
         )
-        self.session.record(
-            self.nodeid,
-            CheckRow(
-                key=key,
-                nodeid=self.nodeid,
-                module=self.module,
-                problem=name,
-                phase=phase,
-                comparison=comparison,
-                errors=tuple(errors),
-                verdict=judgement.decision.verdict.value,
-                message=judgement.decision.message,
-                facts=dict(facts or {}),
-                extra_metrics=metrics,
-                **judgement.row_fields,
-            ),
-        )
-        if comparison.inconclusive and judgement.decision.verdict is Verdict.INCONCLUSIVE:
-            pytest.skip(f"convperf INCONCLUSIVE on {name}: {comparison.inconclusive}")
-        judgement.enforce()
-        return comparison
 
     def _correctness_facts(self, report: CorrectnessReport) -> dict[str, Any]:
         return {

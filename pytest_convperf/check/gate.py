@@ -1,13 +1,13 @@
-"""The baseline judgement of one check: look up the entry, decide, plan the update, act on the item.
+"""The baseline judgement of one check: decide against the stored entry, plan the update, act on it.
 
-``ConvperfFixture.gate`` calls :func:`judge` once per check with the config, the machine's
-:class:`~pytest_convperf.baselines.store.Store`, the device, the measured comparison and a way to
-re-measure; it puts ``Judgement.row_fields`` into the check's row, records it, then calls
-``Judgement.enforce()``, which fails (FAIL, correctness, refused update, strict NEW) or skips
-(INCONCLUSIVE) the running test; a speed FAIL under session-wide false-alarm control is reported
-as "speed FAIL pending" (``night.pending_speed_fail``) and decided at session end. Nothing is
-written here: the controller writes the planned updates once at session end
-(:mod:`pytest_convperf.baselines.updates`).
+``ConvperfFixture.gate`` calls :func:`judge` once per check with the config, the check's
+:class:`~pytest_convperf.check.context.BaselineSlot` (the machine's store, the key and the entry
+looked up once), the device, the measured comparison and a way to re-measure; it puts
+``Judgement.row_fields`` into the check's row, records it, then calls ``Judgement.enforce()``,
+which fails (FAIL, correctness, refused update, strict NEW) or skips (INCONCLUSIVE) the running
+test; a speed FAIL under session-wide false-alarm control is reported as "speed FAIL pending"
+(``night.pending_speed_fail``) and decided at session end. Nothing is written here: the
+controller writes the planned updates once at session end (:mod:`pytest_convperf.baselines.updates`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines.store import Store
-from pytest_convperf.baselines.updates import UpdatePlan, new_entry, plan_update
+from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
+from pytest_convperf.core.entry import UpdatePlan
 from pytest_convperf.core.env import env_from_facts, timing_of
-from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.judge.policy import decision_of, policy_for
 from pytest_convperf.judge.verdict import Decision
 
 if TYPE_CHECKING:
+    from pytest_convperf.check.context import BaselineSlot, CheckSession
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
 
@@ -64,23 +65,21 @@ class Judgement:
 
 def judge(
     cfg: ConvperfConfig,
-    store: Store,
+    slot: BaselineSlot,
     device: DeviceInfo,
     comparison: Comparison,
     *,
-    module: str,
-    key: str,
     confirm: Callable[[int], Comparison],
     errors: Sequence[ErrorStats] = (),
     backend: str | None = None,
     quality: Mapping[str, float] | None = None,
 ) -> Judgement:
-    """Decide one check (``module``, ``key``) against its entry in ``store``.
+    """Decide one check against the entry of its baseline ``slot`` (looked up once, by the fixture).
 
     ``confirm(n_rounds)`` re-times the same pair with ``n_rounds`` rounds.
     """
     env = env_from_facts(device.facts)
-    old = store.get(module, key)
+    store, old = slot.store, slot.entry
     policy = policy_for(cfg, device.kind, old)
     quality = dict(quality or {})
     decision = decision_of(
@@ -93,18 +92,71 @@ def judge(
         # Decided for correctness/quality drift only: the timing must never be recorded.
         plan = UpdatePlan("skip", "inconclusive measurements are never recorded") if cfg.update else None
     else:
-        candidate = new_entry(
+        proposed = new_entry(
             final, old, policy, env=env, backend=backend, errors=errors, quality=quality, kernels=kernels
         )
-        plan = plan_update(cfg, decision, old, candidate, policy)
+        plan = plan_update(cfg, decision, old, proposed, policy)
     fields: dict[str, Any] = {
         "machine": store.machine,
-        "baselines_file": str(store.path(module)),
+        "baselines_file": str(store.path(slot.module)),
         "device_kind": device.kind,
         "env": env,
         "timing": timing_of(final),
-        "decision": decision.to_dict(),
-        "baseline": old.to_yaml() if old is not None else None,
-        "update": plan.to_dict() if plan is not None else None,
+        "decision": decision,
+        "baseline": old,
+        "update": plan,
     }
     return Judgement(decision, plan, fields, deferred=cfg.false_alarms != "none")
+
+
+def judge_and_record(
+    session: CheckSession,
+    nodeid: str,
+    slot: BaselineSlot,
+    device: DeviceInfo,
+    comparison: Comparison,
+    *,
+    name: str,
+    phase: str,
+    errors: Sequence[ErrorStats],
+    confirm: Callable[[int], Comparison],
+    facts: Mapping[str, Any] | None,
+    extra_metrics: Mapping[str, float] | None,
+) -> Comparison:
+    """``ConvperfFixture.gate`` on a check's slot: :func:`judge`, record the row once (keywords,
+    typed), then skip (INCONCLUSIVE timing) or :meth:`Judgement.enforce`. In a fresh-process
+    confirm run the comparison is only measured again, nothing is judged."""
+    confirm_run = session.confirm_run
+    if confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
+        confirm_run.measure(nodeid, slot.key, confirm)
+        return comparison
+    metrics = {k: float(v) for k, v in extra_metrics.items()} if extra_metrics else None
+    judgement = judge(
+        session.cfg,
+        slot,
+        device,
+        comparison,
+        confirm=confirm,
+        errors=errors,
+        backend=comparison.facts.get("reference_backend"),
+        quality=quality_of(metrics or {}),
+    )
+    row = CheckRow(
+        key=slot.key,
+        nodeid=nodeid,
+        module=slot.module,
+        problem=name,
+        phase=phase,
+        comparison=comparison,
+        errors=tuple(errors),
+        verdict=judgement.decision.verdict,
+        message=judgement.decision.message,
+        facts=dict(facts or {}),
+        extra_metrics=metrics,
+        **judgement.row_fields,
+    )
+    session.record(nodeid, row)
+    if comparison.inconclusive and judgement.decision.verdict is Verdict.INCONCLUSIVE:
+        pytest.skip(f"convperf INCONCLUSIVE on {name}: {comparison.inconclusive}")
+    judgement.enforce()
+    return comparison

@@ -1,7 +1,7 @@
 """The paired timing of one check: the facts taken once, the first measurement, its confirm.
 
 :func:`time_pair` measures a candidate against its reference on the check's inputs (under the
-timing slot and the perf settings of :mod:`pytest_convperf.check.workload`), and returns the first
+timing slot and the perf settings of :mod:`pytest_convperf.check.calls`), and returns the first
 :class:`~pytest_convperf.core.results.Comparison` with ``confirm(n_rounds)``, which re-times the same
 pair with that many rounds (the confirm run is asked for in rounds from end to end). Every
 comparison passes the roofline sanity check (:func:`sanity`): a time under half the floor is
@@ -16,25 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch.nn.functional as F
 
+from pytest_convperf.check.calls import InputSets, memory_facts, perf_settings, reference_facts
+from pytest_convperf.check.context import Candidate
 from pytest_convperf.check.faults import device_errors
-from pytest_convperf.check.workload import (
-    Candidate,
-    InputSets,
-    check_phase,
-    memory_facts,
-    perf_settings,
-    reference_facts,
-)
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.core.roofline import roofline_facts
 from pytest_convperf.correctness.known_defects import safe_reference
-from pytest_convperf.correctness.oracle import stable_seed
 from pytest_convperf.measure.parallel import timing_slot
 from pytest_convperf.measure.rounds import StopRule, Workload, measure_pair
 
 if TYPE_CHECKING:
     import pytest
 
+    from pytest_convperf.check.context import CheckContext
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.measure.timers import Timer
@@ -58,26 +52,21 @@ class TimedPair:
 
 
 def time_pair(
-    timer: Timer,
-    device: DeviceInfo,
-    config: pytest.Config,
-    nodeid: str,
-    candidate: Candidate,
-    problem: Conv2dProblem,
+    ctx: CheckContext,
     *,
-    reference: Candidate | None,
-    phase: str,
-    mode: str,
-    rule: StopRule | None,
-    inputs: ConvInputs | None = None,
+    reference: Candidate | None = None,
+    rule: StopRule | None = None,
     stored_mode: str | None = None,
 ) -> TimedPair:
-    """Measure once; ``confirm(n_rounds)`` re-times with ``n_rounds`` rounds.
+    """Measure ``ctx.candidate`` against a reference once; ``confirm(n_rounds)`` re-times with
+    ``n_rounds`` rounds, on the check's inputs (``ctx.inputs``, set 0) in ``ctx.mode``.
 
-    ``inputs``: the check's inputs of the recorded seed (built here when not given). ``stored_mode``:
-    the entry's timing mode, which ``auto`` reuses (the confirm reuses the first run's: never mixed)."""
-    check_phase(phase)
-    device.ensure_usable()
+    ``reference``: what the candidate is timed against when not the check's (REF's candidate in
+    an A/B); ``stored_mode``: the entry's timing mode, which ``auto`` reuses (the confirm reuses the
+    first run's: never mixed)."""
+    problem, phase, device, timer, seed = ctx.problem, ctx.phase, ctx.device, ctx.timer, ctx.seed
+    config, nodeid, candidate, mode = ctx.config, ctx.nodeid, ctx.candidate, ctx.mode
+    reference = reference if reference is not None else ctx.reference
     # A default reference on a path known to crash upstream is timed on another path (named).
     ref_fn, ref_note = safe_reference(
         reference if reference is not None else F.conv2d,
@@ -85,7 +74,6 @@ def time_pair(
         device.torch_device,
         weight_grad=phase in ("weight_grad", "backward"),
     )
-    seed = stable_seed(problem)
     if phase != "forward" and mode == "graph":
         raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
     facts: dict[str, Any] = {"seed": seed, "phase": phase, "machine": device.slug}
@@ -95,9 +83,7 @@ def time_pair(
         mode = "cold" if device.is_cuda else mode
         facts["mode_note"] = "gradient phases are timed without CUDA graphs"
     base_rule = rule or StopRule.for_timer(timer)
-    if inputs is None:
-        inputs = problem.make_inputs(seed, device.torch_device)
-    check_inputs = inputs
+    check_inputs = ctx.inputs
     last: list[tuple[ConvInputs, object] | None] = [None]
 
     def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
@@ -130,8 +116,8 @@ def time_pair(
 
     # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
     with timing_slot(config), device_errors(device, nodeid, problem.id):
-        extra = reference_facts(ref_fn, reference is None, problem, phase, seed, inputs, device)
-        extra["memory"] = memory_facts(candidate, ref_fn, problem, phase, seed, inputs, device)
+        extra = reference_facts(ctx, ref_fn, default_ref=reference is None)
+        extra["memory"] = memory_facts(ctx, ref_fn)
     first, confirm = first_and_confirm(run, base_rule, extra, stored_mode)
     return TimedPair(first, confirm, last[0])  # last[0]: the first measurement's (no confirm yet)
 

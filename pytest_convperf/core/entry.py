@@ -1,6 +1,7 @@
-"""One baseline entry: the :class:`Entry` a check stores, and :func:`parse_entry`, which validates one
+"""One baseline entry: the :class:`Entry` a check stores, :func:`parse_entry`, which validates one
 read from YAML (a bad field raises :class:`InvalidEntry` naming the field and the fix;
-:mod:`pytest_convperf.baselines.store` turns it into a ``pytest.UsageError`` naming the file).
+:mod:`pytest_convperf.baselines.store` turns it into a ``pytest.UsageError`` naming the file), and
+the :class:`UpdatePlan` of an entry (the rules that make one: ``baselines.updates.plan_update``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_convperf.core.results import FLUSH_KINDS, MEASURED_MODES
+# How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
+# L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
+MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
+FLUSH_KINDS = ("read", "write")
 
 FIX_RERECORD = (
     "fix the value by hand, or delete the entry and re-record it with "
@@ -95,6 +99,46 @@ class Entry:
     def same_values(self, other: Entry) -> bool:
         """Equal once rounded as stored (what a rewrite would change)."""
         return self.to_yaml() == other.to_yaml()
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """What ``--convperf-update-baselines`` will do with this check's entry.
+
+    ``action``: ``write`` (the controller writes ``entry``), ``keep`` (inside the noise band),
+    ``refused`` (slower without ``--convperf-reason``), or ``skip`` (verdict not selected).
+    ``written``: set at session end on a planned write (``update_outcome.mark_written``): whether
+    the entry reached its file; None before.
+    """
+
+    action: str
+    why: str
+    entry: Entry | None = None
+    slower: bool = False
+    written: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "action": self.action,
+            "why": self.why,
+            "slower": self.slower,
+            "entry": self.entry.to_yaml() if self.entry is not None else None,
+        }
+        if self.written is not None:
+            out["written"] = self.written
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], key: str) -> UpdatePlan:
+        entry = data.get("entry")
+        written = data.get("written")
+        return cls(
+            action=str(data.get("action", "")),
+            why=str(data.get("why", "")),
+            entry=parse_entry(key, entry) if entry is not None else None,
+            slower=bool(data.get("slower", False)),
+            written=bool(written) if written is not None else None,
+        )
 
 
 def _round_tree(value: Any) -> Any:

@@ -1,7 +1,10 @@
-"""Result types shared by timing, correctness, baselines and reports.
+"""Result types shared by timing, correctness, judgement, baselines and reports.
 
 Plain frozen dataclasses with no torch or pytest import, so every module (and the xdist
-controller, which receives them as dicts) can use them. Times are in seconds.
+controller, which receives them as dicts) can use them. Times are in seconds. A
+:class:`CheckRow` holds its parts typed (:class:`Verdict`, :class:`Decision`, the stored
+``Entry``, the ``UpdatePlan``); dicts exist only where a row crosses a process or reaches a file
+(:meth:`CheckRow.to_dict` / :meth:`CheckRow.from_dict`: xdist, the journal, ``rows.json``).
 """
 
 from __future__ import annotations
@@ -10,15 +13,14 @@ import enum
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
 from pytest_convperf.core.stats import log_ratios
 
-# How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
-# L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
-MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
-FLUSH_KINDS = ("read", "write")
+Outcome = Literal["pass", "fail", "skip"]
 
 
 def entry_digest(stored: dict[str, Any] | None) -> str | None:
@@ -169,6 +171,83 @@ class Verdict(str, enum.Enum):
     INCONCLUSIVE = "INCONCLUSIVE"
     CORRECTNESS_FAIL = "CORRECTNESS_FAIL"
     TIMEOUT = "TIMEOUT"  # stopped by --convperf-check-timeout; facts["timeout"] says how far it got
+    # A per-check FAIL the session's false-alarm control did not keep (``night.decide``).
+    SUSPECT = "SUSPECT"
+
+    # Printed as its value (``FAIL``, not ``Verdict.FAIL``) on every Python, in f-strings too, so a
+    # typed verdict reads as the string rows carried before.
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict for one check and everything a message or a report needs."""
+
+    verdict: Verdict
+    outcome: Outcome
+    message: str
+    stage: str | None = None
+    tolerance: float = 0.0
+    noise: float | None = None
+    delta: float | None = None
+    delta_ci: tuple[float, float] | None = None
+    sigma: float | None = None
+    mde: float | None = None
+    rounds_needed: int | None = None
+    env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    confirm: Comparison | None = None
+    # One-sided p-value of H0 "slowdown <= tolerance" from the last stage that ran for a suspect:
+    # the confirm stage (or the screen when there was no confirm); None when no suspect was tested.
+    p_value: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "outcome": self.outcome,
+            "message": self.message,
+            "stage": self.stage,
+            "tolerance": self.tolerance,
+            "noise": self.noise,
+            "delta": self.delta,
+            "delta_ci": list(self.delta_ci) if self.delta_ci else None,
+            "sigma": self.sigma,
+            "mde": self.mde,
+            "rounds_needed": self.rounds_needed,
+            "env_diff": {k: list(v) for k, v in self.env_diff.items()},
+            "notes": list(self.notes),
+            "confirm": self.confirm.to_dict() if self.confirm is not None else None,
+            "p_value": self.p_value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], verdict: Verdict | None = None) -> Decision:
+        """The decision of :meth:`to_dict`. A hand-written partial dict (a test's row) takes the
+        defaults, and ``verdict`` (the row's) where it has none."""
+        delta_ci = data.get("delta_ci")
+        confirm = data.get("confirm")
+        outcome = data.get("outcome", "pass")
+        return cls(
+            verdict=Verdict(data["verdict"]) if data.get("verdict") is not None else verdict or Verdict.PASS,
+            outcome=outcome if outcome in ("pass", "fail", "skip") else "pass",
+            message=str(data.get("message", "")),
+            stage=data.get("stage"),
+            tolerance=float(data.get("tolerance", 0.0)),
+            noise=data.get("noise"),
+            delta=data.get("delta"),
+            delta_ci=(float(delta_ci[0]), float(delta_ci[1])) if delta_ci else None,
+            sigma=data.get("sigma"),
+            mde=data.get("mde"),
+            rounds_needed=data.get("rounds_needed"),
+            env_diff={k: (v[0], v[1]) for k, v in (data.get("env_diff") or {}).items()},
+            notes=tuple(data.get("notes") or ()),
+            confirm=Comparison.from_dict(confirm) if confirm is not None else None,
+            p_value=data.get("p_value"),
+        )
 
 
 @dataclass(frozen=True)
@@ -177,10 +256,11 @@ class CheckRow:
 
     ``key`` is the baseline key, ``module`` the test file's stem (the baseline file), ``problem``
     the workload's name (a ``Conv2dProblem`` id or a model-level label), ``phase`` the part timed.
-    ``comparison`` is None when correctness failed before timing. ``verdict`` is a
-    :class:`Verdict` value (None when no decision was made, e.g. a defective reference). The
-    judgement's fields (``machine`` .. ``update``) are None without a judgement. ``to_dict`` /
-    ``from_dict`` are the JSON-able form used at the xdist boundary and in ``rows.json``.
+    ``comparison`` is None when correctness failed before timing. ``verdict`` is None when no
+    decision was made (e.g. a defective reference). The judgement's fields (``machine`` ..
+    ``update``) are None without a judgement: ``decision``, ``baseline`` (the stored entry it was
+    judged against) and ``update`` (the update plan) are typed. ``to_dict`` / ``from_dict`` are
+    the JSON-able form used at the xdist boundary, in the journal and in ``rows.json``.
     """
 
     key: str
@@ -190,7 +270,7 @@ class CheckRow:
     phase: str
     comparison: Comparison | None
     errors: tuple[ErrorStats, ...]
-    verdict: str | None
+    verdict: Verdict | None
     message: str
     facts: dict[str, Any] = field(default_factory=dict)
     extra_metrics: dict[str, float] | None = None
@@ -200,14 +280,24 @@ class CheckRow:
     env: dict[str, str] | None = None
     # How the judged comparison was timed (``env.timing_of``: ``mode``, ``flush`` for cold).
     timing: dict[str, str] | None = None
-    decision: dict[str, Any] | None = None
-    baseline: dict[str, Any] | None = None
-    update: dict[str, Any] | None = None
+    decision: Decision | None = None
+    baseline: Entry | None = None
+    update: UpdatePlan | None = None
     # The night's decision at session end (``night.judge_night``: ``adjusted_p``, ``kept``, ...).
     night: dict[str, Any] | None = None
 
     # Fields a row without a judgement leaves out of its dict (as rows always have).
     _JUDGED = ("machine", "baselines_file", "device_kind", "env", "timing", "decision", "baseline", "update")
+
+    @property
+    def stage(self) -> str | None:
+        """The stage of the decision that gave the verdict (``screen``, ``confirm``, ...), if any."""
+        return self.decision.stage if self.decision is not None else None
+
+    @property
+    def planned(self) -> str | None:
+        """The update plan's action (``write``, ``keep``, ``refused``, ``skip``), None without one."""
+        return self.update.action if self.update is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -218,35 +308,54 @@ class CheckRow:
             "phase": self.phase,
             "comparison": self.comparison.to_dict() if self.comparison is not None else None,
             "errors": [e.to_dict() for e in self.errors],
-            "verdict": self.verdict,
+            "verdict": self.verdict.value if self.verdict is not None else None,
             "message": self.message,
             "facts": self.facts,
         }
         if self.extra_metrics is not None:
             out["extra_metrics"] = dict(self.extra_metrics)
         if self.machine is not None:
-            out.update({name: getattr(self, name) for name in self._JUDGED})
+            out.update(
+                machine=self.machine,
+                baselines_file=self.baselines_file,
+                device_kind=self.device_kind,
+                env=self.env,
+                timing=self.timing,
+                decision=self.decision.to_dict() if self.decision is not None else None,
+                baseline=self.baseline.to_yaml() if self.baseline is not None else None,
+                update=self.update.to_dict() if self.update is not None else None,
+            )
         if self.night is not None:
             out["night"] = self.night
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckRow:
+        key = str(data["key"])
         comparison = data.get("comparison")
+        verdict = Verdict(data["verdict"]) if data.get("verdict") is not None else None
+        decision, baseline, update = data.get("decision"), data.get("baseline"), data.get("update")
         return cls(
-            key=str(data["key"]),
+            key=key,
             nodeid=str(data.get("nodeid", "")),
             module=str(data.get("module", "")),
             problem=str(data.get("problem", "")),
             phase=str(data.get("phase", "forward")),
             comparison=Comparison.from_dict(comparison) if comparison is not None else None,
             errors=tuple(_error_stats(e) for e in data.get("errors") or ()),
-            verdict=data.get("verdict"),
+            verdict=verdict,
             message=str(data.get("message", "")),
             facts=dict(data.get("facts") or {}),
             extra_metrics=data.get("extra_metrics"),
+            machine=data.get("machine"),
+            baselines_file=data.get("baselines_file"),
+            device_kind=data.get("device_kind"),
+            env=data.get("env"),
+            timing=data.get("timing"),
+            decision=Decision.from_dict(decision, verdict) if decision is not None else None,
+            baseline=parse_entry(key, baseline) if baseline is not None else None,
+            update=UpdatePlan.from_dict(update, key) if update is not None else None,
             night=data.get("night"),
-            **{name: data.get(name) for name in cls._JUDGED},
         )
 
 

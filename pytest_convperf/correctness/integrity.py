@@ -3,7 +3,7 @@
 Correctness runs before timing on copies of the inputs; a candidate can pass it and still not
 compute during timing. After the first timed measurement :func:`after_timing` checks, in order:
 
-1. **stale**: the output of the last timed call (kept by ``workload.phase_call(keep=)``), copied
+1. **stale**: the output of the last timed call (kept by ``calls.phase_call(keep=)``), copied
    at once, against the fp64 oracle of that call's inputs. A candidate that returns an earlier
    call's result, or a tensor it fills later (lazily, or on a stream nobody waits for), fails.
 2. **cached**: fresh values written *into the same input tensors* (same data pointers, same
@@ -46,7 +46,7 @@ class Finding:
     tag: str
     message: str
     errors: tuple[ErrorStats, ...] = ()
-    verdict: str | None = Verdict.CORRECTNESS_FAIL.value
+    verdict: Verdict | None = Verdict.CORRECTNESS_FAIL
 
     @classmethod
     def of(cls, message: str, errors: Sequence[ErrorStats] = ()) -> Finding:

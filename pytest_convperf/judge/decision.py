@@ -1,5 +1,6 @@
 """The data of a baseline decision (docs/design.md §7): its thresholds (:class:`Policy`), one statistical
-look at the slowdown (:class:`Stage`), the outcome (:class:`Decision`) and the message helpers
+look at the slowdown (:class:`Stage`), the outcome (``core.results.Decision``, plain data every
+layer reads from a row) and the message helpers
 that :mod:`pytest_convperf.judge.verdict` and :mod:`pytest_convperf.judge.few_rounds` share. Pure: no torch,
 no pytest.
 """
@@ -7,16 +8,13 @@ no pytest.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.core.stats import t_cdf, t_quantile
 
 if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
-
-Outcome = Literal["pass", "fail", "skip"]
 
 SCREEN_Q = 0.95
 CONFIRM_Q = 0.9995
@@ -77,48 +75,6 @@ class Stage:
         t = (self.d - math.log1p(tolerance)) / self.sigma
         # The lower tail of -t keeps precision where 1 - cdf(t) would round to 0.
         return t_cdf(-t, self.df)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The verdict for one check and everything a message or a report needs."""
-
-    verdict: Verdict
-    outcome: Outcome
-    message: str
-    stage: str | None = None
-    tolerance: float = 0.0
-    noise: float | None = None
-    delta: float | None = None
-    delta_ci: tuple[float, float] | None = None
-    sigma: float | None = None
-    mde: float | None = None
-    rounds_needed: int | None = None
-    env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    confirm: Comparison | None = None
-    # One-sided p-value of H0 "slowdown <= tolerance" from the last stage that ran for a suspect:
-    # the confirm stage (or the screen when there was no confirm); None when no suspect was tested.
-    p_value: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict.value,
-            "outcome": self.outcome,
-            "message": self.message,
-            "stage": self.stage,
-            "tolerance": self.tolerance,
-            "noise": self.noise,
-            "delta": self.delta,
-            "delta_ci": list(self.delta_ci) if self.delta_ci else None,
-            "sigma": self.sigma,
-            "mde": self.mde,
-            "rounds_needed": self.rounds_needed,
-            "env_diff": {k: list(v) for k, v in self.env_diff.items()},
-            "notes": list(self.notes),
-            "confirm": self.confirm.to_dict() if self.confirm is not None else None,
-            "p_value": self.p_value,
-        }
 
 
 def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:

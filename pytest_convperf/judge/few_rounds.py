@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.core.env import changes_since, us_line
-from pytest_convperf.core.results import Comparison, Verdict, ratio_text
+from pytest_convperf.core.results import Comparison, Decision, Verdict, ratio_text
 from pytest_convperf.core.stats import t_quantile
-from pytest_convperf.judge.decision import MIN_CI_ROUNDS, Decision, Policy, entry_noise, pct
+from pytest_convperf.judge.decision import MIN_CI_ROUNDS, Policy, entry_noise, pct
 
 if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry

@@ -20,7 +20,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.core.env import changes_since, describe_changes, moved_side, us_line
-from pytest_convperf.core.results import Comparison, ErrorStats, Verdict, ratio_text
+from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Outcome, Verdict, ratio_text
 from pytest_convperf.core.stats import t_quantile
 from pytest_convperf.judge.decision import (
     CONFIRM_FACTOR,
@@ -28,8 +28,6 @@ from pytest_convperf.judge.decision import (
     DRIFT_FACTOR,
     MIN_CI_ROUNDS,
     SCREEN_Q,
-    Decision,
-    Outcome,
     Policy,
     Stage,
     entry_noise,

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pytest_convperf.core.results import FLUSH_KINDS, MEASURED_MODES
+from pytest_convperf.core.entry import FLUSH_KINDS, MEASURED_MODES
 
 if TYPE_CHECKING:
     from pytest_convperf.core.device import ClockSample
@@ -30,7 +30,7 @@ class Job:
     ``flush`` asks the timer to evict L2 before the sample (outside the timed region).
     ``mode`` and ``l2`` describe the job for the report (``Measurement.mode``/``.l2``).
     ``before(round_index)``, when set, runs before each round that times this job, outside the
-    timed region (fresh input values: :meth:`pytest_convperf.check.workload.InputSets.refresh`).
+    timed region (fresh input values: :meth:`pytest_convperf.check.calls.InputSets.refresh`).
     """
 
     name: str

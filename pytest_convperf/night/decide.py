@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.core.config import Method
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.core.results import CheckRow, Verdict
 from pytest_convperf.judge.verdict import CONFIRM_Q
 from pytest_convperf.night.multiplicity import NightControl, check_id, checks_from_rows, control
 
-SUSPECT = "SUSPECT"
+SUSPECT = Verdict.SUSPECT
 NIGHT_FILE = "night.json"
 # pytest's status of a test whose speed FAIL awaits the session's decision (its stats category).
 PENDING = "speed FAIL pending"
@@ -130,8 +130,4 @@ def pending_speed_fail(rows: Sequence[Mapping[str, Any]]) -> bool:
 def deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:
     """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
     kept = set(night.fails)
-    return [
-        check_id(r)
-        for r in rows
-        if check_id(r) in kept and (r.update or {}).get("action") not in ("write", "refused")
-    ]
+    return [check_id(r) for r in rows if check_id(r) in kept and r.planned not in ("write", "refused")]

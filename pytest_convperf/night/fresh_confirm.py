@@ -37,7 +37,6 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.entry import parse_entry
 from pytest_convperf.core.rerun import forwarded_args, plugin_args, subprocess_env
 from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verdict
 from pytest_convperf.judge.verdict import CONFIRM_FACTOR
@@ -131,9 +130,9 @@ def suspects(rows: Sequence[CheckRow]) -> list[CheckRow]:
     return [
         row
         for row in rows
-        if row.verdict == Verdict.FAIL.value
+        if row.verdict is Verdict.FAIL
         and row.comparison is not None
-        and (row.decision or {}).get("stage") in ("screen", "confirm")
+        and row.stage in ("screen", "confirm")
         and row.baseline is not None
     ]
 
@@ -233,7 +232,7 @@ def rejudge(row: CheckRow, fresh: Comparison, cfg: ConvperfConfig) -> CheckRow:
     from pytest_convperf.judge.policy import decision_of, policy_for
 
     assert row.comparison is not None and row.baseline is not None
-    old = parse_entry(row.key, row.baseline)
+    old = row.baseline
     decision = decision_of(
         row.comparison,
         old,
@@ -255,7 +254,7 @@ def rejudge(row: CheckRow, fresh: Comparison, cfg: ConvperfConfig) -> CheckRow:
             f"{decision.message}\n(cleared by {k} fresh pytest process(es); this process's own confirm "
             f"had said: {here})"
         )
-    return replace(row, verdict=decision.verdict.value, message=message, decision=decision.to_dict())
+    return replace(row, verdict=decision.verdict, message=message, decision=decision)
 
 
 def confirm_fails(
@@ -302,7 +301,7 @@ def _confirm(
         )
         note = f"\n(not confirmed in a fresh process: {why}; this process's confirm stands)"
         redone[id(row)] = replace(row, message=f"{row.message}{note}")
-    cleared = sum(r.verdict != Verdict.FAIL.value for r in redone.values())
+    cleared = sum(r.verdict is not Verdict.FAIL for r in redone.values())
     lines = [
         f"{len(todo)} speed FAIL(s) confirmed again in up to {FRESH_PROCESSES} fresh pytest processes: "
         f"{len(todo) - cleared} still FAIL, {cleared} cleared"

@@ -101,10 +101,10 @@ def check_name(nodeid: str | None, key: str | None) -> str:
 
 
 def checks_from_rows(rows: Iterable[CheckRow]) -> dict[str, tuple[str, float | None]]:
-    """``{check_id: (verdict, p_value)}`` from result rows (``row.decision`` is ``Decision.to_dict()``)."""
+    """``{check_id: (verdict, p_value)}`` from result rows (the p-value of ``row.decision``)."""
     out: dict[str, tuple[str, float | None]] = {}
     for row in rows:
-        p = (row.decision or {}).get("p_value")
+        p = row.decision.p_value if row.decision is not None else None
         out[check_id(row)] = (
             str(row.verdict),
             None if p is None else float(p),

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_convperf.core.entry import UpdatePlan
 from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verdict
 
 # Most urgent first: what a reader must act on comes before what merely passed.
@@ -66,13 +67,12 @@ class ReportRow:
 
     @classmethod
     def from_row(cls, row: CheckRow) -> ReportRow:
-        decision = row.decision or {}
+        decision = row.decision
         final = final_comparison(row)
         ratio = as_number(final.time_ratio) if final is not None else None
         ci = final.time_ratio_ci if final is not None else None
-        base = as_number((row.baseline or {}).get("time_ratio"))
-        dci = decision.get("delta_ci")
-        update = row.update or {}
+        base = as_number(row.baseline.time_ratio) if row.baseline is not None else None
+        dci = decision.delta_ci if decision is not None else None
         facts = (final.facts if final is not None else None) or (
             row.comparison.facts if row.comparison is not None else {}
         )
@@ -81,18 +81,18 @@ class ReportRow:
             key=row.key or row.nodeid or "?",
             module=row.module,
             nodeid=row.nodeid,
-            verdict=str(row.verdict or decision.get("verdict") or "UNDECIDED"),
-            message=str(row.message or decision.get("message") or ""),
+            verdict=str(row.verdict or (decision.verdict if decision is not None else None) or "UNDECIDED"),
+            message=str(row.message or (decision.message if decision is not None else "")),
             speedup=1 / ratio if ratio else None,
             speedup_ci=(1 / ci[1], 1 / ci[0]) if ci and ci[0] and ci[1] else None,
             baseline_speedup=1 / base if base else None,
-            delta=as_number(decision.get("delta")),
+            delta=as_number(decision.delta) if decision is not None else None,
             delta_ci=(dci[0], dci[1]) if dci else None,
             candidate_us=cand_us,
             reference_us=_us(final.reference if final is not None else None),
-            mde=as_number(decision.get("mde")),
+            mde=as_number(decision.mde) if decision is not None else None,
             n_rounds=final.n_rounds if final is not None else None,
-            update=_update_state(update),
+            update=_update_state(row.update),
             quality=_quality_cell(row),
             roofline=_share(facts.get("roofline_floor_us"), cand_us),
             roofline_spec=_share(facts.get("roofline_spec_floor_us"), cand_us),
@@ -104,18 +104,17 @@ class ReportRow:
 
 def final_comparison(row: CheckRow) -> Comparison | None:
     """The comparison a row's numbers come from: the confirm run when there was one, else the first."""
-    confirm = (row.decision or {}).get("confirm")
-    # The decision is the judgement's dict form (``Decision.to_dict``), its confirm a ``Comparison``'s.
-    return Comparison.from_dict(confirm) if confirm else row.comparison
+    confirm = row.decision.confirm if row.decision is not None else None
+    return confirm if confirm is not None else row.comparison
 
 
 def measured_by(row: CheckRow) -> str:
     """Which measurement :func:`final_comparison` is: the first, its confirm, or the confirm of
     fresh pytest processes (``fresh_confirm``: their rounds together)."""
-    confirm = (row.decision or {}).get("confirm")
-    if not confirm:
+    confirm = row.decision.confirm if row.decision is not None else None
+    if confirm is None:
         return FIRST
-    processes = as_number((confirm.get("facts") or {}).get("processes"))
+    processes = as_number(confirm.facts.get("processes"))
     return f"{CONFIRM} in {processes:g} fresh processes" if processes and processes > 1 else CONFIRM
 
 
@@ -262,13 +261,13 @@ def fake_timed(row: CheckRow) -> bool:
 NOT_WRITTEN = "write planned, not written"
 
 
-def _update_state(update: Mapping[str, Any]) -> str | None:
+def _update_state(update: UpdatePlan | None) -> str | None:
     """A row's update as shown: its action; a planned write that was never applied (a crashed
     session's journal row, a failed file write) is :data:`NOT_WRITTEN`, never "write"."""
-    action = update.get("action")
+    action = update.action if update is not None else None
     if not action or action == "skip":
         return None
-    if action == "write" and update.get("written") is not True:
+    if action == "write" and (update is None or update.written is not True):
         return NOT_WRITTEN
     return str(action)
 

@@ -160,7 +160,8 @@ def history_records(
                 "correctness": _correctness(row.errors),
                 "quality": row_quality(row),
                 "baselines_file": row.baselines_file,
-                "entry": entry_digest(row.baseline),  # the entry it was judged against: calibrate
+                # The entry it was judged against: calibrate.
+                "entry": entry_digest(row.baseline.to_yaml()) if row.baseline is not None else None,
                 "load_avg": comp.facts.get("load_avg")
                 if comp is not None
                 else None,  # CPU timer's: calibrate

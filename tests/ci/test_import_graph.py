@@ -119,7 +119,6 @@ def test_every_module_sits_in_a_documented_layer() -> None:
 KNOWN_UPWARD = {
     ("ab.ab_plugin", "session"),
     ("check.fixture", "ab.ab_plugin"),
-    ("check.fixture", "session"),
 }
 
 

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_convperf.core.results import Verdict
 from pytest_convperf.reports.report import grouped, markdown, terminal_lines
 from pytest_convperf.reports.report_files import plot_speedups
 from tests.integration._lifecycle import Suite
@@ -88,7 +89,7 @@ ROW = check_row(
             "reference": {"median": 1e-3, "samples": [1e-3]},
         },
         "decision": {"delta": 0.2, "delta_ci": [0.15, 0.25], "mde": 0.08},
-        "baseline": {"time_ratio": 0.5},
+        "baseline": {"time_ratio": 0.5, "noise": 0.01, "us": {"candidate": 500.0, "reference": 1000.0}},
     }
 )
 
@@ -96,8 +97,8 @@ ROW = check_row(
 def test_report_data_is_grouped_most_urgent_first() -> None:
     rows = [
         ROW,
-        dataclasses.replace(ROW, key="test_y[p]", verdict="PASS"),
-        dataclasses.replace(ROW, key="test_z", verdict="NEW"),
+        dataclasses.replace(ROW, key="test_y[p]", verdict=Verdict.PASS),
+        dataclasses.replace(ROW, key="test_z", verdict=Verdict.NEW),
     ]
     assert [v for v, _ in grouped(rows)] == ["FAIL", "NEW", "PASS"]
     lines = terminal_lines(rows)
@@ -139,7 +140,8 @@ def test_history_takes_ratio_and_times_from_the_same_final_comparison() -> None:
     # The decision's confirm is a Comparison's dict form (Decision.to_dict).
     full = check_row({"comparison": confirm}).comparison
     assert full is not None
-    row = dataclasses.replace(ROW, decision={**(ROW.decision or {}), "confirm": full.to_dict()})
+    assert ROW.decision is not None
+    row = dataclasses.replace(ROW, decision=dataclasses.replace(ROW.decision, confirm=full))
     (rec,) = history_records([row], when="now", commit=None)
     assert rec["time_ratio"] == pytest.approx(0.7) and rec["ln_ratio"] == pytest.approx(math.log(0.7))
     assert rec["us"] == {"candidate": pytest.approx(700.0), "reference": pytest.approx(1000.0)}

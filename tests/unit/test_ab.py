@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,16 +206,12 @@ def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(
     ab.repo, ab.ref = tmp_path, Revision("HEAD~1", "a" * 40, "slow")
     ab.checkouts = SimpleNamespace(path=lambda rev: tmp_path)  # type: ignore[assignment]
     node = SimpleNamespace(path=tmp_path / "test_x.py")
-    fixture = SimpleNamespace(
-        request=SimpleNamespace(node=node),
-        device=SimpleNamespace(torch_device="cpu"),
-        progress=CheckProgress(),
-    )
+    fixture = SimpleNamespace(request=SimpleNamespace(node=node), progress=CheckProgress())
     problem = Conv2dProblem(n=1, c_in=2, h=4, w=4, c_out=2, kernel=3, padding=1)
-    inputs = problem.make_inputs(1, "cpu")
+    ctx: Any = SimpleNamespace(  # the parts of a CheckContext the A/B's first call uses
+        candidate=F.conv2d, problem=problem, phase="forward", inputs=problem.make_inputs(1, "cpu"),
+        seed=1, device=SimpleNamespace(torch_device="cpu"),
+    )  # fmt: skip
     stopped = pytest.raises(CheckTimeout, match=r"during REF HEAD~1 \(aaaaaaaaaa\)'s candidate")
     with stopped, deadline(0.3, "the check", fixture.progress):
-        ab.compare(
-            fixture, F.conv2d, problem, reference=None, phase="forward", mode="auto", inputs=inputs,
-            a_speedup=(1.0, (1.0, 1.0)),
-        )  # fmt: skip
+        ab.compare(fixture, ctx, a_speedup=(1.0, (1.0, 1.0)))

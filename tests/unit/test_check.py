@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pytest_convperf.check import calls
 from pytest_convperf.check import fixture as check
-from pytest_convperf.check import workload
 from pytest_convperf.check.faults import device_errors
 from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.core.precision import tf32_enabled
@@ -36,7 +36,7 @@ def _reference_grads(problem: Conv2dProblem, seed: int) -> tuple[torch.Tensor, .
 )
 def test_phase_call_times_exactly_the_requested_gradients(phase: str, which: list[int]) -> None:
     seed = 7
-    call = workload.phase_call(F.conv2d, PROBLEM.make_inputs(seed), PROBLEM, phase, seed, "cpu")
+    call = calls.phase_call(F.conv2d, PROBLEM.make_inputs(seed), PROBLEM, phase, seed, "cpu")
     expected = _reference_grads(PROBLEM, seed)
     got = call()
     assert isinstance(got, tuple) and len(got) == len(which)
@@ -47,7 +47,7 @@ def test_phase_call_times_exactly_the_requested_gradients(phase: str, which: lis
 
 def test_forward_phase_call_is_the_candidate_itself() -> None:
     inputs = PROBLEM.make_inputs(1)
-    out = workload.phase_call(F.conv2d, inputs, PROBLEM, "forward", 1, "cpu")()
+    out = calls.phase_call(F.conv2d, inputs, PROBLEM, "forward", 1, "cpu")()
     stride, padding, dilation, groups = PROBLEM.conv_args()
     expected = F.conv2d(inputs.input, inputs.weight, inputs.bias, stride, padding, dilation, groups)
     torch.testing.assert_close(out, expected)
@@ -58,26 +58,26 @@ def test_gradient_phase_of_a_candidate_without_autograd_is_a_clear_error() -> No
         return F.conv2d(*args).detach()
 
     with pytest.raises(TypeError, match="register an autograd formula"):
-        workload.phase_call(detached, PROBLEM.make_inputs(0), PROBLEM, "weight_grad", 0, "cpu")
+        calls.phase_call(detached, PROBLEM.make_inputs(0), PROBLEM, "weight_grad", 0, "cpu")
 
 
 def test_reference_backend_is_recorded_and_tolerates_a_missing_private_api(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    backend = workload.reference_backend(PROBLEM, PROBLEM.make_inputs(0))
+    backend = calls.reference_backend(PROBLEM, PROBLEM.make_inputs(0))
     assert isinstance(backend, str) and backend and "." not in backend
     monkeypatch.delattr(torch._C, "_select_conv_backend")
-    assert workload.reference_backend(PROBLEM, PROBLEM.make_inputs(0)) is None
+    assert calls.reference_backend(PROBLEM, PROBLEM.make_inputs(0)) is None
 
 
 def test_perf_settings_pin_ieee_fp32_and_restore() -> None:
     info = DeviceInfo(kind="cpu", torch_device="cpu", name="cpu", slug="cpu-1t", threads=1)
     before = (tf32_enabled(), torch.backends.cudnn.benchmark)
-    with workload.perf_settings(PROBLEM, info) as facts:
+    with calls.perf_settings(PROBLEM, info) as facts:
         assert facts == {"tf32": "off", "cudnn_benchmark": False}
         assert not tf32_enabled()
     assert (tf32_enabled(), torch.backends.cudnn.benchmark) == before
-    with workload.perf_settings(PROBLEM.replace(dtype="bf16"), info) as facts:
+    with calls.perf_settings(PROBLEM.replace(dtype="bf16"), info) as facts:
         assert facts["tf32"] == "n/a"
 
 
@@ -88,7 +88,7 @@ def test_seed_is_stable_and_problem_specific() -> None:
 
 def test_phase_is_validated() -> None:
     with pytest.raises(ValueError, match="phase='grad' is not one of forward, input_grad"):
-        workload.check_phase("grad")
+        calls.check_phase("grad")
 
 
 def _fixture(kind: str) -> tuple[check.ConvperfFixture, DeviceInfo]:

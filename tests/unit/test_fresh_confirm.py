@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.core.results import CheckRow, Decision, Verdict
 from pytest_convperf.judge.verdict import _stage
 from pytest_convperf.night.fresh_confirm import across_processes, suspects
 from tests.unit.test_verdict import GPU, comparison, entry
@@ -44,10 +44,10 @@ def _row(verdict: str, stage: str | None, *, baseline: bool = True) -> CheckRow:
         phase="forward",
         comparison=comparison(0.6),
         errors=(),
-        verdict=verdict,
+        verdict=Verdict(verdict),
         message="",
-        decision={"stage": stage},
-        baseline={"time_ratio": 0.5} if baseline else None,
+        decision=Decision(Verdict(verdict), "pass", "", stage=stage),
+        baseline=entry(0.5) if baseline else None,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.check.workload import InputSets
+from pytest_convperf.check.calls import InputSets
 from pytest_convperf.core.problem import Conv2dProblem
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.check.workload import InputSets
+from pytest_convperf.check.calls import InputSets
 from pytest_convperf.core.device import resolve_device
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.integrity import after_timing

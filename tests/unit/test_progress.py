@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from pytest_convperf.core import stats
+from pytest_convperf.core.results import Decision, Verdict
 from pytest_convperf.reports.progress import LiveProgress, Tally, verdict_text
 from pytest_convperf.reports.report import counts, fmt_time, terminal_lines
 from tests.rows import check_row
@@ -192,13 +193,15 @@ def test_the_live_line_the_verdict_line_and_the_summary_name_their_measurement()
     assert first.comparison is not None
     assert verdict_text(first).endswith("(first measurement, 63 rounds)")
     confirm = dataclasses.replace(first.comparison, time_ratio=4.0, time_ratio_ci=(3.8, 4.2), n_rounds=189)
-    failed = dataclasses.replace(first, decision={"verdict": "FAIL", "confirm": confirm.to_dict()})
+    failed = dataclasses.replace(first, decision=Decision(Verdict.FAIL, "fail", "", confirm=confirm))
     line = verdict_text(failed)
     assert "speedup 0.250x [0.238, 0.263]" in line and line.endswith("(confirm, 189 rounds)")
     summary = "\n".join(terminal_lines([failed]))
     assert "speedup 0.250x [0.238, 0.263]" in summary and "(confirm, 189 rounds)" in summary
-    fresh = {**confirm.to_dict(), "facts": {"processes": 2}}
-    line = verdict_text(dataclasses.replace(first, decision={"verdict": "FAIL", "confirm": fresh}))
+    fresh = dataclasses.replace(confirm, facts={"processes": 2})
+    line = verdict_text(
+        dataclasses.replace(first, decision=Decision(Verdict.FAIL, "fail", "", confirm=fresh))
+    )
     assert line.endswith("(confirm in 2 fresh processes, 189 rounds)")
 
 

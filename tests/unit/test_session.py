@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.results import CheckRow, ErrorStats
+from pytest_convperf.core.results import CheckRow, Decision, ErrorStats, Verdict
 from pytest_convperf.reports.sections import ReportSections, Section, write_sections
 from pytest_convperf.session import ROWS_PROPERTY, SECTIONS_PROPERTY, ConvperfSession
 from tests.unit.test_verdict import comparison
@@ -36,7 +36,7 @@ def _row() -> CheckRow:
         phase="forward",
         comparison=comparison(0.5),
         errors=(err,),
-        verdict="PASS",
+        verdict=Verdict.PASS,
         message="ok",
         facts={"seed": 1},
         extra_metrics={"rel_l2": 0.01},
@@ -44,7 +44,7 @@ def _row() -> CheckRow:
         baselines_file="bl/box/t.yaml",
         device_kind="cpu",
         env={"torch": "2"},
-        decision={"verdict": "PASS"},
+        decision=Decision(Verdict.PASS, "pass", ""),
     )
 
 

@@ -1,4 +1,4 @@
-"""The workload of one check: the phase calls, the input sets, the perf and correctness settings.
+"""The calls of one check: the phase calls, the input sets, the perf and correctness settings.
 
 What ``ConvperfFixture`` (``check.py``) times and how: :func:`phase_call` turns a candidate and one
 input set into the zero-argument call of a phase; :class:`InputSets` holds the input sets that
@@ -16,17 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pytest_convperf.check.context import Candidate
 from pytest_convperf.core.env import ENV_KEYS
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
 from pytest_convperf.correctness.oracle import describe, make_grad_out
 
 if TYPE_CHECKING:
+    from pytest_convperf.check.context import CheckContext
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
     from pytest_convperf.measure.profiling import Trace
 
-Candidate = Callable[..., Any]
 PHASES = ("forward", "input_grad", "weight_grad", "backward")
 # Backend and kernel names of a reference on a problem, per process: profiling once is enough.
 _REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
@@ -251,17 +252,12 @@ class InputSets:
         return rotate
 
 
-def reference_facts(
-    ref_fn: Candidate,
-    default_ref: bool,
-    problem: Conv2dProblem,
-    phase: str,
-    seed: int,
-    inputs: ConvInputs,
-    device: DeviceInfo,
-) -> dict[str, Any]:
+def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) -> dict[str, Any]:
     """What a row says about the reference: its name, env, copy bandwidth, backend and, on a GPU,
-    its kernels (profiled once per process and problem)."""
+    its kernels (profiled once per process and problem). ``ref_fn``: the reference timed (the
+    check's, or the path ``safe_reference`` chose); the backend is probed for the default one only."""
+    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
+    default_ref = ctx.reference is None
     facts: dict[str, Any] = {
         "reference": describe(ref_fn),
         "env": {k: device.facts.get(k) for k in ENV_KEYS},
@@ -288,21 +284,14 @@ def reference_facts(
     return facts
 
 
-def memory_facts(
-    candidate: Candidate,
-    ref_fn: Candidate,
-    problem: Conv2dProblem,
-    phase: str,
-    seed: int,
-    inputs: ConvInputs,
-    device: DeviceInfo,
-) -> dict[str, Any]:
+def memory_facts(ctx: CheckContext, ref_fn: Candidate) -> dict[str, Any]:
     """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
     from pytest_convperf.measure.memory import memory_tracker
 
+    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
     facts: dict[str, Any] = {}
     with perf_settings(problem, device):
-        for side, fn in (("candidate", candidate), ("reference", ref_fn)):
+        for side, fn in (("candidate", ctx.candidate), ("reference", ref_fn)):
             call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
             with memory_tracker(device) as mem:
                 out = call()
@@ -315,20 +304,14 @@ def memory_facts(
 
 
 def trace_facts(
-    start: Callable[[str], AbstractContextManager[Trace]],
-    candidate: Candidate,
-    ref_fn: Candidate,
-    problem: Conv2dProblem,
-    phase: str,
-    seed: int,
-    inputs: ConvInputs,
-    device: DeviceInfo,
+    ctx: CheckContext, start: Callable[[str], AbstractContextManager[Trace]], ref_fn: Candidate
 ) -> list[str]:
     """With --convperf-trace: paths of a profiler trace of one call of each side (``start``: the
     test's ``profiling.trace_factory``), each after one untraced call."""
+    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
     paths = []
     with perf_settings(problem, device):
-        for name, fn in (("candidate", candidate), ("reference", ref_fn)):
+        for name, fn in (("candidate", ctx.candidate), ("reference", ref_fn)):
             call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
             call()
             # The traced call is a region named after its side, so a trace viewer says which is which.

@@ -1,0 +1,147 @@
+"""One check's context, built once: what every step of a check shares (issue 26 item 1).
+
+:class:`CheckContext` is made by ``ConvperfFixture`` when a check starts (the phase validated,
+the device made usable, the seed derived, the key, the one input set, the baseline store chosen
+and the stored entry looked up, each once) and handed, frozen, to the timing
+(:func:`pytest_convperf.check.pairing.time_pair`), the facts measured before timing
+(:mod:`pytest_convperf.check.calls`), the judgement (:func:`pytest_convperf.check.gate.judge`,
+through :class:`BaselineSlot`) and the A/B. :class:`CheckSession` is what the fixture needs from
+the process's session (``session.ConvperfSession`` has it), so this layer never imports the hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_convperf.core.results import CheckRow, ErrorStats, Verdict
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_convperf.baselines.store import Store
+    from pytest_convperf.core.config import ConvperfConfig
+    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
+    from pytest_convperf.core.results import Comparison
+    from pytest_convperf.measure.timers import Timer
+    from pytest_convperf.reports.progress import LiveProgress
+
+# A conv candidate or reference: a callable with ``F.conv2d``'s signature.
+Candidate = Callable[..., Any]
+
+
+class ConfirmMeasure(Protocol):
+    """A fresh-process confirm run (``night.fresh_confirm.ConfirmRun``): measure, judge nothing."""
+
+    def measure(self, nodeid: str, key: str, confirm: Callable[[int], Comparison]) -> None: ...
+
+
+class CheckSession(Protocol):
+    """What a check needs from the process's session (``session.ConvperfSession`` has it)."""
+
+    cfg: ConvperfConfig
+    pending: dict[str, list[CheckRow]]
+
+    @property
+    def confirm_run(self) -> ConfirmMeasure | None: ...
+
+    def device_info(self) -> DeviceInfo: ...
+
+    def progress(self) -> LiveProgress: ...
+
+    def store(self, *, fake: bool = False) -> Store: ...
+
+    def trace_dir(self) -> Path: ...
+
+    def record(self, nodeid: str, row: CheckRow) -> None: ...
+
+    def record_cliff(self, nodeid: str, change: dict[str, Any]) -> None: ...
+
+
+def baseline_key(node: Any, name: str, phase: str) -> str:
+    """Baseline key: the test name (plus ``@<name>`` when the test name lacks it), ``:<phase>``.
+
+    ``node``: the test's pytest item. A test in a class is keyed ``Class::name`` so that same-named
+    methods of two classes in one file get distinct keys; module-level tests keep the bare name.
+    """
+    test = str(node.name)
+    cls = getattr(node, "cls", None)
+    if cls is not None:
+        test = f"{cls.__name__}::{test}"
+    if name not in test:
+        test = f"{test}@{name}"
+    key = test if phase == "forward" else f"{test}:{phase}"
+    # A lone surrogate ('\ud800' in a test id) cannot be stored in UTF-8 YAML: its escape is.
+    return key.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@dataclass(frozen=True)
+class BaselineSlot:
+    """Where one check's entry lives (the machine's store, the test file's stem, the key) and the
+    entry found there, looked up once (None: no entry yet, the check is NEW)."""
+
+    store: Store
+    module: str
+    key: str
+    entry: Entry | None
+
+    @classmethod
+    def look_up(cls, store: Store, module: str, key: str) -> BaselineSlot:
+        return cls(store, module, key, store.get(module, key))
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Everything the steps of one check share, derived once when the check starts.
+
+    ``reference`` is the check's reference as given (None: ``F.conv2d``, whose backend is probed);
+    ``inputs`` the one input set of ``seed`` (correctness, timing's set 0, memory, traces);
+    ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry.
+    """
+
+    problem: Conv2dProblem
+    phase: str
+    seed: int
+    candidate: Candidate
+    reference: Candidate | None
+    inputs: ConvInputs
+    mode: str
+    device: DeviceInfo
+    timer: Timer
+    config: pytest.Config
+    nodeid: str
+    slot: BaselineSlot
+
+    @property
+    def key(self) -> str:
+        return self.slot.key
+
+    @property
+    def entry(self) -> Entry | None:
+        return self.slot.entry
+
+    def unjudged_row(
+        self, verdict: Verdict | None, message: str, errors: tuple[ErrorStats, ...], facts: dict[str, Any]
+    ) -> CheckRow:
+        """The row of this check stopped before its judgement (correctness, integrity, a timeout)."""
+        return CheckRow(
+            key=self.key,
+            nodeid=self.nodeid,
+            module=self.slot.module,
+            problem=self.problem.id,
+            phase=self.phase,
+            comparison=None,
+            errors=errors,
+            verdict=verdict,
+            message=message,
+            facts=facts,
+        )
+
+    @property
+    def stored_mode(self) -> str | None:
+        """The stored entry's timing mode, which ``auto`` reuses (sticky per key); else None."""
+        return self.entry.mode if self.mode == "auto" and self.entry is not None else None

@@ -1,0 +1,49 @@
+"""Disabled mode (no ``--convperf``): a check's correctness once, then the test skips.
+
+A plain ``pytest`` run must still catch a wrong kernel, as pytest-benchmark runs a benchmark body
+once under ``--benchmark-disable``; nothing is timed and no baseline is read or written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NoReturn
+
+import pytest
+
+from pytest_convperf.check.calls import check_phase, correctness_settings
+from pytest_convperf.check.faults import device_errors
+from pytest_convperf.correctness.oracle import check_conv, stable_seed
+
+if TYPE_CHECKING:
+    from pytest_convperf.check.context import Candidate
+    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.problem import Conv2dProblem
+
+TIMING_DISABLED = "timing and baselines run only with --convperf (disabled mode)"
+
+
+def correctness_only(
+    candidate: Candidate,
+    problem: Conv2dProblem,
+    device: DeviceInfo,
+    nodeid: str,
+    *,
+    reference: Candidate | None,
+    phase: str,
+    oracle: Candidate | None,
+) -> NoReturn:
+    """The check's correctness once (fails the test on a wrong candidate), then skip the test."""
+    check_phase(phase)
+    with device_errors(device, nodeid, problem.id), correctness_settings():
+        report = check_conv(
+            candidate,
+            problem,
+            reference=reference,
+            seed=stable_seed(problem),
+            device=device.torch_device,
+            backward=phase != "forward",
+            oracle=oracle,
+        )
+    if not report.ok or not report.reference_ok:
+        pytest.fail(report.message(), pytrace=False)
+    pytest.skip(f"correctness passed ({problem.id}, {phase}); {TIMING_DISABLED}")

@@ -1,0 +1,112 @@
+"""A typed ``CheckRow`` through its dict form (xdist, the journal, rows.json) and back, unchanged."""
+
+from __future__ import annotations
+
+import json
+
+from pytest_convperf.core.entry import Entry, UpdatePlan
+from pytest_convperf.core.results import CheckRow, Decision, ErrorStats, Verdict
+from tests.unit.test_verdict import comparison
+
+STORED = Entry(
+    time_ratio=0.5,
+    noise=0.012,
+    us_candidate=15.0,
+    us_reference=30.0,
+    env={"torch": "2.5", "cudnn": "90100"},
+    reference_backend="CudnnConv",
+    correctness={"max_abs": 1e-6, "max_rel": 2e-5},
+    updated={"commit": "abc1234", "reason": "faster"},
+    noise_runs=5,
+    ref_runs=3,
+    tolerance=0.05,
+    quality={"rel_l2": 0.01, "sqnr_db": 40.0},
+    mode="cold",
+    flush="read",
+    kernels=({"name": "k1", "calls": 1.0, "share": 1.0},),  # floats, as kerneldiff.kernel_table makes them
+)
+
+
+def _full_row() -> CheckRow:
+    """A row with every field set, as a judged check with a confirm and a written update has."""
+    first, confirm = comparison(0.6, n=41), comparison(0.62, n=123)
+    decision = Decision(
+        verdict=Verdict.FAIL,
+        outcome="fail",
+        message="FAIL (confirmed): slower",
+        stage="confirm",
+        tolerance=0.05,
+        noise=0.012,
+        delta=0.2,
+        delta_ci=(0.15, 0.25),
+        sigma=0.01,
+        mde=0.03,
+        rounds_needed=120,
+        env_diff={"torch": ("2.4", "2.5")},
+        notes=("a note",),
+        confirm=confirm,
+        p_value=1e-6,
+    )
+    err = ErrorStats("output", 1e-6, 1e-5, 1e-7, 1e-5, 1e-4, (0, 1), 1.0, 1.0, 0, 0, 16)
+    return CheckRow(
+        key="test_k@p",
+        nodeid="t.py::test_k",
+        module="t",
+        problem="p",
+        phase="forward",
+        comparison=first,
+        errors=(err,),
+        verdict=Verdict.FAIL,
+        message="FAIL (confirmed): slower",
+        facts={"seed": 1, "timer": "fake"},
+        extra_metrics={"rel_l2": 0.01},
+        machine="box",
+        baselines_file="bl/box/t.yaml",
+        device_kind="cpu",
+        env={"torch": "2.5"},
+        timing={"mode": "cold", "flush": "read"},
+        decision=decision,
+        baseline=STORED,
+        update=UpdatePlan("write", "updated", STORED, slower=True, written=True),
+        night={"adjusted_p": 0.01, "kept": True},
+    )
+
+
+def test_a_row_with_every_field_round_trips_through_json() -> None:
+    row = _full_row()
+    text = json.dumps(row.to_dict(), sort_keys=False)
+    back = CheckRow.from_dict(json.loads(text))
+    assert back == row
+    assert json.dumps(back.to_dict(), sort_keys=False) == text  # byte for byte, key order included
+
+
+def test_the_dict_form_is_the_one_rows_json_always_had() -> None:
+    # The judged parts as their own dict forms, in the order rows.json has always had them.
+    row = _full_row()
+    out = row.to_dict()
+    assert list(out) == [
+        "key", "nodeid", "module", "problem", "phase", "comparison", "errors", "verdict", "message",
+        "facts", "extra_metrics", "machine", "baselines_file", "device_kind", "env", "timing",
+        "decision", "baseline", "update", "night",
+    ]  # fmt: skip
+    assert out["verdict"] == "FAIL" and type(out["verdict"]) is str
+    assert out["decision"] == row.decision.to_dict() if row.decision else False
+    assert out["baseline"] == STORED.to_yaml()
+    assert out["update"] == {
+        "action": "write",
+        "why": "updated",
+        "slower": True,
+        "entry": STORED.to_yaml(),
+        "written": True,
+    }
+
+
+def test_a_plan_not_yet_applied_has_no_written_key() -> None:
+    assert "written" not in UpdatePlan("write", "new entry", STORED).to_dict()
+    assert UpdatePlan.from_dict(UpdatePlan("keep", "in band").to_dict(), "k") == UpdatePlan("keep", "in band")
+
+
+def test_a_verdict_prints_as_its_value() -> None:
+    # Typed verdicts reach the same terminal and Markdown text the string verdicts did.
+    assert f"{Verdict.FAIL}" == "FAIL" and str(Verdict.SUSPECT) == "SUSPECT"
+    assert f"{Verdict.NEW:<8}|" == "NEW     |"
