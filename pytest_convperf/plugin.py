@@ -79,8 +79,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from pytest_convperf.ab import ab_plugin
     from pytest_convperf.night import fresh_confirm
 
+    from pytest_convperf.reports import results_writer
+
     ab_plugin.add_option(group)
     fresh_confirm.add_option(group)
+    results_writer.add_option(parser, group)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -118,6 +121,9 @@ def pytest_configure(config: pytest.Config) -> None:
     session = ConvperfSession(config, cfg)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "convperf-session")
+    from pytest_convperf.reports import results_writer  # the results store (issue 27)
+
+    results_writer.configure(config, cfg, confirm_run=bool(config.getoption(CONFIRM_RUN, default=None)))
     # Each correctness run and check on disk while it runs: a crash is named at the next start.
     from pytest_convperf.crash_watch import CrashWatch
 

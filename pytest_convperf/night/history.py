@@ -106,6 +106,39 @@ def read_history(path: Path) -> tuple[Series, list[Skipped]]:
     return series_from_records(records), sorted(skipped, key=lambda s: s.line)
 
 
+def is_store_url(target: str | Path) -> bool:
+    """Whether a ``history``/``dashboard`` argument is a results store URL, not a folder or file."""
+    return "://" in str(target)
+
+
+def read_store_history(url: str) -> tuple[Series, list[str]]:
+    """Series per (machine, key) from a results store (:mod:`pytest_convperf.resultsdb`), and the
+    stored results left out (named by the store and row id), as :func:`read_history` does for a file."""
+    from pytest_convperf.resultsdb.db import open_store, read_records, shown
+
+    engine, _ = open_store(url)
+    try:
+        stored = read_records(
+            engine, columns=("id", "machine", "key", "when", "commit", "verdict", "ln_ratio")
+        )
+    finally:
+        engine.dispose()
+    records: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for rec in stored:
+        problem = record_problem(rec)
+        if problem is None:
+            records.append(rec)
+        else:
+            skipped.append(f"{shown(url)}: result {rec['id']}: {problem}; result skipped")
+    return series_from_records(records), skipped
+
+
+def read_any(target: str | Path) -> tuple[Series, Sequence[object]]:
+    """:func:`read_store_history` for a URL, :func:`read_history` for a folder or file."""
+    return read_store_history(str(target)) if is_store_url(target) else read_history(Path(target))
+
+
 def record_problem(rec: Mapping[str, Any]) -> str | None:
     """Why a history record cannot be a point of a series (a wrong type, a NaN), or None.
 
@@ -259,19 +292,29 @@ def plot_history(
     return None
 
 
-def run(directory: Path, *, persist: int = PERSIST, plot: bool = True) -> tuple[list[str], int]:
-    """The ``history`` subcommand: (output lines, exit code). Skipped lines are named first."""
+def run(
+    directory: Path | str, *, persist: int = PERSIST, plot: bool = True, out: Path | None = None
+) -> tuple[list[str], int]:
+    """The ``history`` subcommand over a report folder, a ``history.jsonl`` or a store URL:
+    (output lines, exit code). Skipped lines are named first. ``history.png`` goes beside the
+    history, or to ``out`` (a store's: the current folder when none is given)."""
     try:
-        series, skipped = read_history(directory)
+        series, skipped = read_any(directory)
         cps = all_change_points(series, persist=persist)
     except (FileNotFoundError, ImportError) as exc:
+        return [f"history: {exc}"], 2
+    except Exception as exc:  # the store's StoreUnavailable: URL and fix in its message
+        if type(exc).__name__ != "StoreUnavailable":
+            raise
         return [f"history: {exc}"], 2
     lines = [f"history: {line}" for line in summary(skipped)]
     lines += [c.line() for c in cps]
     if not cps:
         lines.append(f"history: no change points in {len(series)} checks (steps count after {persist} runs)")
     if plot:
-        out = (directory if directory.is_dir() else directory.parent) / "history.png"
+        if out is None:
+            here = Path(".") if is_store_url(directory) else Path(directory)
+            out = (here if here.is_dir() else here.parent) / "history.png"
         note = plot_history(series, cps, out)
         lines.append(f"history: {note}" if note else f"history: wrote {out}")
     return lines, 0
