@@ -78,7 +78,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, spec.help, type="string", default="")
     from pytest_convperf.ab import ab_plugin
     from pytest_convperf.night import fresh_confirm
-
     from pytest_convperf.reports import results_writer
 
     ab_plugin.add_option(group)
