@@ -72,7 +72,9 @@ WHEN_INDEX = sa.Index("convperf_results_when", results.c.when)
 
 
 def _v1_tables(conn: sa.Connection) -> None:
-    metadata.create_all(conn, tables=[runs, results], checkfirst=True)
+    # CREATE TABLE alone: the indexes bound to these tables are migration 2's.
+    for table in (runs, results):
+        conn.execute(sa.schema.CreateTable(table))
 
 
 def _v2_history_indexes(conn: sa.Connection) -> None:
