@@ -19,6 +19,7 @@ import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -36,9 +37,9 @@ class StoreUnavailable(RuntimeError):
 
 
 def shown(url: str) -> str:
-    """The URL as messages may print it: the password hidden."""
+    """The URL as messages may print it: the password hidden, the query readable (a socket folder)."""
     try:
-        return sa.make_url(url).render_as_string(hide_password=True)
+        return unquote(sa.make_url(url).render_as_string(hide_password=True))
     except Exception:
         return url.split("@")[-1] if "@" in url else url
 
