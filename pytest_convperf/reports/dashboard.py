@@ -126,7 +126,7 @@ def page_data(records: Sequence[Mapping[str, Any]], *, source: str, persist: int
                     }
                     for c in by_check.get((machine, key), [])
                 ],
-            }  # fmt: skip
+            }
         )
     return {
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -171,9 +171,15 @@ def _families(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         gmean = math.exp(statistics.fmean(math.log(s) for s in speedups)) if speedups else None
         moved = sum(1 for c in members if any(cp["new"] for cp in c["change_points"]))
         out.append(
-            {"machine": machine, "family": family, "checks": len(members), "verdicts": verdicts,
-             "geomean_speedup": gmean, "new_change_points": moved}
-        )  # fmt: skip
+            {
+                "machine": machine,
+                "family": family,
+                "checks": len(members),
+                "verdicts": verdicts,
+                "geomean_speedup": gmean,
+                "new_change_points": moved,
+            }
+        )
     return out
 
 

@@ -110,16 +110,23 @@ class ResultsWriter:
             self.engine.dispose()
 
     def pytest_convperf_write_report(
-        self, rows: Sequence[CheckRow], report_dir: Path, machine_info: Mapping[str, Any],
-        commit_info: Mapping[str, Any], when: str,
-    ) -> list[str]:  # fmt: skip
+        self,
+        rows: Sequence[CheckRow],
+        report_dir: Path,
+        machine_info: Mapping[str, Any],
+        commit_info: Mapping[str, Any],
+        when: str,
+    ) -> list[str]:
         if self.engine is None:
             return []
         commit = commit_info.get("id")
         records = store_records(
-            rows, when=when, commit=str(commit) if commit else None, code=commit_info.get("code"),
+            rows,
+            when=when,
+            commit=str(commit) if commit else None,
+            code=commit_info.get("code"),
             device=machine_info.get("name"),
-        )  # fmt: skip
+        )
         return self.write(records)
 
     def write(self, records: list[dict[str, Any]]) -> list[str]:

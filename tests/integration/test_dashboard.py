@@ -36,12 +36,20 @@ def history(n: int = 12, step_at: int = 7) -> list[dict[str, Any]]:
                 )
                 verdict = "FAIL" if (key == STEP_KEY and machine == "h100" and i == n - 1) else "PASS"
                 out.append(
-                    {"schema": "convperf-history/1", "when": f"2026-03-{i + 1:02d}T02:00:00+00:00",
-                     "commit": f"c{i:03d}", "machine": machine, "module": "test_depthwise", "key": key,
-                     "verdict": verdict, "time_ratio": ratio, "ln_ratio": math.log(ratio),
-                     "ratio_ci": [ratio * 0.98, ratio * 1.02],
-                     "kernels": [{"name": f"dw_fwd_v{1 + (i >= step_at)}", "calls": 1.0, "share": 0.9}]}
-                )  # fmt: skip
+                    {
+                        "schema": "convperf-history/1",
+                        "when": f"2026-03-{i + 1:02d}T02:00:00+00:00",
+                        "commit": f"c{i:03d}",
+                        "machine": machine,
+                        "module": "test_depthwise",
+                        "key": key,
+                        "verdict": verdict,
+                        "time_ratio": ratio,
+                        "ln_ratio": math.log(ratio),
+                        "ratio_ci": [ratio * 0.98, ratio * 1.02],
+                        "kernels": [{"name": f"dw_fwd_v{1 + (i >= step_at)}", "calls": 1.0, "share": 0.9}],
+                    }
+                )
     return out
 
 
@@ -71,8 +79,12 @@ def test_the_page_inlines_everything_and_no_string_ends_its_script(tmp_path: Pat
 
 
 def _browser() -> Any:
-    missing = [what for what, ok in (("selenium", _has_selenium()), (CHROMEDRIVER, os.path.exists(CHROMEDRIVER)),
-               ("chromium", shutil.which("chromium") is not None)) if not ok]  # fmt: skip
+    found = {
+        "selenium": _has_selenium(),
+        CHROMEDRIVER: os.path.exists(CHROMEDRIVER),
+        "chromium": shutil.which("chromium") is not None,
+    }
+    missing = [what for what, ok in found.items() if not ok]
     if missing:
         why = (
             f"no headless browser ({', '.join(missing)} missing: apt-get install -y chromium chromium-driver)"
@@ -94,7 +106,7 @@ def _browser() -> Any:
         "--no-first-run",
         "--window-size=1400,1800",
     ):
-        options.add_argument(flag)  # fmt: skip
+        options.add_argument(flag)
     return options, Service(CHROMEDRIVER), webdriver
 
 
@@ -125,8 +137,10 @@ def test_the_dashboard_in_headless_chromium(tmp_path: Path) -> None:
     try:
         driver.get((tmp_path / "site" / "index.html").as_uri())
         assert driver.execute_script("return document.body.dataset.ready") == "1"
-        driver.execute_script("const s = document.getElementById('machine'); s.value = 'h100';"
-                              "s.dispatchEvent(new Event('change'));")  # fmt: skip
+        driver.execute_script(
+            "const s = document.getElementById('machine'); s.value = 'h100';"
+            "s.dispatchEvent(new Event('change'));"
+        )
         # The last night's FAIL and the (no longer new) step: the FAIL is listed first.
         first = driver.execute_script("return document.querySelector('#attention-list li').textContent")
         assert first.startswith(f"FAIL: {STEP_KEY}"), first
@@ -135,7 +149,8 @@ def test_the_dashboard_in_headless_chromium(tmp_path: Path) -> None:
         drawn = driver.execute_script(
             f"const svg = document.querySelector('{card} svg');"
             "return new Promise(done => { const t0 = Date.now(); (function wait() {"
-            " if (svg.dataset.drawn || Date.now() - t0 > 5000) done(!!svg.dataset.drawn); else setTimeout(wait, 50); })(); });"
+            " if (svg.dataset.drawn || Date.now() - t0 > 5000) done(!!svg.dataset.drawn);"
+            " else setTimeout(wait, 50); })(); });"
         )
         assert drawn
         assert driver.execute_script(f"return document.querySelectorAll('{card} svg circle.pt').length") == 12

@@ -138,9 +138,12 @@ def test_a_sqlite_store_in_a_missing_folder_names_the_fix(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     ("url", "match"),
-    [("not a url", "not a database URL"), ("mysql://h/db", "mysql is not a supported store"),
-     ("sqlite://", "a store must be a file")],
-)  # fmt: skip
+    [
+        ("not a url", "not a database URL"),
+        ("mysql://h/db", "mysql is not a supported store"),
+        ("sqlite://", "a store must be a file"),
+    ],
+)
 def test_a_url_of_no_supported_kind_is_one_clear_line(url: str, match: str) -> None:
     with pytest.raises(db.StoreUnavailable, match=match):
         db.engine_for(url)
