@@ -216,12 +216,14 @@ def write(
     new = 0
     with engine.begin() as conn:
         for ident, group in groups.items():
-            run_id = _run_id(conn, ident, group[0], source)
             values = {digest(rec): _columns(rec) for rec in group}
             stored = _stored(conn, list(values))
-            fresh = [dict(v, run_id=run_id, digest=d) for d, v in values.items() if d not in stored]
+            fresh = [dict(v, digest=d) for d, v in values.items() if d not in stored]
+            if not fresh:  # an import of records already stored adds no empty run either
+                continue
+            run_id = _run_id(conn, ident, group[0], source)
             for i in range(0, len(fresh), CHUNK):
-                conn.execute(_insert(conn, results), fresh[i : i + CHUNK])
+                conn.execute(_insert(conn, results), [dict(v, run_id=run_id) for v in fresh[i : i + CHUNK]])
             new += len(fresh)
     return new
 

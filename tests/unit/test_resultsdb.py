@@ -51,19 +51,16 @@ def _pg_url() -> str:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL schema per test: the cluster's database, tables dropped after."""
-    url = _pg_url()
-    engine = db.engine_for(url)
-    _drop(engine)
-    yield url
-    _drop(engine)
-    engine.dispose()
-
-
-def _drop(engine: sa.Engine) -> None:
-    with engine.begin() as conn:
-        for table in ("convperf_results", "convperf_runs", "convperf_schema"):
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table} CASCADE"))
+    """A fresh PostgreSQL database per test on the cluster (tests run in parallel under xdist)."""
+    base = sa.make_url(_pg_url())
+    name = f"convperf_t{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    yield base.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
