@@ -14,7 +14,6 @@ See docs/results-store.md.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +33,7 @@ OPTION = "convperf_store"
 DEFAULT_FILE = "convperf.sqlite"
 PENDING = "store.pending.jsonl"
 PLUGIN_NAME = "convperf-results-store"
+INSTALL_HINT = "pip install 'pytest-convperf[store]'"
 HELP = (
     "results store every session appends its rows to: sqlite:///PATH or postgresql://USER@HOST/DB "
     f"(default: sqlite in the --convperf-report folder, {DEFAULT_FILE}); needs --convperf-report"
@@ -46,7 +46,12 @@ def add_option(parser: pytest.Parser, group: Any) -> None:
 
 
 def have_sqlalchemy() -> bool:
-    return importlib.util.find_spec("sqlalchemy") is not None
+    """Whether SQLAlchemy imports (an install with ``--no-deps``, as on the GPU machine, lacks it)."""
+    try:
+        import sqlalchemy  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) -> None:
@@ -64,7 +69,7 @@ def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) 
     if url and not have_sqlalchemy():
         raise pytest.UsageError(
             f"--convperf-store={url} needs SQLAlchemy, which is not installed: "
-            "pip install 'pytest-convperf[store]' (or drop --convperf-store)"
+            f"{INSTALL_HINT} (or drop --convperf-store)"
         )
     default = f"sqlite:///{(cfg.report_dir / DEFAULT_FILE).resolve()}"
     config.pluginmanager.register(
@@ -84,10 +89,10 @@ class ResultsWriter:
         self.versions = (0, 0)
 
     def pytest_report_header(self) -> list[str]:
-        from pytest_convperf.resultsdb.db import INSTALL_HINT, shown
-
-        if self.off:
+        if self.off:  # resultsdb imports SQLAlchemy: not here
             return [f"convperf: results store off ({self.off}: {INSTALL_HINT}); history.jsonl as before"]
+        from pytest_convperf.resultsdb.db import shown
+
         before, after = self.versions
         migrated = f", migrated from schema v{before}" if before and before != after else ""
         return [f"convperf: results store {shown(self.url)} (schema v{after}{migrated})"]

@@ -29,7 +29,6 @@ from pytest_convperf.resultsdb.schema import migrate, results, runs
 BUSY_TIMEOUT_S = 120
 # Rows per INSERT statement and per "which of these are stored already" query.
 CHUNK = 500
-INSTALL_HINT = "pip install 'pytest-convperf[store]'"
 
 
 class StoreUnavailable(RuntimeError):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.__main__ import main
-from tests.integration._lifecycle import Suite
+from tests.integration._lifecycle import REPO, Suite
 
 pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy: pip install '.[store]'")
 
@@ -116,3 +116,32 @@ def test_store_import_and_history_from_the_store(suite: Suite, capsys: pytest.Ca
     assert main(["history", str(report), "--no-plot"]) == 0
     from_file = capsys.readouterr().out
     assert from_store == from_file and from_store.count("step +20.0 %") == 2, from_store
+
+
+def test_without_sqlalchemy_the_default_store_is_off_and_says_so(
+    suite: Suite, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The GPU machine installs the plugin with --no-deps: no SQLAlchemy. A package of that name
+    # that fails to import stands in for it (the subprocess sees it first on PYTHONPATH).
+    fake = tmp_path / "no-sqlalchemy" / "sqlalchemy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("No module named sqlalchemy")\n')
+    monkeypatch.setenv("PYTHONPATH", f"{fake.parent}:{REPO}")
+    args = ("--convperf", "--convperf-machine=testbox", "--convperf-device=cpu", "-p", "no:cacheprovider")
+    result = suite.pytester.runpytest_subprocess(*suite.plugin_args, *args, "--convperf-report=report")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "convperf: results store off (SQLAlchemy is not installed: pip install 'pytest-convperf[store]');"
+            " history.jsonl as before"
+        ]
+    )
+    report = suite.pytester.path / "report"
+    assert len((report / "history.jsonl").read_text().splitlines()) == 2
+    assert not (report / "convperf.sqlite").exists()
+    url = f"--convperf-store=sqlite:///{tmp_path / 's.sqlite'}"
+    result = suite.pytester.runpytest_subprocess(*suite.plugin_args, *args, "--convperf-report=report", url)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --convperf-store=sqlite:///* needs SQLAlchemy, which is not installed*"]
+    )
