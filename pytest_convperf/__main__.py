@@ -207,7 +207,7 @@ def cmd_store(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from pytest_convperf.reports.dashboard import build
 
-    lines, code = build(args.source, Path(args.out))
+    lines, code = build(args.source, Path(args.out), window=args.window)
     print("\n".join(lines), file=sys.stderr if code else sys.stdout)
     return code
 
@@ -248,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dash = sub.add_parser("dashboard", help="write the static dashboard of a report folder or a store")
     dash.add_argument("source", help="a --convperf-report folder (its history.jsonl) or a results store URL")
     dash.add_argument("--out", required=True, help="folder for index.html")
+    dash.add_argument(
+        "--window", type=int, default=120, help="runs per check searched for change points (0: all)"
+    )
     bis = sub.add_parser("bisect", help="find the commit that made a check slower (or faster), by A/B")
     bis.add_argument("good", help="a revision where the check is as it should be")
     bis.add_argument("bad", help="a later revision where it changed")

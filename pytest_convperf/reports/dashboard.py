@@ -17,6 +17,7 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,9 @@ from pytest_convperf.night.history import (
 
 DATA_MARK = "/*CONVPERF_DATA*/null"
 TEMPLATE = "dashboard.html"
+# Runs per check the change points are looked for in (0: all). The night's own change points
+# (night/history.py) use the whole history.jsonl.
+WINDOW = 120
 
 
 def load_records(source: str) -> tuple[list[dict[str, Any]], list[str], str]:
@@ -81,10 +85,18 @@ def _ci(rec: Mapping[str, Any]) -> tuple[float | None, float | None]:
     return None, None
 
 
-def page_data(records: Sequence[Mapping[str, Any]], *, source: str, persist: int = PERSIST) -> dict[str, Any]:
+def page_data(
+    records: Sequence[Mapping[str, Any]], *, source: str, persist: int = PERSIST, window: int = WINDOW
+) -> dict[str, Any]:
     """Everything the page shows, as JSON-able data (see the module docstring)."""
     series = series_from_records(records)
-    cps = all_change_points(series, persist=persist)
+    # Change points over each check's last ``window`` runs (PELT's cost grows with the square of a
+    # series' length: docs/dashboard.md), their indices in the whole series.
+    recent = {ident: points[-window:] if window else points for ident, points in series.items()}
+    cps = [
+        replace(c, index=c.index + len(series[(c.machine, c.key)]) - len(recent[(c.machine, c.key)]))
+        for c in all_change_points(recent, persist=persist)
+    ]
     detail: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for rec in records:
         detail[(str(rec.get("machine") or "unknown"), str(rec["key"]), str(rec.get("when") or ""))] = rec
@@ -132,6 +144,7 @@ def page_data(records: Sequence[Mapping[str, Any]], *, source: str, persist: int
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source": source,
         "persist": persist,
+        "window": window,
         "machines": sorted({c["machine"] for c in checks}),
         "kernels": kernel_tables,
         "checks": checks,
@@ -194,12 +207,12 @@ def render(data: Mapping[str, Any]) -> str:
     return template.replace(DATA_MARK, payload)
 
 
-def build(source: str, out: Path, *, persist: int = PERSIST) -> tuple[list[str], int]:
+def build(source: str, out: Path, *, persist: int = PERSIST, window: int = WINDOW) -> tuple[list[str], int]:
     """The ``dashboard`` subcommand: (output lines, exit code)."""
     started = time.perf_counter()
     try:
         records, skipped, shown = load_records(source)
-        data = page_data(records, source=shown, persist=persist)
+        data = page_data(records, source=shown, persist=persist, window=window)
     except (FileNotFoundError, ImportError) as exc:
         return [f"dashboard: {exc}"], 2
     except Exception as exc:  # the store's StoreUnavailable: URL and fix in its message

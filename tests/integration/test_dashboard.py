@@ -190,3 +190,14 @@ def test_a_console_error_is_caught(tmp_path: Path) -> None:
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         driver.quit()
+
+
+def test_change_points_in_the_window_keep_their_index_in_the_whole_series() -> None:
+    data = page_data(history(n=40, step_at=30), source="test", window=20)
+    step = next(c for c in data["checks"] if c["machine"] == "h100" and c["key"] == STEP_KEY)
+    assert len(step["points"]) == 40 and [cp["index"] for cp in step["change_points"]] == [30]
+    assert step["change_points"][0]["commit"] == "c030"
+    old = page_data(history(n=40, step_at=5), source="test", window=20)  # the step before the window
+    assert not next(c for c in old["checks"] if c["machine"] == "h100" and c["key"] == STEP_KEY)[
+        "change_points"
+    ]
