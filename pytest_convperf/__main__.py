@@ -1,4 +1,5 @@
-"""``python -m pytest_convperf calibrate | merge-baselines | report | review | history | store | dashboard``.
+"""``python -m pytest_convperf SUBCOMMAND``: calibrate, merge-baselines, report, review, history, store, export,
+dashboard, bisect.
 
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
@@ -20,6 +21,9 @@ history DIR|URL [--persist N] [--no-plot]
 store import DIR [--store URL]
     Loads every history.jsonl under DIR into a results store (default: DIR/convperf.sqlite);
     records already stored are not added again. See docs/results-store.md.
+export --format bmf|gab DIR|URL [--machine M] [-o FILE]
+    The latest run of each check as Bencher Metric Format or github-action-benchmark's
+    customBiggerIsBetter list. See pytest_convperf.reports.exports.
 dashboard DIR|URL --out OUT
     Writes the static dashboard (OUT/index.html, every asset inlined) of a report folder's
     history or a results store. See docs/dashboard.md.
@@ -204,6 +208,16 @@ def cmd_store(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from pytest_convperf.reports.exports import export
+
+    out = Path(args.output) if args.output else None
+    lines, code = export(args.source, args.format, machine=args.machine, out=out)
+    if lines:
+        print("\n".join(lines), file=sys.stderr)
+    return code
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from pytest_convperf.reports.dashboard import build
 
@@ -251,6 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     dash.add_argument(
         "--window", type=int, default=120, help="runs per check searched for change points (0: all)"
     )
+    exp = sub.add_parser("export", help="the latest run of each check as bmf (Bencher) or gab JSON")
+    exp.add_argument("source", help="a --convperf-report folder (its history.jsonl) or a results store URL")
+    exp.add_argument("--format", required=True, choices=("bmf", "gab"))
+    exp.add_argument("--machine", default=None, help="default: the machine of the newest record")
+    exp.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     bis = sub.add_parser("bisect", help="find the commit that made a check slower (or faster), by A/B")
     bis.add_argument("good", help="a revision where the check is as it should be")
     bis.add_argument("bad", help="a later revision where it changed")
@@ -284,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_store(args)
         if args.command == "dashboard":
             return cmd_dashboard(args)
+        if args.command == "export":
+            return cmd_export(args)
         return cmd_report(args)
     except Exception as exc:  # UsageError from validation: print it like pytest does
         if type(exc).__name__ == "UsageError":
