@@ -1,5 +1,5 @@
-"""``python -m pytest_convperf SUBCOMMAND``: calibrate, merge-baselines, report, review, history, store, export,
-dashboard, bisect.
+"""``python -m pytest_convperf SUBCOMMAND``: calibrate, merge-baselines, report, review, history,
+store, export, dashboard, bisect.
 
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
