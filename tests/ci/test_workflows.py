@@ -140,8 +140,11 @@ def test_gpu_job_runs_the_suite_keeps_history_and_fails_on_failures() -> None:
     assert {u["with"]["name"] for u in uploads} == {
         "convperf-report-${{ matrix.gpu }}",
         "${{ env.HISTORY_ARTIFACT }}",
+        "convperf-dashboard-${{ matrix.gpu }}",  # issue 27.3: the static dashboard of the history
     }
     assert all(u["if"] == "always()" for u in uploads)
+    dashboard = by_name["Dashboard (a static page of the history, docs/dashboard.md)"]
+    assert 'python -m pytest_convperf dashboard "$REPORT_DIR" --out dashboard' in dashboard["run"]
     download = next(
         s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")
     )
