@@ -145,3 +145,13 @@ def test_without_sqlalchemy_the_default_store_is_off_and_says_so(
     result.stderr.fnmatch_lines(
         ["ERROR: --convperf-store=sqlite:///* needs SQLAlchemy, which is not installed*"]
     )
+
+
+def test_convperf_json_writes_the_results_file_where_asked(suite: Suite) -> None:
+    suite.run("--convperf-report=report", "--convperf-json=out/results.json").assert_outcomes(passed=2)
+    ours = json.loads((suite.pytester.path / "out" / "results.json").read_text())
+    assert ours == json.loads((suite.pytester.path / "report" / "results.json").read_text())
+    assert len(ours["benchmarks"]) == 4  # candidate and reference of 2 checks, pytest-benchmark's schema
+    result = suite.run("--convperf-json=x.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --convperf-json=x.json needs --convperf-report=DIR*"])
