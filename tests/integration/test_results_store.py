@@ -11,9 +11,13 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.__main__ import main
+from pytest_convperf.reports.results_writer import have_sqlalchemy
 from tests.integration._lifecycle import REPO, Suite
 
-pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy: pip install '.[store]'")
+# Every test but the one about its absence (which runs with or without it).
+needs_store = pytest.mark.skipif(
+    not have_sqlalchemy(), reason="the results store needs SQLAlchemy: pip install '.[store]'"
+)
 
 
 @pytest.fixture
@@ -26,6 +30,7 @@ def _stored(db: Path) -> list[tuple[str, str, float]]:
         return list(conn.execute('SELECT key, verdict, time_ratio FROM convperf_results ORDER BY "when", id'))
 
 
+@needs_store
 def test_a_session_appends_its_rows_to_the_default_store(suite: Suite) -> None:
     result = suite.run("--convperf-report=report")
     result.assert_outcomes(passed=2)
@@ -41,6 +46,7 @@ def test_a_session_appends_its_rows_to_the_default_store(suite: Suite) -> None:
     assert len(_stored(db)) == 4  # appended, one run per session
 
 
+@needs_store
 def test_an_unreachable_store_stops_the_session_before_any_test(suite: Suite, tmp_path: Path) -> None:
     url = f"postgresql://runner:pw@/convperf?host={tmp_path}"
     result = suite.run("--convperf-report=report", f"--convperf-store={url}")
@@ -55,6 +61,7 @@ def test_an_unreachable_store_stops_the_session_before_any_test(suite: Suite, tm
     assert not (suite.pytester.path / "report" / "rows.journal.jsonl").exists()  # nothing was measured
 
 
+@needs_store
 def test_a_store_needs_the_report_folder(suite: Suite, tmp_path: Path) -> None:
     result = suite.run(f"--convperf-store=sqlite:///{tmp_path / 's.sqlite'}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -76,6 +83,7 @@ def pytest_sessionfinish(session):
 """
 
 
+@needs_store
 def test_a_refused_end_write_keeps_the_rows_and_the_next_session_stores_them(suite: Suite) -> None:
     db = suite.pytester.path / "store.sqlite"
     store = f"--convperf-store=sqlite:///{db}"
@@ -100,6 +108,7 @@ def test_a_refused_end_write_keeps_the_rows_and_the_next_session_stores_them(sui
     assert len(_stored(db)) == 4 and not pending.exists()
 
 
+@needs_store
 def test_store_import_and_history_from_the_store(suite: Suite, capsys: pytest.CaptureFixture[str]) -> None:
     report = suite.pytester.path / "report"
     for ratio in (0.5, 0.5, 0.5, 0.6, 0.6, 0.6):  # a 20 % step at the 4th run, persisted 3 runs
@@ -147,6 +156,7 @@ def test_without_sqlalchemy_the_default_store_is_off_and_says_so(
     )
 
 
+@needs_store
 def test_convperf_json_writes_the_results_file_where_asked(suite: Suite) -> None:
     suite.run("--convperf-report=report", "--convperf-json=out/results.json").assert_outcomes(passed=2)
     ours = json.loads((suite.pytester.path / "out" / "results.json").read_text())
