@@ -28,7 +28,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +296,33 @@ def all_change_points(series: Series, *, persist: int = PERSIST) -> list[ChangeP
     for (machine, key), points in sorted(series.items()):
         out.extend(change_points(machine, key, points, persist=persist))
     return out
+
+
+# Runs per check a store's or the dashboard's change points are looked for in: PELT's cost grows
+# with the square of a series' length (docs/dashboard.md), and a store holds years.
+WINDOW = 120
+
+
+def recent_change_points(
+    series: Series, *, persist: int = PERSIST, window: int = WINDOW
+) -> list[ChangePoint]:
+    """:func:`all_change_points` over each check's last ``window`` runs (0: all), with indices in the
+    whole series; ``new`` means the same (tonight is the step's ``persist``-th run)."""
+    recent = {ident: points[-window:] if window else points for ident, points in series.items()}
+    return [
+        replace(c, index=c.index + len(series[(c.machine, c.key)]) - len(recent[(c.machine, c.key)]))
+        for c in all_change_points(recent, persist=persist)
+    ]
+
+
+def new_store_change_points(
+    url: str, machines: Iterable[str], *, persist: int = PERSIST
+) -> list[ChangePoint]:
+    """The change points new in this run among ``machines``' checks in a results store."""
+    series, _ = read_store_history(url)
+    wanted = set(machines)
+    mine = {ident: points for ident, points in series.items() if ident[0] in wanted}
+    return [c for c in recent_change_points(mine, persist=persist) if c.new]
 
 
 def plot_history(

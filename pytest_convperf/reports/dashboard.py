@@ -17,7 +17,6 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -26,18 +25,16 @@ from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.jsonl import read_objects, summary
 from pytest_convperf.night.history import (
     PERSIST,
+    WINDOW,
     ChangePoint,
-    all_change_points,
     is_store_url,
+    recent_change_points,
     record_problem,
     series_from_records,
 )
 
 DATA_MARK = "/*CONVPERF_DATA*/null"
 TEMPLATE = "dashboard.html"
-# Runs per check the change points are looked for in (0: all). The night's own change points
-# (night/history.py) use the whole history.jsonl.
-WINDOW = 120
 
 
 def load_records(source: str) -> tuple[list[dict[str, Any]], list[str], str]:
@@ -90,13 +87,7 @@ def page_data(
 ) -> dict[str, Any]:
     """Everything the page shows, as JSON-able data (see the module docstring)."""
     series = series_from_records(records)
-    # Change points over each check's last ``window`` runs (PELT's cost grows with the square of a
-    # series' length: docs/dashboard.md), their indices in the whole series.
-    recent = {ident: points[-window:] if window else points for ident, points in series.items()}
-    cps = [
-        replace(c, index=c.index + len(series[(c.machine, c.key)]) - len(recent[(c.machine, c.key)]))
-        for c in all_change_points(recent, persist=persist)
-    ]
+    cps = recent_change_points(series, persist=persist, window=window)
     detail: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for rec in records:
         detail[(str(rec.get("machine") or "unknown"), str(rec["key"]), str(rec.get("when") or ""))] = rec

@@ -132,7 +132,34 @@ class ResultsWriter:
             code=commit_info.get("code"),
             device=machine_info.get("name"),
         )
-        return self.write(records)
+        notes = self.write(records)
+        if self.explicit and not any(" NOT written " in n for n in notes):
+            notes += self.change_points(records)
+        return notes
+
+    def change_points(self, records: Sequence[Mapping[str, Any]]) -> list[str]:
+        """A store given by URL holds more nights than the report folder (an ephemeral runner's
+        history.jsonl may hold tonight only): its change points new tonight on this session's
+        machines, less those the report's history.jsonl gives too (the built-in report's notes)."""
+        from pytest_convperf.night.history import (
+            all_change_points,
+            new_store_change_points,
+            record_problem,
+            series_from_records,
+        )
+
+        try:
+            found = new_store_change_points(self.url, {str(r.get("machine") or "unknown") for r in records})
+            objects, _ = read_objects(self.report_dir / "history.jsonl")
+            here = [rec for _, rec in objects if record_problem(rec) is None] + list(records)
+            known = {(c.machine, c.key) for c in all_change_points(series_from_records(here)) if c.new}
+        except Exception as exc:  # never costs the night's reports
+            return [f"results store: change points not computed: {type(exc).__name__}: {exc}"]
+        return [
+            f"change point new in this run (results store): {c.line()}"
+            for c in found
+            if (c.machine, c.key) not in known
+        ]
 
     def write(self, records: list[dict[str, Any]]) -> list[str]:
         """Tonight's records in one transaction, then any a failed write left; a write that fails

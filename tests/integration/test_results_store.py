@@ -165,3 +165,20 @@ def test_convperf_json_writes_the_results_file_where_asked(suite: Suite) -> None
     result = suite.run("--convperf-json=x.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --convperf-json=x.json needs --convperf-report=DIR*"])
+
+
+@needs_store
+@pytest.mark.parametrize("ephemeral", [True, False])
+def test_the_nights_change_points_from_the_store_once(suite: Suite, ephemeral: bool) -> None:
+    # Ephemeral: each night in a fresh report folder (a runner that keeps nothing), one store for
+    # all: history.jsonl holds tonight alone, the store every night, and the step is found there.
+    # Kept: the report's history.jsonl has the step too; its note is not repeated from the store.
+    store = f"--convperf-store=sqlite:///{suite.pytester.path / 'team.sqlite'}"
+    for night, ratio in enumerate((0.5, 0.5, 0.5, 0.6, 0.6, 0.6)):
+        suite.set_ratio(ratio)
+        result = suite.run(f"--convperf-report=night{night if ephemeral else ''}", store)
+    out = result.stdout.str()
+    from_store = out.count("note: change point new in this run (results store): test_")
+    from_file = out.count("note: change point new in this run: test_")
+    assert (from_store, from_file) == ((2, 0) if ephemeral else (0, 2)), out
+    assert "step +20.0 %" in out
