@@ -1,4 +1,5 @@
-"""``python -m pytest_convperf calibrate | merge-baselines | report | review | history``.
+"""``python -m pytest_convperf SUBCOMMAND``: calibrate, merge-baselines, report, review, history,
+store, export, dashboard, bisect.
 
 calibrate [pytest args] --runs K
     Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
@@ -14,8 +15,18 @@ report DIR [--markdown]
 review BASE_REV [HEAD_REV]
     Prints a pull request's baseline changes as Markdown (old -> new ratio of every changed
     entry, env moved, reason) between two git revisions; HEAD_REV defaults to the work tree.
-history DIR [--persist N] [--no-plot]
-    Change points per check over DIR/history.jsonl, one line each, and DIR/history.png.
+history DIR|URL [--persist N] [--no-plot]
+    Change points per check over DIR/history.jsonl or a results store (URL), one line each, and
+    history.png (in DIR; a store's in the current folder).
+store import DIR [--store URL]
+    Loads every history.jsonl under DIR into a results store (default: DIR/convperf.sqlite);
+    records already stored are not added again. See docs/results-store.md.
+export --format bmf|gab DIR|URL [--machine M] [-o FILE]
+    The latest run of each check as Bencher Metric Format or github-action-benchmark's
+    customBiggerIsBetter list. See pytest_convperf.reports.exports.
+dashboard DIR|URL --out OUT
+    Writes the static dashboard (OUT/index.html, every asset inlined) of a report folder's
+    history or a results store. See docs/dashboard.md.
 bisect GOOD BAD -- [pytest args]
     Finds the commit between GOOD and BAD that changed one convperf check, measuring each midpoint
     against both ends with ``--convperf-against``; AMBIGUOUS (exit 2) with the interval when the
@@ -182,7 +193,35 @@ def _rows_json(path: Path) -> tuple[list[tuple[str, Any]], list[str]]:
 def cmd_history(args: argparse.Namespace) -> int:
     from pytest_convperf.night.history import run
 
-    lines, code = run(Path(args.dir), persist=args.persist, plot=not args.no_plot)
+    lines, code = run(args.dir, persist=args.persist, plot=not args.no_plot)
+    print("\n".join(lines), file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    from pytest_convperf.reports.results_writer import DEFAULT_FILE, import_dir
+
+    directory = Path(args.dir)
+    url = args.store or f"sqlite:///{(directory / DEFAULT_FILE).resolve()}"
+    lines, code = import_dir(url, directory)
+    print("\n".join(lines), file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pytest_convperf.reports.exports import export
+
+    out = Path(args.output) if args.output else None
+    lines, code = export(args.source, args.format, machine=args.machine, out=out)
+    if lines:
+        print("\n".join(lines), file=sys.stderr)
+    return code
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from pytest_convperf.reports.dashboard import build
+
+    lines, code = build(args.source, Path(args.out), window=args.window)
     print("\n".join(lines), file=sys.stderr if code else sys.stdout)
     return code
 
@@ -212,9 +251,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     rev.add_argument("base", help="the base revision (e.g. the pull request's base sha)")
     rev.add_argument("head", nargs="?", default=None, help="the head revision (default: the work tree)")
     hist = sub.add_parser("history", help="change points per check over a report directory's history.jsonl")
-    hist.add_argument("dir")
+    hist.add_argument("dir", help="a --convperf-report folder, a history.jsonl, or a results store URL")
     hist.add_argument("--persist", type=int, default=3, help="runs a step must last to count (default 3)")
     hist.add_argument("--no-plot", action="store_true", help="do not draw history.png")
+    store = sub.add_parser("store", help="the results store: store import DIR loads history.jsonl files")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    imp = store_sub.add_parser("import", help="load every history.jsonl under DIR into the store")
+    imp.add_argument("dir")
+    imp.add_argument("--store", default=None, metavar="URL", help="sqlite:///PATH or postgresql://... ")
+    dash = sub.add_parser("dashboard", help="write the static dashboard of a report folder or a store")
+    dash.add_argument("source", help="a --convperf-report folder (its history.jsonl) or a results store URL")
+    dash.add_argument("--out", required=True, help="folder for index.html")
+    dash.add_argument(
+        "--window", type=int, default=120, help="runs per check searched for change points (0: all)"
+    )
+    exp = sub.add_parser("export", help="the latest run of each check as bmf (Bencher) or gab JSON")
+    exp.add_argument("source", help="a --convperf-report folder (its history.jsonl) or a results store URL")
+    exp.add_argument("--format", required=True, choices=("bmf", "gab"))
+    exp.add_argument("--machine", default=None, help="default: the machine of the newest record")
+    exp.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     bis = sub.add_parser("bisect", help="find the commit that made a check slower (or faster), by A/B")
     bis.add_argument("good", help="a revision where the check is as it should be")
     bis.add_argument("bad", help="a later revision where it changed")
@@ -244,6 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "history":
             return cmd_history(args)
+        if args.command == "store":
+            return cmd_store(args)
+        if args.command == "dashboard":
+            return cmd_dashboard(args)
+        if args.command == "export":
+            return cmd_export(args)
         return cmd_report(args)
     except Exception as exc:  # UsageError from validation: print it like pytest does
         if type(exc).__name__ == "UsageError":

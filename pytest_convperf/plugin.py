@@ -86,9 +86,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, spec.help, type="string", default="")
     from pytest_convperf.ab import ab_plugin
     from pytest_convperf.night import fresh_confirm
+    from pytest_convperf.reports import json_file, results_writer
 
     ab_plugin.add_option(group)
     fresh_confirm.add_option(group)
+    results_writer.add_option(parser, group)
+    json_file.add_option(parser, group)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -126,6 +129,11 @@ def pytest_configure(config: pytest.Config) -> None:
     session = ConvperfSession(config, cfg)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "convperf-session")
+    from pytest_convperf.reports import json_file, results_writer  # the results store, --convperf-json
+
+    confirm_run = bool(config.getoption(CONFIRM_RUN, default=None))
+    results_writer.configure(config, cfg, confirm_run=confirm_run)
+    json_file.configure(config, cfg, confirm_run=confirm_run)
     # Each correctness run and check on disk while it runs: a crash is named at the next start.
     from pytest_convperf.crash_watch import CrashWatch
 

@@ -11,6 +11,13 @@ import pytest
 import torch
 import torch._inductor  # noqa: F401
 
+# The same for SQLAlchemy, which every session with a report folder loads for the results store
+# (re-imported, its compiled parts fail: "'InternalTraversal' object is not callable").
+try:
+    import pytest_convperf.resultsdb.db  # noqa: F401
+except ImportError:  # installed without the [store] extra: the store is off
+    pass
+
 
 def _plugin_installed() -> bool:
     return any(ep.name == "convperf" for ep in entry_points(group="pytest11"))

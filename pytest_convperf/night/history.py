@@ -28,7 +28,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,39 @@ def read_history(path: Path) -> tuple[Series, list[Skipped]]:
     return series_from_records(records), sorted(skipped, key=lambda s: s.line)
 
 
+def is_store_url(target: str | Path) -> bool:
+    """Whether a ``history``/``dashboard`` argument is a results store URL, not a folder or file."""
+    return "://" in str(target)
+
+
+def read_store_history(url: str) -> tuple[Series, list[str]]:
+    """Series per (machine, key) from a results store (:mod:`pytest_convperf.resultsdb`), and the
+    stored results left out (named by the store and row id), as :func:`read_history` does for a file."""
+    from pytest_convperf.resultsdb.db import open_store, read_records, shown
+
+    engine, _ = open_store(url)
+    try:
+        stored = read_records(
+            engine, columns=("id", "machine", "key", "when", "commit", "verdict", "ln_ratio")
+        )
+    finally:
+        engine.dispose()
+    records: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for rec in stored:
+        problem = record_problem(rec)
+        if problem is None:
+            records.append(rec)
+        else:
+            skipped.append(f"{shown(url)}: result {rec['id']}: {problem}; result skipped")
+    return series_from_records(records), skipped
+
+
+def read_any(target: str | Path) -> tuple[Series, Sequence[object]]:
+    """:func:`read_store_history` for a URL, :func:`read_history` for a folder or file."""
+    return read_store_history(str(target)) if is_store_url(target) else read_history(Path(target))
+
+
 def record_problem(rec: Mapping[str, Any]) -> str | None:
     """Why a history record cannot be a point of a series (a wrong type, a NaN), or None.
 
@@ -153,6 +186,44 @@ def night_sigma(values: Sequence[float]) -> float:
     return max(1.4826 * mad / math.sqrt(2), SIGMA_FLOOR)
 
 
+def _cumsum_l2() -> Any:
+    """ruptures' l2 cost (a segment's sum of squared deviations from its mean) from prefix sums:
+    O(1) per segment instead of a ``var`` over the slice. PELT asks for ~n^2/2 segments on a long
+    flat series; with ``CostL2`` a check's 200 runs took ~1 s, so 500 checks of 1,000 runs (the
+    dashboard of a store) would take hours. Same costs up to rounding (the signal is centred
+    first), so the same segmentation (tests/unit/test_history.py compares them)."""
+    import numpy as np
+    from ruptures.base import BaseCost
+
+    class CumsumL2(BaseCost):  # type: ignore[misc]
+        model = "l2"
+
+        def __init__(self) -> None:
+            self.min_size = 1
+            self.s1: Any = None
+            self.s2: Any = None
+            self.signal: Any = None  # PELT reads its shape
+
+        def fit(self, signal: Any) -> CumsumL2:
+            x = np.asarray(signal, dtype=float).reshape(len(signal), -1)
+            self.signal = x
+            x = x - x.mean(axis=0)
+            self.s1 = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
+            self.s2 = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x * x, axis=0)])
+            return self
+
+        def error(self, start: int, end: int) -> float:
+            from ruptures.exceptions import NotEnoughPoints
+
+            n = end - start
+            if n < self.min_size:
+                raise NotEnoughPoints
+            total = self.s1[end] - self.s1[start]
+            return float((self.s2[end] - self.s2[start] - total * total / n).sum())
+
+    return CumsumL2()
+
+
 def breakpoints(values: Sequence[float], *, persist: int = PERSIST, penalty: float = PENALTY) -> list[int]:
     """Indices where a new segment starts (PELT, l2 cost, every segment >= ``persist`` runs)."""
     try:
@@ -164,7 +235,9 @@ def breakpoints(values: Sequence[float], *, persist: int = PERSIST, penalty: flo
     if n < 2 * persist:
         return []
     sigma = night_sigma(values)
-    algo = ruptures.Pelt(model="l2", min_size=persist, jump=1).fit(np.asarray(values, dtype=float))
+    algo = ruptures.Pelt(custom_cost=_cumsum_l2(), min_size=persist, jump=1).fit(
+        np.asarray(values, dtype=float)
+    )
     ends = algo.predict(pen=penalty * sigma * sigma * math.log(n))
     return [int(e) for e in ends[:-1]]
 
@@ -225,6 +298,33 @@ def all_change_points(series: Series, *, persist: int = PERSIST) -> list[ChangeP
     return out
 
 
+# Runs per check a store's or the dashboard's change points are looked for in: PELT's cost grows
+# with the square of a series' length (docs/dashboard.md), and a store holds years.
+WINDOW = 120
+
+
+def recent_change_points(
+    series: Series, *, persist: int = PERSIST, window: int = WINDOW
+) -> list[ChangePoint]:
+    """:func:`all_change_points` over each check's last ``window`` runs (0: all), with indices in the
+    whole series; ``new`` means the same (tonight is the step's ``persist``-th run)."""
+    recent = {ident: points[-window:] if window else points for ident, points in series.items()}
+    return [
+        replace(c, index=c.index + len(series[(c.machine, c.key)]) - len(recent[(c.machine, c.key)]))
+        for c in all_change_points(recent, persist=persist)
+    ]
+
+
+def new_store_change_points(
+    url: str, machines: Iterable[str], *, persist: int = PERSIST
+) -> list[ChangePoint]:
+    """The change points new in this run among ``machines``' checks in a results store."""
+    series, _ = read_store_history(url)
+    wanted = set(machines)
+    mine = {ident: points for ident, points in series.items() if ident[0] in wanted}
+    return [c for c in recent_change_points(mine, persist=persist) if c.new]
+
+
 def plot_history(
     series: Series, cps: Sequence[ChangePoint], path: Path, *, max_checks: int = 24
 ) -> str | None:
@@ -259,19 +359,29 @@ def plot_history(
     return None
 
 
-def run(directory: Path, *, persist: int = PERSIST, plot: bool = True) -> tuple[list[str], int]:
-    """The ``history`` subcommand: (output lines, exit code). Skipped lines are named first."""
+def run(
+    directory: Path | str, *, persist: int = PERSIST, plot: bool = True, out: Path | None = None
+) -> tuple[list[str], int]:
+    """The ``history`` subcommand over a report folder, a ``history.jsonl`` or a store URL:
+    (output lines, exit code). Skipped lines are named first. ``history.png`` goes beside the
+    history, or to ``out`` (a store's: the current folder when none is given)."""
     try:
-        series, skipped = read_history(directory)
+        series, skipped = read_any(directory)
         cps = all_change_points(series, persist=persist)
     except (FileNotFoundError, ImportError) as exc:
+        return [f"history: {exc}"], 2
+    except Exception as exc:  # the store's StoreUnavailable: URL and fix in its message
+        if type(exc).__name__ != "StoreUnavailable":
+            raise
         return [f"history: {exc}"], 2
     lines = [f"history: {line}" for line in summary(skipped)]
     lines += [c.line() for c in cps]
     if not cps:
         lines.append(f"history: no change points in {len(series)} checks (steps count after {persist} runs)")
     if plot:
-        out = (directory if directory.is_dir() else directory.parent) / "history.png"
+        if out is None:
+            here = Path(".") if is_store_url(directory) else Path(directory)
+            out = (here if here.is_dir() else here.parent) / "history.png"
         note = plot_history(series, cps, out)
         lines.append(f"history: {note}" if note else f"history: wrote {out}")
     return lines, 0

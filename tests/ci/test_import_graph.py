@@ -79,7 +79,19 @@ def test_a_circle_through_type_checking_and_a_function_is_found(tmp_path: Path) 
 # The layers of docs/architecture.md, lowest first. A module's layer is its subpackage; the modules
 # directly in the package (plugin, session, hookspecs, header, crash_watch, __main__) are the hooks,
 # and the package itself (its public face) sits on top of them.
-LAYERS = ("core", "measure", "correctness", "judge", "baselines", "night", "reports", "check", "ab", "hooks")
+LAYERS = (
+    "core",
+    "measure",
+    "correctness",
+    "judge",
+    "baselines",
+    "resultsdb",
+    "night",
+    "reports",
+    "check",
+    "ab",
+    "hooks",
+)
 TOP = "pytest_convperf"
 
 

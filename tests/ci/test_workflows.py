@@ -116,11 +116,15 @@ def test_nightly_is_a_thin_wrapper_around_the_reusable_gpu_job() -> None:
     assert job["uses"] == "./.github/workflows/_gpu-suite.yml"
     suite = load("_gpu-suite.yml")
     assert set(triggers(suite)) == {"workflow_call"}
-    (gpu_job,) = suite["jobs"].values()
+    gpu_job, issues_job = suite["jobs"]["suite"], suite["jobs"]["regressions"]
     assert gpu_job["runs-on"] == ["self-hosted", "linux", "gpu", "${{ matrix.gpu }}"]
     assert gpu_job["strategy"]["matrix"]["gpu"] == "${{ fromJSON(inputs.gpus) }}"
-    # The caller grants what the called job asks for, no more.
-    assert job["permissions"] == gpu_job["permissions"] == {"contents": "read", "actions": "read"}
+    # The GPU job reads only; the issues token stays on a hosted runner (issue 27.5).
+    assert gpu_job["permissions"] == {"contents": "read", "actions": "read"}
+    assert issues_job["permissions"] == {"contents": "read", "issues": "write"}
+    assert issues_job["runs-on"] == "ubuntu-24.04" and issues_job["needs"] == "suite"
+    # The caller grants what the called jobs ask for, no more.
+    assert job["permissions"] == {"contents": "read", "actions": "read", "issues": "write"}
 
 
 def test_gpu_job_runs_the_suite_keeps_history_and_fails_on_failures() -> None:
@@ -140,8 +144,11 @@ def test_gpu_job_runs_the_suite_keeps_history_and_fails_on_failures() -> None:
     assert {u["with"]["name"] for u in uploads} == {
         "convperf-report-${{ matrix.gpu }}",
         "${{ env.HISTORY_ARTIFACT }}",
+        "convperf-dashboard-${{ matrix.gpu }}",  # issue 27.3: the static dashboard of the history
     }
     assert all(u["if"] == "always()" for u in uploads)
+    dashboard = by_name["Dashboard (a static page of the history, docs/dashboard.md)"]
+    assert 'python -m pytest_convperf dashboard "$REPORT_DIR" --out dashboard' in dashboard["run"]
     download = next(
         s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")
     )

@@ -125,3 +125,26 @@ def test_without_ruptures_the_command_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "ruptures", None)
     with pytest.raises(ImportError, match=r"pip install 'pytest-convperf\[history\]'"):
         all_change_points(read_history(d)[0])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_prefix_sum_cost_segments_as_ruptures_l2_does(seed: int) -> None:
+    # The speed-up (O(1) per segment) must not move a single breakpoint: PELT with ruptures' own
+    # CostL2 on the same series, penalty and minimum size.
+    import numpy as np
+    import ruptures
+
+    from pytest_convperf.night.history import PENALTY, breakpoints, night_sigma
+
+    rng = random.Random(seed)
+    n = rng.randrange(8, 120)
+    values = [math.log(0.5) + rng.gauss(0, 0.01) for _ in range(n)]
+    for _ in range(rng.randrange(0, 4)):
+        at, size = rng.randrange(n), rng.choice([-1, 1]) * rng.uniform(0.01, 0.1)
+        values[at:] = [v + size for v in values[at:]]
+    if seed % 5 == 0:
+        values = [values[0]] * n  # flat: sigma at its floor
+    sigma = night_sigma(values)
+    own = ruptures.Pelt(model="l2", min_size=3, jump=1).fit(np.asarray(values))
+    expected = [int(e) for e in own.predict(pen=PENALTY * sigma * sigma * math.log(n))[:-1]] if n >= 6 else []
+    assert breakpoints(values) == expected

@@ -1,0 +1,138 @@
+"""One GitHub issue per kept speed FAIL of the nightly run (issue 27.5), kept in step night by night.
+
+From the report's ``rows.json`` (a FAIL the night's false-alarm control kept is ``FAIL`` there; one
+it cleared is ``SUSPECT``) and the open issues labelled ``convperf-regression`` (``gh issue list
+--json number,title,body``), each check is one issue, found by the marker line in its body
+(``<!-- convperf-check: <machine> | <check id> -->``):
+
+- a FAIL without an open issue opens one (title, speedup with CI, commit, the FAIL's message,
+  which names the kernels that moved, and a link to the run, whose artifacts hold the dashboard);
+- a FAIL with one adds a comment with tonight's numbers (no second issue);
+- an open issue whose check ran tonight on that machine and did not FAIL is closed with a comment;
+  a check that did not run tonight leaves its issue as it is.
+
+    gh issue list --label convperf-regression --state open --json number,title,body > issues.json
+    python .ci/regression_issues.py --report report --issues issues.json --run-url "$RUN_URL" [--apply]
+
+Without ``--apply`` it prints the plan (one JSON object per action); with it, it runs ``gh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+LABEL = "convperf-regression"
+MARK = re.compile(r"<!-- convperf-check: (.+?) \| (.+?) -->")
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # open | comment | close
+    check: str  # "<machine> | <module>::<key>"
+    title: str
+    body: str
+    number: int | None = None
+
+
+def check_of(row: dict[str, Any]) -> str:
+    return f"{row.get('machine') or 'unknown'} | {row.get('module')}::{row.get('key')}"
+
+
+def _numbers(row: dict[str, Any]) -> str:
+    comp = ((row.get("decision") or {}).get("confirm")) or row.get("comparison") or {}
+    ratio, ci = comp.get("time_ratio"), comp.get("time_ratio_ci")
+    if not isinstance(ratio, (int, float)) or ratio <= 0:
+        return "no timing"
+    text = f"speedup {1 / ratio:.3f}x"
+    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(c, (int, float)) and c > 0 for c in ci):
+        text += f" (95 % CI {1 / ci[1]:.3f} .. {1 / ci[0]:.3f})"
+    base = (row.get("baseline") or {}).get("time_ratio")
+    if isinstance(base, (int, float)) and base > 0:
+        text += f", baseline {1 / base:.3f}x"
+    return text
+
+
+def _report(row: dict[str, Any], commit: str, run_url: str) -> str:
+    return (
+        f"**{row.get('verdict')}** at commit `{commit}` on `{row.get('machine')}`: {_numbers(row)}.\n\n"
+        f"```\n{(row.get('message') or '').strip()}\n```\n\n"
+        f"Run, report and dashboard (artifacts `convperf-report-*`, `convperf-dashboard-*`): {run_url}\n"
+    )
+
+
+def plan(
+    rows: list[dict[str, Any]], issues: list[dict[str, Any]], *, commit: str, run_url: str
+) -> list[Action]:
+    """What to open, comment on and close (see the module docstring)."""
+    open_by_check: dict[str, dict[str, Any]] = {}
+    for issue in issues:
+        found = MARK.search(str(issue.get("body") or ""))
+        if found:
+            open_by_check.setdefault(f"{found.group(1)} | {found.group(2)}", issue)
+    ran = {check_of(r): r for r in rows}
+    actions = []
+    for check, row in sorted(ran.items()):
+        issue = open_by_check.get(check)
+        if row.get("verdict") == "FAIL":
+            title = f"convperf regression: {check.split(' | ', 1)[1]} [{row.get('machine')}]"
+            body = _report(row, commit, run_url)
+            if issue is None:
+                actions.append(Action("open", check, title, f"<!-- convperf-check: {check} -->\n\n{body}"))
+            else:
+                actions.append(
+                    Action("comment", check, title, f"Still failing.\n\n{body}", int(issue["number"]))
+                )
+        elif issue is not None:
+            body = (
+                f"Passes again: **{row.get('verdict')}** at commit `{commit}`, {_numbers(row)}. {run_url}\n"
+            )
+            actions.append(Action("close", check, str(issue.get("title") or ""), body, int(issue["number"])))
+    return actions
+
+
+def apply(actions: list[Action]) -> None:
+    for a in actions:
+        if a.kind == "open":
+            cmd = ["gh", "issue", "create", "--title", a.title, "--body", a.body, "--label", LABEL]
+        elif a.kind == "comment":
+            cmd = ["gh", "issue", "comment", str(a.number), "--body", a.body]
+        else:
+            cmd = ["gh", "issue", "close", str(a.number), "--comment", a.body]
+        subprocess.run(cmd, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--report", required=True, type=Path)
+    parser.add_argument("--issues", required=True, type=Path, help="gh issue list --json number,title,body")
+    parser.add_argument("--run-url", required=True)
+    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--apply", action="store_true", help="run gh (default: print the plan)")
+    args = parser.parse_args(argv)
+    rows_file = args.report / "rows.json"
+    if not rows_file.is_file():
+        print(
+            f"regression_issues: no {rows_file} (the suite wrote no report); nothing to do", file=sys.stderr
+        )
+        return 0
+    rows = [r for r in json.loads(rows_file.read_text(encoding="utf-8")) if isinstance(r, dict)]
+    issues = json.loads(args.issues.read_text(encoding="utf-8"))
+    actions = plan(rows, issues, commit=args.commit, run_url=args.run_url)
+    for a in actions:
+        print(json.dumps(asdict(a)))
+    if args.apply:
+        apply(actions)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

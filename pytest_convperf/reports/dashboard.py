@@ -1,0 +1,223 @@
+"""``python -m pytest_convperf dashboard DIR|URL --out OUT``: a static site of the history.
+
+One file, ``OUT/index.html``: the page (``assets/dashboard.html``, its script and style inline) with
+the data inlined as JSON, so it opens from disk or any artifact viewer with no server and no
+network. The data: per machine and check the runs in time order (speedup, its 95 % CI, commit,
+verdict, kernel table), the change points of :mod:`pytest_convperf.night.history` (the same rule
+as the ``history`` subcommand and the night's notes), the last night's FAILs and new change points,
+and a summary per family (test module). Kernel tables are stored once each and referred to by
+index: they change with the code, rarely with the night. See docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pytest_convperf.core.files import atomic_write
+from pytest_convperf.core.jsonl import read_objects, summary
+from pytest_convperf.night.history import (
+    PERSIST,
+    WINDOW,
+    ChangePoint,
+    is_store_url,
+    recent_change_points,
+    record_problem,
+    series_from_records,
+)
+
+DATA_MARK = "/*CONVPERF_DATA*/null"
+TEMPLATE = "dashboard.html"
+
+
+def load_records(source: str) -> tuple[list[dict[str, Any]], list[str], str]:
+    """(records, lines skipped, what was read) from a store URL or a report folder's history.jsonl."""
+    if is_store_url(source):
+        from pytest_convperf.resultsdb.db import open_store, read_records, shown
+
+        engine, _ = open_store(source)
+        try:
+            stored = read_records(engine, columns=("id", "record"))
+        finally:
+            engine.dispose()
+        records, skipped = [], []
+        for row in stored:
+            rec = row["record"]
+            problem = record_problem(rec) if isinstance(rec, Mapping) else "not an object"
+            if problem is None:
+                records.append(dict(rec))
+            else:
+                skipped.append(f"{shown(source)}: result {row['id']}: {problem}; result skipped")
+        return records, skipped, shown(source)
+    path = Path(source)
+    file = path / "history.jsonl" if path.is_dir() else path
+    if not file.exists():
+        raise FileNotFoundError(f"{file} not found; give a --convperf-report folder or a results store URL")
+    objects, bad = read_objects(file)
+    records, lines = [], [str(s) for s in bad]
+    for n, rec in objects:
+        problem = record_problem(rec)
+        if problem is None:
+            records.append(rec)
+        else:
+            lines.append(f"{file}:{n}: {problem}; line skipped")
+    return records, lines, str(file)
+
+
+def _speedup(ratio: Any) -> float | None:
+    return 1.0 / ratio if isinstance(ratio, (int, float)) and ratio > 0 and math.isfinite(ratio) else None
+
+
+def _ci(rec: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    ci = rec.get("ratio_ci")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        return _speedup(ci[1]), _speedup(ci[0])  # a smaller time ratio is a larger speedup
+    return None, None
+
+
+def page_data(
+    records: Sequence[Mapping[str, Any]], *, source: str, persist: int = PERSIST, window: int = WINDOW
+) -> dict[str, Any]:
+    """Everything the page shows, as JSON-able data (see the module docstring)."""
+    series = series_from_records(records)
+    cps = recent_change_points(series, persist=persist, window=window)
+    detail: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for rec in records:
+        detail[(str(rec.get("machine") or "unknown"), str(rec["key"]), str(rec.get("when") or ""))] = rec
+    kernel_tables: list[Any] = []
+    kernel_index: dict[str, int] = {}
+    by_check: dict[tuple[str, str], list[ChangePoint]] = {}
+    for c in cps:
+        by_check.setdefault((c.machine, c.key), []).append(c)
+    checks = []
+    for (machine, key), points in sorted(series.items()):
+        out_points = []
+        module = None
+        for p in points:
+            rec = detail.get((machine, key, p.when), {})
+            module = module or rec.get("module")
+            kernels = rec.get("kernels")
+            k = None
+            if kernels:
+                text = json.dumps(kernels, sort_keys=True)
+                k = kernel_index.setdefault(text, len(kernel_tables))
+                if k == len(kernel_tables):
+                    kernel_tables.append(kernels)
+            lo, hi = _ci(rec)
+            out_points.append([p.when, p.commit, p.verdict, 1.0 / math.exp(p.ln_ratio), lo, hi, k])
+        checks.append(
+            {
+                "machine": machine,
+                "key": key,
+                "family": str(module or key.split("::")[0]),
+                "points": out_points,
+                "change_points": [
+                    {
+                        "index": c.index,
+                        "step": -c.step / (1 + c.step),
+                        "commit": c.commit,
+                        "when": c.when,
+                        "new": c.new,
+                        "text": c.line(),
+                    }
+                    for c in by_check.get((machine, key), [])
+                ],
+            }
+        )
+    return {
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "persist": persist,
+        "window": window,
+        "machines": sorted({c["machine"] for c in checks}),
+        "kernels": kernel_tables,
+        "checks": checks,
+        "last_night": _last_night(records),
+        "families": _families(checks),
+    }
+
+
+def _last_night(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per machine: the latest run's date and its FAILs (every record of that run, unusable ones too)."""
+    latest: dict[str, str] = {}
+    for rec in records:
+        machine, when = str(rec.get("machine") or "unknown"), str(rec.get("when") or "")
+        latest[machine] = max(latest.get(machine, ""), when)
+    out: dict[str, Any] = {m: {"when": w, "fails": []} for m, w in latest.items()}
+    for rec in records:
+        machine = str(rec.get("machine") or "unknown")
+        if rec.get("when") == latest[machine] and rec.get("verdict") in ("FAIL", "CORRECTNESS_FAIL"):
+            out[machine]["fails"].append(
+                {"key": rec["key"], "verdict": rec["verdict"], "commit": rec.get("commit")}
+            )
+    return out
+
+
+def _families(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per machine and family: checks, the last run's verdicts and the geometric mean of its speedups."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for c in checks:
+        groups.setdefault((c["machine"], c["family"]), []).append(c)
+    out = []
+    for (machine, family), members in sorted(groups.items()):
+        last = [c["points"][-1] for c in members if c["points"]]
+        verdicts: dict[str, int] = {}
+        for p in last:
+            verdicts[str(p[2])] = verdicts.get(str(p[2]), 0) + 1
+        speedups = [p[3] for p in last if p[3] and p[3] > 0]
+        gmean = math.exp(statistics.fmean(math.log(s) for s in speedups)) if speedups else None
+        moved = sum(1 for c in members if any(cp["new"] for cp in c["change_points"]))
+        out.append(
+            {
+                "machine": machine,
+                "family": family,
+                "checks": len(members),
+                "verdicts": verdicts,
+                "geomean_speedup": gmean,
+                "new_change_points": moved,
+            }
+        )
+    return out
+
+
+def render(data: Mapping[str, Any]) -> str:
+    """The page with ``data`` inlined (``</`` escaped so no string in it can end the script)."""
+    template = (
+        resources.files("pytest_convperf.reports").joinpath("assets").joinpath(TEMPLATE).read_text("utf-8")
+    )
+    payload = json.dumps(data, default=str, allow_nan=False).replace("</", "<\\/")
+    if DATA_MARK not in template:
+        raise RuntimeError(f"{TEMPLATE} lost its data mark {DATA_MARK!r}")
+    return template.replace(DATA_MARK, payload)
+
+
+def build(source: str, out: Path, *, persist: int = PERSIST, window: int = WINDOW) -> tuple[list[str], int]:
+    """The ``dashboard`` subcommand: (output lines, exit code)."""
+    started = time.perf_counter()
+    try:
+        records, skipped, shown = load_records(source)
+        data = page_data(records, source=shown, persist=persist, window=window)
+    except (FileNotFoundError, ImportError) as exc:
+        return [f"dashboard: {exc}"], 2
+    except Exception as exc:  # the store's StoreUnavailable: URL and fix in its message
+        if type(exc).__name__ != "StoreUnavailable":
+            raise
+        return [f"dashboard: {exc}"], 2
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "index.html"
+    atomic_write(page, render(data))
+    lines = [f"dashboard: {line}" for line in summary(skipped)]
+    n_points = sum(len(c["points"]) for c in data["checks"])
+    lines.append(
+        f"dashboard: wrote {page} ({len(data['checks'])} checks, {n_points} runs, "
+        f"{sum(len(c['change_points']) for c in data['checks'])} change points) in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    return lines, 0

@@ -1,0 +1,267 @@
+"""The session's rows into the results store (``--convperf-store=URL``, ini ``convperf_store``), and
+``python -m pytest_convperf store import DIR``.
+
+``ResultsWriter`` is a pytest plugin the controller registers in ``pytest_configure``: its
+``pytest_sessionstart`` connects and migrates (an unreachable store stops the session there, with
+the URL and the fix, never after the night was measured), its ``pytest_convperf_write_report``
+appends the session's records in one transaction at the end. A write that fails then keeps the
+records in ``<report dir>/store.pending.jsonl`` and says so; the next session's write (or
+``store import``) stores them. With no URL the store is ``<report dir>/convperf.sqlite`` (the
+folder ``history.jsonl`` lives in); without SQLAlchemy that default store is off and the header
+says so in one line (the GPU machine installs with ``--no-deps``), while an explicit URL needs it.
+See docs/results-store.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_convperf.core.jsonl import Skipped, end_cut_line, read_objects, summary
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from pytest_convperf.core.config import ConvperfConfig
+    from pytest_convperf.core.results import CheckRow
+
+OPTION = "convperf_store"
+DEFAULT_FILE = "convperf.sqlite"
+PENDING = "store.pending.jsonl"
+PLUGIN_NAME = "convperf-results-store"
+INSTALL_HINT = "pip install 'pytest-convperf[store]'"
+HELP = (
+    "results store every session appends its rows to: sqlite:///PATH or postgresql://USER@HOST/DB "
+    f"(default: sqlite in the --convperf-report folder, {DEFAULT_FILE}); needs --convperf-report"
+)
+
+
+def add_option(parser: pytest.Parser, group: Any) -> None:
+    group.addoption("--convperf-store", default=None, dest=OPTION, metavar="URL", help=HELP)
+    parser.addini(OPTION, HELP, type="string", default="")
+
+
+def have_sqlalchemy() -> bool:
+    """Whether SQLAlchemy imports (an install with ``--no-deps``, as on the GPU machine, lacks it)."""
+    try:
+        import sqlalchemy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) -> None:
+    """Register the writer on the controller of a ``--convperf`` session that has a store."""
+    if not cfg.enabled or confirm_run or hasattr(config, "workerinput"):
+        return
+    url = (config.getoption(OPTION, default=None) or config.getini(OPTION) or "").strip()
+    if url and cfg.report_dir is None:
+        raise pytest.UsageError(
+            f"--convperf-store={url} needs --convperf-report=DIR: a write the store refuses at the end "
+            "keeps the rows in that folder (add --convperf-report=convperf-report)"
+        )
+    if cfg.report_dir is None:
+        return
+    if url and not have_sqlalchemy():
+        raise pytest.UsageError(
+            f"--convperf-store={url} needs SQLAlchemy, which is not installed: "
+            f"{INSTALL_HINT} (or drop --convperf-store)"
+        )
+    default = f"sqlite:///{(cfg.report_dir / DEFAULT_FILE).resolve()}"
+    config.pluginmanager.register(
+        ResultsWriter(url or default, cfg.report_dir, explicit=bool(url)), PLUGIN_NAME
+    )
+
+
+class ResultsWriter:
+    """The controller's side of the store: check at session start, one write at session end."""
+
+    def __init__(self, url: str, report_dir: Path, *, explicit: bool) -> None:
+        self.url = url
+        self.report_dir = report_dir
+        self.explicit = explicit
+        self.off = None if have_sqlalchemy() else "SQLAlchemy is not installed"
+        self.engine: sa.Engine | None = None
+        self.versions = (0, 0)
+
+    def pytest_report_header(self) -> list[str]:
+        if self.off:  # resultsdb imports SQLAlchemy: not here
+            return [f"convperf: results store off ({self.off}: {INSTALL_HINT}); history.jsonl as before"]
+        from pytest_convperf.resultsdb.db import shown
+
+        before, after = self.versions
+        migrated = f", migrated from schema v{before}" if before and before != after else ""
+        return [f"convperf: results store {shown(self.url)} (schema v{after}{migrated})"]
+
+    @pytest.hookimpl(trylast=True)  # after the session has checked and made the report folder
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.off:
+            return
+        from pytest_convperf.resultsdb.db import StoreUnavailable, open_store
+
+        if not self.explicit:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine, self.versions = open_store(self.url)
+        except StoreUnavailable as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def pytest_unconfigure(self) -> None:
+        if self.engine is not None:
+            self.engine.dispose()
+
+    def pytest_convperf_write_report(
+        self,
+        rows: Sequence[CheckRow],
+        report_dir: Path,
+        machine_info: Mapping[str, Any],
+        commit_info: Mapping[str, Any],
+        when: str,
+    ) -> list[str]:
+        if self.engine is None:
+            return []
+        commit = commit_info.get("id")
+        records = store_records(
+            rows,
+            when=when,
+            commit=str(commit) if commit else None,
+            code=commit_info.get("code"),
+            device=machine_info.get("name"),
+        )
+        notes = self.write(records)
+        if self.explicit and not any(" NOT written " in n for n in notes):
+            notes += self.change_points(records)
+        return notes
+
+    def change_points(self, records: Sequence[Mapping[str, Any]]) -> list[str]:
+        """A store given by URL holds more nights than the report folder (an ephemeral runner's
+        history.jsonl may hold tonight only): its change points new tonight on this session's
+        machines, less those the report's history.jsonl gives too (the built-in report's notes)."""
+        from pytest_convperf.night.history import (
+            all_change_points,
+            new_store_change_points,
+            record_problem,
+            series_from_records,
+        )
+
+        try:
+            found = new_store_change_points(self.url, {str(r.get("machine") or "unknown") for r in records})
+            objects, _ = read_objects(self.report_dir / "history.jsonl")
+            here = [rec for _, rec in objects if record_problem(rec) is None] + list(records)
+            known = {(c.machine, c.key) for c in all_change_points(series_from_records(here)) if c.new}
+        except Exception as exc:  # never costs the night's reports
+            return [f"results store: change points not computed: {type(exc).__name__}: {exc}"]
+        return [
+            f"change point new in this run (results store): {c.line()}"
+            for c in found
+            if (c.machine, c.key) not in known
+        ]
+
+    def write(self, records: list[dict[str, Any]]) -> list[str]:
+        """Tonight's records in one transaction, then any a failed write left; a write that fails
+        keeps its records in the pending file, and one note says where."""
+        from pytest_convperf.resultsdb.db import new_session, write
+
+        assert self.engine is not None
+        pending = self.report_dir / PENDING
+        left, skipped = read_objects(pending) if pending.exists() else ([], [])
+        notes = [f"{PENDING}: {line}" for line in summary(skipped)]
+        try:
+            write(self.engine, records, source=str(self.report_dir), session=new_session())
+        except Exception as exc:
+            end_cut_line(pending)
+            with open(pending, "a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(rec, default=str, sort_keys=True) + "\n" for rec in records)
+            return [*notes, self._not_written(exc, len(records) + len(left), pending)]
+        if left:
+            try:
+                write(self.engine, [rec for _, rec in left], source=str(pending))
+            except Exception as exc:
+                return [*notes, self._not_written(exc, len(left), pending)]
+            pending.unlink()
+            notes.append(f"results store: {len(left)} record(s) a failed write had left in {pending} stored")
+        return notes
+
+    def _not_written(self, exc: Exception, kept: int, pending: Path) -> str:
+        from pytest_convperf.resultsdb.db import shown
+
+        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return (
+            f"results store {shown(self.url)} NOT written ({type(exc).__name__}: {why}); {kept} record(s) "
+            f"kept in {pending}: the next session stores them, or python -m pytest_convperf store import "
+            f"{self.report_dir} --store URL"
+        )
+
+
+def store_records(
+    rows: Sequence[CheckRow], *, when: str, commit: str | None, code: str | None, device: Any = None
+) -> list[dict[str, Any]]:
+    """``history.jsonl``'s records with what the store adds: the ratio's CI, the entry's noise, the
+    candidate's kernel table, node id, phase, problem and the device's name."""
+    from pytest_convperf.reports.report import final_comparison
+    from pytest_convperf.reports.report_files import history_records
+
+    out = []
+    for row, rec in zip(rows, history_records(rows, when=when, commit=commit, code=code)):
+        comp = final_comparison(row)
+        facts = comp.facts if comp is not None else {}
+        kernels = facts.get("kernels") or (row.comparison.facts.get("kernels") if row.comparison else None)
+        out.append(
+            {
+                **rec,
+                "ratio_ci": list(comp.time_ratio_ci) if comp is not None else None,
+                "noise": row.baseline.noise if row.baseline is not None else None,
+                "kernels": kernels,
+                "nodeid": row.nodeid,
+                "phase": row.phase,
+                "problem": row.problem,
+                "device": device,
+            }
+        )
+    return out
+
+
+def import_dir(url: str, directory: Path) -> tuple[list[str], int]:
+    """``store import DIR``: every ``history.jsonl`` (and ``store.pending.jsonl``) under DIR into the
+    store; a record already there (same digest) is not added again; unusable lines are named."""
+    from pytest_convperf.night.history import record_problem
+    from pytest_convperf.resultsdb.db import StoreUnavailable, open_store, shown, write
+
+    files = (
+        sorted([*directory.rglob("history.jsonl"), *directory.rglob(PENDING)]) if directory.is_dir() else []
+    )
+    if not files:
+        return [f"store import: no history.jsonl under {directory}; give a --convperf-report folder"], 2
+    try:
+        engine, _ = open_store(url)
+    except StoreUnavailable as exc:
+        return [f"store import: {exc}"], 2
+    lines: list[str] = []
+    total = new = 0
+    try:
+        for file in files:
+            objects, skipped = read_objects(file)
+            good: list[dict[str, Any]] = []
+            for n, rec in objects:
+                problem = record_problem(rec)
+                if problem is None:
+                    good.append(rec)
+                else:
+                    skipped.append(Skipped(file, n, problem))
+            added = write(engine, good, source=str(file))
+            total, new = total + len(good), new + added
+            skipped.sort(key=_line)
+            lines += [f"store import: {line}" for line in summary(skipped)]
+            lines.append(f"store import: {file}: {len(good)} records, {added} new")
+    finally:
+        engine.dispose()
+    lines.append(f"store import: {new} of {total} records new in {shown(url)}")
+    return lines, 0
+
+
+def _line(skipped: Skipped) -> int:
+    return skipped.line

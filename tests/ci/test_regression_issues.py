@@ -1,0 +1,71 @@
+""".ci/regression_issues.py (issue 27.5): one issue per kept FAIL, deduplicated by check, commented
+while it fails, closed when the check passes again; a check that did not run keeps its issue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.ci.scripts import ROOT, load_script
+
+issues_script = load_script(ROOT / ".ci" / "regression_issues.py")
+
+
+def row(key: str, verdict: str, machine: str = "h100") -> dict[str, Any]:
+    return {
+        "machine": machine,
+        "module": "test_dw",
+        "key": key,
+        "verdict": verdict,
+        "message": "FAIL: 12 % slower; kernels moved: dw_fwd_v3 (0.9 -> 0.0 share), dw_fwd_v1 (new)",
+        "comparison": {"time_ratio": 0.56, "time_ratio_ci": [0.55, 0.57]},
+        "baseline": {"time_ratio": 0.5},
+    }
+
+
+def issue(number: int, check: str) -> dict[str, Any]:
+    return {
+        "number": number,
+        "title": f"convperf regression: {check}",
+        "body": f"<!-- convperf-check: {check} -->\n",
+    }
+
+
+def test_open_comment_close_and_leave_alone() -> None:
+    rows = [row("new_fail", "FAIL"), row("old_fail", "FAIL"), row("fixed", "PASS"), row("cleared", "SUSPECT")]
+    open_issues = [
+        issue(7, "h100 | test_dw::old_fail"),
+        issue(8, "h100 | test_dw::fixed"),
+        issue(9, "h100 | test_dw::not_run_tonight"),
+        issue(10, "a100 | test_dw::fixed"),  # the same check on another machine: its own issue
+    ]
+    actions = issues_script.plan(rows, open_issues, commit="abc123", run_url="https://ci/run/1")
+    got = {(a.kind, a.check, a.number) for a in actions}
+    assert got == {
+        ("open", "h100 | test_dw::new_fail", None),
+        ("comment", "h100 | test_dw::old_fail", 7),
+        ("close", "h100 | test_dw::fixed", 8),
+    }
+    opened = next(a for a in actions if a.kind == "open")
+    assert opened.title == "convperf regression: test_dw::new_fail [h100]"
+    assert opened.body.startswith("<!-- convperf-check: h100 | test_dw::new_fail -->")
+    assert "kernels moved: dw_fwd_v3" in opened.body and "https://ci/run/1" in opened.body
+    assert "speedup 1.786x (95 % CI 1.754 .. 1.818), baseline 2.000x" in opened.body
+    # The marker of the opened issue finds it the next night: a comment, not a second issue.
+    again = issues_script.plan(
+        [row("new_fail", "FAIL")],
+        [{"number": 11, "title": opened.title, "body": opened.body}],
+        commit="def",
+        run_url="u",
+    )
+    assert [(a.kind, a.number) for a in again] == [("comment", 11)]
+
+
+def test_the_cli_prints_the_plan(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "rows.json").write_text(json.dumps([row("x", "FAIL")]))
+    (tmp_path / "issues.json").write_text("[]")
+    args = ["--report", str(tmp_path), "--issues", str(tmp_path / "issues.json"), "--run-url", "u"]
+    assert issues_script.main(args) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["kind"] == "open"

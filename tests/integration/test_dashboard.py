@@ -1,0 +1,203 @@
+"""The dashboard (issue 27.3): a static page of a store's or a report folder's history, checked in
+a real headless Chromium (Debian's ``chromium`` and ``chromium-driver``, which ``.ci/run``
+installs): it loads with no console error, a known check's plot has its points, the planted
+change point is drawn, the last night's FAIL is listed first; a screenshot goes to
+``$CONVPERF_CI_LOGS`` (the CI log folder) when set. Without the browser the test skips, unless
+``$CONVPERF_REQUIRE_BROWSER`` is set (CI), where a missing browser fails it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_convperf.__main__ import main
+from pytest_convperf.reports.dashboard import page_data
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+STEP_KEY = "test_depthwise::test_fwd@n8-c64"
+FLAT_KEY = "test_depthwise::test_bwd@n8-c64"
+
+
+def history(n: int = 12, step_at: int = 7) -> list[dict[str, Any]]:
+    """Two checks on two machines: STEP_KEY slows 25 % from run ``step_at`` on (its last run a FAIL)."""
+    out = []
+    for i in range(n):
+        for machine in ("h100", "a100"):
+            for key in (STEP_KEY, FLAT_KEY):
+                wobble = 0.004 * math.sin(3 * i + len(key))
+                ratio = (
+                    0.5 * (1.25 if key == STEP_KEY and i >= step_at and machine == "h100" else 1.0) + wobble
+                )
+                verdict = "FAIL" if (key == STEP_KEY and machine == "h100" and i == n - 1) else "PASS"
+                out.append(
+                    {
+                        "schema": "convperf-history/1",
+                        "when": f"2026-03-{i + 1:02d}T02:00:00+00:00",
+                        "commit": f"c{i:03d}",
+                        "machine": machine,
+                        "module": "test_depthwise",
+                        "key": key,
+                        "verdict": verdict,
+                        "time_ratio": ratio,
+                        "ln_ratio": math.log(ratio),
+                        "ratio_ci": [ratio * 0.98, ratio * 1.02],
+                        "kernels": [{"name": f"dw_fwd_v{1 + (i >= step_at)}", "calls": 1.0, "share": 0.9}],
+                    }
+                )
+    return out
+
+
+def test_page_data_marks_the_planted_step_and_the_last_nights_fail() -> None:
+    data = page_data(history(), source="test")
+    step = next(c for c in data["checks"] if c["machine"] == "h100" and c["key"] == STEP_KEY)
+    assert len(step["points"]) == 12 and [cp["index"] for cp in step["change_points"]] == [7]
+    assert step["change_points"][0]["step"] == pytest.approx(-0.2, abs=0.01)  # speedup 2.0 -> 1.6
+    flat = [c for c in data["checks"] if c["key"] == FLAT_KEY or c["machine"] == "a100"]
+    assert all(not c["change_points"] for c in flat)
+    assert data["last_night"]["h100"]["fails"] == [{"key": STEP_KEY, "verdict": "FAIL", "commit": "c011"}]
+    assert len(data["kernels"]) == 2  # two distinct tables, stored once each
+    assert data["machines"] == ["a100", "h100"]
+
+
+def test_the_page_inlines_everything_and_no_string_ends_its_script(tmp_path: Path) -> None:
+    records = history()
+    records[0]["key"] = "test_x</script><script>alert(1)</script>"
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["dashboard", str(report), "--out", str(tmp_path / "site")]) == 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count("</script>") == 2  # the data's and the code's: the key's is escaped
+    for remote in ("http://", "https://", "src=", "@import"):
+        assert remote not in page.replace("http://www.w3.org/2000/svg", ""), remote
+
+
+def _browser() -> Any:
+    found = {
+        "selenium": _has_selenium(),
+        CHROMEDRIVER: os.path.exists(CHROMEDRIVER),
+        "chromium": shutil.which("chromium") is not None,
+    }
+    missing = [what for what, ok in found.items() if not ok]
+    if missing:
+        why = (
+            f"no headless browser ({', '.join(missing)} missing: apt-get install -y chromium chromium-driver)"
+        )
+        if os.environ.get("CONVPERF_REQUIRE_BROWSER"):
+            pytest.fail(why + "; $CONVPERF_REQUIRE_BROWSER is set (CI)")
+        pytest.skip(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,1800",
+    ):
+        options.add_argument(flag)
+    return options, Service(CHROMEDRIVER), webdriver
+
+
+def _has_selenium() -> bool:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_the_dashboard_in_headless_chromium(tmp_path: Path) -> None:
+    options, service, webdriver = _browser()
+    sa = pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy")
+    del sa
+    from pytest_convperf.resultsdb import db
+
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    engine, _ = db.open_store(url)
+    db.write(engine, history(), source="test")
+    engine.dispose()
+    assert main(["dashboard", url, "--out", str(tmp_path / "site")]) == 0
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        driver.get((tmp_path / "site" / "index.html").as_uri())
+        assert driver.execute_script("return document.body.dataset.ready") == "1"
+        driver.execute_script(
+            "const s = document.getElementById('machine'); s.value = 'h100';"
+            "s.dispatchEvent(new Event('change'));"
+        )
+        # The last night's FAIL and the (no longer new) step: the FAIL is listed first.
+        first = driver.execute_script("return document.querySelector('#attention-list li').textContent")
+        assert first.startswith(f"FAIL: {STEP_KEY}"), first
+        card = f'.card[data-check="{STEP_KEY}"]'
+        driver.execute_script(f"document.querySelector('{card}').scrollIntoView()")
+        drawn = driver.execute_script(
+            f"const svg = document.querySelector('{card} svg');"
+            "return new Promise(done => { const t0 = Date.now(); (function wait() {"
+            " if (svg.dataset.drawn || Date.now() - t0 > 5000) done(!!svg.dataset.drawn);"
+            " else setTimeout(wait, 50); })(); });"
+        )
+        assert drawn
+        assert driver.execute_script(f"return document.querySelectorAll('{card} svg circle.pt').length") == 12
+        cps = driver.execute_script(
+            f"return [...document.querySelectorAll('{card} svg line.cp')].map(l => l.dataset.index)"
+        )
+        assert cps == ["7"]
+        # A point's details: commit, verdict and its kernel table.
+        driver.execute_script(
+            f"document.querySelectorAll('{card} svg circle.pt')[11].dispatchEvent(new MouseEvent('click'))"
+        )
+        assert driver.find_element("id", "detail-commit").text.startswith("commit c011")
+        assert driver.find_element("id", "detail-verdict").text == "verdict FAIL"
+        assert "dw_fwd_v2" in driver.find_element("id", "detail-kernels").text
+        logs = os.environ.get("CONVPERF_CI_LOGS")
+        shot = Path(logs) if logs else tmp_path
+        shot.mkdir(parents=True, exist_ok=True)
+        assert driver.save_screenshot(str(shot / "dashboard.png"))
+        errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+        assert errors == []
+    finally:
+        driver.quit()
+
+
+def test_a_console_error_is_caught(tmp_path: Path) -> None:
+    # Negative control of the check above: a page that throws shows up in the browser's log.
+    options, service, webdriver = _browser()
+    page = tmp_path / "bad.html"
+    page.write_text('<!DOCTYPE html><link rel="icon" href="data:,"><script>null.x;</script>')
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        driver.get(page.as_uri())
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        driver.quit()
+
+
+def test_change_points_in_the_window_keep_their_index_in_the_whole_series() -> None:
+    data = page_data(history(n=40, step_at=30), source="test", window=20)
+    step = next(c for c in data["checks"] if c["machine"] == "h100" and c["key"] == STEP_KEY)
+    assert len(step["points"]) == 40 and [cp["index"] for cp in step["change_points"]] == [30]
+    assert step["change_points"][0]["commit"] == "c030"
+    old = page_data(history(n=40, step_at=5), source="test", window=20)  # the step before the window
+    assert not next(c for c in old["checks"] if c["machine"] == "h100" and c["key"] == STEP_KEY)[
+        "change_points"
+    ]

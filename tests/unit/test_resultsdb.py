@@ -1,0 +1,174 @@
+"""The results store (issue 27.1): one interface, SQLite and PostgreSQL; schema migrations; clear
+errors for a store that cannot be used; concurrent writers lose nothing.
+
+PostgreSQL tests use ``$CONVPERF_TEST_POSTGRES_URL`` (``.ci/run`` starts a throwaway cluster and
+sets it; ``.ci/postgres.sh start DIR`` does it by hand) and skip, saying so, without it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sa = pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy: pip install '.[store]'")
+
+from pytest_convperf.resultsdb import db, schema  # noqa: E402
+
+PG_ENV = "CONVPERF_TEST_POSTGRES_URL"
+
+
+def record(i: int, *, key: str = "test_x@p", when: str | None = None, machine: str = "box") -> dict[str, Any]:
+    return {
+        "schema": "convperf-history/1",
+        "when": when or f"2026-01-01T00:00:{i % 60:02d}+00:00#{i}",
+        "commit": f"c{i}",
+        "machine": machine,
+        "module": "test_mod",
+        "key": key,
+        "verdict": "PASS",
+        "time_ratio": 0.5,
+        "ln_ratio": -0.693,
+        "ratio_ci": [0.49, 0.51],
+        "noise": 0.01,
+        "timing": {"mode": "warm"},
+        "kernels": [{"name": "k", "calls": 1.0, "share": 1.0}],
+    }
+
+
+def _pg_url() -> str:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL: set ${PG_ENV} (.ci/run starts one: .ci/postgres.sh start DIR)")
+    return url
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database per test on the cluster (tests run in parallel under xdist)."""
+    base = sa.make_url(_pg_url())
+    name = f"convperf_t{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    yield base.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def test_records_round_trip_and_an_import_adds_nothing_twice(url: str) -> None:
+    engine, versions = db.open_store(url)
+    assert versions == (0, schema.VERSION)
+    records = [record(i) for i in range(5)]
+    assert db.write(engine, records, source="t", session=db.new_session()) == 5
+    assert db.write(engine, records, source="again") == 0  # same digests: nothing new
+    back = db.read_records(
+        engine, columns=("key", "commit", "ln_ratio", "ci_low", "noise", "timing_mode", "record")
+    )
+    assert [r["commit"] for r in back] == [f"c{i}" for i in range(5)]
+    assert back[0]["ci_low"] == 0.49 and back[0]["noise"] == 0.01 and back[0]["timing_mode"] == "warm"
+    assert back[0]["record"]["kernels"] == [{"name": "k", "calls": 1.0, "share": 1.0}]
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(schema.runs)).scalar_one() == 1
+    engine.dispose()
+
+
+def test_a_nan_in_a_record_is_stored(url: str) -> None:
+    engine, _ = db.open_store(url)
+    rec = dict(record(1), se=float("nan"), us={"candidate": float("inf")})
+    assert db.write(engine, [rec], source="t") == 1
+    (back,) = db.read_records(engine, columns=("se", "record"))
+    assert back["se"] is None and back["record"]["us"] == {"candidate": "inf"}
+    engine.dispose()
+
+
+def test_an_older_store_is_migrated_in_order_and_a_newer_one_refused(url: str) -> None:
+    engine = db.engine_for(url)
+    with engine.begin() as conn:
+        assert schema.migrate(conn, target=1) == (0, 1)
+    with engine.connect() as conn:
+        assert "convperf_results_series" not in {
+            i["name"] for i in sa.inspect(conn).get_indexes("convperf_results")
+        }
+    engine.dispose()
+    engine, versions = db.open_store(url)
+    assert versions == (1, 2)
+    with engine.connect() as conn:
+        names = {i["name"] for i in sa.inspect(conn).get_indexes("convperf_results")}
+        assert {"convperf_results_series", "convperf_results_when"} <= names
+    with engine.begin() as conn:
+        conn.execute(sa.update(schema.schema_table).values(version=schema.VERSION + 1))
+    engine.dispose()
+    with pytest.raises(
+        db.StoreUnavailable, match=r"schema version 3 is newer than .*upgrade pytest-convperf"
+    ):
+        db.open_store(url)
+
+
+def test_an_unreachable_postgresql_names_the_url_without_its_password_and_the_fix(tmp_path: Path) -> None:
+    url = f"postgresql://bob:s3cret@/convperf?host={tmp_path}"  # no server on that socket
+    with pytest.raises(db.StoreUnavailable) as info:
+        db.open_store(url)
+    message = str(info.value)
+    assert "s3cret" not in message and "bob:***@" in message
+    assert "start the database or fix host, port" in message and "\n" not in message
+
+
+def test_a_sqlite_store_in_a_missing_folder_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(db.StoreUnavailable, match=r"create the file's folder"):
+        db.open_store(f"sqlite:///{tmp_path / 'nowhere' / 's.sqlite'}")
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("not a url", "not a database URL"),
+        ("mysql://h/db", "mysql is not a supported store"),
+        ("sqlite://", "a store must be a file"),
+    ],
+)
+def test_a_url_of_no_supported_kind_is_one_clear_line(url: str, match: str) -> None:
+    with pytest.raises(db.StoreUnavailable, match=match):
+        db.engine_for(url)
+
+
+WRITERS, ROWS = 8, 50
+
+
+def _writer(url: str, n: int, start: float) -> None:
+    """One runner: ROWS sessions of one record each, all writers released at once."""
+    time.sleep(max(0.0, start - time.time()))
+    engine, _ = db.open_store(url)  # every writer also migrates: the empty store is created once
+    for i in range(ROWS):
+        db.write(engine, [record(i, key=f"w{n}", when=f"t{n}-{i}")], source=f"w{n}", session=uuid.uuid4().hex)
+    engine.dispose()
+
+
+def test_eight_concurrent_writers_lose_nothing(url: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    start = time.time() + 3.0  # after every process has started and imported SQLAlchemy
+    procs = [ctx.Process(target=_writer, args=(url, n, start)) for n in range(WRITERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0] * WRITERS
+    engine = db.engine_for(url)
+    assert db.count(engine) == WRITERS * ROWS
+    keys = [r["key"] for r in db.read_records(engine, columns=("key",))]
+    assert {k: keys.count(k) for k in set(keys)} == {f"w{n}": ROWS for n in range(WRITERS)}
+    engine.dispose()
