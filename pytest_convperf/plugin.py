@@ -7,13 +7,11 @@ Nothing here imports torch: fixtures import their implementation on first use, s
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.core.config import CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig
-from pytest_convperf.night.fresh_confirm import OPTION as CONFIRM_RUN
+from pytest_convperf.core.config import CLI_ONLY, CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig, is_controller
 from pytest_convperf.session import SESSION_KEY, ConvperfSession
 
 if TYPE_CHECKING:
@@ -31,7 +29,7 @@ SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Register convperf's hook specs (``pytest_convperf_write_report``)."""
+    """Register convperf's hook specs (``hookspecs.py``)."""
     import pytest_convperf.hookspecs as hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -74,13 +72,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 spec.flag, nargs="?", const=spec.flag_value, default=None, dest=spec.ini, help=spec.help
             )
         elif spec.name not in INI_ONLY:
-            group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
-        parser.addini(spec.ini, spec.help, type="string", default="")
-    from pytest_convperf.ab import ab_plugin
-    from pytest_convperf.night import fresh_confirm
-
-    ab_plugin.add_option(group)
-    fresh_confirm.add_option(group)
+            extra = {"metavar": spec.metavar} if spec.metavar else {}
+            group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help, **extra)
+        if spec.name not in CLI_ONLY:
+            parser.addini(spec.ini, spec.help, type="string", default="")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -110,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not chosen:
         lift_default_deadline()
     cfg = ConvperfConfig.from_pytest_config(config)
-    if config.getoption(CONFIRM_RUN, default=None):
+    if cfg.confirm_run is not None:
         # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it
         # writes no report, trace or baseline of the controller's.
         cfg = dataclasses.replace(cfg, report_dir=None, update=frozenset(), trace=False)
@@ -130,9 +125,27 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_convperf.measure import parallel
 
     parallel.configure(config)
-    from pytest_convperf.ab import ab_plugin
+    _register_features(config, cfg)
 
-    ab_plugin.configure(config)
+
+def _register_features(config: pytest.Config, cfg: ConvperfConfig) -> None:
+    """The optional features, each a plugin object the core reaches through convperf's hooks
+    (``hookspecs.py``), as pytest-xdist registers its ``DSession``; ``-p no:<name>`` leaves one out."""
+    from pytest_convperf.ab import ab_plugin
+    from pytest_convperf.check.cliff_search import PLUGIN_NAME as CLIFFS
+    from pytest_convperf.check.cliff_search import CliffPins
+    from pytest_convperf.night import decide, fresh_confirm
+    from pytest_convperf.reports.progress import PLUGIN_NAME as PROGRESS
+    from pytest_convperf.reports.progress import ProgressPlugin
+
+    ab_plugin.configure(config, cfg)  # only with --convperf-against
+    config.pluginmanager.register(CliffPins(config), CLIFFS)
+    config.pluginmanager.register(ProgressPlugin(config), PROGRESS)
+    if not (cfg.enabled and is_controller(config) and cfg.confirm_run is None):
+        return  # the session-end decisions are the controller's (a fresh-process confirm makes none)
+    if fresh_confirm.applies(cfg):
+        config.pluginmanager.register(fresh_confirm.FreshConfirm(config, cfg), fresh_confirm.PLUGIN_NAME)
+    config.pluginmanager.register(decide.FalseAlarmControl(cfg), decide.PLUGIN_NAME)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -291,9 +304,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     """Where the run measures and where its baselines live (and whether they exist yet)."""
     if not config.stash[CONFIG_KEY].enabled:
         return None
-    from pytest_convperf.measure.timers import FAKE_TIMER_ENV
-
-    return config.stash[SESSION_KEY].header_lines(fake=bool(os.environ.get(FAKE_TIMER_ENV)))
+    return config.stash[SESSION_KEY].header_lines(fake=config.stash[CONFIG_KEY].fake)
 
 
 @pytest.hookimpl(wrapper=True)

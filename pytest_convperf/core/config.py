@@ -8,12 +8,14 @@ Parsers raise ``pytest.UsageError`` naming the option, the bad value and what is
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from pytest_convperf.core.results import FLUSH_KINDS
 from pytest_convperf.core.slugs import resolve_machine, slugify
 
 # Night-wide false-alarm control (``night.multiplicity``): its methods are option values.
@@ -37,13 +39,15 @@ DEFAULT_UPDATE: frozenset[str] = frozenset({"failed", "new"})
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One option: flag, ini key, help; ``flag_value`` is what a bare ``--flag`` means."""
+    """One option: flag, ini key, help; ``flag_value`` is what a bare ``--flag`` means; ``metavar``
+    names the value in ``--help``."""
 
     name: str
     help: str
     default: str | None = None
     is_flag: bool = False
     flag_value: str | None = None
+    metavar: str | None = None
 
     @property
     def flag(self) -> str:
@@ -114,7 +118,92 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "convperf-gpus", "with pytest-xdist: auto, a count N, or a list 0,1,... of GPUs, one per worker"
     ),
+    OptionSpec(
+        "convperf-against",
+        "also time every check's candidate at git revision REF (branch, tag, HEAD~1, a hash) and "
+        "report FASTER/SLOWER/SAME/INCONCLUSIVE per check; REF is checked out in a temporary worktree",
+        metavar="REF",
+    ),
+    OptionSpec(
+        "convperf-confirm-run",
+        "internal: the fresh-process confirm of a session's speed FAILs (a JSON plan written by "
+        "the controller); measures the listed checks' confirm and judges nothing",
+        metavar="PLAN",
+    ),
 )
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment variable the plugin reads (also in subprocesses, which inherit it)."""
+
+    name: str
+    help: str
+
+
+# Every environment variable convperf reads, read once into ``ConvperfConfig`` (the plugin passes
+# the values down); :func:`env_value` is the one reader, also for code used outside pytest.
+FAKE_TIMER_ENV = "CONVPERF_FAKE_TIMER"
+CPU_THREADS_ENV = "CONVPERF_CPU_THREADS"
+FLUSH_ENV = "CONVPERF_L2_FLUSH"
+ENVIRONMENT: tuple[EnvSpec, ...] = (
+    EnvSpec(FAKE_TIMER_ENV, "a JSON replay file: every check is timed by the fake timer (tests)"),
+    EnvSpec(CPU_THREADS_ENV, "threads the CPU timer pins (default 1; part of the machine slug)"),
+    EnvSpec(FLUSH_ENV, "the CUDA timer's L2 flush: read (default) or write"),
+)
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The stripped value of one of :data:`ENVIRONMENT`'s variables; None when unset or empty."""
+    if name not in {spec.name for spec in ENVIRONMENT}:
+        raise KeyError(f"{name} is not one of convperf's environment variables (core.config.ENVIRONMENT)")
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    return raw or None
+
+
+def parse_cpu_threads(raw: str | None) -> int:
+    """``$CONVPERF_CPU_THREADS``: a positive integer, 1 when unset."""
+    if raw is None or not raw.strip():
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{CPU_THREADS_ENV}={raw!r} must be a positive integer (threads for CPU timing)")
+    return value
+
+
+# Read: the lines a flush leaves in L2 are clean (measure/cuda.py's docstring).
+DEFAULT_FLUSH = "read"
+
+
+def parse_flush(value: str | None, *, source: str = f"${FLUSH_ENV}=") -> str:
+    """The L2 flush kind: ``read`` (the default, when ``value`` is None) or ``write``."""
+    raw = value if value is not None else DEFAULT_FLUSH
+    if raw not in FLUSH_KINDS:
+        raise ValueError(
+            f"{source}{raw!r} is not an L2 flush kind: use 'read' (sum the 2 x L2 buffer; default) "
+            "or 'write' (zero it)"
+        )
+    return raw
+
+
+def parse_against(value: str | None) -> str | None:
+    """``--convperf-against=REF``: None when not given; an empty REF is a ``UsageError``."""
+    if value is None:
+        return None
+    if not str(value).strip():  # "--convperf-against=" (an unset variable) would run no A/B, silently
+        raise pytest.UsageError(
+            "--convperf-against is empty: give the revision to compare against (a branch, tag, hash or "
+            "HEAD~1), or drop the option"
+        )
+    return str(value)
+
+
+def is_controller(config: pytest.Config) -> bool:
+    """True in a plain run and in the xdist controller; False in an xdist worker."""
+    return not hasattr(config, "workerinput")
 
 
 def _parse_device(value: str) -> Device:
@@ -230,6 +319,8 @@ def parse_aliases(text: str | None) -> dict[str, str]:
 
 # Options that are ini keys only (lines of ``a = b``), never command-line flags.
 INI_ONLY = frozenset({"convperf-machine-aliases", "convperf-speedup-floor"})
+# Options that are command-line flags only: a revision or an internal plan is per run, never an ini key.
+CLI_ONLY = frozenset({"convperf-against", "convperf-confirm-run"})
 
 
 def parse_floors(text: str | None) -> dict[str, float]:
@@ -309,16 +400,33 @@ class ConvperfConfig:
     confirm: str = "fresh"
     # Lowest speedup a family's worst-speedup search accepts (``convperf_speedup_floor``); absent: off.
     speedup_floors: Mapping[str, float] = field(default_factory=dict)
+    # ``--convperf-against=REF`` (ab/ab_plugin.py): the revision an A/B compares against.
+    against: str | None = None
+    # ``--convperf-confirm-run=PLAN``: this process is a fresh-process confirm (night/fresh_confirm.py).
+    confirm_run: Path | None = None
+    # The environment (:data:`ENVIRONMENT`): the fake timer's replay file, CPU threads, L2 flush kind.
+    fake_timer: Path | None = None
+    cpu_threads: int = 1
+    l2_flush: str = DEFAULT_FLUSH
     rootdir: Path = Path(".")
 
     @property
     def updating(self) -> bool:
         return bool(self.update)
 
+    @property
+    def fake(self) -> bool:
+        """Every check of this session is timed by the fake timer (``$CONVPERF_FAKE_TIMER``)."""
+        return self.fake_timer is not None
+
     @classmethod
-    def from_pytest_config(cls, config: pytest.Config) -> ConvperfConfig:
+    def from_pytest_config(
+        cls, config: pytest.Config, environ: Mapping[str, str] | None = None
+    ) -> ConvperfConfig:
         def raw(spec: OptionSpec) -> str | None:
             value = config.getoption(spec.ini, default=None)
+            if spec.name in CLI_ONLY:
+                return None if value is None else str(value)
             if value is None or value is False:
                 ini = config.getini(spec.ini)
                 value = ini if ini not in ("", [], None) else None
@@ -374,7 +482,10 @@ class ConvperfConfig:
             )
             or DEFAULT_ALPHA,
             confirm=_parse_confirm(raw(spec["convperf-confirm"]) or "fresh"),
+            against=parse_against(raw(spec["convperf-against"])),
+            confirm_run=Path(plan) if (plan := raw(spec["convperf-confirm-run"])) else None,
             rootdir=rootdir,
+            **_from_environment(environ),
         )
         if not enabled:
             # Only the command line: an ini may set these for the runs that do enable convperf.
@@ -389,6 +500,19 @@ class ConvperfConfig:
                     "nothing would be checked or updated; add --convperf (or ini convperf = true)"
                 )
         return cfg
+
+
+def _from_environment(environ: Mapping[str, str] | None) -> dict[str, Any]:
+    """The config fields of :data:`ENVIRONMENT`; a bad value is a ``UsageError`` naming the variable."""
+    fake = env_value(FAKE_TIMER_ENV, environ)
+    try:
+        return {
+            "fake_timer": Path(fake) if fake else None,
+            "cpu_threads": parse_cpu_threads(env_value(CPU_THREADS_ENV, environ)),
+            "l2_flush": parse_flush(env_value(FLUSH_ENV, environ)),
+        }
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 CONFIG_KEY = pytest.StashKey[ConvperfConfig]()

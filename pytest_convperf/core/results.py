@@ -19,6 +19,8 @@ from pytest_convperf.core.stats import log_ratios
 # L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
 MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
 FLUSH_KINDS = ("read", "write")
+# The rows of one test on its report (``user_properties``: a list of ``CheckRow.to_dict()``).
+ROWS_PROPERTY = "convperf_rows"
 
 
 def entry_digest(stored: dict[str, Any] | None) -> str | None:
