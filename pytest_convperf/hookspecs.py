@@ -13,8 +13,8 @@ plugin name                 object                              hooks it impleme
 ``convperf-false-alarms``   ``night.decide.FalseAlarmControl``  ``modify_rows`` (trylast),
                                                                 ``summary_lines``
 ``convperf-progress``       ``reports.progress.ProgressPlugin``  ``row_recorded``
-``convperf-cliffs``         ``check.cliff_search.CliffPins``    (pytest's report hooks; the session
-                                                                asks it for the run's cliff changes)
+``convperf-cliffs``         ``check.cliff_search.CliffPins``    ``cliff_changes`` (and pytest's report
+                                                                hooks, which carry them to the controller)
 ==========================  ==================================  ========================================
 
 Process: under pytest-xdist a check runs in a worker and its row reaches the controller on the
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pytest_convperf.check.workload import Candidate
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.core.results import CheckRow, Comparison
+    from pytest_convperf.judge.cliffs import CliffChange
 
 
 @pytest.hookspec
@@ -90,6 +91,15 @@ def pytest_convperf_modify_rows(session: pytest.Session, rows: list[CheckRow]) -
     ``trylast`` (it decides the family of FAILs, so it must see every other change); an
     implementation with neither runs between them. ``session.exitstatus`` may be raised (the
     false-alarm control fails the session on a kept FAIL). Not called without ``--convperf``.
+    """
+
+
+@pytest.hookspec
+def pytest_convperf_cliff_changes() -> Sequence[CliffChange] | None:
+    """The run's planned cliff pins and retirements, for the baseline update (controller only).
+
+    Called once at session end, after :func:`pytest_convperf_modify_rows`, when the planned updates
+    are written (``updates.apply_updates``); the changes of every implementation are applied.
     """
 
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines.store import Store, refuse_shared_keys, resolve_machine, validate_files
-from pytest_convperf.check import cliff_search
 from pytest_convperf.core.config import is_controller as is_controller  # re-exported
 from pytest_convperf.core.files import check_output_paths
 from pytest_convperf.core.results import ROWS_PROPERTY as ROWS_PROPERTY  # re-exported
@@ -293,8 +292,8 @@ class ConvperfSession:
 
         cfg = self.cfg
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
-        pins = self.config.pluginmanager.get_plugin(cliff_search.PLUGIN_NAME)
-        cliffs = pins.changes() if isinstance(pins, cliff_search.CliffPins) else []
+        planned = self.config.hook.pytest_convperf_cliff_changes()
+        cliffs = [change for changes in planned for change in changes]
         watch = self.config.pluginmanager.get_plugin("convperf-orphans")
         orphans = watch.find(cfg.baselines_dir, rows) if watch is not None else {}
         applied = apply_updates(cfg, rows, out_dir, cliffs, orphans)

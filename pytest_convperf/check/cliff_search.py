@@ -18,7 +18,7 @@ or on a failed re-check. The rules themselves are the pure :mod:`pytest_convperf
 
 :class:`CliffPins` (the plugin ``convperf-cliffs``) carries the planned pin/retire/keep changes
 from the test to the controller (on the test's report, so across xdist), which hands them to the
-baseline update at session end.
+baseline update at session end (``pytest_convperf_cliff_changes``).
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ class CliffPins:
         """A search's pin/retire/keep decision, applied by the controller's update."""
         self.pending.setdefault(nodeid, []).append(change.to_dict())
 
-    def changes(self) -> list[CliffChange]:
+    def pytest_convperf_cliff_changes(self) -> list[CliffChange]:
         """On the controller at session end: every change of the run."""
         return [CliffChange.from_dict(change) for change in self.received]
 
