@@ -143,6 +143,12 @@ def _register_features(config: pytest.Config, cfg: ConvperfConfig) -> None:
     config.pluginmanager.register(ProgressPlugin(config), PROGRESS)
     if not (cfg.enabled and is_controller(config) and cfg.confirm_run is None):
         return  # the session-end decisions are the controller's (a fresh-process confirm makes none)
+    if cfg.false_alarms != "none" and config.pluginmanager.is_blocked(decide.PLUGIN_NAME):
+        raise pytest.UsageError(
+            f"-p no:{decide.PLUGIN_NAME} with --convperf-false-alarms={cfg.false_alarms}: speed FAILs "
+            "would wait for a session decision nobody makes; add --convperf-false-alarms=none (each "
+            "check decides alone) or drop -p no:convperf-false-alarms"
+        )
     if fresh_confirm.applies(cfg):
         config.pluginmanager.register(fresh_confirm.FreshConfirm(config, cfg), fresh_confirm.PLUGIN_NAME)
     config.pluginmanager.register(decide.FalseAlarmControl(cfg), decide.PLUGIN_NAME)

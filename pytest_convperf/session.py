@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines.store import Store, refuse_shared_keys, resolve_machine, validate_files
+from pytest_convperf.core.config import CONFIG_KEY
 from pytest_convperf.core.config import is_controller as is_controller  # re-exported
 from pytest_convperf.core.files import check_output_paths
 from pytest_convperf.core.results import ROWS_PROPERTY as ROWS_PROPERTY  # re-exported
@@ -200,7 +201,10 @@ class ConvperfSession:
     # ---- session end (baselines and reports; written by the controller only) ------------------
     @pytest.hookimpl(tryfirst=True)  # before xdist starts workers that would journal
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Stop the run (``UsageError``) before any test when an output folder cannot be written."""
+        """The environment's settings as the conftests left them; stop the run (``UsageError``) before
+        any test when an output folder cannot be written."""
+        self.cfg = self.cfg.with_environment()
+        self.config.stash[CONFIG_KEY] = self.cfg
         if self.cfg.enabled and is_controller(self.config) and self.confirm_run is None:
             check_output_paths(self.cfg)
             if self.cfg.report_dir is not None:

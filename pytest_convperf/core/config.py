@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -413,6 +413,13 @@ class ConvperfConfig:
     @property
     def updating(self) -> bool:
         return bool(self.update)
+
+    def with_environment(self, environ: Mapping[str, str] | None = None) -> ConvperfConfig:
+        """This config with :data:`ENVIRONMENT` read again: the session reads it once more when it
+        starts, after every conftest's ``pytest_configure`` (which may set a variable, as a fresh
+        confirm's conftest points ``$CONVPERF_FAKE_TIMER`` at its replay), before any timer or
+        device exists."""
+        return replace(self, **_from_environment(environ))
 
     @property
     def fake(self) -> bool:
