@@ -1,4 +1,4 @@
-"""Every environment variable convperf reads goes through ``ConvperfConfig`` (core/config.py)."""
+"""Every environment variable convperf reads goes through ``ConvperfConfig`` (core/environment.py)."""
 
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ def test_only_the_config_reads_convperf_variables() -> None:
     }
     with pytest.raises(KeyError, match="not one of convperf's environment variables"):
         env_value("CONVPERF_SOMETHING_NEW")
-    # A direct read of a CONVPERF_ variable (by name or by an *_ENV constant) outside core/config.py.
+    # A direct read of a CONVPERF_ variable (by name or by an *_ENV constant) outside core/environment.py.
     direct = re.compile(r"environ(?:\.get)?\s*[\[(]\s*(?:\"CONVPERF_|'CONVPERF_|[A-Z_]+_ENV\b)")
     found = [
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
-        if path != PACKAGE / "core" / "config.py" and direct.search(path.read_text(encoding="utf-8"))
+        if path != PACKAGE / "core" / "environment.py" and direct.search(path.read_text(encoding="utf-8"))
     ]
     assert found == []
     # Negative control: the pattern sees the reads this replaced.
