@@ -7,13 +7,11 @@ Nothing here imports torch: fixtures import their implementation on first use, s
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.core.config import CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig
-from pytest_convperf.night.fresh_confirm import OPTION as CONFIRM_RUN
+from pytest_convperf.core.config import CLI_ONLY, CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig, is_controller
 from pytest_convperf.session import SESSION_KEY, ConvperfSession
 
 if TYPE_CHECKING:
@@ -39,7 +37,7 @@ SKIP_REASON = "convperf check: timing and baselines run only with --convperf (or
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Register convperf's hook specs (``pytest_convperf_write_report``)."""
+    """Register convperf's hook specs (``hookspecs.py``)."""
     import pytest_convperf.hookspecs as hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -82,16 +80,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 spec.flag, nargs="?", const=spec.flag_value, default=None, dest=spec.ini, help=spec.help
             )
         elif spec.name not in INI_ONLY:
-            group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help)
-        parser.addini(spec.ini, spec.help, type="string", default="")
-    from pytest_convperf.ab import ab_plugin
-    from pytest_convperf.night import fresh_confirm
-    from pytest_convperf.reports import json_file, results_writer
-
-    ab_plugin.add_option(group)
-    fresh_confirm.add_option(group)
-    results_writer.add_option(parser, group)
-    json_file.add_option(parser, group)
+            extra = {"metavar": spec.metavar} if spec.metavar else {}
+            group.addoption(spec.flag, default=None, dest=spec.ini, help=spec.help, **extra)
+        if spec.name not in CLI_ONLY:
+            parser.addini(spec.ini, spec.help, type="string", default="")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -121,7 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not chosen:
         lift_default_deadline()
     cfg = ConvperfConfig.from_pytest_config(config)
-    if config.getoption(CONFIRM_RUN, default=None):
+    if cfg.confirm_run is not None:
         # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it
         # writes no report, trace or baseline of the controller's.
         cfg = dataclasses.replace(cfg, report_dir=None, update=frozenset(), trace=False)
@@ -131,9 +123,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "convperf-session")
     from pytest_convperf.reports import json_file, results_writer  # the results store, --convperf-json
 
-    confirm_run = bool(config.getoption(CONFIRM_RUN, default=None))
-    results_writer.configure(config, cfg, confirm_run=confirm_run)
-    json_file.configure(config, cfg, confirm_run=confirm_run)
+    results_writer.configure(config, cfg, confirm_run=cfg.confirm_run is not None)
+    json_file.configure(config, cfg, confirm_run=cfg.confirm_run is not None)
     # Each correctness run and check on disk while it runs: a crash is named at the next start.
     from pytest_convperf.crash_watch import CrashWatch
 
@@ -146,9 +137,33 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_convperf.measure import parallel
 
     parallel.configure(config)
-    from pytest_convperf.ab import ab_plugin
+    _register_features(config, cfg)
 
-    ab_plugin.configure(config)
+
+def _register_features(config: pytest.Config, cfg: ConvperfConfig) -> None:
+    """The optional features, each a plugin object the core reaches through convperf's hooks
+    (``hookspecs.py``), as pytest-xdist registers its ``DSession``; ``-p no:<name>`` leaves one out."""
+    from pytest_convperf.ab import ab_plugin
+    from pytest_convperf.check.cliff_search import PLUGIN_NAME as CLIFFS
+    from pytest_convperf.check.cliff_search import CliffPins
+    from pytest_convperf.night import decide, fresh_confirm
+    from pytest_convperf.reports.progress import PLUGIN_NAME as PROGRESS
+    from pytest_convperf.reports.progress import ProgressPlugin
+
+    ab_plugin.configure(config, cfg)  # only with --convperf-against
+    config.pluginmanager.register(CliffPins(config), CLIFFS)
+    config.pluginmanager.register(ProgressPlugin(config), PROGRESS)
+    if not (cfg.enabled and is_controller(config) and cfg.confirm_run is None):
+        return  # the session-end decisions are the controller's (a fresh-process confirm makes none)
+    if cfg.false_alarms != "none" and config.pluginmanager.is_blocked(decide.PLUGIN_NAME):
+        raise pytest.UsageError(
+            f"-p no:{decide.PLUGIN_NAME} with --convperf-false-alarms={cfg.false_alarms}: speed FAILs "
+            "would wait for a session decision nobody makes; add --convperf-false-alarms=none (each "
+            "check decides alone) or drop -p no:convperf-false-alarms"
+        )
+    if fresh_confirm.applies(cfg):
+        config.pluginmanager.register(fresh_confirm.FreshConfirm(config, cfg), fresh_confirm.PLUGIN_NAME)
+    config.pluginmanager.register(decide.FalseAlarmControl(cfg), decide.PLUGIN_NAME)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -319,9 +334,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     """Where the run measures and where its baselines live (and whether they exist yet)."""
     if not config.stash[CONFIG_KEY].enabled:
         return None
-    from pytest_convperf.measure.timers import FAKE_TIMER_ENV
-
-    return config.stash[SESSION_KEY].header_lines(fake=bool(os.environ.get(FAKE_TIMER_ENV)))
+    return config.stash[SESSION_KEY].header_lines(fake=config.stash[CONFIG_KEY].fake)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,7 +5,9 @@ the result rows of every check. Under pytest-xdist, workers attach their rows to
 (``user_properties``) and the controller collects them in ``pytest_runtest_logreport``. At
 session end the controller alone applies the planned baseline updates
 (:func:`pytest_convperf.baselines.updates.apply_updates`) and writes the reports (the
-``pytest_convperf_write_report`` hook), then prints the terminal summary.
+``pytest_convperf_write_report`` hook), then prints the terminal summary. The optional features
+(A/B, fresh confirm, false-alarm control, cliffs, live progress) are plugin objects of their own,
+reached through convperf's hooks (``hookspecs.py``).
 """
 
 from __future__ import annotations
@@ -14,36 +16,30 @@ import datetime as _dt
 import functools
 import tempfile
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_convperf.baselines.store import Store, refuse_shared_keys, resolve_machine, validate_files
+from pytest_convperf.core.config import CONFIG_KEY
+from pytest_convperf.core.config import is_controller as is_controller  # re-exported
 from pytest_convperf.core.files import check_output_paths
+from pytest_convperf.core.results import ROWS_PROPERTY as ROWS_PROPERTY  # re-exported
 from pytest_convperf.core.results import CheckRow
 from pytest_convperf.header import baseline_lines, interrupted_note
-from pytest_convperf.judge.cliffs import CLIFFS_PROPERTY, CliffChange
-from pytest_convperf.night import fresh_confirm
-from pytest_convperf.night.fresh_confirm import OPTION as CONFIRM_RUN_OPTION
+from pytest_convperf.night import decide
 from pytest_convperf.night.fresh_confirm import ConfirmRun
-from pytest_convperf.reports import journal
-from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
+from pytest_convperf.reports import journal, progress
+from pytest_convperf.reports.sections import SECTIONS_PROPERTY as SECTIONS_PROPERTY  # re-exported
+from pytest_convperf.reports.sections import ReportSections, Section, write_sections
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
-    from pytest_convperf.night.multiplicity import NightControl
     from pytest_convperf.reports.progress import LiveProgress
 
-ROWS_PROPERTY = "convperf_rows"  # the rows of one test, on its report
 FAKE_SUFFIX = "-fake"
-
-
-def is_controller(config: pytest.Config) -> bool:
-    """True in a plain run and in the xdist controller; False in an xdist worker."""
-    return not hasattr(config, "workerinput")
 
 
 class ConvperfSession:
@@ -57,10 +53,6 @@ class ConvperfSession:
         self._tmp: Path | None = None
         # Rows recorded by checks in this process, by node id, until attached to a report.
         self.pending: dict[str, list[CheckRow]] = {}
-        # Cliff changes (``cliffs.CliffChange`` dicts): by node id until attached; on the controller,
-        # those of the whole run.
-        self.pending_cliffs: dict[str, list[dict[str, Any]]] = {}
-        self.cliffs: list[dict[str, Any]] = []
         # Rows of the whole run (on the controller: from all workers).
         self.rows: list[CheckRow] = []
         self.sections = ReportSections()  # this process's report sections, until a report carries them
@@ -69,26 +61,25 @@ class ConvperfSession:
         self._stores: dict[bool, Store] = {}
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
-        # At session end (controller): the rows as the night decided them, and the controller's answer.
-        self.night_rows: list[CheckRow] | None = None
-        self.night: NightControl | None = None
-        self.night_failed: list[str] = []
+        # At session end (controller): the rows as the session's plugins left them
+        # (``pytest_convperf_modify_rows``) and the updates marked written.
+        self.final_rows: list[CheckRow] | None = None
         self._finished = False
         self.interrupted: str | None = None  # the terminal's line after Ctrl-C
         self._validated = False  # the xdist controller validates once, for the first worker
-        self._progress: LiveProgress | None = None
+        self._no_progress: LiveProgress | None = None
 
     # ---- lazily built, heavy objects ---------------------------------------------------------
     @functools.cached_property
     def confirm_run(self) -> ConfirmRun | None:
         """In the fresh pytest process that confirms the controller's speed FAILs: what to measure."""
-        return ConfirmRun.from_option(self.config.getoption(CONFIRM_RUN_OPTION, default=None))
+        return ConfirmRun.from_option(self.cfg.confirm_run)
 
     def device_info(self) -> DeviceInfo:
         if self._device is None:
             from pytest_convperf.core.device import resolve_device
 
-            self._device = resolve_device(self.cfg.device)
+            self._device = resolve_device(self.cfg.device, threads=self.cfg.cpu_threads)
         return self._device
 
     def timer(self) -> Any:
@@ -96,26 +87,18 @@ class ConvperfSession:
         if self._timer is None:
             from pytest_convperf.measure.timers import make_timer
 
-            self._timer = make_timer(self.device_info())
+            self._timer = make_timer(self.device_info(), self.cfg)
         return self._timer
 
     def progress(self) -> LiveProgress:
-        """The live progress line of timed checks (off in xdist workers, with -q, without a terminal)."""
-        if self._progress is None:
-            from pytest_convperf.reports.progress import LiveProgress
-
-            tr = self.config.pluginmanager.get_plugin("terminalreporter")
-            capman = self.config.pluginmanager.get_plugin("capturemanager")
-            controller = is_controller(self.config)
-            xdist = not controller or self.config.pluginmanager.has_plugin("dsession")
-            self._progress = LiveProgress(
-                tr if controller else None,
-                verbosity=self.config.get_verbosity(),
-                # Rewritten in place only on a terminal and without xdist (reports arrive interleaved).
-                live=tr is not None and bool(tr.isatty()) and not xdist,
-                uncaptured=capman.global_and_fixture_disabled if capman is not None else nullcontext,
-            )
-        return self._progress
+        """The live progress line of timed checks (the ``convperf-progress`` plugin's; off in xdist
+        workers, with -q, without a terminal, and when ``-p no:convperf-progress`` leaves it out)."""
+        plugin = self.config.pluginmanager.get_plugin(progress.PLUGIN_NAME)
+        if isinstance(plugin, progress.ProgressPlugin):
+            return plugin.live
+        if self._no_progress is None:
+            self._no_progress = progress.LiveProgress(None, verbosity=0, live=False)
+        return self._no_progress
 
     def header_lines(self, *, fake: bool) -> list[str]:
         """What a run will do, before it does it: the resolved device, the machine folder and whether
@@ -178,16 +161,9 @@ class ConvperfSession:
                 self.notes.append(f"journal: the row of {nodeid} ({row.key}) was not journalled: {exc}")
         self.pending.setdefault(nodeid, []).append(row)
         if is_controller(self.config):
-            self.progress().done(row, nodeid)
-
-    def record_cliff(self, nodeid: str, change: dict[str, Any]) -> None:
-        """A cliff search's pin/retire/keep decision, applied by the controller's update."""
-        self.pending_cliffs.setdefault(nodeid, []).append(change)
+            self.config.hook.pytest_convperf_row_recorded(row=row, nodeid=nodeid, from_worker=False)
 
     def attach_rows(self, item: pytest.Item, report: pytest.TestReport) -> None:
-        cliffs = self.pending_cliffs.pop(item.nodeid, [])
-        if cliffs:
-            report.user_properties.append((CLIFFS_PROPERTY, cliffs))
         rows = self.pending.pop(item.nodeid, [])
         if rows:
             # The JSON-able form: xdist sends user_properties from a worker to the controller.
@@ -214,55 +190,21 @@ class ConvperfSession:
             if name == ROWS_PROPERTY and report.when == "call" and isinstance(value, list):
                 rows = [CheckRow.from_dict(row) for row in value]
                 self.rows.extend(rows)
-                if hasattr(report, "node"):  # from an xdist worker: its verdict lines, on the controller
+                if hasattr(report, "node"):  # from an xdist worker: first seen here, on the controller
                     for row in rows:
-                        self.progress().done(row, report.nodeid, after_status=True)
-            elif name == CLIFFS_PROPERTY and report.when == "call" and isinstance(value, list):
-                self.cliffs.extend(value)
+                        self.config.hook.pytest_convperf_row_recorded(
+                            row=row, nodeid=report.nodeid, from_worker=True
+                        )
             elif name == SECTIONS_PROPERTY and isinstance(value, list):
                 self.all_sections.extend(Section(**s) for s in value)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_report_teststatus(
-        self, report: pytest.TestReport, config: pytest.Config
-    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
-        """A test whose speed FAIL awaits the session's decision is not reported passed: it is
-        ``speed FAIL pending`` (letter ``F``) until :meth:`count_decided` counts it failed or passed."""
-        from pytest_convperf.night.decide import PENDING, PENDING_WORD, pending_speed_fail
-
-        if not (
-            self.cfg.enabled and self.cfg.false_alarms != "none" and report.when == "call" and report.passed
-        ):
-            return None
-        props = report.user_properties
-        rows = [
-            v for name, value in props if name == ROWS_PROPERTY and isinstance(value, list) for v in value
-        ]
-        if not pending_speed_fail(rows):
-            return None
-        return PENDING, "F", (PENDING_WORD, {"red": True})
-
-    def count_decided(self, stats: dict[str, list[Any]]) -> None:
-        """Pending tests as the session decided them, in pytest's own counts: a test with a kept speed
-        FAIL is failed (pytest's short summary names it, its last line counts it), any other passed."""
-        from pytest_convperf.night.decide import PENDING
-        from pytest_convperf.night.multiplicity import check_id
-
-        kept = {r.nodeid for r in self.night_rows or [] if check_id(r) in set(self.night_failed)}
-        for report in stats.pop(PENDING, []):
-            if report.nodeid in kept:
-                report.outcome = "failed"
-                report.longrepr = (
-                    "speed FAIL kept by the session's false-alarm control (see the convperf summary)"
-                )
-                stats.setdefault("failed", []).append(report)
-            else:
-                stats.setdefault("passed", []).append(report)
 
     # ---- session end (baselines and reports; written by the controller only) ------------------
     @pytest.hookimpl(tryfirst=True)  # before xdist starts workers that would journal
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Stop the run (``UsageError``) before any test when an output folder cannot be written."""
+        """The environment's settings as the conftests left them; stop the run (``UsageError``) before
+        any test when an output folder cannot be written."""
+        self.cfg = self.cfg.with_environment()
+        self.config.stash[CONFIG_KEY] = self.cfg
         if self.cfg.enabled and is_controller(self.config) and self.confirm_run is None:
             check_output_paths(self.cfg)
             if self.cfg.report_dir is not None:
@@ -314,64 +256,86 @@ class ConvperfSession:
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Write planned baseline updates, convperf-update.md and the report (controller only)."""
+        """The controller's session end, in order: report sections; the run's rows (with what a crashed
+        worker journalled); ``pytest_convperf_modify_rows`` (fresh confirm, then any plugin's change,
+        then the false-alarm control); the planned baseline updates; ``pytest_convperf_write_report``."""
         if self._finished or not is_controller(self.config) or self.confirm_run is not None:
             return  # a fresh-process confirm writes its measurements only (fresh_confirm.ConfirmRun)
         self._finished = True
+        self._write_sections(session)
+        if not self.cfg.enabled:
+            return
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: say what was kept (issue 24.4)
+            self.interrupted = interrupted_note(len(self.rows), self.cfg.report_dir)
+        self._fold_journal()
+        rows = list(self.rows)
+        for notes in self.config.hook.pytest_convperf_modify_rows(session=session, rows=rows):
+            self.notes += notes or []
+        self.final_rows = rows  # what the summary shows should the update stop the session
+        self.final_rows = rows = self._apply_updates(session, rows)
+        self._write_reports(session, rows)
+
+    def _write_sections(self, session: pytest.Session) -> None:
         if self.all_sections:  # the temporary report folder is made only when a file goes there
             try:
                 self.section_paths = write_sections(self.report_dir(), self.all_sections)
             except OSError as exc:  # a full disk: said, and the updates and reports are still tried
                 self._not_written(session, "report sections", exc)
-        if not self.cfg.enabled:
-            return
-        from pytest_convperf.baselines.update_outcome import mark_written
-        from pytest_convperf.baselines.updates import apply_updates, commit_info
-        from pytest_convperf.night.decide import deferred_fails, judge_night
 
-        cfg = self.cfg
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: say what was kept (issue 24.4)
-            self.interrupted = interrupted_note(len(self.rows), cfg.report_dir)
-        if cfg.report_dir is not None:  # rows of a worker that crashed after its check
-            lost, notes = journal.lost_rows(cfg.report_dir, {(row.nodeid, row.key) for row in self.rows})
+    def _fold_journal(self) -> None:
+        """Rows of a worker that crashed after its check, from the journal (``--convperf-report``)."""
+        if self.cfg.report_dir is not None:
+            lost, notes = journal.lost_rows(self.cfg.report_dir, {(row.nodeid, row.key) for row in self.rows})
             self.rows.extend(lost)
             self.notes += notes
-        if fresh_confirm.applies(cfg) and session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            self.rows, lines = fresh_confirm.confirm_fails(self.config, cfg, self.rows)
-            self.notes += lines
-        # The form rows.json and report plugins read, with the night's decision on speed FAILs.
-        rows, self.night = judge_night(self.rows, method=cfg.false_alarms, alpha=cfg.false_alarm_level)
-        self.night_rows = rows
-        if cfg.false_alarms != "none":
-            self.night_failed = deferred_fails(rows, self.night)
-            if self.night_failed and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _apply_updates(self, session: pytest.Session, rows: list[CheckRow]) -> list[CheckRow]:
+        """The planned updates, cliff changes and orphans written; the rows marked with what was written."""
+        from pytest_convperf.baselines.update_outcome import mark_written
+        from pytest_convperf.baselines.updates import apply_updates
+
+        cfg = self.cfg
         out_dir = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir
-        cliffs = [CliffChange.from_dict(change) for change in self.cliffs]
+        planned = self.config.hook.pytest_convperf_cliff_changes()
+        cliffs = [change for changes in planned for change in changes]
         watch = self.config.pluginmanager.get_plugin("convperf-orphans")
         orphans = watch.find(cfg.baselines_dir, rows) if watch is not None else {}
         applied = apply_updates(cfg, rows, out_dir, cliffs, orphans)
-        if applied is not None:
-            # What was written, not only planned: the reports say "recorded" for these alone.
-            rows = self.night_rows = mark_written(rows, applied)
-            self.update_md = applied.path if applied.recorded else None
-            self.notes += [f"baseline update NOT written: {line}" for line in applied.failed]
-            if applied.failed and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if cfg.report_dir is not None and rows:
-            when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            try:
-                for notes in self.config.hook.pytest_convperf_write_report(
-                    rows=rows,
-                    report_dir=cfg.report_dir,
-                    machine_info=self.machine_info(rows),
-                    commit_info=commit_info(cfg),
-                    when=when,
-                    night=self.night.to_dict(),
-                ):
-                    self.notes += notes or []
-            except OSError as exc:
-                self._not_written(session, f"the reports in {cfg.report_dir}", exc)
+        if applied is None:
+            return rows
+        # What was written, not only planned: the reports say "recorded" for these alone.
+        self.update_md = applied.path if applied.recorded else None
+        self.notes += [f"baseline update NOT written: {line}" for line in applied.failed]
+        if applied.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return mark_written(rows, applied)
+
+    def night(self) -> dict[str, Any]:
+        """The session's false-alarm control (``NightControl.to_dict()``); empty without its plugin."""
+        control = self.config.pluginmanager.get_plugin(decide.PLUGIN_NAME)
+        if isinstance(control, decide.FalseAlarmControl) and control.control is not None:
+            return control.control.to_dict()
+        return {}
+
+    def _write_reports(self, session: pytest.Session, rows: list[CheckRow]) -> None:
+        from pytest_convperf.baselines.updates import commit_info
+
+        cfg = self.cfg
+        if cfg.report_dir is None or not rows:
+            return
+        when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        try:
+            for notes in self.config.hook.pytest_convperf_write_report(
+                rows=rows,
+                report_dir=cfg.report_dir,
+                machine_info=self.machine_info(rows),
+                commit_info=commit_info(cfg),
+                when=when,
+                night=self.night(),
+            ):
+                self.notes += notes or []
+        except OSError as exc:
+            self._not_written(session, f"the reports in {cfg.report_dir}", exc)
 
     def _not_written(self, session: pytest.Session, what: str, exc: OSError) -> None:
         """A session-end write the disk refused: one note instead of a traceback, and the session fails."""
@@ -402,12 +366,11 @@ class ConvperfSession:
             terminalreporter.write_line(f"convperf report section: {path}")
         if not self.cfg.enabled:
             return
-        rows = self.night_rows if self.night_rows is not None else self.rows
+        rows = self.final_rows if self.final_rows is not None else self.rows
         if self.interrupted:
             terminalreporter.write_line(self.interrupted, yellow=True)
         if not rows and not self.update_md:
             return
-        from pytest_convperf.night.decide import night_lines
         from pytest_convperf.reports.report import counts, terminal_lines
 
         tr = terminalreporter
@@ -415,17 +378,9 @@ class ConvperfSession:
         tr.write_sep("=", f"convperf: {heading}" if heading else "convperf")
         for line in terminal_lines(rows, verbose=self.config.get_verbosity()):
             tr.write_line(line)
-        if self.night is not None and self.night.m:
-            for line in night_lines(self.night, rows):
+        for lines in self.config.hook.pytest_convperf_summary_lines(rows=rows):
+            for line in lines or []:
                 tr.write_line(line)
-        # Before pytest's short summary and last line, which then count these tests as failed.
-        self.count_decided(tr.stats)
-        if self.night_failed:
-            tr.write_line(
-                f"convperf: the session FAILS: {len(self.night_failed)} speed FAIL(s) kept across the "
-                "session (reported 'speed FAIL pending' when they ran; the decision needed every check); "
-                "pytest counts their tests failed"
-            )
         if self.update_md is not None:
             tr.write_line(f"baseline update written for review: {self.update_md}")
         if self.cfg.report_dir is not None and rows:

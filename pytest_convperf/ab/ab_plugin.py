@@ -1,14 +1,18 @@
 """``--convperf-against=REF``: every convperf check also times its candidate at REF (pytest glue).
 
-Per check (``ConvperfFixture.check`` calls :meth:`ABSession.compare` after its own timing and
-before its gate): REF's candidate is found by the contract of :mod:`pytest_convperf.ab.refimport`
-in a worktree of REF (:mod:`pytest_convperf.ab.revisions`), called once (a REF whose kernel does not
-build fails here with the compiler's first lines), then timed against A's candidate in paired,
-alternating rounds on the check's own inputs (one process: the drift both share cancels) and
-judged by :func:`pytest_convperf.ab.rule.decide_ab`; REF's candidate is also timed against the check's
-reference, for REF's speedup. The result rides in the row's ``facts["ab"]``; the terminal summary,
-``ab.md``, ``ab.png`` and ``results.json`` show it (:mod:`pytest_convperf.ab.ab_report`). The A/B
-never fails a test by itself (a pull-request job reads the table); bad input fails with a message.
+Per check (the ``pytest_convperf_check_timed`` hook, which ``ConvperfFixture.check`` calls after its
+own timing and before its gate; :meth:`ABSession.compare`): REF's candidate is found by the contract
+of :mod:`pytest_convperf.ab.refimport` in a worktree of REF (:mod:`pytest_convperf.ab.revisions`),
+called once (a REF whose kernel does not build fails here with the compiler's first lines), then
+timed against A's candidate in paired, alternating rounds on the check's own inputs (one process:
+the drift both share cancels) and judged by :func:`pytest_convperf.ab.rule.decide_ab`; REF's
+candidate is also timed against the check's reference, for REF's speedup. The result rides in the
+row's ``facts["ab"]``; the terminal summary, ``ab.md``, ``ab.png`` and ``results.json`` show it
+(:mod:`pytest_convperf.ab.ab_report`). The A/B never fails a test by itself (a pull-request job
+reads the table); bad input fails with a message.
+The session registers an :class:`ABSession` as the plugin ``convperf-ab`` only with
+``--convperf-against`` (``ConvperfConfig.against``); without it, or with ``-p no:convperf-ab``, the
+checks run without the A/B.
 """
 
 from __future__ import annotations
@@ -25,20 +29,12 @@ from pytest_convperf.ab.rule import ab_policy, decide_ab
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
-    from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.check.fixture import ConvperfFixture
+    from pytest_convperf.core.config import ConvperfConfig
+    from pytest_convperf.core.results import CheckRow, Comparison
 
-OPTION = "convperf_against"
-
-
-def add_option(group: Any) -> None:
-    group.addoption(
-        "--convperf-against",
-        default=None,
-        dest=OPTION,
-        metavar="REF",
-        help="also time every check's candidate at git revision REF (branch, tag, HEAD~1, a hash) and "
-        "report FASTER/SLOWER/SAME/INCONCLUSIVE per check; REF is checked out in a temporary worktree",
-    )
+# The name the plugin object is registered under.
+PLUGIN_NAME = "convperf-ab"
 
 
 class ABSession:
@@ -53,6 +49,7 @@ class ABSession:
             raise pytest.UsageError(f"--convperf-against={spec}: {exc}") from None
         self.config = config
         self.checkouts = Checkouts(self.repo)
+        self.rows: list[CheckRow] = []  # on the controller at session end: the run's rows
 
     @property
     def tree(self) -> Path:
@@ -63,7 +60,7 @@ class ABSession:
 
     def compare(
         self,
-        fixture: Any,  # check.ConvperfFixture (check imports this module)
+        fixture: ConvperfFixture,
         ctx: CheckContext,
         *,
         a_speedup: tuple[float, tuple[float, float]],
@@ -128,6 +125,18 @@ class ABSession:
         }
 
     # ---- hooks ------------------------------------------------------------------------------------
+    def pytest_convperf_check_timed(
+        self, convperf: ConvperfFixture, context: CheckContext, comparison: Comparison
+    ) -> dict[str, Any]:
+        """The same candidate at REF, timed here: the row's ``facts["ab"]``."""
+        convperf.progress.at(f"the A/B against --convperf-against={self.ref.label}")
+        ab = self.compare(convperf, context, a_speedup=(comparison.speedup, comparison.speedup_ci))
+        return {"ab": ab}
+
+    def pytest_convperf_modify_rows(self, rows: list[CheckRow]) -> None:
+        """Keep the run's rows for the terminal summary (the A/B changes none)."""
+        self.rows = list(rows)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_convperf_write_report(
         self,
@@ -145,11 +154,8 @@ class ABSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_convperf.ab.ab_report import terminal_lines
-        from pytest_convperf.session import SESSION_KEY, is_controller
 
-        if not is_controller(self.config):
-            return
-        lines = terminal_lines(self.config.stash[SESSION_KEY].rows)
+        lines = terminal_lines(self.rows)
         if lines:
             terminalreporter.write_sep("=", "convperf A/B")
             for line in lines:
@@ -159,24 +165,9 @@ class ABSession:
         self.checkouts.close()
 
 
-AB_KEY = pytest.StashKey["ABSession | None"]()
-
-
-def configure(config: pytest.Config) -> None:
-    """Set up the A/B when ``--convperf-against`` is given (a clear UsageError for a bad REF)."""
-    spec = config.getoption(OPTION, default=None)
-    if spec is None:
-        config.stash[AB_KEY] = None
+def configure(config: pytest.Config, cfg: ConvperfConfig) -> None:
+    """Register the A/B plugin when ``--convperf-against`` is given (a clear UsageError for a bad REF)
+    and the run does not leave it out (``-p no:convperf-ab``)."""
+    if cfg.against is None or config.pluginmanager.is_blocked(PLUGIN_NAME):
         return
-    if not str(spec).strip():  # "--convperf-against=" (an unset variable) would run no A/B, silently
-        raise pytest.UsageError(
-            "--convperf-against is empty: give the revision to compare against (a branch, tag, hash or "
-            "HEAD~1), or drop the option"
-        )
-    session = ABSession(config, str(spec))
-    config.stash[AB_KEY] = session
-    config.pluginmanager.register(session, "convperf-ab")
-
-
-def ab_session(config: pytest.Config) -> ABSession | None:
-    return config.stash.get(AB_KEY, None)
+    config.pluginmanager.register(ABSession(config, cfg.against), PLUGIN_NAME)

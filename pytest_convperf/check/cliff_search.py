@@ -15,12 +15,16 @@
 
 :meth:`CliffSearch.enforce` then fails the test on an unpinned cliff (unless this run pinned it)
 or on a failed re-check. The rules themselves are the pure :mod:`pytest_convperf.judge.cliffs`.
+
+:class:`CliffPins` (the plugin ``convperf-cliffs``) carries the planned pin/retire/keep changes
+from the test to the controller (on the test's report, so across xdist), which hands them to the
+baseline update at session end (``pytest_convperf_cliff_changes``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +33,10 @@ from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
 from pytest_convperf.baselines.updates import new_entry
+from pytest_convperf.core.config import is_controller
 from pytest_convperf.core.env import env_from_facts
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.judge.cliffs import plan_found, plan_pinned
+from pytest_convperf.judge.cliffs import CLIFFS_PROPERTY, CliffChange, plan_found, plan_pinned
 from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
@@ -124,7 +129,7 @@ class CliffSearch:
                 speedup=comparison.speedup,
             )
             if change is not None:
-                self.session.record_cliff(self.convperf.nodeid, change.to_dict())
+                CliffPins.of(self.convperf.request.config).record(self.convperf.nodeid, change)
         return failures, skipped
 
     def search(
@@ -221,7 +226,7 @@ class CliffSearch:
         )
         if change is None:
             return False
-        self.session.record_cliff(self.convperf.nodeid, change.to_dict())
+        CliffPins.of(self.convperf.request.config).record(self.convperf.nodeid, change)
         return change.action == "pin"
 
     def enforce(self, result: SearchResult) -> None:
@@ -237,3 +242,56 @@ class CliffSearch:
             )
         if problems:
             pytest.fail("\n".join(problems), pytrace=False)
+
+
+# The name the plugin object is registered under.
+PLUGIN_NAME = "convperf-cliffs"
+
+
+class CliffPins:
+    """A run's cliff changes (``cliffs.CliffChange``): kept by node id in the process that ran the
+    search until the test's report carries them (as dicts: xdist sends them), and on the controller
+    those of the whole run, which ``session.pytest_sessionfinish`` hands to the baseline update."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.pending: dict[str, list[dict[str, Any]]] = {}
+        self.received: list[dict[str, Any]] = []
+
+    @staticmethod
+    def of(config: pytest.Config) -> CliffPins:
+        """The session's plugin; a clear failure when ``-p no:convperf-cliffs`` left it out."""
+        pins = config.pluginmanager.get_plugin(PLUGIN_NAME)
+        if not isinstance(pins, CliffPins):
+            pytest.fail(
+                f"a cliff change needs the {PLUGIN_NAME} plugin, which this run left out "
+                f"(-p no:{PLUGIN_NAME}); drop that option to pin or retire cliffs",
+                pytrace=False,
+            )
+        return pins
+
+    def record(self, nodeid: str, change: CliffChange) -> None:
+        """A search's pin/retire/keep decision, applied by the controller's update."""
+        self.pending.setdefault(nodeid, []).append(change.to_dict())
+
+    def pytest_convperf_cliff_changes(self) -> list[CliffChange]:
+        """On the controller at session end: every change of the run."""
+        return [CliffChange.from_dict(change) for change in self.received]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        changes = self.pending.pop(item.nodeid, []) if call.when == "call" else []
+        if changes:
+            report.user_properties.append((CLIFFS_PROPERTY, changes))
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect the changes of every report: this process's, or those a worker sent to the controller."""
+        if not is_controller(self.config) or report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == CLIFFS_PROPERTY and isinstance(value, list):
+                self.received.extend(value)

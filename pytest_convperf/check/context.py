@@ -59,8 +59,6 @@ class CheckSession(Protocol):
 
     def record(self, nodeid: str, row: CheckRow) -> None: ...
 
-    def record_cliff(self, nodeid: str, change: dict[str, Any]) -> None: ...
-
 
 def baseline_key(node: Any, name: str, phase: str) -> str:
     """Baseline key: the test name (plus ``@<name>`` when the test name lacks it), ``:<phase>``.

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf.ab.ab_plugin import ab_session
 from pytest_convperf.check.calls import (
     PHASES,
     check_phase,
@@ -301,12 +300,11 @@ class ConvperfFixture:
             traces = trace_facts(ctx, start, ctx.reference or F.conv2d)
             comparison = dataclasses.replace(comparison, facts={**comparison.facts, "traces": traces})
         facts.update({k: v for k, v in comparison.facts.items() if k in _ROW_FACTS})
-        ab = ab_session(self.request.config)
-        if ab is not None:  # --convperf-against: the same candidate at REF, timed here (ab_plugin)
-            self.progress.at(f"the A/B against --convperf-against={ab.ref.label}")
-            facts["ab"] = ab.compare(
-                self, ctx, a_speedup=(comparison.speedup, comparison.speedup_ci)
-            )  # fmt: skip
+        # Plugins that time more around the check (the A/B of --convperf-against): facts for the row.
+        for extra in self.request.config.hook.pytest_convperf_check_timed(
+            convperf=self, context=ctx, comparison=comparison
+        ):
+            facts.update(extra or {})
         self.progress.at("the judgement (its confirm measurement)")
         judge_and_record(
             self.session,

@@ -9,7 +9,6 @@ missing library, a container without the driver's NVML, or any NVML error degrad
 from __future__ import annotations
 
 import math
-import os
 import platform
 import re
 import time
@@ -20,6 +19,8 @@ from typing import Any
 import pytest
 import torch
 
+from pytest_convperf.core.config import CPU_THREADS_ENV as CPU_THREADS_ENV  # re-exported
+from pytest_convperf.core.config import env_value, parse_cpu_threads
 from pytest_convperf.core.slugs import slugify
 
 # NVML clocks-event (throttle) reason bits that mean the hardware slowed the SM clock down:
@@ -293,30 +294,22 @@ def measure_copy_bandwidth(device: DeviceInfo) -> float:
     return 2.0 * nbytes / best
 
 
-CPU_THREADS_ENV = "CONVPERF_CPU_THREADS"
-
-
-def cpu_threads() -> int:
-    """Threads the CPU timer pins: ``$CONVPERF_CPU_THREADS``, else 1.
+def cpu_threads(raw: str | None = None) -> int:
+    """Threads the CPU timer pins: ``raw`` (the session's ``ConvperfConfig.cpu_threads``), else
+    ``$CONVPERF_CPU_THREADS``, else 1.
 
     One thread by default because it is what reproduces: on a shared or oversubscribed machine
     an OpenMP pool waits for a descheduled peer at every barrier, and a 150 us conv then reads
     60 ms now and then (seen on a loaded 2-core box). The count is part of the machine slug.
     """
-    raw = os.environ.get(CPU_THREADS_ENV, "").strip()
-    if not raw:
-        return 1
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{CPU_THREADS_ENV}={raw!r} must be a positive integer (threads for CPU timing)")
-    return value
+    return parse_cpu_threads(raw if raw is not None else env_value(CPU_THREADS_ENV))
 
 
-def resolve_device(pref: str = "auto") -> DeviceInfo:
+def resolve_device(pref: str = "auto", *, threads: int | None = None) -> DeviceInfo:
     """Build the device fingerprint for ``--convperf-device`` (auto: CUDA when available).
+
+    ``threads``: the CPU timer's thread count (the plugin passes ``ConvperfConfig.cpu_threads``);
+    None reads ``$CONVPERF_CPU_THREADS`` (:func:`cpu_threads`), for use outside pytest.
 
     ``cuda`` without a usable GPU raises a RuntimeError that says how to fix it.
     """
@@ -330,7 +323,10 @@ def resolve_device(pref: str = "auto") -> DeviceInfo:
             "run on a machine with a GPU or use --convperf-device=cpu (or auto)"
         )
     facts = _versions()
-    threads = cpu_threads() if not use_cuda else torch.get_num_threads()
+    if use_cuda:
+        threads = torch.get_num_threads()
+    elif threads is None:
+        threads = cpu_threads()
     if use_cuda:
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)

@@ -21,6 +21,8 @@ from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
 from pytest_convperf.core.stats import log_ratios
 
 Outcome = Literal["pass", "fail", "skip"]
+# The rows of one test on its report (``user_properties``: a list of ``CheckRow.to_dict()``).
+ROWS_PROPERTY = "convperf_rows"
 
 
 def entry_digest(stored: dict[str, Any] | None) -> str | None:

@@ -24,7 +24,6 @@ K); it removes launch overhead for kernels under ~20 us. Rotated inputs keep L2 
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_convperf.measure.protocol import FLUSH_KINDS, Job, Unwatched
+from pytest_convperf.core.config import FLUSH_ENV as FLUSH_ENV  # re-exported
+from pytest_convperf.core.config import env_value, parse_flush
+from pytest_convperf.measure.protocol import Job, Unwatched
 
 if TYPE_CHECKING:
     from pytest_convperf.core.device import ClockSample, DeviceInfo
@@ -42,21 +43,14 @@ if TYPE_CHECKING:
 _CUDA: Any = torch.cuda
 MIN_GATE_S = 20e-6
 MAX_GATE_S = 5e-3
-FLUSH_ENV = "CONVPERF_L2_FLUSH"
-# Read: the lines a flush leaves in L2 are clean (see the module docstring).
-DEFAULT_FLUSH = "read"
 
 
 def flush_kind(value: str | None = None) -> str:
-    """The L2 flush to use: ``value`` if given, else ``$CONVPERF_L2_FLUSH``, else ``read``."""
-    raw = value if value is not None else (os.environ.get(FLUSH_ENV, "").strip() or DEFAULT_FLUSH)
-    if raw not in FLUSH_KINDS:
-        source = "flush=" if value is not None else f"${FLUSH_ENV}="
-        raise ValueError(
-            f"{source}{raw!r} is not an L2 flush kind: use 'read' (sum the 2 x L2 buffer; default) "
-            "or 'write' (zero it)"
-        )
-    return raw
+    """The L2 flush to use: ``value`` if given (the plugin passes ``ConvperfConfig.l2_flush``), else
+    ``$CONVPERF_L2_FLUSH``, else ``read``."""
+    if value is not None:
+        return parse_flush(value, source="flush=")
+    return parse_flush(env_value(FLUSH_ENV))
 
 
 def read_flush(buffer: torch.Tensor, sink: torch.Tensor) -> None:

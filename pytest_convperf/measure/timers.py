@@ -14,30 +14,36 @@ Selecting the fake timer: set ``CONVPERF_FAKE_TIMER`` to a JSON replay file (see
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_convperf.core.config import FAKE_TIMER_ENV, env_value
 from pytest_convperf.measure.protocol import AUTO_CHOICES, FLUSH_KINDS, MEASURED_MODES, MODES, Job, Timer
 
 if TYPE_CHECKING:
+    from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.results import Measurement
 
-FAKE_TIMER_ENV = "CONVPERF_FAKE_TIMER"
 
-
-def make_timer(device_info: DeviceInfo) -> Timer:
-    """The timer for a device; ``$CONVPERF_FAKE_TIMER`` (a JSON replay file) selects the fake."""
-    path = os.environ.get(FAKE_TIMER_ENV)
-    if path:
+def make_timer(device_info: DeviceInfo, cfg: ConvperfConfig | None = None) -> Timer:
+    """The timer for a device: the fake when ``cfg.fake_timer`` (``$CONVPERF_FAKE_TIMER``, a JSON replay
+    file) names one, else CUDA events with ``cfg.l2_flush`` or the CPU clock. Without ``cfg`` (outside
+    pytest) the environment is read as the session's config reads it."""
+    if cfg is None:
+        fake = env_value(FAKE_TIMER_ENV)
+        path, flush = (Path(fake) if fake else None), None
+    else:
+        path, flush = cfg.fake_timer, cfg.l2_flush
+    if path is not None:
         from pytest_convperf.measure.fake import FakeTimer
 
         return FakeTimer.from_file(path)
     if device_info.is_cuda:
         from pytest_convperf.measure.cuda import CudaTimer
 
-        return CudaTimer(device_info)
+        return CudaTimer(device_info, flush=flush)
     from pytest_convperf.measure.cpu import CpuTimer
 
     return CpuTimer(device_info)

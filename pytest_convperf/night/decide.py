@@ -8,7 +8,8 @@ of the test), not failed at once. A FAIL the controller keeps stays FAIL and fai
 (exit status 1, its test counted failed in pytest's last line); one it does not keep becomes
 ``SUSPECT`` in every report, with its adjusted p-value, and its test counts as passed. Why
 deferred and not failed at once: docs/statistics.md ("How a session-wide FAIL reaches pytest").
-Pure functions on ``CheckRow``s and row dicts; no torch, no pytest.
+Pure functions on ``CheckRow``s and row dicts, and :class:`FalseAlarmControl`, the plugin object
+(``convperf-false-alarms``) that applies them at session end through convperf's hooks; no torch.
 (The module keeps its name: ``night.json`` and the nightly CI job read its output.)
 """
 
@@ -19,8 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.core.config import Method
-from pytest_convperf.core.results import CheckRow, Verdict
+import pytest
+
+from pytest_convperf.core.config import ConvperfConfig, Method
+from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Verdict
 from pytest_convperf.judge.verdict import CONFIRM_Q
 from pytest_convperf.night.multiplicity import NightControl, check_id, checks_from_rows, control
 
@@ -131,3 +134,78 @@ def deferred_fails(rows: Sequence[CheckRow], night: NightControl) -> list[str]:
     """Kept speed FAILs whose test did not already fail (a written update acknowledges its change)."""
     kept = set(night.fails)
     return [check_id(r) for r in rows if check_id(r) in kept and r.planned not in ("write", "refused")]
+
+
+# The name this plugin object is registered under (``-p no:convperf-false-alarms`` leaves it out).
+PLUGIN_NAME = "convperf-false-alarms"
+
+
+class FalseAlarmControl:
+    """The session's false-alarm control as a plugin (controller only, with ``--convperf``).
+
+    A speed FAIL's test is reported ``speed FAIL pending`` while it runs; at session end
+    (``pytest_convperf_modify_rows``, trylast: after the fresh-process confirm and any other
+    change) every FAIL is decided together; in the terminal summary the pending tests are counted
+    failed or passed.
+    """
+
+    def __init__(self, cfg: ConvperfConfig) -> None:
+        self.cfg = cfg
+        self.control: NightControl | None = None
+        self.failed: list[str] = []  # kept speed FAILs whose test did not already fail
+        self._kept_nodeids: set[str] = set()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> None:
+        cfg = self.cfg
+        decided, self.control = judge_night(rows, method=cfg.false_alarms, alpha=cfg.false_alarm_level)
+        rows[:] = decided
+        if self.cfg.false_alarms == "none":
+            return
+        self.failed = deferred_fails(decided, self.control)
+        kept = set(self.failed)
+        self._kept_nodeids = {r.nodeid for r in decided if check_id(r) in kept}
+        if self.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_convperf_summary_lines(self, rows: Sequence[CheckRow]) -> list[str]:
+        lines = night_lines(self.control, rows) if self.control is not None and self.control.m else []
+        if self.failed:
+            lines.append(
+                f"convperf: the session FAILS: {len(self.failed)} speed FAIL(s) kept across the "
+                "session (reported 'speed FAIL pending' when they ran; the decision needed every check); "
+                "pytest counts their tests failed"
+            )
+        return lines
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test whose speed FAIL awaits the session's decision is not reported passed: it is
+        ``speed FAIL pending`` (letter ``F``) until :meth:`count_decided` counts it failed or passed."""
+        if self.cfg.false_alarms == "none" or report.when != "call" or not report.passed:
+            return None
+        props = report.user_properties
+        lists = [value for name, value in props if name == ROWS_PROPERTY and isinstance(value, list)]
+        rows = [row for value in lists for row in value]
+        if not pending_speed_fail(rows):
+            return None
+        return PENDING, "F", (PENDING_WORD, {"red": True})
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        # Before pytest's short summary and last line, which then count these tests as failed.
+        self.count_decided(terminalreporter.stats)
+
+    def count_decided(self, stats: dict[str, list[Any]]) -> None:
+        """Pending tests as the session decided them, in pytest's own counts: a test with a kept speed
+        FAIL is failed (pytest's short summary names it, its last line counts it), any other passed."""
+        for report in stats.pop(PENDING, []):
+            if report.nodeid in self._kept_nodeids:
+                report.outcome = "failed"
+                report.longrepr = (
+                    "speed FAIL kept by the session's false-alarm control (see the convperf summary)"
+                )
+                stats.setdefault("failed", []).append(report)
+            else:
+                stats.setdefault("passed", []).append(report)

@@ -42,7 +42,6 @@ from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verd
 from pytest_convperf.judge.verdict import CONFIRM_FACTOR
 from pytest_convperf.night.multiplicity import check_id, check_name
 
-OPTION = "convperf_confirm_run"
 # Fresh processes per confirm: their offsets average, so the gate charges noise^2 / 2 for the
 # confirm instead of noise^2. In the night simulation this lifts night-1 detection of a 10 %
 # regression from about 88 % (one process, 100-night runs) to 95.7 % (docs/statistics.md §3).
@@ -50,17 +49,6 @@ FRESH_PROCESSES = 2
 # Seconds the subprocess may take per check on top of its start (imports, collection, kernel loads).
 _START_S = 120.0
 _PER_CHECK_S = 300.0
-
-
-def add_option(group: pytest.OptionGroup) -> None:
-    group.addoption(
-        "--convperf-confirm-run",
-        default=None,
-        dest=OPTION,
-        metavar="PLAN",
-        help="internal: the fresh-process confirm of a session's speed FAILs (a JSON plan written by "
-        "the controller); measures the listed checks' confirm and judges nothing",
-    )
 
 
 @dataclass(frozen=True)
@@ -71,7 +59,8 @@ class ConfirmRun:
     out: Path
 
     @classmethod
-    def from_option(cls, value: str | None) -> ConfirmRun | None:
+    def from_option(cls, value: str | Path | None) -> ConfirmRun | None:
+        """The plan of ``--convperf-confirm-run=PLAN`` (``ConvperfConfig.confirm_run``); None without it."""
         if value is None:
             return None
         plan = json.loads(Path(value).read_text(encoding="utf-8"))
@@ -309,3 +298,22 @@ def _confirm(
         + f" in {time.monotonic() - start:.1f} s"
     ]
     return [redone.get(id(r), r) for r in rows], lines
+
+
+# The name this plugin object is registered under (``-p no:convperf-fresh-confirm`` leaves it out).
+PLUGIN_NAME = "convperf-fresh-confirm"
+
+
+class FreshConfirm:
+    """The fresh-process confirm as a plugin: registered on the controller when :func:`applies`."""
+
+    def __init__(self, config: pytest.Config, cfg: ConvperfConfig) -> None:
+        self.config = config
+        self.cfg = cfg
+
+    @pytest.hookimpl(tryfirst=True)  # before the false-alarm control, which decides on confirmed FAILs
+    def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> list[str] | None:
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: no new pytest processes
+            return None
+        rows[:], lines = confirm_fails(self.config, self.cfg, rows)
+        return lines

@@ -19,18 +19,10 @@ if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.results import CheckRow
 
-OPTION = "convperf_json"
-HELP = "also write the session's results.json (pytest-benchmark's schema) to FILE; needs --convperf-report"
-
-
-def add_option(parser: pytest.Parser, group: Any) -> None:
-    group.addoption("--convperf-json", default=None, dest=OPTION, metavar="FILE", help=HELP)
-    parser.addini(OPTION, HELP, type="string", default="")
-
 
 def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) -> None:
     """Register the writer on the controller of a ``--convperf`` session given ``--convperf-json``."""
-    value = (config.getoption(OPTION, default=None) or config.getini(OPTION) or "").strip()
+    value = cfg.json_file or ""
     if not value or not cfg.enabled or confirm_run or hasattr(config, "workerinput"):
         return
     if cfg.report_dir is None:

@@ -11,7 +11,8 @@ workers print nothing and the controller prints each check's verdict line when i
 
 The rounds are watched through :class:`ProgressTimer`, a proxy around the check's Timer that
 ``timing.rounds`` calls back after each round (``observe_round``); the measurement itself is
-untouched.
+untouched. :class:`ProgressPlugin` (registered as ``convperf-progress``) builds the line on first use
+and ends each check's line from the ``pytest_convperf_row_recorded`` hook.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from pytest_convperf.core import stats
+from pytest_convperf.core.config import is_controller
 from pytest_convperf.core.results import CheckRow
 from pytest_convperf.reports.report import CONFIRM, FIRST, ReportRow, fmt_time, speedup_text
 
@@ -195,3 +199,38 @@ class LiveProgress:
             tr.write_fspath_result(nodeid, "")
         else:
             tr.currentfspath = -2
+
+
+# The name the plugin object is registered under (``-p no:convperf-progress`` turns the line off).
+PLUGIN_NAME = "convperf-progress"
+
+
+class ProgressPlugin:
+    """The live progress line as a plugin: its :class:`LiveProgress` is built on first use (pytest's
+    terminal reporter exists only after ``pytest_configure``), off in xdist workers, with ``-q`` and
+    without a terminal reporter."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._live: LiveProgress | None = None
+
+    @property
+    def live(self) -> LiveProgress:
+        if self._live is None:
+            config = self.config
+            tr = config.pluginmanager.get_plugin("terminalreporter")
+            capman = config.pluginmanager.get_plugin("capturemanager")
+            controller = is_controller(config)
+            xdist = not controller or config.pluginmanager.has_plugin("dsession")
+            self._live = LiveProgress(
+                tr if controller else None,
+                verbosity=config.get_verbosity(),
+                # Rewritten in place only on a terminal and without xdist (reports arrive interleaved).
+                live=tr is not None and bool(tr.isatty()) and not xdist,
+                uncaptured=capman.global_and_fixture_disabled if capman is not None else nullcontext,
+            )
+        return self._live
+
+    def pytest_convperf_row_recorded(self, row: CheckRow, nodeid: str, from_worker: bool) -> None:
+        """The check's verdict line (a worker's, on the controller, after pytest's status letter)."""
+        self.live.done(row, nodeid, after_status=from_worker)

@@ -29,20 +29,10 @@ if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.results import CheckRow
 
-OPTION = "convperf_store"
 DEFAULT_FILE = "convperf.sqlite"
 PENDING = "store.pending.jsonl"
 PLUGIN_NAME = "convperf-results-store"
 INSTALL_HINT = "pip install 'pytest-convperf[store]'"
-HELP = (
-    "results store every session appends its rows to: sqlite:///PATH or postgresql://USER@HOST/DB "
-    f"(default: sqlite in the --convperf-report folder, {DEFAULT_FILE}); needs --convperf-report"
-)
-
-
-def add_option(parser: pytest.Parser, group: Any) -> None:
-    group.addoption("--convperf-store", default=None, dest=OPTION, metavar="URL", help=HELP)
-    parser.addini(OPTION, HELP, type="string", default="")
 
 
 def have_sqlalchemy() -> bool:
@@ -58,7 +48,7 @@ def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) 
     """Register the writer on the controller of a ``--convperf`` session that has a store."""
     if not cfg.enabled or confirm_run or hasattr(config, "workerinput"):
         return
-    url = (config.getoption(OPTION, default=None) or config.getini(OPTION) or "").strip()
+    url = cfg.store_url or ""
     if url and cfg.report_dir is None:
         raise pytest.UsageError(
             f"--convperf-store={url} needs --convperf-report=DIR: a write the store refuses at the end "

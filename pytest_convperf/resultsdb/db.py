@@ -80,12 +80,31 @@ def _immediate_transactions(engine: sa.Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _wal(cursor)
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _wal(cursor: Any) -> None:
+    """Switch the file to WAL once (the mode persists in the file). SQLite does not run the busy
+    handler for this switch: writers opening a new file together get "database is locked" at once
+    (seen with 8 writers on a loaded 2-core box), so the switch is retried up to the busy timeout."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def fix_for(url: str) -> str:

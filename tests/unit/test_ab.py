@@ -175,13 +175,11 @@ def test_bisect_refuses_an_option_it_sets_itself(arg: str, capsys: pytest.Captur
 
 @pytest.mark.parametrize("spec", ["", "  "])
 def test_an_empty_against_is_a_usage_error_not_a_run_without_ab(spec: str) -> None:
-    from types import SimpleNamespace
+    # The option is parsed with every other one, into ConvperfConfig.against (core/config.py).
+    from pytest_convperf.core.config import parse_against
 
-    from pytest_convperf.ab import ab_plugin
-
-    config = SimpleNamespace(getoption=lambda name, default=None: spec, stash=pytest.Stash())
     with pytest.raises(pytest.UsageError, match="--convperf-against is empty"):
-        ab_plugin.configure(config)  # type: ignore[arg-type]
+        parse_against(spec)
 
 
 def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(

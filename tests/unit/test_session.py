@@ -16,11 +16,18 @@ from pytest_convperf.session import ROWS_PROPERTY, SECTIONS_PROPERTY, ConvperfSe
 from tests.unit.test_verdict import comparison
 
 
+class NoHooks(SimpleNamespace):
+    """``config.hook`` of a session no plugin implements convperf's hooks for: each returns no results."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda **kwargs: []
+
+
 def _session(tmp_path: Path, machine: str | None = None) -> ConvperfSession:
     cfg = ConvperfConfig(enabled=True, baselines_dir=tmp_path / "bl", machine=machine, report_dir=tmp_path)
     # No terminal reporter: the live progress line is off (pytest_convperf.reports.progress).
     plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
-    config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0)
+    config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0, hook=NoHooks())
     session = ConvperfSession(config, cfg)  # type: ignore[arg-type]
     session._device = SimpleNamespace(slug="amd-epyc-1t")  # type: ignore[assignment]
     return session
@@ -99,7 +106,9 @@ def test_a_run_without_report_folder_or_sections_leaves_no_temporary_folder(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     cfg = ConvperfConfig(enabled=enabled, baselines_dir=tmp_path / "bl", report_dir=None, rootdir=tmp_path)
     plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
-    config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0, getoption=lambda *a, **k: None)
+    config = SimpleNamespace(
+        pluginmanager=plugins, get_verbosity=lambda: 0, getoption=lambda *a, **k: None, hook=NoHooks()
+    )
     session = ConvperfSession(config, cfg)  # type: ignore[arg-type]
     session.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK))  # type: ignore[arg-type]
     assert list(tmp.iterdir()) == []
@@ -115,7 +124,7 @@ def test_a_full_disk_at_session_end_is_a_note_and_a_failed_session_not_a_traceba
 
     session = _session(tmp_path)
     session.config.getoption = lambda *a, **k: None
-    session.config.hook = SimpleNamespace(pytest_convperf_write_report=full)
+    session.config.hook.pytest_convperf_write_report = full
     monkeypatch.setattr(session, "machine_info", lambda rows: {})
     session.all_sections.append(Section("t.md", "| a |", None))
     monkeypatch.setattr("pytest_convperf.session.write_sections", lambda *a: full())
