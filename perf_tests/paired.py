@@ -2,7 +2,7 @@
 
 A model-level comparison (the stock network against the same network running our kernels) is the
 plugin's public paired check, :func:`pytest_convperf.check_pair` (timed like a check, under the
-timing slot, then ``convperf.gate``); :func:`check_model_pair` gives it a model's phase callables
+timing slot, then ``convperf.judge``); :func:`check_model_pair` gives it a model's phase callables
 and the suite's CPU stop rule. The rest formats the Markdown rows of ``models.md``/``edsr.md``.
 """
 

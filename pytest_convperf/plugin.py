@@ -195,7 +195,7 @@ def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
     A test using this fixture is a convperf check, marked or not. Without --convperf it runs in
     disabled mode (like pytest-benchmark's ``--benchmark-disable``): ``check`` runs the
     correctness check once, fails on a wrong candidate and otherwise skips the test (no timing,
-    no baseline); ``measure`` and ``gate`` skip it.
+    no baseline); ``measure`` and ``judge`` skip it.
 
     ``convperf.check(candidate, problem, *, reference=None, phase="forward")`` runs the
     correctness check (fp64 oracle), times candidate and reference in paired rounds, decides

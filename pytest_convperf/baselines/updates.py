@@ -10,7 +10,7 @@ One home for everything ``--convperf-update-baselines`` does, in the order it ha
    writes the planned entries (grouped per file, under the store's lock) and renders
    ``convperf-update.md`` for reviewers (``update_record.render_update_md``).
 
-The judgement itself (entry lookup and ``verdict.decide``) is :mod:`pytest_convperf.check.gate`.
+The judgement itself (entry lookup and ``verdict.decide``) is :mod:`pytest_convperf.check.judgement`.
 """
 
 from __future__ import annotations

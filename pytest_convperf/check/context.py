@@ -4,7 +4,7 @@
 the device made usable, the seed derived, the key, the one input set, the baseline store chosen
 and the stored entry looked up, each once) and handed, frozen, to the timing
 (:func:`pytest_convperf.check.pairing.time_pair`), the facts measured before timing
-(:mod:`pytest_convperf.check.calls`), the judgement (:func:`pytest_convperf.check.gate.judge`,
+(:mod:`pytest_convperf.check.calls`), the judgement (:func:`pytest_convperf.check.judgement.judge`,
 through :class:`BaselineSlot`) and the A/B. :class:`CheckSession` is what the fixture needs from
 the process's session (``session.ConvperfSession`` has it), so this layer never imports the hooks.
 """

@@ -2,14 +2,15 @@
 
 ``ConvperfFixture.check`` runs, in order: correctness against the fp64 oracle (a failure fails
 the test and records a CORRECTNESS_FAIL row), paired timing of candidate and reference on
-identical inputs, the roofline sanity check, and then :meth:`ConvperfFixture.gate`: the baseline
-judgement (:mod:`pytest_convperf.check.gate`, verdicts PASS/FAIL/IMPROVED/NEW/STALE/ADVISORY), the one
+identical inputs, the roofline sanity check, and then :meth:`ConvperfFixture.judge`: the baseline
+judgement (:mod:`pytest_convperf.check.judgement`, verdicts PASS/FAIL/IMPROVED/NEW/STALE/ADVISORY), the one
 recorded :class:`~pytest_convperf.core.results.CheckRow`, and the test's outcome.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from pytest_convperf.check.context import BaselineSlot, Candidate, CheckContext,
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.disabled import TIMING_DISABLED, correctness_only
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
-from pytest_convperf.check.gate import judge_and_record
+from pytest_convperf.check.judgement import judge_and_record
 from pytest_convperf.check.pairing import ImplausibleTime, time_pair
 from pytest_convperf.core import inflight
 from pytest_convperf.core.problem import require_problem
@@ -330,7 +331,7 @@ class ConvperfFixture:
         pytest.fail(found.message, pytrace=False)
 
     # ---- the judgement ----------------------------------------------------------------------------
-    def gate(
+    def judge(
         self,
         comparison: Comparison,
         *,
@@ -373,6 +374,11 @@ class ConvperfFixture:
             facts=facts,
             extra_metrics=extra_metrics,
         )
+
+    def gate(self, comparison: Comparison, **kwargs: Any) -> Comparison:
+        """The old name of :meth:`judge` (one name per concept: the act is judging); warns."""
+        warnings.warn("convperf.gate() is now convperf.judge() (same arguments)", DeprecationWarning, 2)
+        return self.judge(comparison, **kwargs)
 
     def _correctness_facts(self, report: CorrectnessReport) -> dict[str, Any]:
         return {

@@ -3,7 +3,7 @@
 ``convperf.check`` takes a conv candidate and a ``Conv2dProblem``. A model-level comparison (the
 stock network against the same network running our kernels) has no problem spec, so
 :func:`check_pair` times the two callables in paired rounds and hands the comparison to
-``convperf.gate``, the same last step as a check: the baseline decision, which fails a confirmed
+``convperf.judge``, the same last step as a check: the baseline decision, which fails a confirmed
 regression of the time ratio and passes NEW/PASS/IMPROVED/ADVISORY with a note, and one result row.
 Its run/confirm step is a check's (:func:`~pytest_convperf.check.pairing.first_and_confirm`), each
 measurement under the timing slot (:func:`~pytest_convperf.check.pairing.slotted_pair`).
@@ -74,7 +74,7 @@ def check_pair(
 
     first, confirm = first_and_confirm(run, the_rule, {}, None)
     test = str(convperf.request.node.name)
-    return convperf.gate(
+    return convperf.judge(
         first,
         name=name,
         phase=phase,

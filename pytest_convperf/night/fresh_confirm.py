@@ -11,7 +11,7 @@ So, under night-wide control (``--convperf-false-alarms=holm|bh``, where speed F
 at session end anyway) and ``--convperf-confirm=fresh`` (the default), the controller re-runs the
 tests of the session's speed FAILs in ``FRESH_PROCESSES`` fresh ``pytest`` subprocesses, one
 after the other, with
-``--convperf-confirm-run=PLAN``. There, :meth:`ConvperfFixture.gate` measures each listed check's
+``--convperf-confirm-run=PLAN``. There, :meth:`ConvperfFixture.judge` measures each listed check's
 confirm (3x the screen's rounds) and appends it to the plan's output instead of judging it. The
 controller then decides each FAIL again by the same rule (``judge.policy.decision_of``), with the mean
 of the fresh measurements (:func:`across_processes`) as its confirm: it stays FAIL (and goes to

@@ -1,1 +1,1 @@
-"""Unit tests: one plugin module at a time (``session``, ``gate``, ``updates`` ...), no pytest session."""
+"""Unit tests: one plugin module at a time (``session``, ``judgement``, ``updates`` ...), no session."""

@@ -1,6 +1,6 @@
 """The baseline judgement of one check: decide against the stored entry, plan the update, act on it.
 
-``ConvperfFixture.gate`` calls :func:`judge` once per check with the config, the check's
+``ConvperfFixture.judge`` calls :func:`judge` once per check with the config, the check's
 :class:`~pytest_convperf.check.context.BaselineSlot` (the machine's store, the key and the entry
 looked up once), the device, the measured comparison and a way to re-measure; it puts
 ``Judgement.row_fields`` into the check's row, records it, then calls ``Judgement.enforce()``,
@@ -123,7 +123,7 @@ def judge_and_record(
     facts: Mapping[str, Any] | None,
     extra_metrics: Mapping[str, float] | None,
 ) -> Comparison:
-    """``ConvperfFixture.gate`` on a check's slot: :func:`judge`, record the row once (keywords,
+    """``ConvperfFixture.judge`` on a check's slot: :func:`judge`, record the row once (keywords,
     typed), then skip (INCONCLUSIVE timing) or :meth:`Judgement.enforce`. In a fresh-process
     confirm run the comparison is only measured again, nothing is judged."""
     confirm_run = session.confirm_run

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_convperf.baselines.store import Entry, Store
 from pytest_convperf.check.context import BaselineSlot
-from pytest_convperf.check.gate import judge
+from pytest_convperf.check.judgement import judge
 from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.judge.policy import policy_for
@@ -81,3 +81,20 @@ def test_policy_tolerance_precedence(tmp_path: Path) -> None:
     assert policy_for(ConvperfConfig(), "cpu", entry).tolerance == 0.2
     assert policy_for(ConvperfConfig(tolerance=0.3), "cpu", entry).tolerance == 0.3
     assert policy_for(ConvperfConfig(noise_floor=0.02), "cpu", None).noise_floor == 0.02
+
+
+def test_gate_is_the_old_name_of_judge_and_warns() -> None:
+
+    from pytest_convperf.check.fixture import ConvperfFixture
+
+    fixture = ConvperfFixture.__new__(ConvperfFixture)
+    seen: dict[str, Any] = {}
+
+    def judge(comparison: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return comparison
+
+    fixture.judge = judge  # type: ignore[method-assign]
+    with pytest.warns(DeprecationWarning, match=r"convperf\.judge\(\)"):
+        assert fixture.gate("c", name="n", phase="forward", confirm=None) == "c"  # type: ignore[arg-type]
+    assert seen == {"name": "n", "phase": "forward", "confirm": None}
