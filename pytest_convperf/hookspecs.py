@@ -106,6 +106,21 @@ def pytest_convperf_summary_lines(rows: Sequence[CheckRow]) -> list[str] | None:
 
 
 @pytest.hookspec
+def pytest_convperf_session_results(
+    rows: Sequence[CheckRow],
+    machine_info: Mapping[str, Any],
+    commit_info: Mapping[str, Any],
+    when: str,
+) -> list[str] | None:
+    """The session's final rows with its machine and commit, for files that do not need a report
+    folder (``--convperf-json=FILE``); return notes.
+
+    Called once, on the controller, at session end, with or without ``--convperf-report``, after the
+    rows are final (fresh confirm, false-alarm control) and before ``pytest_convperf_write_report``.
+    """
+
+
+@pytest.hookspec
 def pytest_convperf_write_report(
     rows: Sequence[CheckRow],
     report_dir: Path,

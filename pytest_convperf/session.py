@@ -321,17 +321,20 @@ class ConvperfSession:
         from pytest_convperf.baselines.updates import commit_info
 
         cfg = self.cfg
-        if cfg.report_dir is None or not rows:
+        if not rows:
             return
         when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        about = {"machine_info": self.machine_info(rows), "commit_info": commit_info(cfg), "when": when}
+        try:
+            for notes in self.config.hook.pytest_convperf_session_results(rows=rows, **about):
+                self.notes += notes or []
+        except OSError as exc:
+            self._not_written(session, "the session's result files", exc)
+        if cfg.report_dir is None:
+            return
         try:
             for notes in self.config.hook.pytest_convperf_write_report(
-                rows=rows,
-                report_dir=cfg.report_dir,
-                machine_info=self.machine_info(rows),
-                commit_info=commit_info(cfg),
-                when=when,
-                night=self.night(),
+                rows=rows, report_dir=cfg.report_dir, night=self.night(), **about
             ):
                 self.notes += notes or []
         except OSError as exc:

@@ -116,7 +116,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "convperf-json",
-        "also write the session's results.json (pytest-benchmark's schema) to FILE; needs --convperf-report",
+        "write the session's results.json (pytest-benchmark's schema) to FILE, like --benchmark-json",
         metavar="FILE",
     ),
     OptionSpec(

@@ -2,8 +2,8 @@
 schema, :func:`report_files.benchmark_json`) written to FILE as well, as ``--benchmark-json`` does,
 so a CI step or another tool reads one known path.
 
-Written at session end by the ``pytest_convperf_write_report`` hook, which runs with a report
-folder: FILE therefore needs ``--convperf-report`` (a ``UsageError`` says so at the start).
+Written at session end by the ``pytest_convperf_session_results`` hook, which runs with or
+without a report folder: FILE stands alone, like ``--benchmark-json``.
 """
 
 from __future__ import annotations
@@ -25,11 +25,6 @@ def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) 
     value = cfg.json_file or ""
     if not value or not cfg.enabled or confirm_run or hasattr(config, "workerinput"):
         return
-    if cfg.report_dir is None:
-        raise pytest.UsageError(
-            f"--convperf-json={value} needs --convperf-report=DIR: the session writes its result files "
-            "at the end, with the report (add --convperf-report=convperf-report)"
-        )
     path = Path(value)
     if not path.is_absolute():
         path = Path(str(config.invocation_params.dir)) / path
@@ -44,7 +39,7 @@ class JsonFile:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def pytest_convperf_write_report(
+    def pytest_convperf_session_results(
         self,
         rows: Sequence[CheckRow],
         machine_info: Mapping[str, Any],

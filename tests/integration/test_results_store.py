@@ -162,9 +162,10 @@ def test_convperf_json_writes_the_results_file_where_asked(suite: Suite) -> None
     ours = json.loads((suite.pytester.path / "out" / "results.json").read_text())
     assert ours == json.loads((suite.pytester.path / "report" / "results.json").read_text())
     assert len(ours["benchmarks"]) == 4  # candidate and reference of 2 checks, pytest-benchmark's schema
-    result = suite.run("--convperf-json=x.json")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --convperf-json=x.json needs --convperf-report=DIR*"])
+    # Alone, like --benchmark-json: no report folder needed.
+    suite.run("--convperf-json=alone.json").assert_outcomes(passed=2)
+    alone = json.loads((suite.pytester.path / "alone.json").read_text())
+    assert len(alone["benchmarks"]) == 4 and not (suite.pytester.path / "report2").exists()
 
 
 @needs_store
