@@ -471,6 +471,40 @@ int choose_stage_mode(Tile2Args& a, int s, bool aligned, int cw = 4) {
 constexpr int kStageBatch = 4;  // vector loads per thread per round: one round on every seed shape
 constexpr int kStageBatchScalar = 4;  // 8 spilled the k3 instance at v3_min_blocks' 40 registers
 
+// Stages the halo'd input tile of a.pl planes, one element at a time, into smem (a.plane_sz floats
+// a plane): the scalar path of the v3 forward and of wgrad_tile_nchw. `src` is plane `first`'s
+// element 0, `stride` the elements between planes; planes from a.planes on, and inputs outside the
+// image, stage as 0. A round of kStageBatchScalar loads a thread is issued before any is stored.
+template <typename T>
+__device__ __forceinline__ void stage_tile_scalar(float* smem, const T* __restrict__ src, int64_t stride, int first,
+                                                  int ih0, int iw0, const Tile2Args& a, int tid) {
+  constexpr int SB = kStageBatchScalar;
+  const int total = a.pl * a.plane_sz;
+#pragma unroll 1
+  for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
+    float v[SB];
+#pragma unroll
+    for (int j = 0; j < SB; ++j) {
+      const int i = i0 + j * kThreads + tid;
+      v[j] = 0.f;
+      if (i < total) {
+        const int p = fdiv(i, a.by_outer);
+        const int r = i - p * a.plane_sz;
+        const int row = fdiv(r, a.by_inner);
+        const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
+        if (first + p < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
+          v[j] = to_f(src[static_cast<int64_t>(p) * stride + ih * a.w + iw]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < SB; ++j) {
+      const int i = i0 + j * kThreads + tid;
+      if (i < total) smem[i] = v[j];
+    }
+  }
+}
+
 // Resident blocks per SM the v3 instances are built for: what the v2 instances reach on sm_90 (38, 56
 // and 80 registers for k <= 3, 5, 7 give 6, 4 and 3 blocks of 256). The batch's registers must not cost
 // a block: the calibrated model's waves grow as residency falls. Stride 2 and scalar staging (not on a
@@ -626,31 +660,7 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K, S, M>())
       }
     }
   } else {
-    constexpr int SB = kStageBatchScalar;
-    const int total = a.pl * a.plane_sz;
-#pragma unroll 1
-    for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
-      float v[SB];
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {
-        const int i = i0 + j * kThreads + tid;
-        v[j] = 0.f;
-        if (i < total) {
-          const int p = fdiv(i, a.by_outer);
-          const int r = i - p * a.plane_sz;
-          const int row = fdiv(r, a.by_inner);
-          const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
-          if (plane0 + p < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
-            v[j] = to_f(xb[static_cast<int64_t>(p) * hw + ih * a.w + iw]);
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {
-        const int i = i0 + j * kThreads + tid;
-        if (i < total) smem[i] = v[j];
-      }
-    }
+    stage_tile_scalar<T>(smem, xb, hw, plane0, ih0, iw0, a, tid);
   }
   __syncthreads();
 
@@ -1258,7 +1268,6 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int RPT = kRowsPerThreadV2;
   constexpr int NT = K * K;
   constexpr int NV = NT + 1;  // the taps and the bias
-  constexpr int SB = kStageBatchScalar;
   constexpr int IN_ROWS_T = (RPT - 1) * S + K;  // input rows one thread touches
   extern __shared__ float smem[];
   __shared__ float red[kThreads / 32 * NV];
@@ -1276,7 +1285,6 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = tid - rest * a.tw;
   const int p = fdiv(rest, a.by_trows);
   const int ty = rest - p * a.trows;
-  const int total = a.pl * a.plane_sz;
 
   float acc[NV];
 #pragma unroll
@@ -1290,29 +1298,7 @@ __global__ void __launch_bounds__(kThreads)
     const int oh0 = (q - g * a.tiles_h) * th;
     const int n0 = g * a.pl;
     const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
-#pragma unroll 1
-    for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
-      float v[SB];
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {  // every load of the round is issued before any is stored
-        const int i = i0 + j * kThreads + tid;
-        v[j] = 0.f;
-        if (i < total) {
-          const int pp = fdiv(i, a.by_outer);
-          const int r = i - pp * a.plane_sz;
-          const int row = fdiv(r, a.by_inner);
-          const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
-          if (n0 + pp < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
-            v[j] = to_f(xc[static_cast<int64_t>(n0 + pp) * chw + ih * a.w + iw]);
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {
-        const int i = i0 + j * kThreads + tid;
-        if (i < total) smem[i] = v[j];
-      }
-    }
+    stage_tile_scalar<T>(smem, xc + static_cast<int64_t>(n0) * chw, chw, n0, ih0, iw0, a, tid);
     __syncthreads();
     const int n = n0 + p, oh = oh0 + ty * RPT, ow = ow0 + tx;
     if (p < a.pl && n < a.planes && ow < a.wo) {
