@@ -1079,6 +1079,28 @@ struct WgradArgs {
 // W2's cross-block step, run by every thread of a block whose partial slots of channels [c0, c0 + cw)
 // are written: the block that arrives last at `counter` sums the splits in order into dw / db and
 // leaves the counter at zero for the next call (a cached workspace needs no reset).
+// The weight grads' fixed-order block reduction of every thread's acc[NV], in two halves around a
+// __syncthreads(): warp_partials writes each warp's shuffle-tree sums to red[warp * NV + t], then
+// sum_warp_partials adds slot t's warp sums in warp order. The result does not depend on scheduling.
+template <int NV>
+__device__ __forceinline__ void warp_partials(const float (&acc)[NV], float* red, unsigned tid) {
+  const int lane = tid % 32, warp = tid / 32;
+#pragma unroll
+  for (int t = 0; t < NV; ++t) {
+    float v = acc[t];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) red[warp * NV + t] = v;
+  }
+}
+
+template <int NV>
+__device__ __forceinline__ float sum_warp_partials(const float* red, int t) {
+  float sum = 0.f;
+  for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + t];
+  return sum;
+}
+
 template <typename T>
 __device__ __forceinline__ void wgrad_finish(const float* partial, unsigned* counters, int* last, T* dw, T* db,
                                              int counter, int splits, int64_t c0, int cw, int64_t C, int taps) {
@@ -1200,18 +1222,10 @@ __global__ void __launch_bounds__(kThreads)
     // depend on scheduling. Every acc[] index is a compile-time constant, so acc stays in registers.
     const int nv = W2 && pass == 0 ? NV : NT;  // the bias slot once
     if (!CL) {
-      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-      for (int t = 0; t < NV; ++t) {
-        float v = acc[t];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) red[warp * NV + t] = v;
-      }
+      warp_partials<NV>(acc, red, threadIdx.x);
       __syncthreads();
       if (static_cast<int>(threadIdx.x) < nv && active) {
-        float sum = 0.f;
-        for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + threadIdx.x];
+        const float sum = sum_warp_partials<NV>(red, threadIdx.x);
         const int t = threadIdx.x;
         const int slot = t == NT ? taps : (K > 0 ? pass * NT + t : pass);
         wgrad_store<T, W2>(partial, dw, db, split, splits, c, g.c, taps, slot, sum);
@@ -1328,19 +1342,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the tile is read before the next one is staged over it
   }
 
-  const int lane = tid % 32, warp = tid / 32;
-#pragma unroll
-  for (int t = 0; t < NV; ++t) {
-    float v = acc[t];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) red[warp * NV + t] = v;
-  }
+  warp_partials<NV>(acc, red, tid);
   __syncthreads();
   if (tid < NV) {
-    float sum = 0.f;
-    for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + tid];
-    wgrad_store<T, true>(partial, dw, db, split, wa.splits, c, a.c, NT, tid, sum);
+    wgrad_store<T, true>(partial, dw, db, split, wa.splits, c, a.c, NT, tid, sum_warp_partials<NV>(red, tid));
   }
   if (wa.splits > 1) wgrad_finish<T>(partial, counters, last, dw, db, c, wa.splits, c, 1, a.c, NT);
 }
