@@ -472,9 +472,11 @@ constexpr int kStageBatch = 4;  // vector loads per thread per round: one round 
 constexpr int kStageBatchScalar = 4;  // 8 spilled the k3 instance at v3_min_blocks' 40 registers
 
 // Stages the halo'd input tile of a.pl planes, one element at a time, into smem (a.plane_sz floats
-// a plane): the scalar path of the v3 forward and of wgrad_tile_nchw. `src` is plane `first`'s
-// element 0, `stride` the elements between planes; planes from a.planes on, and inputs outside the
-// image, stage as 0. A round of kStageBatchScalar loads a thread is issued before any is stored.
+// a plane): the scalar path of the v3 forward and of wgrad_tile_nchw. The tile's planes are
+// first .. first + a.pl - 1 of `src`, `stride` elements apart (planes from a.planes on, and inputs
+// outside the image, stage as 0); indexing from `src` itself, not a pointer advanced to `first`,
+// kept both kernels' registers and occupancy (sm_90). A round of kStageBatchScalar loads a thread
+// is issued before any is stored.
 template <typename T>
 __device__ __forceinline__ void stage_tile_scalar(float* smem, const T* __restrict__ src, int64_t stride, int first,
                                                   int ih0, int iw0, const Tile2Args& a, int tid) {
@@ -493,7 +495,7 @@ __device__ __forceinline__ void stage_tile_scalar(float* smem, const T* __restri
         const int row = fdiv(r, a.by_inner);
         const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
         if (first + p < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
-          v[j] = to_f(src[static_cast<int64_t>(p) * stride + ih * a.w + iw]);
+          v[j] = to_f(src[static_cast<int64_t>(first + p) * stride + ih * a.w + iw]);
         }
       }
     }
@@ -660,7 +662,7 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K, S, M>())
       }
     }
   } else {
-    stage_tile_scalar<T>(smem, xb, hw, plane0, ih0, iw0, a, tid);
+    stage_tile_scalar<T>(smem, x, hw, plane0, ih0, iw0, a, tid);
   }
   __syncthreads();
 
@@ -1312,7 +1314,7 @@ __global__ void __launch_bounds__(kThreads)
     const int oh0 = (q - g * a.tiles_h) * th;
     const int n0 = g * a.pl;
     const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
-    stage_tile_scalar<T>(smem, xc + static_cast<int64_t>(n0) * chw, chw, n0, ih0, iw0, a, tid);
+    stage_tile_scalar<T>(smem, xc, chw, n0, ih0, iw0, a, tid);
     __syncthreads();
     const int n = n0 + p, oh = oh0 + ty * RPT, ow = ow0 + tx;
     if (p < a.pl && n < a.planes && ow < a.wo) {
