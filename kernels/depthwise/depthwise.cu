@@ -747,16 +747,23 @@ cudaError_t dispatch_ks(int k, int s, Launch&& launch) {
 // v2 indexes planes in 32 bits (FastDiv takes n < 2^31, plus a block's planes); v1 covers the rest.
 bool v2_supported(const TileArgs& a) { return a.planes + kThreads < 0x7fffffffLL; }
 
+// The input and output sizes and the padding a Tile2Args takes from the forward's TileArgs or the
+// weight grad's Geom (the same int fields in both).
+template <typename Sizes>
+void set_tile_sizes(Tile2Args& a, const Sizes& g) {
+  a.h = g.h;
+  a.w = g.w;
+  a.ho = g.ho;
+  a.wo = g.wo;
+  a.ph = g.ph;
+  a.pw = g.pw;
+}
+
 Tile2Args tile2_args(const TileArgs& a) {
   Tile2Args b{};
   b.planes = static_cast<int>(a.planes);
   b.c = a.c;
-  b.h = a.h;
-  b.w = a.w;
-  b.ho = a.ho;
-  b.wo = a.wo;
-  b.ph = a.ph;
-  b.pw = a.pw;
+  set_tile_sizes(b, a);
   b.flip = a.flip;
   return b;
 }
@@ -1363,12 +1370,7 @@ bool plan_wgrad_tile(Tile2Args& a, const Geom& g) {
   a = Tile2Args{};
   a.planes = static_cast<int>(g.n);  // a channel's planes: one per sample
   a.c = static_cast<int>(g.c);
-  a.h = g.h;
-  a.w = g.w;
-  a.ho = g.ho;
-  a.wo = g.wo;
-  a.ph = g.ph;
-  a.pw = g.pw;
+  set_tile_sizes(a, g);
   if (!plan_tile_v2(a, g.kh, g.sh)) return false;
   const int64_t units = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
   if (units > 0x7fffffffLL - kThreads) return false;
