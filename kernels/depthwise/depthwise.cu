@@ -747,10 +747,10 @@ cudaError_t dispatch_ks(int k, int s, Launch&& launch) {
 // v2 indexes planes in 32 bits (FastDiv takes n < 2^31, plus a block's planes); v1 covers the rest.
 bool v2_supported(const TileArgs& a) { return a.planes + kThreads < 0x7fffffffLL; }
 
-// The input and output sizes and the padding a Tile2Args takes from the forward's TileArgs or the
-// weight grad's Geom (the same int fields in both).
-template <typename Sizes>
-void set_tile_sizes(Tile2Args& a, const Sizes& g) {
+// The input and output sizes and the padding a tile plan (TileArgs, Tile2Args) takes from a Geom or
+// a TileArgs (the same int fields in all three).
+template <typename Plan, typename Sizes>
+void set_tile_sizes(Plan& a, const Sizes& g) {
   a.h = g.h;
   a.w = g.w;
   a.ho = g.ho;
@@ -1492,12 +1492,7 @@ cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, c
     TileArgs a{};
     a.planes = g.n * g.c;
     a.c = static_cast<int>(g.c);
-    a.h = g.h;
-    a.w = g.w;
-    a.ho = g.ho;
-    a.wo = g.wo;
-    a.ph = g.ph;
-    a.pw = g.pw;
+    set_tile_sizes(a, g);
     a.flip = false;
     return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, st)
               : dispatch_tile<T>(g.kh, g.sh, xp, wp, bp, yp, a, variant, st);
