@@ -471,6 +471,42 @@ int choose_stage_mode(Tile2Args& a, int s, bool aligned, int cw = 4) {
 constexpr int kStageBatch = 4;  // vector loads per thread per round: one round on every seed shape
 constexpr int kStageBatchScalar = 4;  // 8 spilled the k3 instance at v3_min_blocks' 40 registers
 
+// Stages the halo'd input tile of a.pl planes, one element at a time, into smem (a.plane_sz floats
+// a plane): the scalar path of the v3 forward and of wgrad_tile_nchw. The tile's planes are
+// first .. first + a.pl - 1 of `src`, `stride` elements apart (planes from a.planes on, and inputs
+// outside the image, stage as 0); indexing from `src` itself, not a pointer advanced to `first`,
+// kept both kernels' registers and occupancy (sm_90). A round of kStageBatchScalar loads a thread
+// is issued before any is stored.
+template <typename T>
+__device__ __forceinline__ void stage_tile_scalar(float* smem, const T* __restrict__ src, int64_t stride, int first,
+                                                  int ih0, int iw0, const Tile2Args& a, int tid) {
+  constexpr int SB = kStageBatchScalar;
+  const int total = a.pl * a.plane_sz;
+#pragma unroll 1
+  for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
+    float v[SB];
+#pragma unroll
+    for (int j = 0; j < SB; ++j) {
+      const int i = i0 + j * kThreads + tid;
+      v[j] = 0.f;
+      if (i < total) {
+        const int p = fdiv(i, a.by_outer);
+        const int r = i - p * a.plane_sz;
+        const int row = fdiv(r, a.by_inner);
+        const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
+        if (first + p < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
+          v[j] = to_f(src[static_cast<int64_t>(first + p) * stride + ih * a.w + iw]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < SB; ++j) {
+      const int i = i0 + j * kThreads + tid;
+      if (i < total) smem[i] = v[j];
+    }
+  }
+}
+
 // Resident blocks per SM the v3 instances are built for: what the v2 instances reach on sm_90 (38, 56
 // and 80 registers for k <= 3, 5, 7 give 6, 4 and 3 blocks of 256). The batch's registers must not cost
 // a block: the calibrated model's waves grow as residency falls. Stride 2 and scalar staging (not on a
@@ -626,31 +662,7 @@ __global__ void __launch_bounds__(kThreads, v3_min_blocks<K, S, M>())
       }
     }
   } else {
-    constexpr int SB = kStageBatchScalar;
-    const int total = a.pl * a.plane_sz;
-#pragma unroll 1
-    for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
-      float v[SB];
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {
-        const int i = i0 + j * kThreads + tid;
-        v[j] = 0.f;
-        if (i < total) {
-          const int p = fdiv(i, a.by_outer);
-          const int r = i - p * a.plane_sz;
-          const int row = fdiv(r, a.by_inner);
-          const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
-          if (plane0 + p < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
-            v[j] = to_f(xb[static_cast<int64_t>(p) * hw + ih * a.w + iw]);
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {
-        const int i = i0 + j * kThreads + tid;
-        if (i < total) smem[i] = v[j];
-      }
-    }
+    stage_tile_scalar<T>(smem, x, hw, plane0, ih0, iw0, a, tid);
   }
   __syncthreads();
 
@@ -735,16 +747,23 @@ cudaError_t dispatch_ks(int k, int s, Launch&& launch) {
 // v2 indexes planes in 32 bits (FastDiv takes n < 2^31, plus a block's planes); v1 covers the rest.
 bool v2_supported(const TileArgs& a) { return a.planes + kThreads < 0x7fffffffLL; }
 
+// The input and output sizes and the padding a tile plan (TileArgs, Tile2Args) takes from a Geom or
+// a TileArgs (the same int fields in all three).
+template <typename Plan, typename Sizes>
+void set_tile_sizes(Plan& a, const Sizes& g) {
+  a.h = g.h;
+  a.w = g.w;
+  a.ho = g.ho;
+  a.wo = g.wo;
+  a.ph = g.ph;
+  a.pw = g.pw;
+}
+
 Tile2Args tile2_args(const TileArgs& a) {
   Tile2Args b{};
   b.planes = static_cast<int>(a.planes);
   b.c = a.c;
-  b.h = a.h;
-  b.w = a.w;
-  b.ho = a.ho;
-  b.wo = a.wo;
-  b.ph = a.ph;
-  b.pw = a.pw;
+  set_tile_sizes(b, a);
   b.flip = a.flip;
   return b;
 }
@@ -1069,6 +1088,28 @@ struct WgradArgs {
 // W2's cross-block step, run by every thread of a block whose partial slots of channels [c0, c0 + cw)
 // are written: the block that arrives last at `counter` sums the splits in order into dw / db and
 // leaves the counter at zero for the next call (a cached workspace needs no reset).
+// The weight grads' fixed-order block reduction of every thread's acc[NV], in two halves around a
+// __syncthreads(): warp_partials writes each warp's shuffle-tree sums to red[warp * NV + t], then
+// sum_warp_partials adds slot t's warp sums in warp order. The result does not depend on scheduling.
+template <int NV>
+__device__ __forceinline__ void warp_partials(const float (&acc)[NV], float* red, unsigned tid) {
+  const int lane = tid % 32, warp = tid / 32;
+#pragma unroll
+  for (int t = 0; t < NV; ++t) {
+    float v = acc[t];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) red[warp * NV + t] = v;
+  }
+}
+
+template <int NV>
+__device__ __forceinline__ float sum_warp_partials(const float* red, int t) {
+  float sum = 0.f;
+  for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + t];
+  return sum;
+}
+
 template <typename T>
 __device__ __forceinline__ void wgrad_finish(const float* partial, unsigned* counters, int* last, T* dw, T* db,
                                              int counter, int splits, int64_t c0, int cw, int64_t C, int taps) {
@@ -1190,18 +1231,10 @@ __global__ void __launch_bounds__(kThreads)
     // depend on scheduling. Every acc[] index is a compile-time constant, so acc stays in registers.
     const int nv = W2 && pass == 0 ? NV : NT;  // the bias slot once
     if (!CL) {
-      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-      for (int t = 0; t < NV; ++t) {
-        float v = acc[t];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) red[warp * NV + t] = v;
-      }
+      warp_partials<NV>(acc, red, threadIdx.x);
       __syncthreads();
       if (static_cast<int>(threadIdx.x) < nv && active) {
-        float sum = 0.f;
-        for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + threadIdx.x];
+        const float sum = sum_warp_partials<NV>(red, threadIdx.x);
         const int t = threadIdx.x;
         const int slot = t == NT ? taps : (K > 0 ? pass * NT + t : pass);
         wgrad_store<T, W2>(partial, dw, db, split, splits, c, g.c, taps, slot, sum);
@@ -1258,7 +1291,6 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int RPT = kRowsPerThreadV2;
   constexpr int NT = K * K;
   constexpr int NV = NT + 1;  // the taps and the bias
-  constexpr int SB = kStageBatchScalar;
   constexpr int IN_ROWS_T = (RPT - 1) * S + K;  // input rows one thread touches
   extern __shared__ float smem[];
   __shared__ float red[kThreads / 32 * NV];
@@ -1276,7 +1308,6 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = tid - rest * a.tw;
   const int p = fdiv(rest, a.by_trows);
   const int ty = rest - p * a.trows;
-  const int total = a.pl * a.plane_sz;
 
   float acc[NV];
 #pragma unroll
@@ -1290,29 +1321,7 @@ __global__ void __launch_bounds__(kThreads)
     const int oh0 = (q - g * a.tiles_h) * th;
     const int n0 = g * a.pl;
     const int ih0 = oh0 * S - a.ph, iw0 = ow0 * S - a.pw;
-#pragma unroll 1
-    for (int i0 = 0; i0 < total; i0 += SB * kThreads) {
-      float v[SB];
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {  // every load of the round is issued before any is stored
-        const int i = i0 + j * kThreads + tid;
-        v[j] = 0.f;
-        if (i < total) {
-          const int pp = fdiv(i, a.by_outer);
-          const int r = i - pp * a.plane_sz;
-          const int row = fdiv(r, a.by_inner);
-          const int ih = ih0 + row, iw = iw0 + r - row * a.in_cols;
-          if (n0 + pp < a.planes && ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) {
-            v[j] = to_f(xc[static_cast<int64_t>(n0 + pp) * chw + ih * a.w + iw]);
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < SB; ++j) {
-        const int i = i0 + j * kThreads + tid;
-        if (i < total) smem[i] = v[j];
-      }
-    }
+    stage_tile_scalar<T>(smem, xc, chw, n0, ih0, iw0, a, tid);
     __syncthreads();
     const int n = n0 + p, oh = oh0 + ty * RPT, ow = ow0 + tx;
     if (p < a.pl && n < a.planes && ow < a.wo) {
@@ -1342,19 +1351,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the tile is read before the next one is staged over it
   }
 
-  const int lane = tid % 32, warp = tid / 32;
-#pragma unroll
-  for (int t = 0; t < NV; ++t) {
-    float v = acc[t];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) red[warp * NV + t] = v;
-  }
+  warp_partials<NV>(acc, red, tid);
   __syncthreads();
   if (tid < NV) {
-    float sum = 0.f;
-    for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + tid];
-    wgrad_store<T, true>(partial, dw, db, split, wa.splits, c, a.c, NT, tid, sum);
+    wgrad_store<T, true>(partial, dw, db, split, wa.splits, c, a.c, NT, tid, sum_warp_partials<NV>(red, tid));
   }
   if (wa.splits > 1) wgrad_finish<T>(partial, counters, last, dw, db, c, wa.splits, c, 1, a.c, NT);
 }
@@ -1370,12 +1370,7 @@ bool plan_wgrad_tile(Tile2Args& a, const Geom& g) {
   a = Tile2Args{};
   a.planes = static_cast<int>(g.n);  // a channel's planes: one per sample
   a.c = static_cast<int>(g.c);
-  a.h = g.h;
-  a.w = g.w;
-  a.ho = g.ho;
-  a.wo = g.wo;
-  a.ph = g.ph;
-  a.pw = g.pw;
+  set_tile_sizes(a, g);
   if (!plan_tile_v2(a, g.kh, g.sh)) return false;
   const int64_t units = ((static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl) * a.tiles_h * a.tiles_w;
   if (units > 0x7fffffffLL - kThreads) return false;
@@ -1497,12 +1492,7 @@ cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, c
     TileArgs a{};
     a.planes = g.n * g.c;
     a.c = static_cast<int>(g.c);
-    a.h = g.h;
-    a.w = g.w;
-    a.ho = g.ho;
-    a.wo = g.wo;
-    a.ph = g.ph;
-    a.pw = g.pw;
+    set_tile_sizes(a, g);
     a.flip = false;
     return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, st)
               : dispatch_tile<T>(g.kh, g.sh, xp, wp, bp, yp, a, variant, st);

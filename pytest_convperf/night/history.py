@@ -95,15 +95,30 @@ def read_history(path: Path) -> tuple[Series, list[Skipped]]:
         raise FileNotFoundError(
             f"{file} not found; runs append to it with pytest --convperf --convperf-report={path}"
         )
+    records, skipped = read_history_records(file)
+    return series_from_records(records), sorted(skipped, key=lambda s: s.line)
+
+
+def source_unreadable(exc: Exception) -> bool:
+    """Whether ``exc`` says a history source could not be read: no such file, the store's packages
+    missing, or the store's ``StoreUnavailable`` (its URL and fix in its message); the ``history``
+    and ``dashboard`` subcommands print it in one line and exit 2. ``StoreUnavailable`` is matched by
+    name: importing it would import SQLAlchemy, which a report-folder user need not have."""
+    return isinstance(exc, (FileNotFoundError, ImportError)) or type(exc).__name__ == "StoreUnavailable"
+
+
+def read_history_records(file: Path) -> tuple[list[dict[str, Any]], list[Skipped]]:
+    """The usable history records of ``file`` (a ``history.jsonl``), and the lines left out: those
+    :func:`read_objects` cannot read, then those with a :func:`record_problem`."""
     objects, skipped = read_objects(file)
-    records = []
+    records: list[dict[str, Any]] = []
     for n, rec in objects:
         problem = record_problem(rec)
         if problem is None:
             records.append(rec)
         else:
             skipped.append(Skipped(file, n, problem))
-    return series_from_records(records), sorted(skipped, key=lambda s: s.line)
+    return records, skipped
 
 
 def is_store_url(target: str | Path) -> bool:
@@ -368,10 +383,8 @@ def run(
     try:
         series, skipped = read_any(directory)
         cps = all_change_points(series, persist=persist)
-    except (FileNotFoundError, ImportError) as exc:
-        return [f"history: {exc}"], 2
-    except Exception as exc:  # the store's StoreUnavailable: URL and fix in its message
-        if type(exc).__name__ != "StoreUnavailable":
+    except Exception as exc:
+        if not source_unreadable(exc):
             raise
         return [f"history: {exc}"], 2
     lines = [f"history: {line}" for line in summary(skipped)]

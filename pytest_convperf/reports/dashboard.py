@@ -22,15 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.core.files import atomic_write
-from pytest_convperf.core.jsonl import read_objects, summary
+from pytest_convperf.core.jsonl import summary
 from pytest_convperf.night.history import (
     PERSIST,
     WINDOW,
     ChangePoint,
     is_store_url,
+    read_history_records,
     recent_change_points,
     record_problem,
     series_from_records,
+    source_unreadable,
 )
 
 DATA_MARK = "/*CONVPERF_DATA*/null"
@@ -60,15 +62,8 @@ def load_records(source: str) -> tuple[list[dict[str, Any]], list[str], str]:
     file = path / "history.jsonl" if path.is_dir() else path
     if not file.exists():
         raise FileNotFoundError(f"{file} not found; give a --convperf-report folder or a results store URL")
-    objects, bad = read_objects(file)
-    records, lines = [], [str(s) for s in bad]
-    for n, rec in objects:
-        problem = record_problem(rec)
-        if problem is None:
-            records.append(rec)
-        else:
-            lines.append(f"{file}:{n}: {problem}; line skipped")
-    return records, lines, str(file)
+    records, bad = read_history_records(file)
+    return records, [str(s) for s in bad], str(file)
 
 
 def _speedup(ratio: Any) -> float | None:
@@ -204,10 +199,8 @@ def build(source: str, out: Path, *, persist: int = PERSIST, window: int = WINDO
     try:
         records, skipped, shown = load_records(source)
         data = page_data(records, source=shown, persist=persist, window=window)
-    except (FileNotFoundError, ImportError) as exc:
-        return [f"dashboard: {exc}"], 2
-    except Exception as exc:  # the store's StoreUnavailable: URL and fix in its message
-        if type(exc).__name__ != "StoreUnavailable":
+    except Exception as exc:
+        if not source_unreadable(exc):
             raise
         return [f"dashboard: {exc}"], 2
     out.mkdir(parents=True, exist_ok=True)

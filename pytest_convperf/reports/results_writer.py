@@ -218,7 +218,7 @@ def store_records(
 def import_dir(url: str, directory: Path) -> tuple[list[str], int]:
     """``store import DIR``: every ``history.jsonl`` (and ``store.pending.jsonl``) under DIR into the
     store; a record already there (same digest) is not added again; unusable lines are named."""
-    from pytest_convperf.night.history import record_problem
+    from pytest_convperf.night.history import read_history_records
     from pytest_convperf.resultsdb.db import StoreUnavailable, open_store, shown, write
 
     files = (
@@ -234,14 +234,7 @@ def import_dir(url: str, directory: Path) -> tuple[list[str], int]:
     total = new = 0
     try:
         for file in files:
-            objects, skipped = read_objects(file)
-            good: list[dict[str, Any]] = []
-            for n, rec in objects:
-                problem = record_problem(rec)
-                if problem is None:
-                    good.append(rec)
-                else:
-                    skipped.append(Skipped(file, n, problem))
+            good, skipped = read_history_records(file)
             added = write(engine, good, source=str(file))
             total, new = total + len(good), new + added
             skipped.sort(key=_line)

@@ -110,6 +110,17 @@ def _browser() -> Any:
     return options, Service(CHROMEDRIVER), webdriver
 
 
+def _chrome(tmp_path: Path, browser: Any) -> Any:
+    """A headless Chrome from :func:`_browser`'s (options, service, webdriver), with its own profile
+    folder under ``tmp_path`` and the browser's console log kept for the test to read."""
+    options, service, webdriver = browser
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=service)
+
+
 def _has_selenium() -> bool:
     try:
         import selenium  # noqa: F401
@@ -119,7 +130,7 @@ def _has_selenium() -> bool:
 
 
 def test_the_dashboard_in_headless_chromium(tmp_path: Path) -> None:
-    options, service, webdriver = _browser()
+    browser = _browser()
     sa = pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy")
     del sa
     from pytest_convperf.resultsdb import db
@@ -129,11 +140,7 @@ def test_the_dashboard_in_headless_chromium(tmp_path: Path) -> None:
     db.write(engine, history(), source="test")
     engine.dispose()
     assert main(["dashboard", url, "--out", str(tmp_path / "site")]) == 0
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=service)
+    driver = _chrome(tmp_path, browser)
     try:
         driver.get((tmp_path / "site" / "index.html").as_uri())
         assert driver.execute_script("return document.body.dataset.ready") == "1"
@@ -177,14 +184,10 @@ def test_the_dashboard_in_headless_chromium(tmp_path: Path) -> None:
 
 def test_a_console_error_is_caught(tmp_path: Path) -> None:
     # Negative control of the check above: a page that throws shows up in the browser's log.
-    options, service, webdriver = _browser()
+    browser = _browser()
     page = tmp_path / "bad.html"
     page.write_text('<!DOCTYPE html><link rel="icon" href="data:,"><script>null.x;</script>')
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=service)
+    driver = _chrome(tmp_path, browser)
     try:
         driver.get(page.as_uri())
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
