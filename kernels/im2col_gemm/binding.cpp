@@ -104,9 +104,15 @@ at::Tensor im2col_cuda(const at::Tensor& input, at::IntArrayRef kernel, at::IntA
   int64_t sn = 0, sk = 0, sl = 0;
   std::vector<int64_t> shape;
   layout_strides(std::string(layout), n, k_total, l, sn, sk, sl, shape);
-  // Only a padded K needs zeros (the padding rows must not add to the GEMM); the rest is written.
-  at::Tensor col = k_total != k ? at::zeros(shape, x.options()) : at::empty(shape, x.options());
+  at::Tensor col = at::empty(shape, x.options());
   if (col.numel() == 0) return col;
+  // Only the padding rows of K need zeros (they must not add to the GEMM); the kernel writes the rest.
+  // Zeroing just them, not the whole buffer: a padded K (the 2:4 GEMM's multiple of 64) would
+  // otherwise write the column buffer twice.
+  if (k_total != k) {
+    const int64_t k_dim = std::string(layout) == "knl" ? 0 : (std::string(layout) == "nkl" ? 1 : 2);
+    col.narrow(k_dim, k, k_total - k).zero_();
+  }
   check_int32("im2col", {{"N", n}, {"C", c}, {"H", h}, {"W", w}, {"kh", p.kh}, {"kw", p.kw}, {"stride_h", p.sh},
                          {"stride_w", p.sw}, {"pad_h", p.ph}, {"pad_w", p.pw}, {"dilation_h", p.dh},
                          {"dilation_w", p.dw}, {"W_out", wo}, {"row_start", row_start}, {"rows", rows}});

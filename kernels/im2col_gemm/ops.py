@@ -27,7 +27,7 @@ from kernels import _build
 from kernels._weight_cache import WeightCache
 from kernels.im2col_gemm import columns, variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
-from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry, with_bias
+from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
 
 FAMILY = "im2col_gemm"
@@ -587,7 +587,7 @@ def _sparse_forward(
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """Unstructured sparse conv: magnitude pruning to ``density``, CUDA im2col + CSR GEMM (cuSPARSE)."""
-    return with_bias(variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density), bias)
+    return variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density, bias=bias)
 
 
 def _structured_forward(
@@ -602,8 +602,9 @@ def _structured_forward(
 ) -> torch.Tensor:
     """Structured sparse conv: ``2:4`` via ``to_sparse_semi_structured`` (fp16/bf16, sm_80+; masked
     dense GEMM elsewhere) or ``filter`` pruning (GEMM over the kept filters only)."""
-    out = variants.structured_conv(x, weight, a, workspace_bytes, im2col, pattern=pattern, density=density)
-    return with_bias(out, bias)
+    return variants.structured_conv(
+        x, weight, a, workspace_bytes, im2col, pattern=pattern, density=density, bias=bias
+    )
 
 
 # The public variants: ``F.conv2d``'s signature plus each body's keyword options (``conv2d_entry``).

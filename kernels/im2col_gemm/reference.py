@@ -80,7 +80,7 @@ def _sparse_forward(
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """Unstructured sparse conv: keep the ``density`` largest-magnitude weights, CSR GEMM."""
-    return with_bias(variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density), bias)
+    return variants.sparse_conv(x, weight, a, workspace_bytes, im2col, density=density, bias=bias)
 
 
 def _structured_forward(
@@ -94,8 +94,9 @@ def _structured_forward(
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> torch.Tensor:
     """Structured sparse conv: ``pattern="2:4"`` or ``"filter"`` (keep ``density`` of the filters)."""
-    out = variants.structured_conv(x, weight, a, workspace_bytes, im2col, pattern=pattern, density=density)
-    return with_bias(out, bias)
+    return variants.structured_conv(
+        x, weight, a, workspace_bytes, im2col, pattern=pattern, density=density, bias=bias
+    )
 
 
 # The public functions: ``F.conv2d``'s signature plus each body's keyword options (``conv2d_entry``).

@@ -19,8 +19,8 @@ import torch
 
 from kernels._weight_cache import WeightCache
 from kernels.im2col_gemm.chunking import plan_chunks
-from kernels.im2col_gemm.columns import GemmFn, Im2ColFn, conv_gemm
-from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape
+from kernels.im2col_gemm.columns import Im2ColFn, conv_gemm
+from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape, with_bias
 from kernels.quant import Step, qrange, quantize_codes
 
 PATTERNS = ("2:4", "filter")
@@ -108,18 +108,6 @@ class _SparseMM(torch.autograd.Function):
         return gw, gc, None
 
 
-def _as_2d_gemm(
-    wmat: torch.Tensor, col: torch.Tensor, mm: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
-) -> torch.Tensor:
-    """Run ``mm(group, w [cog, K], col [K, nb*L])`` per group; return ``[nb, g, cog, L]``."""
-    nb, g, k, length = col.shape
-    outs = []
-    for gi in range(g):
-        c2 = col[:, gi].permute(1, 0, 2).reshape(k, nb * length)
-        outs.append(mm(gi, wmat[gi], c2).view(-1, nb, length).permute(1, 0, 2))
-    return torch.stack(outs, dim=1)
-
-
 def semi_structured_available(t: torch.Tensor) -> bool:
     """True where PyTorch's 2:4 kernels (cuSPARSELt/CUTLASS, sm_80+) can run on ``t``'s dtype."""
     if not t.is_cuda or t.dtype not in (torch.float16, torch.bfloat16):
@@ -197,41 +185,99 @@ def sparse_weight(weight: torch.Tensor, groups: int, *, kind: str, density: floa
     return _sparse.get(weight, key, lambda: _build_sparse(weight, groups, kind, density))
 
 
-def csr_gemm(csr: tuple[torch.Tensor, ...]) -> GemmFn:
-    """Unstructured sparse GEMM: the prebuilt CSR weight of each group times the dense columns."""
+# mm(group, w [cog, K] dense, col [Kt, N] row-major) -> [>= cog, N]: one group's sparse GEMM
+SparseMM = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
-    def gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-        def mm(gi: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
-            compute = csr[gi].dtype
-            out: torch.Tensor = _SparseMM.apply(w.to(compute), c2.to(compute), csr[gi])
-            return out.to(w.dtype)
-
-        return _as_2d_gemm(wmat, col, mm)
-
-    return gemm
+# 2:4 operands are zero-padded to multiples of 64 (CUTLASS's minimum sparse tile; cuSPARSELt needs
+# 16): K by im2col itself (zero rows in the one column buffer), the weight's rows by _pad64.
+TWO_FOUR_K_MULTIPLE = 64
 
 
-def two_four_gemm(semi: tuple[torch.Tensor, ...]) -> GemmFn:
-    """2:4 GEMM with the prebuilt semi-structured weights (sm_80+ GPU, fp16/bf16); without them
-    (fp32, a CPU) the 2:4-masked weight times a dense GEMM: see :func:`two_four_path`.
+def _columns_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: ConvArgs,
+    workspace_bytes: int,
+    im2col_fn: Im2ColFn,
+    mm: SparseMM,
+    *,
+    pad_k_to: int = 1,
+) -> torch.Tensor:
+    """Chunked im2col + a sparse ``W @ cols`` GEMM per group, the column buffer written once.
 
-    Operands are zero-padded to the kernels' tile multiples (64 rows/cols) and cropped after.
+    The columns are built in the ``knl`` layout, ``[K, nb, L]`` row-major: group ``g``'s rows are the
+    GEMM's dense operand ``[K, nb*L]`` as a view (no transpose, ``contiguous()``, cast or reshape
+    copy), in the input's dtype (the GEMM's), K zero-padded by im2col to ``pad_k_to`` (the 2:4
+    kernels' tile). With groups and K padding, each group's columns are their own im2col (the
+    padding is per group). The ``[cog, nb*L]`` result is permuted into its place of the NCHW output
+    by one copy, which also adds the bias when no gradient is recorded (``add`` has no autograd with
+    ``out=``); otherwise the bias is one in-place pass at the end.
     """
+    s = conv_shape(x, weight, a)
+    k = s.cg * s.kh * s.kw
+    kt = -(-k // pad_k_to) * pad_k_to
+    wmat = weight.reshape(s.groups, s.cog, k)
+    out = x.new_empty((s.n, s.cout, s.ho, s.wo))
+    tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    fold_bias = bias is not None and not tracked
+    per_group = s.groups > 1 and kt != k
+    chunks = plan_chunks(s.n, s.ho, s.wo, s.groups * kt, x.element_size(), workspace_bytes)
+    if not chunks:
+        return with_bias(out.zero_() + weight.sum() * 0, bias)  # keeps the graph for empty batches
+    for ch in chunks:
+        nb, rows = ch.n1 - ch.n0, ch.r1 - ch.r0
+        xs = x[ch.n0 : ch.n1]
+        band = (a.kernel, a.stride, a.padding, a.dilation, ch.r0, rows, "knl", pad_k_to)
+        shared = None if per_group else im2col_fn(xs, *band)
+        for gi in range(s.groups):
+            lo, hi = gi * s.cog, (gi + 1) * s.cog
+            if shared is None:
+                col = im2col_fn(xs[:, gi * s.cg : (gi + 1) * s.cg], *band).view(kt, nb * rows * s.wo)
+            else:
+                col = shared[gi * kt : (gi + 1) * kt].view(kt, nb * rows * s.wo)
+            y = mm(gi, wmat[gi], col)[: s.cog].view(s.cog, nb, rows, s.wo).transpose(0, 1)
+            dst = out[ch.n0 : ch.n1, lo:hi, ch.r0 : ch.r1]
+            if fold_bias:
+                assert bias is not None
+                torch.add(y, bias[lo:hi].view(1, -1, 1, 1), out=dst)
+            else:
+                dst.copy_(y)
+    if bias is not None and not fold_bias:
+        out.add_(bias.view(1, -1, 1, 1))
+    return out
 
-    def gemm(wmat: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+
+def csr_mm(csr: tuple[torch.Tensor, ...]) -> SparseMM:
+    """Unstructured sparse GEMM: the prebuilt CSR weight of each group times the dense columns
+    (cuSPARSE SpMM, row-major dense operand). On a CPU with fp16/bf16 inputs both operands are cast to
+    fp32 (the CPU CSR kernels' dtype): a CPU-only copy; on a GPU the CSR has the input's dtype."""
+
+    def mm(gi: int, w: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        compute = csr[gi].dtype
+        out: torch.Tensor = _SparseMM.apply(w.to(compute), col.to(compute), csr[gi])
+        return out.to(w.dtype)
+
+    return mm
+
+
+def two_four_mm(semi: tuple[torch.Tensor, ...]) -> SparseMM:
+    """2:4 GEMM with the prebuilt semi-structured weights (padded to 64 x 64 multiples) times columns
+    whose K im2col already padded to 64: ``[rows padded, N]``, the caller crops the rows. Without
+    semi-structured weights (fp32, a CPU) the 2:4-masked weight times a dense GEMM (see
+    :func:`two_four_path`). Make one per call (it keeps that call's padded weights)."""
+
+    padded: dict[int, torch.Tensor] = {}  # one call's padded weights: padded once, not per chunk
+
+    def mm(gi: int, w: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
         if not semi:
-            return torch.matmul(wmat, col)
+            return torch.mm(w, col)
+        if gi not in padded:
+            padded[gi] = _pad64(w)
+        out: torch.Tensor = _SparseMM.apply(padded[gi], col, semi[gi])
+        return out
 
-        def mm(gi: int, w: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
-            rows, k = w.shape
-            cols = c2.shape[1]
-            cpad = torch.nn.functional.pad(c2, (0, -cols % 64, 0, -k % 64))
-            out: torch.Tensor = _SparseMM.apply(_pad64(w), cpad, semi[gi])
-            return out[:rows, :cols]
-
-        return _as_2d_gemm(wmat, col, mm)
-
-    return gemm
+    return mm
 
 
 def sparse_conv(
@@ -242,8 +288,9 @@ def sparse_conv(
     im2col_fn: Im2ColFn,
     *,
     density: float,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Unstructured: magnitude-prune to ``density``, then im2col + CSR GEMM (no bias).
+    """Unstructured: magnitude-prune to ``density``, then im2col + CSR GEMM (:func:`_columns_conv`).
 
     The mask and CSR come from :func:`sparse_weight` (built on the first call per weight version);
     a call only multiplies by the mask (so gradients reach the kept weights) and runs the GEMMs.
@@ -251,7 +298,7 @@ def sparse_conv(
     prep = sparse_weight(weight, a.groups, kind="unstructured", density=density)
     assert prep.mask is not None
     w = weight * prep.mask.to(weight.dtype)
-    return conv_gemm(x, w, a, workspace_bytes, gemm=csr_gemm(prep.operands), im2col_fn=im2col_fn)
+    return _columns_conv(x, w, bias, a, workspace_bytes, im2col_fn, csr_mm(prep.operands))
 
 
 def structured_conv(
@@ -263,14 +310,18 @@ def structured_conv(
     *,
     pattern: str,
     density: float,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Structured: ``2:4`` (semi-structured GEMM on a GPU) or ``filter`` (GEMM over kept filters only);
-    the mask, semi-structured weights or kept filters come from :func:`sparse_weight` (cached)."""
+    """Structured: ``2:4`` (semi-structured GEMM on a GPU, :func:`_columns_conv`) or ``filter`` (GEMM
+    over kept filters only); the mask, semi-structured weights or kept filters come from
+    :func:`sparse_weight` (cached)."""
     if pattern == "2:4":
         prep = sparse_weight(weight, a.groups, kind="2:4")
         assert prep.mask is not None
         w = weight * prep.mask.to(weight.dtype)
-        return conv_gemm(x, w, a, workspace_bytes, gemm=two_four_gemm(prep.operands), im2col_fn=im2col_fn)
+        pad = TWO_FOUR_K_MULTIPLE if prep.operands else 1
+        mm = two_four_mm(prep.operands)
+        return _columns_conv(x, w, bias, a, workspace_bytes, im2col_fn, mm, pad_k_to=pad)
     if pattern != "filter":
         raise ValueError(f"pattern={pattern!r} must be one of {PATTERNS}")
     idx = sparse_weight(weight, a.groups, kind="filter", density=density).keep  # [g, kept]
@@ -283,7 +334,8 @@ def structured_conv(
         index = idx.view(1, idx.shape[0], idx.shape[1], 1).expand_as(y)
         return out.scatter(2, index, y)
 
-    return conv_gemm(x, weight, a, workspace_bytes, gemm=gemm, im2col_fn=im2col_fn)
+    out = conv_gemm(x, weight, a, workspace_bytes, gemm=gemm, im2col_fn=im2col_fn)
+    return with_bias(out, bias)
 
 
 # ---- LSQ int8 --------------------------------------------------------------------------------
