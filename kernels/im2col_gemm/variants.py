@@ -185,6 +185,12 @@ def sparse_weight(weight: torch.Tensor, groups: int, *, kind: str, density: floa
     return _sparse.get(weight, key, lambda: _build_sparse(weight, groups, kind, density))
 
 
+def _tracked(*tensors: torch.Tensor | None) -> bool:
+    """True when autograd records ops on any of ``tensors``: only then does a sparse GEMM need the
+    dense masked weight beside its sparse operand (for the weight's gradient)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 # mm(group, w [cog, K] dense, col [Kt, N] row-major) -> [>= cog, N]: one group's sparse GEMM
 SparseMM = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -219,8 +225,7 @@ def _columns_conv(
     kt = -(-k // pad_k_to) * pad_k_to
     wmat = weight.reshape(s.groups, s.cog, k)
     out = x.new_empty((s.n, s.cout, s.ho, s.wo))
-    tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    fold_bias = bias is not None and not tracked
+    fold_bias = bias is not None and not _tracked(x, weight, bias)
     per_group = s.groups > 1 and kt != k
     chunks = plan_chunks(s.n, s.ho, s.wo, s.groups * kt, x.element_size(), workspace_bytes)
     if not chunks:
@@ -255,6 +260,8 @@ def csr_mm(csr: tuple[torch.Tensor, ...]) -> SparseMM:
 
     def mm(gi: int, w: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
         compute = csr[gi].dtype
+        if not _tracked(w, col):
+            return (csr[gi] @ col.to(compute)).to(w.dtype)
         out: torch.Tensor = _SparseMM.apply(w.to(compute), col.to(compute), csr[gi])
         return out.to(w.dtype)
 
@@ -272,6 +279,8 @@ def two_four_mm(semi: tuple[torch.Tensor, ...]) -> SparseMM:
     def mm(gi: int, w: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
         if not semi:
             return torch.mm(w, col)
+        if not _tracked(w, col):  # inference: the semi-structured operand alone, no padded dense copy
+            return semi[gi] @ col
         if gi not in padded:
             padded[gi] = _pad64(w)
         out: torch.Tensor = _SparseMM.apply(padded[gi], col, semi[gi])
@@ -293,11 +302,13 @@ def sparse_conv(
     """Unstructured: magnitude-prune to ``density``, then im2col + CSR GEMM (:func:`_columns_conv`).
 
     The mask and CSR come from :func:`sparse_weight` (built on the first call per weight version);
-    a call only multiplies by the mask (so gradients reach the kept weights) and runs the GEMMs.
+    a call runs the GEMMs (and, where autograd records, multiplies by the mask so gradients reach
+    the kept weights).
     """
     prep = sparse_weight(weight, a.groups, kind="unstructured", density=density)
     assert prep.mask is not None
-    w = weight * prep.mask.to(weight.dtype)
+    # The CSR holds the pruned values; the masked dense weight is only the gradient's path.
+    w = weight * prep.mask.to(weight.dtype) if _tracked(x, weight) else weight
     return _columns_conv(x, w, bias, a, workspace_bytes, im2col_fn, csr_mm(prep.operands))
 
 
@@ -318,7 +329,10 @@ def structured_conv(
     if pattern == "2:4":
         prep = sparse_weight(weight, a.groups, kind="2:4")
         assert prep.mask is not None
-        w = weight * prep.mask.to(weight.dtype)
+        # The semi-structured operands hold the pruned values; without them (the dense fallback) or
+        # for the gradient's path the GEMM needs the masked dense weight.
+        masked = _tracked(x, weight) or not prep.operands
+        w = weight * prep.mask.to(weight.dtype) if masked else weight
         pad = TWO_FOUR_K_MULTIPLE if prep.operands else 1
         mm = two_four_mm(prep.operands)
         return _columns_conv(x, w, bias, a, workspace_bytes, im2col_fn, mm, pad_k_to=pad)
