@@ -7,7 +7,8 @@ variant adds its rows to :func:`cases`.
 
 Tuning rows (issue 28): int8 LSQ on the seed problem (both layouts), ``v1`` (im2col + ``_int_mm``)
 against ``v2`` (Triton, 3 launches); fp32 on the EDSR shapes, the column buffer bounded to 24 MiB
-(within L2) against 256 MiB, and the implicit GEMM. Predictions: ``docs/tuning-log.md``.
+(within L2) against 256 MiB, and the implicit GEMM; the seed's GEMM alone, dense fp16 against 2:4
+(``gemm_only_*``), beside the whole sparse convs. Predictions: ``docs/tuning-log.md``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import torch
 
 from kernels.im2col_gemm import ops
+from kernels.im2col_gemm import variants as sparse_variants
 from kernels.quant import lsq_init_step
 from kernels.sweep_calls import ConvFn, conv_case
 from kernels.sweep_case import Call, Case
@@ -54,6 +56,12 @@ VARIANTS: dict[str, ConvFn] = {
 }
 
 
+# Sparse (issue 28): predicted µs of the forward on the fp16 seed problem (C_out 256), written before
+# the GPU measures (docs/tuning-log.md, "Sparse variants"). Goal: 2:4 >= 1.1x our dense fp16 GEMM.
+SPARSE_SEED = PROBLEMS[-1]
+SPARSE_PREDICTED_US = {"gemm": 225.0, "sparse_2to4": 225.0, "sparse": 3000.0}
+
+
 def _suite_cases() -> list[Case]:
     out: list[Case] = []
     for problem in PROBLEMS:
@@ -62,7 +70,9 @@ def _suite_cases() -> list[Case]:
             variants["sparse_2to4"] = functools.partial(ops.structured_forward, pattern="2:4")
         for name, fn in variants.items():
             for phase in PHASES:
-                out.append(conv_case(FAMILY, name, fn, problem, phase))
+                seed = problem == SPARSE_SEED and phase == "forward"
+                guess = SPARSE_PREDICTED_US.get(name) if seed else None
+                out.append(conv_case(FAMILY, name, fn, problem, phase, predicted_us=guess))
     return out
 
 
@@ -129,8 +139,48 @@ def _implicit_call(problem: Conv2dProblem, device: str) -> Call:
     return call
 
 
+# The GEMM alone on the seed's whole column matrix ([256, 2304] x [2304, 16 * 2304] fp16): the 2:4
+# goal's kernels without the conv's im2col and output copy around them.
+GEMM_ONLY_PREDICTED_US = {"dense": 72.0, "2to4": 57.0}
+
+
+def _gemm_only_call(kind: str, device: str) -> Call:
+    p = SPARSE_SEED
+    gen = torch.Generator().manual_seed(0)
+    k, n = p.c_in * 9, p.n * p.h * p.w
+    w = torch.randn(p.c_out, p.c_in, 3, 3, generator=gen).to(device, torch.float16)
+    cols = torch.randn(k, n, generator=gen).to(device, torch.float16)
+    prep = sparse_variants.sparse_weight(w, 1, kind="2:4")  # built here, outside the timed call
+    assert prep.mask is not None
+    dense = (w * prep.mask.to(w.dtype)).reshape(p.c_out, k)
+    mm = sparse_variants.two_four_mm(prep.operands)  # masked dense on a CPU / without cuSPARSELt
+
+    def call() -> object:
+        with torch.no_grad():
+            return torch.mm(dense, cols) if kind == "dense" else mm(0, dense, cols)
+
+    return call
+
+
+def _gemm_only_cases() -> list[Case]:
+    p = SPARSE_SEED
+    moved = (p.c_out * p.c_in * 9 + p.c_in * 9 * p.n * p.h * p.w + p.c_out * p.n * p.h * p.w) * 2
+    return [
+        Case(
+            FAMILY,
+            f"gemm_only_{kind}",
+            p.id,
+            "forward",
+            moved,
+            functools.partial(_gemm_only_call, kind),
+            GEMM_ONLY_PREDICTED_US[kind],
+        )
+        for kind in ("dense", "2to4")
+    ]
+
+
 def _tuning_cases() -> list[Case]:
-    out = []
+    out = _gemm_only_cases()
     for layout in ("nchw", "nhwc"):
         p = INT8_SEED.replace(layout=layout)
         for variant in ops.LSQ_VARIANTS:
