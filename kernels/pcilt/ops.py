@@ -15,6 +15,7 @@ settings); :func:`build_tables` builds them explicitly. Inference only: no autog
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 
 import torch
@@ -32,8 +33,25 @@ FAMILY = "pcilt"
 CACHE_SIZE = 8
 IntPair = int | Sequence[int]
 # Kernel choice bits of the lut_conv op (pcilt.cu's kLut*).
-NAIVE, DENSE, WHOLE_TABLES = 1, 2, 4
+NAIVE, DENSE, WHOLE_TABLES, TILED_V2 = 1, 2, 4, 8
 KERNELS = {-1: "depthwise", 0: "naive"}  # lut_conv_kernel's answer; a channel block (> 0) is "tiled"
+PLAN_TILED2 = 16  # lut_conv_kernel's answer for the v2 tiled kernel: PLAN_TILED2 + its channel block
+TILED_VARIANTS = ("v1", "v2")
+TILED_VARIANT_ENV = "CONVPERF_PCILT_VARIANT"
+
+
+def tiled_variant(variant: str | None = None) -> str:
+    """``variant``, else ``$CONVPERF_PCILT_VARIANT`` (read on every call, so one process can time both):
+    ``v1`` (default until a GPU measures v2) is the 16x16-tile kernel, one output pixel a thread; ``v2``
+    (``lut_tiled2_kernel``) a 32x32 tile, 2x2 pixels x 8 or 4 output channels a thread, channel groups
+    double-buffered, whole packed words unpacked in registers. v2 runs where it applies (at least 4
+    output channels a group, tables in shared memory; not 8-bit whole tables), v1 elsewhere."""
+    value = variant if variant is not None else os.environ.get(TILED_VARIANT_ENV, "v1")
+    if value not in TILED_VARIANTS:
+        where = "variant" if variant is not None else TILED_VARIANT_ENV
+        raise ValueError(f"{where}={value!r} must be one of {', '.join(TILED_VARIANTS)}")
+    return value
+
 
 _tables: WeightCache[PCILTTables] = WeightCache(CACHE_SIZE)
 _packed: WeightCache[torch.Tensor] = WeightCache(CACHE_SIZE)
@@ -114,9 +132,11 @@ def _check_device(x: torch.Tensor) -> None:
         )
 
 
-def kernel_flags(naive: bool, dense: bool, whole_tables: bool = False) -> int:
-    """The lut_conv op's kernel choice bits for these options."""
-    return (NAIVE if naive else 0) | (DENSE if dense else 0) | (WHOLE_TABLES if whole_tables else 0)
+def kernel_flags(naive: bool, dense: bool, whole_tables: bool = False, variant: str | None = None) -> int:
+    """The lut_conv op's kernel choice bits for these options (``variant``: :func:`tiled_variant`)."""
+    v2 = tiled_variant(variant) == "v2"
+    flags = (NAIVE if naive else 0) | (DENSE if dense else 0) | (WHOLE_TABLES if whole_tables else 0)
+    return flags | (TILED_V2 if v2 else 0)
 
 
 def _lut_conv(
@@ -169,7 +189,8 @@ def lut_kernel(
 ) -> str:
     """Which lookup kernel ``forward`` runs on these arguments, as the host decides before launching:
     ``"depthwise"``, ``"tiled"`` or ``"naive"`` (requested, or the tiled kernel cannot run: grid
-    limits, huge stride/dilation tiles). Tables are built (cached) as ``forward`` would."""
+    limits, huge stride/dilation tiles); ``"tiled-v2"`` under ``CONVPERF_PCILT_VARIANT=v2`` where v2
+    applies. Tables are built (cached) as ``forward`` would."""
     check_bits(bits)
     t = build_tables(weight, bits, integer=integer)
     probe = t.tables.new_empty(t.tables.shape[:4], dtype=input.dtype)
@@ -190,7 +211,7 @@ def lut_kernel(
             kernel_flags(naive, dense, whole_tables),
         )
     )
-    return KERNELS.get(plan, "tiled")
+    return "tiled-v2" if plan > PLAN_TILED2 else KERNELS.get(plan, "tiled")
 
 
 def lut_accumulate(

@@ -27,6 +27,9 @@ struct LutGeometry {
 constexpr int kLutNaive = 1;        // the one-thread-per-output baseline
 constexpr int kLutDense = 2;        // depthwise calls through the dense tiled kernel (no lut_dw4_kernel)
 constexpr int kLutWholeTables = 4;  // 8-bit codes with their 256-entry tables (no nibble split)
+constexpr int kLutTiledV2 = 8;      // the v2 tiled kernel (lut_tiled2_kernel) where it applies, else v1
+// lut_conv_plan's answer for the v2 tiled kernel: kPlanTiled2 + its output-channel block.
+constexpr int kPlanTiled2 = 16;
 // lut_conv_plan's answer for the depthwise kernel (the tiled kernel's answers are its channel block).
 constexpr int kPlanDepthwise = -1;
 
@@ -128,6 +131,30 @@ constexpr int kTile = 16;  // 16 x 16 output pixels per block, one per thread
 // rows also shrink 8x, so 8 output channels' tables fit beside the input tiles.
 constexpr int kSplitLevels = 32;  // staged entries a tap with SPLIT: hi[16] then lo[16]
 
+// Stages one input channel ci's tables for output channels [co0, co0 + CO_BLOCK) into s_tab_q
+// (CO_BLOCK rows of taps x staged entries; channels at or past co_end get zeros), 256 threads. SPLIT:
+// entry k of tap t's 32 is hi[k] = T[16 k] or lo[k - 16] = T[128 + k - 16]. Shared by both tiled kernels.
+template <typename TableT, int CO_BLOCK, bool SPLIT>
+__device__ __forceinline__ void stage_tables(TableT* s_tab_q, const TableT* __restrict__ tables,
+                                             const LutGeometry& g, int co0, int co_end, int ci, int tid) {
+  const int levels = 1 << g.bits;
+  const int taps = g.kh * g.kw;
+  const int row_elems = taps * (SPLIT ? kSplitLevels : levels);
+#pragma unroll
+  for (int j = 0; j < CO_BLOCK; ++j) {
+    const int co = co0 + j;
+    const TableT* src = tables + (static_cast<int64_t>(co) * g.cg + ci) * taps * levels;
+    for (int e = tid; e < row_elems; e += 256) {
+      int from = e;
+      if (SPLIT) {
+        const int t = e >> 5, k = e & 31;
+        from = t * 256 + (k < 16 ? k * 16 : 112 + k);
+      }
+      s_tab_q[j * row_elems + e] = co < co_end ? __ldg(src + from) : TableT(0);
+    }
+  }
+}
+
 template <typename TableT, int CO_BLOCK, bool TABLES_IN_SMEM, bool SPLIT>
 __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32_t* __restrict__ packed,
                                                                  const TableT* __restrict__ tables,
@@ -179,21 +206,7 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
         }
       }
       if (TABLES_IN_SMEM) {
-        const int row_elems = taps * row_levels;
-        TableT* s_tab_q = s_tab + q * tab_elems;
-#pragma unroll
-        for (int j = 0; j < CO_BLOCK; ++j) {
-          const int co = co0 + j;
-          const TableT* src = tables + (static_cast<int64_t>(co) * g.cg + ci) * taps * levels;
-          for (int e = tid; e < row_elems; e += kTile * kTile) {
-            int from = e;  // SPLIT: entry k of tap t's 32 is hi[k] = T[16 k] or lo[k - 16] = T[128 + k - 16]
-            if (SPLIT) {
-              const int t = e >> 5, k = e & 31;
-              from = t * 256 + (k < 16 ? k * 16 : 112 + k);
-            }
-            s_tab_q[j * row_elems + e] = co < co_end ? src[from] : TableT(0);
-          }
-        }
+        stage_tables<TableT, CO_BLOCK, SPLIT>(s_tab + q * tab_elems, tables, g, co0, co_end, ci, tid);
       }
     }
     __syncthreads();
@@ -228,6 +241,147 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
     for (int j = 0; j < CO_BLOCK; ++j) {
       if (co0 + j < co_end) {
         store(out, ((ni * g.cout + co0 + j) * g.ho + oy) * static_cast<int64_t>(g.wo) + ox, acc[j], co0 + j, g);
+      }
+    }
+  }
+}
+
+// ---- v2 tiled kernel -------------------------------------------------------------------------------
+// A block computes a 32x32 output tile for CO_BLOCK (8 or 4) output channels of one group; a thread
+// holds a 2x2 output-pixel block x CO_BLOCK channels in registers (4 x CO_BLOCK accumulators), so each
+// code it reads from shared memory feeds CO_BLOCK lookups and each staged table entry feeds 4 pixels'
+// worth of the block. Input channels are staged ci_block at a time into one of two shared buffers:
+// while the block computes channel group g from buffer g & 1 it has already written group g + 1 into
+// the other, so one barrier a group suffices (v1: two per group). Staging reads whole packed words:
+// a thread takes one 32-bit word of a tile row and unpacks all its codes in registers (v1 unpacked one
+// code per global load). The word/code index math uses shifts (codes a word = 32 >> log2(bits)); the
+// only divisions are the block's tile coordinates, once, before any loop. 8-bit tables are the nibble
+// tables of SPLIT (as v1). Launch bounds (256, 2): up to 128 registers for the 32 accumulators.
+constexpr int kTile2 = 32;  // output tile edge; 16 x 16 threads of 2 x 2 pixels
+
+template <typename TableT, int CO_BLOCK, bool SPLIT>
+__global__ void __launch_bounds__(256, 2) lut_tiled2_kernel(const uint32_t* __restrict__ packed,
+                                                            const TableT* __restrict__ tables,
+                                                            void* __restrict__ out, LutGeometry g, int tiles_x,
+                                                            int in_th, int in_tw, int ci_block, int log2_bits) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int levels = 1 << g.bits;
+  const int taps = g.kh * g.kw;
+  const int row_levels = SPLIT ? kSplitLevels : levels;  // staged entries a tap
+  const int row_elems = taps * row_levels;                // one (output channel, input channel)'s entries
+  const int tab_elems = CO_BLOCK * row_elems;             // one staged input channel's tables
+  const int in_elems = (in_th * in_tw + 3) & ~3;  // a channel's input tile, rounded to keep tables aligned
+  // Buffer b: ci_block channels' tables, then their input tiles (bytes).
+  const int64_t buf_bytes = static_cast<int64_t>(ci_block) * (tab_elems * sizeof(TableT) + in_elems);
+
+  // The block's coordinates: the kernel's only divisions, outside every loop.
+  const int tile = blockIdx.x;
+  const int tile_y = tile / tiles_x;
+  const int oy0 = tile_y * kTile2, ox0 = (tile - tile_y * tiles_x) * kTile2;
+  const int blocks_per_group = (g.cog + CO_BLOCK - 1) / CO_BLOCK;
+  const int grp = blockIdx.y / blocks_per_group;
+  const int co0 = grp * g.cog + (blockIdx.y - grp * blocks_per_group) * CO_BLOCK;
+  const int co_end = min(co0 + CO_BLOCK, (grp + 1) * g.cog);
+  const int64_t ni = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int ty = tid >> 4, tx = tid & 15;
+  const int iy_base = oy0 * g.sh - g.ph, ix_base = ox0 * g.sw - g.pw;
+  const int zero_code = 1 << (g.bits - 1);
+  const uint32_t mask = (1u << g.bits) - 1u;
+  const int log2_per = 5 - log2_bits;  // codes a word: 32 / bits = 1 << log2_per
+  const int per = 1 << log2_per;
+  const int w_first = ix_base >> log2_per;  // floor (arithmetic shift): the tile's first word
+  const int n_words = ((ix_base + in_tw - 1) >> log2_per) - w_first + 1;
+  // Staging threads: 8 lanes a tile row (whole words), 32 rows a pass.
+  const int sr0 = tid >> 3, sk0 = tid & 7;
+
+  TableT acc[CO_BLOCK][4];
+#pragma unroll
+  for (int j = 0; j < CO_BLOCK; ++j)
+#pragma unroll
+    for (int p = 0; p < 4; ++p) acc[j][p] = 0;
+
+  // Stages channels [ci0, ci0 + nci) into buffer b.
+  auto stage = [&](int ci0, int nci, int b) {
+    TableT* s_tab = reinterpret_cast<TableT*>(smem + b * buf_bytes);
+    uint8_t* s_in = reinterpret_cast<uint8_t*>(s_tab + ci_block * tab_elems);
+    for (int q = 0; q < nci; ++q) {
+      const int ci = ci0 + q;
+      const uint32_t* plane = packed + ((ni * g.c) + grp * g.cg + ci) * static_cast<int64_t>(g.h) * g.wp;
+      uint8_t* s_in_q = s_in + q * in_elems;
+      for (int r = sr0; r < in_th; r += 32) {
+        const int iy = iy_base + r;
+        const bool row_ok = iy >= 0 && iy < g.h;
+        uint8_t* s_row = s_in_q + r * in_tw;
+        for (int k = sk0; k < n_words; k += 8) {
+          const int wi = w_first + k;
+          const bool word_ok = row_ok && wi >= 0 && wi < g.wp;
+          const uint32_t word = word_ok ? __ldg(plane + static_cast<int64_t>(iy) * g.wp + wi) : 0u;
+          const int col0 = wi * per - ix_base;  // tile column of the word's first code (wi may be < 0)
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            if (i >= per) break;
+            const int cc = col0 + i;
+            if (cc < 0 || cc >= in_tw) continue;
+            const int ix = ix_base + cc;
+            const int code = word_ok && ix < g.w ? static_cast<int>((word >> (i << log2_bits)) & mask) : zero_code;
+            s_row[cc] = static_cast<uint8_t>(code);
+          }
+        }
+      }
+      stage_tables<TableT, CO_BLOCK, SPLIT>(s_tab + q * tab_elems, tables, g, co0, co_end, ci, tid);
+    }
+  };
+
+  stage(0, min(ci_block, g.cg), 0);
+  __syncthreads();
+  int b = 0;
+  for (int ci0 = 0; ci0 < g.cg; ci0 += ci_block) {
+    const int nci = min(ci_block, g.cg - ci0);
+    const int next = ci0 + ci_block;
+    // The other buffer was last read in the previous group, before the barrier that ended it.
+    if (next < g.cg) stage(next, min(ci_block, g.cg - next), b ^ 1);
+    const TableT* s_tab = reinterpret_cast<const TableT*>(smem + b * buf_bytes);
+    const uint8_t* s_in = reinterpret_cast<const uint8_t*>(s_tab + ci_block * tab_elems);
+    for (int q = 0; q < nci; ++q) {
+      const uint8_t* s_in_q = s_in + q * in_elems;
+      const TableT* s_tab_q = s_tab + q * tab_elems;
+      for (int ky = 0; ky < g.kh; ++ky) {
+        const int r0 = (2 * ty) * g.sh + ky * g.dh;
+        for (int kx = 0; kx < g.kw; ++kx) {
+          const int c0 = (2 * tx) * g.sw + kx * g.dw;
+          int code[4];
+          code[0] = s_in_q[r0 * in_tw + c0];
+          code[1] = s_in_q[r0 * in_tw + c0 + g.sw];
+          code[2] = s_in_q[(r0 + g.sh) * in_tw + c0];
+          code[3] = s_in_q[(r0 + g.sh) * in_tw + c0 + g.sw];
+          const TableT* t0 = s_tab_q + (ky * g.kw + kx) * row_levels;
+#pragma unroll
+          for (int j = 0; j < CO_BLOCK; ++j) {
+            const TableT* t = t0 + j * row_elems;
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              if (SPLIT) {
+                acc[j][p] += t[code[p] >> 4] + t[16 + (code[p] & 15)];
+              } else {
+                acc[j][p] += t[code[p]];
+              }
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+    b ^= 1;
+  }
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const int oy = oy0 + 2 * ty + (p >> 1), ox = ox0 + 2 * tx + (p & 1);
+    if (oy >= g.ho || ox >= g.wo) continue;
+#pragma unroll
+    for (int j = 0; j < CO_BLOCK; ++j) {
+      if (co0 + j < co_end) {
+        store(out, ((ni * g.cout + co0 + j) * g.ho + oy) * static_cast<int64_t>(g.wo) + ox, acc[j][p], co0 + j, g);
       }
     }
   }
@@ -493,6 +647,52 @@ cudaError_t launch_smem_tables(const uint32_t* packed, const TableT* t, void* o,
   }
 }
 
+// The v2 tiled kernel's plan (TiledPlan's fields; co_block 0: v2 does not apply and v1 runs): 8 or 4
+// output channels a block with their tables in shared memory (2-bit, 4-bit, or 8-bit nibble tables),
+// two buffers of ci_block channels each within the 48 KiB budget.
+TiledPlan plan_tiled2(const LutGeometry& g, size_t table_elem, bool split) {
+  TiledPlan p{0, true, 0, 0, 0, 0, 1};
+  if (g.bits == 8 && !split) return p;  // whole 256-entry tables: v1's case
+  const int64_t tiles_y = (g.ho + kTile2 - 1) / kTile2, tiles_x = (g.wo + kTile2 - 1) / kTile2;
+  if (tiles_y * tiles_x > INT32_MAX || g.n > 65535) return p;
+  const int cob = g.cog >= 8 ? 8 : (g.cog >= 4 ? 4 : 0);
+  if (cob == 0) return p;
+  const int64_t grid_y = static_cast<int64_t>((g.cog + cob - 1) / cob) * (g.cout / g.cog);
+  if (grid_y > 65535) return p;
+  const int64_t in_th = static_cast<int64_t>(kTile2 - 1) * g.sh + static_cast<int64_t>(g.kh - 1) * g.dh + 1;
+  const int64_t in_tw = static_cast<int64_t>(kTile2 - 1) * g.sw + static_cast<int64_t>(g.kw - 1) * g.dw + 1;
+  const size_t per_co = static_cast<size_t>(g.kh) * g.kw * (split ? kSplitLevels : 1 << g.bits) * table_elem;
+  const size_t per_channel = cob * per_co + static_cast<size_t>((in_th * in_tw + 3) & ~3);  // as the kernel
+  if (2 * per_channel > kSmemBudget) return p;
+  p.co_block = cob;
+  p.tiles_x = static_cast<int>(tiles_x);
+  p.in_th = static_cast<int>(in_th);
+  p.in_tw = static_cast<int>(in_tw);
+  while (p.ci_block * 2 <= kMaxCiBlock && p.ci_block * 2 <= g.cg && 2 * per_channel * p.ci_block * 2 <= kSmemBudget) {
+    p.ci_block *= 2;
+  }
+  p.smem_bytes = 2 * per_channel * p.ci_block;
+  return p;
+}
+
+template <typename TableT, int CO_BLOCK, bool SPLIT>
+cudaError_t launch_tiled2(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
+                          const TiledPlan& p, cudaStream_t stream) {
+  const int tiles = ((g.ho + kTile2 - 1) / kTile2) * p.tiles_x;
+  const dim3 grid(tiles, ((g.cog + CO_BLOCK - 1) / CO_BLOCK) * (g.cout / g.cog), g.n);
+  const int log2_bits = g.bits == 2 ? 1 : (g.bits == 4 ? 2 : 3);
+  lut_tiled2_kernel<TableT, CO_BLOCK, SPLIT><<<grid, 256, p.smem_bytes, stream>>>(
+      packed, tables, out, g, p.tiles_x, p.in_th, p.in_tw, p.ci_block, log2_bits);
+  return cudaGetLastError();
+}
+
+template <typename TableT, bool SPLIT>
+cudaError_t launch_v2(const uint32_t* packed, const TableT* t, void* o, const LutGeometry& g, const TiledPlan& p,
+                      cudaStream_t stream) {
+  return p.co_block == 8 ? launch_tiled2<TableT, 8, SPLIT>(packed, t, o, g, p, stream)
+                         : launch_tiled2<TableT, 4, SPLIT>(packed, t, o, g, p, stream);
+}
+
 template <typename TableT>
 cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out, const LutGeometry& g, int flags,
                            cudaStream_t stream) {
@@ -507,6 +707,13 @@ cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out
   }
   // 8-bit tables in shared memory are split into nibble tables unless the flags ask for whole ones.
   const bool split = g.bits == 8 && (flags & kLutWholeTables) == 0;
+  if (!naive && (flags & kLutTiledV2) != 0) {
+    const TiledPlan p2 = plan_tiled2(g, sizeof(TableT), split);
+    if (p2.co_block > 0) {
+      return split ? launch_v2<TableT, true>(packed, t, o, g, p2, stream)
+                   : launch_v2<TableT, false>(packed, t, o, g, p2, stream);
+    }
+  }
   const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT), split);
   if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false, false>(packed, t, o, g, p, stream);
   if (p.co_block > 0) {
@@ -531,7 +738,8 @@ cudaError_t launch_quantize_pack(const float* x, uint32_t* out, int64_t rows, in
 }
 
 // Which kernel launch_lut_conv runs for this geometry and these flags (decided on the host, before
-// launching): kPlanDepthwise, the tiled kernel's output-channel block (8, 4, 2 or 1), or 0 for naive.
+// launching): kPlanDepthwise, the tiled kernel's output-channel block (8, 4, 2 or 1; v2: kPlanTiled2 +
+// its block, 8 or 4), or 0 for naive.
 int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, int groups, int kh, int kw, int sh,
                   int sw, int ph, int pw, int dh, int dw, int ho, int wo, int bits, int flags) {
   if ((flags & kLutNaive) != 0) return 0;
@@ -543,7 +751,12 @@ int lut_conv_plan(bool is_float, int n, int c, int h, int w, int wp, int cout, i
   g.fused = false; g.scale = 1.0f; g.bias = nullptr;
   const size_t elem = is_float ? sizeof(float) : sizeof(int32_t);
   if ((flags & kLutDense) == 0 && plan_dw4(g, elem).k > 0) return kPlanDepthwise;
-  return plan_tiled(g, elem, bits == 8 && (flags & kLutWholeTables) == 0).co_block;
+  const bool split = bits == 8 && (flags & kLutWholeTables) == 0;
+  if ((flags & kLutTiledV2) != 0) {
+    const int cob = plan_tiled2(g, elem, split).co_block;
+    if (cob > 0) return kPlanTiled2 + cob;
+  }
+  return plan_tiled(g, elem, split).co_block;
 }
 
 // tables: [cout, cg, kh, kw, 2^bits] of int32 (is_float = false) or float; out: [n, cout, ho, wo], the raw sums

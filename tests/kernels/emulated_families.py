@@ -126,12 +126,14 @@ def lut_case(x_shape: Sequence[int], cout: int, groups: int, k: Pair, bits: int,
 
 def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: float, s: Pair, p: Pair,
                    d: Pair, groups: int, bits: int, *, integer: bool, naive: bool, fused: bool,
-                   bias: bool = False, dense: bool = False, whole_tables: bool = False) -> int:  # fmt: skip
+                   bias: bool = False, dense: bool = False, whole_tables: bool = False,
+                   variant: str = "v1") -> int:  # fmt: skip
     """The lookup conv (naive, tiled or depthwise, as the host plans it) against its oracle; returns the
     plan (-1 depthwise, the tiled kernel's channel block, 0 naive). Integer tables: exact against
     ``reference.lut_conv``; float tables: fp64 ``conv2d`` of the levels; fused: the float epilogue of
     the exact sums. ``dense`` keeps a depthwise call on the tiled kernel (``ops.forward(dense=True)``),
-    ``whole_tables`` stages 8-bit tables whole (not as nibble tables)."""
+    ``whole_tables`` stages 8-bit tables whole (not as nibble tables), ``variant`` picks the tiled kernel
+    (``ops.tiled_variant``: v2 answers ``ops.PLAN_TILED2`` + its channel block where it applies)."""
     n, c, h, w = x.shape
     cout, _, kh, kw = wt.shape
     codes = pcilt_tables.activation_codes(x, act_step, bits)
@@ -156,7 +158,7 @@ def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: 
         ho,
         wo,
         bits,
-        pcilt_ops.kernel_flags(naive, dense, whole_tables),
+        pcilt_ops.kernel_flags(naive, dense, whole_tables, variant),
     ]
     plan = emu.call("lut_plan", [], ints) if emu.sanitizer is None else -1
     out_dtype = torch.float32 if fused or not integer else torch.int32
@@ -166,7 +168,10 @@ def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: 
     scale = pcilt_ref.output_scale(t, act_step)
     err = emu.call("lut_conv", [packed, t.tables, out, b], [*ints, int(fused)], [scale])
     assert err == 0, f"launch_lut_conv returned cudaError {err}"
-    what = f"lut_conv plan={plan} bits={bits} integer={integer} fused={fused} whole_tables={whole_tables}"
+    what = (
+        f"lut_conv plan={plan} bits={bits} integer={integer} fused={fused} whole_tables={whole_tables} "
+        f"variant={variant}"
+    )
     if integer:
         acc = pcilt_ref.lut_conv(codes, t, s, p, d, groups)
         if fused:

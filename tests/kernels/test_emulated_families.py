@@ -115,6 +115,55 @@ def test_lut_conv_tiled_and_naive(pcilt_emu: Emulation, case: tuple, integer: bo
     assert fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, naive=True, **common) == 0  # type: ignore[arg-type]
 
 
+V2 = fam.pcilt_ops.PLAN_TILED2
+V2_CASES = [  # (x shape, cout, groups, kernel, stride, padding, dilation, bits, plan under variant v2)
+    ((2, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, V2 + 8),  # channel groups of 2 + 1
+    ((1, 9, 40, 70), 12, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, V2 + 8),  # 2x3 tiles, co 8 + 4, ci 4 + 4 + 1
+    ((1, 4, 18, 17), 8, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2, V2 + 4),  # groups: 4 output channels each
+    ((2, 6, 33, 35), 8, 2, (5, 5), (1, 1), (2, 2), (1, 1), 2, V2 + 4),  # 2-bit 5x5, tiles past 32
+    ((1, 5, 8, 9), 4, 1, (3, 2), (2, 1), (1, 0), (1, 2), 4, V2 + 4),  # stride, dilation, asymmetric kernel
+    ((1, 3, 9, 10), 8, 1, (3, 3), (1, 1), (1, 1), (1, 1), 8, V2 + 8),  # 8-bit nibble tables
+    ((1, 2, 37, 21), 8, 1, (1, 1), (2, 2), (0, 0), (1, 1), 8, V2 + 8),  # 1x1 stride 2, W % per != 0
+    ((1, 3, 9, 10), 2, 1, (3, 3), (1, 1), (1, 1), (1, 1), 4, 2),  # 2 output channels: v1 runs
+    ((1, 3, 9, 9), 8, 1, (7, 7), (1, 1), (3, 3), (1, 1), 8, 2),  # 7x7 8-bit: two buffers do not fit, v1
+]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("case", V2_CASES)
+def test_lut_conv_tiled_v2(pcilt_emu: Emulation, case: tuple, integer: bool) -> None:  # type: ignore[type-arg]
+    """The v2 tiled kernel (2x2 pixels x 8/4 output channels a thread, double-buffered channel groups,
+    whole-word unpacking) exact against the integer oracle (float tables: fp64), where it applies;
+    v1 where it does not. The fused epilogue with a bias on every case."""
+    shape, cout, groups, k, s, p, d, bits, expected = case
+    x, wt, step = fam.lut_case(shape, cout, groups, k, bits)
+    for fused, bias in ((False, False), (True, True)):
+        plan = fam.check_lut_conv(pcilt_emu, x, wt, step, s, p, d, groups, bits, integer=integer, naive=False,
+                                  fused=fused, bias=bias, variant="v2")  # fmt: skip
+        assert plan == expected, f"the host planned {plan}, the case is meant to cover {expected}"
+
+
+def test_lut_conv_tiled_v2_catches_planted_tail() -> None:
+    """Control: v2's whole-word unpacking without the ``ix < W`` check reads the last word's unused
+    tail (code 0, the lowest level) as image columns, and the exact oracle fails on a 10-wide image."""
+    text = family_source("pcilt").read_text()
+    old = "word_ok && ix < g.w ? static_cast<int>"
+    assert text.count(old) == 1, "the planted defect's anchor is not unique in pcilt.cu any more"
+    emu = emulation("pcilt", text=text.replace(old, "word_ok ? static_cast<int>"))
+    x, wt, step = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
+    with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
+        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 1, 4, integer=True, naive=False,
+                           fused=False, variant="v2")  # fmt: skip
+
+
+def test_tiled_variant_names_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fam.pcilt_ops.TILED_VARIANT_ENV, "v3")
+    with pytest.raises(ValueError, match=r"CONVPERF_PCILT_VARIANT='v3' must be one of v1, v2"):
+        fam.pcilt_ops.kernel_flags(False, False)
+    monkeypatch.setenv(fam.pcilt_ops.TILED_VARIANT_ENV, "v2")
+    assert fam.pcilt_ops.kernel_flags(False, False) == fam.pcilt_ops.TILED_V2
+
+
 @pytest.mark.parametrize("naive", [True, False])
 @pytest.mark.parametrize("integer", [True, False])
 def test_lut_conv_fused_epilogue(pcilt_emu: Emulation, naive: bool, integer: bool) -> None:

@@ -66,6 +66,7 @@ LUT4 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
 LUT8 = fam.lut_case((1, 1, 9, 9), 2, 1, (7, 7), 8)
 LUT_G = fam.lut_case((1, 4, 18, 17), 4, 2, (3, 3), 2)
 LUT8_3 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 8)  # 8-bit nibble tables, 8 output channels a block
+LUT_V2G = fam.lut_case((1, 4, 18, 17), 8, 2, (3, 3), 2)  # groups of 4 output channels: v2's co 4
 LUT_DW = fam.lut_case((2, 5, 9, 16), 5, 5, (3, 3), 4)  # depthwise, 4-bit: the depthwise kernel
 LUT_DW_ODD = fam.lut_case((1, 3, 6, 13), 3, 3, (5, 5), 4)
 ONE = (1, 1)
@@ -179,6 +180,27 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "pcilt",
         "tiled-8bit-nibble-tables-float",
         lambda e: fam.check_lut_conv(e, *LUT8_3, ONE, ONE, ONE, 1, 8, integer=False, naive=False, fused=True),
+    ),
+    (  # v2 tiled: 3 channels in groups of 2 + 1 through both shared buffers
+        "pcilt",
+        "tiled-v2-co8-int",
+        lambda e: fam.check_lut_conv(
+            e, *LUT4, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False, variant="v2"
+        ),
+    ),
+    (
+        "pcilt",
+        "tiled-v2-groups-co4-fused",
+        lambda e: fam.check_lut_conv(
+            e, *LUT_V2G, ONE, ONE, ONE, 2, 2, integer=True, naive=False, fused=True, bias=True, variant="v2"
+        ),
+    ),
+    (
+        "pcilt",
+        "tiled-v2-8bit-nibble-float",
+        lambda e: fam.check_lut_conv(
+            e, *LUT8_3, ONE, ONE, ONE, 1, 8, integer=False, naive=False, fused=True, variant="v2"
+        ),
     ),
     (
         "pcilt",
@@ -298,5 +320,31 @@ def test_tsan_catches_planted_missing_syncthreads() -> None:
         fam.check_lut_conv(emu, x, wt, step, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False)
     msg = str(err.value).splitlines()[0]
     assert "data race" in msg and "in kernel lut_tiled_kernel" in msg, msg
+    lines = {int(n) for n in re.findall(r"pcilt/pcilt\.cu:(\d+)", msg)}
+    assert lines & writes and lines & reads, f"{msg}: expected a staging write {writes} and a read {reads}"
+
+
+def test_tsan_catches_planted_single_buffer_in_tiled_v2() -> None:
+    """pcilt.cu's v2 tiled kernel staging the next channel group into the buffer the block is still
+    reading (one buffer, not two): TSan names the kernel and the racing staging write and read."""
+    cu = family_source("pcilt")
+    text = _mutate(
+        cu.read_text(),
+        "if (next < g.cg) stage(next, min(ci_block, g.cg - next), b ^ 1);",
+        "if (next < g.cg) stage(next, min(ci_block, g.cg - next), b);",
+    )
+    writes = {
+        _line_of(text, "s_row[cc] = static_cast<uint8_t>(code);"),
+        _line_of(text, "s_tab_q[j * row_elems + e] ="),
+    }
+    reads = {_line_of(text, "code[0] = s_in_q["), _line_of(text, "acc[j][p] += t[code[p] >> 4]"),
+             _line_of(text, "acc[j][p] += t[code[p]];")}  # fmt: skip
+    emu = emulation("pcilt", "tsan", text)
+    with pytest.raises(SanitizerError) as err:
+        x, wt, step = LUT4
+        fam.check_lut_conv(emu, x, wt, step, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False,
+                           variant="v2")  # fmt: skip
+    msg = str(err.value).splitlines()[0]
+    assert "data race" in msg and "in kernel lut_tiled2_kernel" in msg, msg
     lines = {int(n) for n in re.findall(r"pcilt/pcilt\.cu:(\d+)", msg)}
     assert lines & writes and lines & reads, f"{msg}: expected a staging write {writes} and a read {reads}"
