@@ -372,6 +372,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
     "pcilt": (
         Gate(pattern=r"lut_tiled_kernel<", int_div_scope="loops", why="PCILT tiled loops"),
         Gate(pattern=r"lut_dw4_kernel<", int_div_scope="loops", no_local=True, why="PCILT depthwise, 4-bit"),
+        Gate(pattern=r"lut_tiled2_kernel<", int_div_scope="loops", no_local=True, why="PCILT tiled v2"),
     ),
     # The int8 implicit GEMM (LSQ v2) must run on the tensor cores; its runtime divisions are in the
     # prologue (pixel -> n, oy, ox once per thread), the K loop divides by constexprs only.

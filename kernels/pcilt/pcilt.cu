@@ -249,27 +249,38 @@ __global__ void __launch_bounds__(kTile* kTile, 4) lut_tiled_kernel(const uint32
 // ---- v2 tiled kernel -------------------------------------------------------------------------------
 // A block computes a 32x32 output tile for CO_BLOCK (8 or 4) output channels of one group; a thread
 // holds a 2x2 output-pixel block x CO_BLOCK channels in registers (4 x CO_BLOCK accumulators), so each
-// code it reads from shared memory feeds CO_BLOCK lookups and each staged table entry feeds 4 pixels'
-// worth of the block. Input channels are staged ci_block at a time into one of two shared buffers:
-// while the block computes channel group g from buffer g & 1 it has already written group g + 1 into
-// the other, so one barrier a group suffices (v1: two per group). Staging reads whole packed words:
-// a thread takes one 32-bit word of a tile row and unpacks all its codes in registers (v1 unpacked one
-// code per global load). The word/code index math uses shifts (codes a word = 32 >> log2(bits)); the
-// only divisions are the block's tile coordinates, once, before any loop. 8-bit tables are the nibble
-// tables of SPLIT (as v1). Launch bounds (256, 2): up to 128 registers for the 32 accumulators.
+// code it reads from shared memory feeds CO_BLOCK lookups. Input channels are staged ci_block at a
+// time into one of two shared buffers: while the block computes channel group g from buffer g & 1 it
+// has already written group g + 1 into the other, so one barrier a group suffices (v1: two a group).
+// Staging reads whole packed words: a thread takes one 32-bit word of a tile row and unpacks all its
+// codes in registers (v1: one global load and unpack a code). BITS is a template argument, so codes a
+// word, masks and shifts are constants, and a tap's staged tables are laid out [tap][channel][entry]
+// with a compile-time channel stride: a lookup is one LDS with an immediate offset plus the add. The
+// only divisions are the block's tile coordinates, once, before any loop. 8-bit codes use the nibble
+// tables (as v1's SPLIT); whole 256-entry tables stay on v1. Launch bounds (256, 2): 128 registers.
 constexpr int kTile2 = 32;  // output tile edge; 16 x 16 threads of 2 x 2 pixels
 
-template <typename TableT, int CO_BLOCK, bool SPLIT>
+template <int BITS>
+struct LutBits {
+  static constexpr int kPer = 32 / BITS;                   // codes a packed word
+  static constexpr int kLog2Per = BITS == 2 ? 4 : (BITS == 4 ? 3 : 2);
+  static constexpr int kRowLevels = BITS == 8 ? kSplitLevels : 1 << BITS;  // staged entries a tap
+  static constexpr int kLog2RowLevels = BITS == 2 ? 2 : (BITS == 4 ? 4 : 5);
+};
+
+template <typename TableT, int CO_BLOCK, int BITS>
 __global__ void __launch_bounds__(256, 2) lut_tiled2_kernel(const uint32_t* __restrict__ packed,
                                                             const TableT* __restrict__ tables,
                                                             void* __restrict__ out, LutGeometry g, int tiles_x,
-                                                            int in_th, int in_tw, int ci_block, int log2_bits) {
+                                                            int in_th, int in_tw, int ci_block) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int levels = 1 << g.bits;
+  using B = LutBits<BITS>;
+  constexpr bool kSplit = BITS == 8;
+  constexpr int kLevels = 1 << BITS;
+  constexpr int kTapElems = CO_BLOCK * B::kRowLevels;  // one tap's staged entries, all channels
+  constexpr int kLog2Co = CO_BLOCK == 8 ? 3 : 2;
   const int taps = g.kh * g.kw;
-  const int row_levels = SPLIT ? kSplitLevels : levels;  // staged entries a tap
-  const int row_elems = taps * row_levels;                // one (output channel, input channel)'s entries
-  const int tab_elems = CO_BLOCK * row_elems;             // one staged input channel's tables
+  const int tab_elems = taps * kTapElems;  // one staged input channel's tables
   const int in_elems = (in_th * in_tw + 3) & ~3;  // a channel's input tile, rounded to keep tables aligned
   // Buffer b: ci_block channels' tables, then their input tiles (bytes).
   const int64_t buf_bytes = static_cast<int64_t>(ci_block) * (tab_elems * sizeof(TableT) + in_elems);
@@ -286,12 +297,10 @@ __global__ void __launch_bounds__(256, 2) lut_tiled2_kernel(const uint32_t* __re
   const int tid = threadIdx.x;
   const int ty = tid >> 4, tx = tid & 15;
   const int iy_base = oy0 * g.sh - g.ph, ix_base = ox0 * g.sw - g.pw;
-  const int zero_code = 1 << (g.bits - 1);
-  const uint32_t mask = (1u << g.bits) - 1u;
-  const int log2_per = 5 - log2_bits;  // codes a word: 32 / bits = 1 << log2_per
-  const int per = 1 << log2_per;
-  const int w_first = ix_base >> log2_per;  // floor (arithmetic shift): the tile's first word
-  const int n_words = ((ix_base + in_tw - 1) >> log2_per) - w_first + 1;
+  constexpr int kZeroCode = 1 << (BITS - 1);
+  constexpr uint32_t kMask = (1u << BITS) - 1u;
+  const int w_first = ix_base >> B::kLog2Per;  // floor (arithmetic shift): the tile's first word
+  const int n_words = ((ix_base + in_tw - 1) >> B::kLog2Per) - w_first + 1;
   // Staging threads: 8 lanes a tile row (whole words), 32 rows a pass.
   const int sr0 = tid >> 3, sk0 = tid & 7;
 
@@ -317,19 +326,30 @@ __global__ void __launch_bounds__(256, 2) lut_tiled2_kernel(const uint32_t* __re
           const int wi = w_first + k;
           const bool word_ok = row_ok && wi >= 0 && wi < g.wp;
           const uint32_t word = word_ok ? __ldg(plane + static_cast<int64_t>(iy) * g.wp + wi) : 0u;
-          const int col0 = wi * per - ix_base;  // tile column of the word's first code (wi may be < 0)
+          const int col0 = wi * B::kPer - ix_base;  // tile column of the word's first code (wi may be < 0)
 #pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            if (i >= per) break;
+          for (int i = 0; i < B::kPer; ++i) {
             const int cc = col0 + i;
             if (cc < 0 || cc >= in_tw) continue;
             const int ix = ix_base + cc;
-            const int code = word_ok && ix < g.w ? static_cast<int>((word >> (i << log2_bits)) & mask) : zero_code;
+            const int code = word_ok && ix < g.w ? static_cast<int>((word >> (i * BITS)) & kMask) : kZeroCode;
             s_row[cc] = static_cast<uint8_t>(code);
           }
         }
       }
-      stage_tables<TableT, CO_BLOCK, SPLIT>(s_tab + q * tab_elems, tables, g, co0, co_end, ci, tid);
+      // Tables as [tap][channel][entry]: staged entry e is tap e >> log2(kTapElems), channel
+      // (e >> log2(kRowLevels)) & (CO_BLOCK - 1), entry e & (kRowLevels - 1) (all powers of two).
+      TableT* s_tab_q = s_tab + q * tab_elems;
+      for (int e = tid; e < tab_elems; e += 256) {
+        const int tap = e >> (kLog2Co + B::kLog2RowLevels);
+        const int j = (e >> B::kLog2RowLevels) & (CO_BLOCK - 1);
+        const int k = e & (B::kRowLevels - 1);
+        const int co = co0 + j;
+        // Nibble tables: entry k is hi[k] = T[16 k] or lo[k - 16] = T[128 + k - 16].
+        const int from = kSplit ? (k < 16 ? k * 16 : 112 + k) : k;
+        const TableT* src = tables + ((static_cast<int64_t>(co) * g.cg + ci) * taps + tap) * kLevels;
+        s_tab_q[e] = co < co_end ? __ldg(src + from) : TableT(0);
+      }
     }
   };
 
@@ -345,27 +365,28 @@ __global__ void __launch_bounds__(256, 2) lut_tiled2_kernel(const uint32_t* __re
     const uint8_t* s_in = reinterpret_cast<const uint8_t*>(s_tab + ci_block * tab_elems);
     for (int q = 0; q < nci; ++q) {
       const uint8_t* s_in_q = s_in + q * in_elems;
-      const TableT* s_tab_q = s_tab + q * tab_elems;
+      const TableT* s_tap = s_tab + q * tab_elems;
       for (int ky = 0; ky < g.kh; ++ky) {
-        const int r0 = (2 * ty) * g.sh + ky * g.dh;
-        for (int kx = 0; kx < g.kw; ++kx) {
-          const int c0 = (2 * tx) * g.sw + kx * g.dw;
+        const uint8_t* s_r0 = s_in_q + ((2 * ty) * g.sh + ky * g.dh) * in_tw + (2 * tx) * g.sw;
+        const uint8_t* s_r1 = s_r0 + g.sh * in_tw;
+        for (int kx = 0; kx < g.kw; ++kx, s_tap += kTapElems) {
+          const int dx = kx * g.dw;
           int code[4];
-          code[0] = s_in_q[r0 * in_tw + c0];
-          code[1] = s_in_q[r0 * in_tw + c0 + g.sw];
-          code[2] = s_in_q[(r0 + g.sh) * in_tw + c0];
-          code[3] = s_in_q[(r0 + g.sh) * in_tw + c0 + g.sw];
-          const TableT* t0 = s_tab_q + (ky * g.kw + kx) * row_levels;
+          code[0] = s_r0[dx];
+          code[1] = s_r0[dx + g.sw];
+          code[2] = s_r1[dx];
+          code[3] = s_r1[dx + g.sw];
 #pragma unroll
-          for (int j = 0; j < CO_BLOCK; ++j) {
-            const TableT* t = t0 + j * row_elems;
+          for (int p = 0; p < 4; ++p) {
+            if (kSplit) {
+              const TableT* hi = s_tap + (code[p] >> 4);
+              const TableT* lo = s_tap + 16 + (code[p] & 15);
 #pragma unroll
-            for (int p = 0; p < 4; ++p) {
-              if (SPLIT) {
-                acc[j][p] += t[code[p] >> 4] + t[16 + (code[p] & 15)];
-              } else {
-                acc[j][p] += t[code[p]];
-              }
+              for (int j = 0; j < CO_BLOCK; ++j) acc[j][p] += hi[j * B::kRowLevels] + lo[j * B::kRowLevels];
+            } else {
+              const TableT* t = s_tap + code[p];
+#pragma unroll
+              for (int j = 0; j < CO_BLOCK; ++j) acc[j][p] += t[j * B::kRowLevels];
             }
           }
         }
@@ -675,22 +696,34 @@ TiledPlan plan_tiled2(const LutGeometry& g, size_t table_elem, bool split) {
   return p;
 }
 
-template <typename TableT, int CO_BLOCK, bool SPLIT>
+template <typename TableT, int CO_BLOCK, int BITS>
 cudaError_t launch_tiled2(const uint32_t* packed, const TableT* tables, void* out, const LutGeometry& g,
                           const TiledPlan& p, cudaStream_t stream) {
   const int tiles = ((g.ho + kTile2 - 1) / kTile2) * p.tiles_x;
   const dim3 grid(tiles, ((g.cog + CO_BLOCK - 1) / CO_BLOCK) * (g.cout / g.cog), g.n);
-  const int log2_bits = g.bits == 2 ? 1 : (g.bits == 4 ? 2 : 3);
-  lut_tiled2_kernel<TableT, CO_BLOCK, SPLIT><<<grid, 256, p.smem_bytes, stream>>>(
-      packed, tables, out, g, p.tiles_x, p.in_th, p.in_tw, p.ci_block, log2_bits);
+  lut_tiled2_kernel<TableT, CO_BLOCK, BITS><<<grid, 256, p.smem_bytes, stream>>>(packed, tables, out, g, p.tiles_x,
+                                                                                p.in_th, p.in_tw, p.ci_block);
   return cudaGetLastError();
 }
 
-template <typename TableT, bool SPLIT>
+template <typename TableT, int CO_BLOCK>
+cudaError_t launch_v2_bits(const uint32_t* packed, const TableT* t, void* o, const LutGeometry& g,
+                           const TiledPlan& p, cudaStream_t stream) {
+  switch (g.bits) {
+    case 2:
+      return launch_tiled2<TableT, CO_BLOCK, 2>(packed, t, o, g, p, stream);
+    case 4:
+      return launch_tiled2<TableT, CO_BLOCK, 4>(packed, t, o, g, p, stream);
+    default:
+      return launch_tiled2<TableT, CO_BLOCK, 8>(packed, t, o, g, p, stream);
+  }
+}
+
+template <typename TableT>
 cudaError_t launch_v2(const uint32_t* packed, const TableT* t, void* o, const LutGeometry& g, const TiledPlan& p,
                       cudaStream_t stream) {
-  return p.co_block == 8 ? launch_tiled2<TableT, 8, SPLIT>(packed, t, o, g, p, stream)
-                         : launch_tiled2<TableT, 4, SPLIT>(packed, t, o, g, p, stream);
+  return p.co_block == 8 ? launch_v2_bits<TableT, 8>(packed, t, o, g, p, stream)
+                         : launch_v2_bits<TableT, 4>(packed, t, o, g, p, stream);
 }
 
 template <typename TableT>
@@ -709,10 +742,7 @@ cudaError_t lut_conv_typed(const uint32_t* packed, const void* tables, void* out
   const bool split = g.bits == 8 && (flags & kLutWholeTables) == 0;
   if (!naive && (flags & kLutTiledV2) != 0) {
     const TiledPlan p2 = plan_tiled2(g, sizeof(TableT), split);
-    if (p2.co_block > 0) {
-      return split ? launch_v2<TableT, true>(packed, t, o, g, p2, stream)
-                   : launch_v2<TableT, false>(packed, t, o, g, p2, stream);
-    }
+    if (p2.co_block > 0) return launch_v2<TableT>(packed, t, o, g, p2, stream);
   }
   const TiledPlan p = naive ? TiledPlan{0, false, 0, 0, 0, 0, 1} : plan_tiled(g, sizeof(TableT), split);
   if (p.co_block > 0 && !p.tables_in_smem) return launch_tiled<TableT, 1, false, false>(packed, t, o, g, p, stream);

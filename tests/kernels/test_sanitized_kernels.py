@@ -335,10 +335,9 @@ def test_tsan_catches_planted_single_buffer_in_tiled_v2() -> None:
     )
     writes = {
         _line_of(text, "s_row[cc] = static_cast<uint8_t>(code);"),
-        _line_of(text, "s_tab_q[j * row_elems + e] ="),
+        _line_of(text, "s_tab_q[e] = co < co_end"),
     }
-    reads = {_line_of(text, "code[0] = s_in_q["), _line_of(text, "acc[j][p] += t[code[p] >> 4]"),
-             _line_of(text, "acc[j][p] += t[code[p]];")}  # fmt: skip
+    reads = {_line_of(text, "code[0] = s_r0[dx];"), _line_of(text, "acc[j][p] += t[j * B::kRowLevels];")}
     emu = emulation("pcilt", "tsan", text)
     with pytest.raises(SanitizerError) as err:
         x, wt, step = LUT4
