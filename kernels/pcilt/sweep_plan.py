@@ -1,8 +1,8 @@
 """The PCILT sweep's cases (inference, forward only): the seed layer at 2, 4 and 8 bits with the
-tiled kernel and the naive one, 8 bits with whole 256-entry tables (the nibble tables' baseline),
-float tables at 4 bits, and the depthwise problems with 4-bit inputs
-packed per call and packed once (``prepacked``) on the depthwise kernel, against the dense tiled
-kernel (``dense=True``, the kernel it replaced) and our own fp32 depthwise kernel (the goal's
+tiled kernel (v1 and v2, ``CONVPERF_PCILT_VARIANT``) and the naive one, 8 bits with whole 256-entry
+tables (the nibble tables' baseline), float tables at 4 bits, and the depthwise problems with 4-bit
+inputs packed per call and packed once (``prepacked``) on the depthwise kernel, against the dense
+tiled kernel (``dense=True``, the kernel it replaced) and our own fp32 depthwise kernel (the goal's
 reference: >= 1.5x). A new variant adds its rows to :func:`cases`."""
 
 from __future__ import annotations
@@ -62,10 +62,22 @@ def depthwise_predicted_us(problem: Conv2dProblem) -> float:
     return fp32_us * depthwise_bytes(problem, packed=True) / depthwise_bytes(problem, packed=False)
 
 
+# The v2 tiled kernel on the seed case, predicted before any GPU run (docs/tuning-log.md, PCILT v2):
+# shared-memory lookups bound (one LDS a lookup, two with 8-bit nibble tables, at one warp-wide LDS a
+# clock per SM), about 10x / 10x / 5.7x the naive kernel's first-window 6263 / 6472 / 6620 us.
+TILED_V2_PREDICTED_US = {2: 620.0, 4: 650.0, 8: 1150.0}
+
+
 def cases() -> list[Case]:
     out: list[Case] = []
+    v1, v2 = ({ops.TILED_VARIANT_ENV: v} for v in ("v1", "v2"))
     for bits in (2, 4, 8):
-        out.append(conv_case(FAMILY, f"tiled-{bits}bit", fixed_step(ops.forward, bits), SEED_CASE, "forward"))
+        tiled = fixed_step(ops.forward, bits)
+        out.append(conv_case(FAMILY, f"tiled-{bits}bit", tiled, SEED_CASE, "forward", env=v1))
+        guess = TILED_V2_PREDICTED_US[bits]
+        out.append(
+            conv_case(FAMILY, f"tiled-v2-{bits}bit", tiled, SEED_CASE, "forward", env=v2, predicted_us=guess)
+        )
         out.append(
             conv_case(FAMILY, f"naive-{bits}bit", fixed_step(ops.naive_forward, bits), SEED_CASE, "forward")
         )
