@@ -156,6 +156,37 @@ def test_lut_conv_tiled_v2_catches_planted_tail() -> None:
                            fused=False, variant="v2")  # fmt: skip
 
 
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("integer", [True, False])
+def test_lut_plan_seed_v2(pcilt_emu: Emulation, bits: int, integer: bool) -> None:
+    """Seed 003 (1 x 64 x 224² -> 128, 3x3) under v2: the v2 kernel with 8 output channels a block at every
+    width (the sweep's ``tiled-v2-*`` rows time v2, not a v1 fallback). The host's plan only."""
+    flags = fam.pcilt_ops.kernel_flags(False, False, False, "v2")
+    ints = [
+        int(not integer),
+        1,
+        64,
+        224,
+        224,
+        224 * bits // 32,
+        128,
+        1,
+        3,
+        3,
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+        224,
+        224,
+        bits,
+        flags,
+    ]
+    assert pcilt_emu.call("lut_plan", [], ints) == V2 + 8
+
+
 def test_tiled_variant_names_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(fam.pcilt_ops.TILED_VARIANT_ENV, "v3")
     with pytest.raises(ValueError, match=r"CONVPERF_PCILT_VARIANT='v3' must be one of v1, v2"):
