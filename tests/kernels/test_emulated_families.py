@@ -146,14 +146,22 @@ def test_lut_conv_tiled_v2(pcilt_emu: Emulation, case: tuple, integer: bool) -> 
 def test_lut_conv_tiled_v2_catches_planted_tail() -> None:
     """Control: v2's whole-word unpacking without the ``ix < W`` check reads the last word's unused
     tail (code 0, the lowest level) as image columns, and the exact oracle fails on a 10-wide image."""
+    _assert_planted_fails(
+        "word_ok && ix < g.w ? static_cast<int>", "word_ok ? static_cast<int>", (1, 3, 9, 10), 8, 1, "v2"
+    )
+
+
+def _assert_planted_fails(old: str, new: str, shape: tuple[int, ...], cout: int, groups: int,
+                          variant: str = "v1") -> None:  # fmt: skip
+    """pcilt.cu with ``old`` replaced by ``new`` (a planted defect) fails the exact integer oracle on a
+    4-bit 3x3 conv of ``shape``."""
     text = family_source("pcilt").read_text()
-    old = "word_ok && ix < g.w ? static_cast<int>"
     assert text.count(old) == 1, "the planted defect's anchor is not unique in pcilt.cu any more"
-    emu = emulation("pcilt", text=text.replace(old, "word_ok ? static_cast<int>"))
-    x, wt, step = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
+    emu = emulation("pcilt", text=text.replace(old, new))
+    x, wt, step = fam.lut_case(shape, cout, groups, (3, 3), 4)
     with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
-        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 1, 4, integer=True, naive=False,
-                           fused=False, variant="v2")  # fmt: skip
+        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), groups, 4, integer=True, naive=False,
+                           fused=False, variant=variant)  # fmt: skip
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
@@ -249,14 +257,9 @@ def test_lut_conv_depthwise_dense_switch(pcilt_emu: Emulation) -> None:
 def test_lut_conv_depthwise_catches_planted_tail() -> None:
     """Control: the depthwise kernel without the zero-level fill of the last word's unused tail reads
     code 0 (level -8) right of the image, and the oracle comparison fails on a 13-wide image."""
-    text = family_source("pcilt").read_text()
-    old = "(__ldg(row + k) | (k == g.wp - 1 ? tail_fill : 0u))"
-    assert text.count(old) == 1, "the planted defect's anchor is not unique in pcilt.cu any more"
-    emu = emulation("pcilt", text=text.replace(old, "__ldg(row + k)"))
-    x, wt, step = fam.lut_case((1, 2, 5, 13), 2, 2, (3, 3), 4)
-    with pytest.raises(AssertionError, match="differs from the exact integer oracle"):
-        fam.check_lut_conv(emu, x, wt, step, (1, 1), (1, 1), (1, 1), 2, 4, integer=True, naive=False,
-                           fused=False)  # fmt: skip
+    _assert_planted_fails(
+        "(__ldg(row + k) | (k == g.wp - 1 ? tail_fill : 0u))", "__ldg(row + k)", (1, 2, 5, 13), 2, 2
+    )
 
 
 @pytest.mark.parametrize(("whole", "expected"), [(False, 8), (True, 2)])

@@ -314,12 +314,19 @@ def test_tsan_catches_planted_missing_syncthreads() -> None:
         _line_of(text, "s_tab_q[j * row_elems + e] ="),
     }
     reads = {_line_of(text, "const int code = s_in_q["), _line_of(text, "acc[j] += s_tab_q[")}
+    _assert_tsan_race(text, "lut_tiled_kernel", writes, reads, "v1")
+
+
+def _assert_tsan_race(text: str, kernel: str, writes: set[int], reads: set[int], variant: str) -> None:
+    """pcilt.cu ``text`` (a planted defect) on LUT4 under TSan: a data race in ``kernel`` between a
+    line of ``writes`` and one of ``reads``."""
     emu = emulation("pcilt", "tsan", text)
     with pytest.raises(SanitizerError) as err:
         x, wt, step = LUT4
-        fam.check_lut_conv(emu, x, wt, step, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False)
+        fam.check_lut_conv(emu, x, wt, step, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False,
+                           variant=variant)  # fmt: skip
     msg = str(err.value).splitlines()[0]
-    assert "data race" in msg and "in kernel lut_tiled_kernel" in msg, msg
+    assert "data race" in msg and f"in kernel {kernel}" in msg, msg
     lines = {int(n) for n in re.findall(r"pcilt/pcilt\.cu:(\d+)", msg)}
     assert lines & writes and lines & reads, f"{msg}: expected a staging write {writes} and a read {reads}"
 
@@ -338,12 +345,4 @@ def test_tsan_catches_planted_single_buffer_in_tiled_v2() -> None:
         _line_of(text, "s_tab_q[e] = co < co_end"),
     }
     reads = {_line_of(text, "code[0] = s_r0[dx];"), _line_of(text, "acc[j][p] += t[j * B::kRowLevels];")}
-    emu = emulation("pcilt", "tsan", text)
-    with pytest.raises(SanitizerError) as err:
-        x, wt, step = LUT4
-        fam.check_lut_conv(emu, x, wt, step, ONE, ONE, ONE, 1, 4, integer=True, naive=False, fused=False,
-                           variant="v2")  # fmt: skip
-    msg = str(err.value).splitlines()[0]
-    assert "data race" in msg and "in kernel lut_tiled2_kernel" in msg, msg
-    lines = {int(n) for n in re.findall(r"pcilt/pcilt\.cu:(\d+)", msg)}
-    assert lines & writes and lines & reads, f"{msg}: expected a staging write {writes} and a read {reads}"
+    _assert_tsan_race(text, "lut_tiled2_kernel", writes, reads, "v2")
