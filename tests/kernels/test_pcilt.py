@@ -153,11 +153,18 @@ CUDA_PROBLEMS = [
 
 
 @needs_cuda
+@pytest.mark.parametrize("variant", ops.TILED_VARIANTS)
 @pytest.mark.parametrize("bits", [2, 4, 8])
 @pytest.mark.parametrize(
     "problem", [*CUDA_PROBLEMS[:-1], pytest.param(CUDA_PROBLEMS[-1], marks=sanitize("pcilt"))], ids=str
 )
-def test_cuda_kernels_are_exact(problem: Conv2dProblem, bits: int) -> None:
+def test_cuda_kernels_are_exact(
+    monkeypatch: pytest.MonkeyPatch, problem: Conv2dProblem, bits: int, variant: str
+) -> None:
+    """Every kernel against the exact integer oracle; ``variant``: the tiled kernel (v2 where it applies:
+    the first problem's 16 output channels, the groups problem's 5 a group and, at 2/4 bits, the 7x7
+    one's 5 take it; the rest run v1)."""
+    monkeypatch.setenv(ops.TILED_VARIANT_ENV, variant)
     x, w, _ = problem.make_inputs(seed=5, device="cuda")
     packed = ops.quantize_pack(x, ACT_STEP, bits)
     assert torch.equal(packed.cpu(), pack_codes(activation_codes(x.cpu(), ACT_STEP, bits), bits))
