@@ -358,6 +358,21 @@ extern "C" int dw_plan_v2(void* const* b, const int64_t* i, const double*) {
   std::memcpy(b[0], v, sizeof(v));
   return 0;
 }
+// The v4 tile plan of a forward into b[0] (9 int32): u, tpr, trows, pl, tiles_h, in_rows, sw, threads,
+// blocks; 1 when no plan.
+extern "C" int dw_plan_v4(void* const* b, const int64_t* i, const double*) {
+  const convperf_dw::Geom g = dw_geom(i);
+  convperf_dw::TileArgs t{};
+  t.planes = g.n * g.c; t.c = int(g.c); t.h = g.h; t.w = g.w; t.ho = g.ho; t.wo = g.wo;
+  t.ph = g.ph; t.pw = g.pw;
+  convperf_dw::Tile4Args a{};
+  a.planes = int(t.planes); a.c = t.c; convperf_dw::set_tile_sizes(a, t);
+  if (!convperf_dw::plan_tile_v4(a, g.kh, g.sh)) return 1;
+  const int v[9] = {a.u, a.tpr, a.trows, a.pl, a.tiles_h, a.in_rows, a.sw, a.threads,
+                    int(convperf_dw::v4_blocks(a))};
+  std::memcpy(b[0], v, sizeof(v));
+  return 0;
+}
 // ints: dtype, channels_last, SMs, WgradVariant, geometry; buffers: dy, x, dw, db (null: no bias grad).
 // The workspace is fresh (NaN partials, zero counters) per call, as the binding's cache holds it; a W2
 // call must leave every counter at zero (else 1000), so the next call on a cached one starts clean.
@@ -698,7 +713,7 @@ def geometry(x_shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int], p
 
 
 # The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad.
-VARIANTS = {"v1": 1, "v2": 2, "v3": 3}
+VARIANTS = {"v1": 1, "v2": 2, "v3": 3, "v4": 4}
 # The weight-grad variants (``WgradVariant``): w1 (two launches, the caller sums the bias), w2 (one).
 WGRAD_VARIANTS = {"w1": 1, "w2": 2}
 
@@ -790,6 +805,11 @@ class EmulatedDepthwise:
         """``depthwise.cu``'s v2 tile plan of a forward on geometry ``g`` (see ``dw_plan_v2``), or None."""
         out = torch.zeros(8, dtype=torch.int32)
         return None if self.emu.call("dw_plan_v2", [out], list(g)) != 0 else out.tolist()
+
+    def plan_v4(self, g: Sequence[int]) -> list[int] | None:
+        """``depthwise.cu``'s v4 plan of a forward on geometry ``g`` (see ``dw_plan_v4``), or None."""
+        out = torch.zeros(9, dtype=torch.int32)
+        return None if self.emu.call("dw_plan_v4", [out], list(g)) != 0 else out.tolist()
 
 
 def depthwise_candidate(emu: EmulatedDepthwise) -> Any:
