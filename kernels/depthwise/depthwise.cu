@@ -780,10 +780,11 @@ Tile2Args tile2_args(const TileArgs& a) {
 //   columns at a 16-byte aligned offset (`off`): a 16-byte chunk is copied with whole-vector shared
 //   stores and no per-element test; one pass over the rows zeroes the halo columns;
 // * the block size is the planner's (planes x thread rows x threads per row, rounded up to a warp),
-//   and the planner picks U and the planes per block so the grid covers kWaveTarget waves of an
-//   H100's SMs where it can (v3 covers 0.3-2 waves on EfficientNet-B0's stride-2 layers);
+//   and the planner picks the planes per block (and for stride 2 U) so the grid covers kWaveTarget
+//   waves of an H100's SMs where it can (v3 covers 0.3-2 waves on EfficientNet-B0's stride-2 layers);
 // * U = 4 with Wo % 4 == 0 writes each output row's 4 values with one vector store.
-// fp32 and fp16 (bf16 keeps v3); k in {3, 5, 7}; planes < 2^31 (v1 covers the rest).
+// fp32 and fp16 (bf16 keeps v3); k in {3, 5, 7}; planes < 2^31 (v1 covers the rest); stride 1 only with
+// 16-byte chunk staging (W a multiple of 16 bytes, x aligned), else v3.
 struct Tile4Args {
   int planes;  // N*C
   int c, h, w, ho, wo, ph, pw;
@@ -804,7 +805,9 @@ struct Tile4Args {
   bool flip;
 };
 
-constexpr int kPlanSms = 132;    // the planner sizes grids for an H100 SXM's SMs
+// The SMs the v4 planner sizes grids for: an H100 SXM's 132 unless set_v4_plan_sms changed it (the
+// emulator tests plan small problems for 1-3 SMs to reach every U).
+int g_plan_sms = 132;
 constexpr int kWaveTarget = 2;   // waves of resident blocks the planner aims for
 constexpr int kMinBlockThreads = 64;  // the planner shrinks blocks no further for more waves
 
@@ -840,12 +843,58 @@ __device__ __forceinline__ void store4(T* p, const float (&v)[4]) {
   }
 }
 
+// v4 staging of the image columns of a block's staged rows: item i is chunk (VEC: 16 bytes) or
+// element i % nch of staged row i / nch (plane p, row ih0 + row - p * in_rows); rows outside the image
+// and planes past the last stage as zeros. A round of kStageBatch items a thread is loaded before any
+// is stored; a chunk goes to shared memory as whole float4 stores (off and sw are multiples of 4).
+template <typename T, bool VEC>
+__device__ __forceinline__ void stage_rows_v4(float* smem, const T* __restrict__ xb, int plane0, int ih0,
+                                              const Tile4Args& a, int tid, int nt) {
+  constexpr int CW = VEC ? 16 / static_cast<int>(sizeof(T)) : 1;
+  constexpr int NB = kStageBatch;
+  const int hw = a.h * a.w;
+  const int items = a.pl * a.in_rows * a.nch;
+#pragma unroll 1
+  for (int i0 = 0; i0 < items; i0 += NB * nt) {
+    uint4 raw[NB];
+    float sv[NB];
+    int dst[NB];
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const int i = i0 + j * nt + tid;
+      dst[j] = -1;
+      if (i < items) {
+        const int r = fdiv(i, a.by_nch);  // staged row of the block
+        const int ch = i - r * a.nch;
+        const int p = fdiv(r, a.by_in_rows);
+        const int ih = ih0 + r - p * a.in_rows;
+        const bool in = plane0 + p < a.planes && ih >= 0 && ih < a.h;
+        const int64_t at = static_cast<int64_t>(p) * hw + ih * a.w + ch * CW;  // read only when `in`
+        dst[j] = r * a.sw + a.off + ch * CW;
+        if constexpr (VEC) {
+          raw[j] = make_uint4(0u, 0u, 0u, 0u);  // zero bits are 0.0 in every dtype
+          if (in) raw[j] = load16(xb + at);
+        } else {
+          sv[j] = in ? to_f(xb[at]) : 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      if (dst[j] < 0) break;
+      if constexpr (VEC) {
+        store_chunk<T>(smem + dst[j], raw[j]);
+      } else {
+        smem[dst[j]] = sv[j];
+      }
+    }
+  }
+}
+
 template <typename T, int K, int S, int U>
 __global__ void __launch_bounds__(kThreads, v4_min_blocks(K, U))
     fwd_tile_nchw_v4(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
                      T* __restrict__ y, Tile4Args a) {
-  constexpr int CW = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte chunk
-  constexpr int NB = kStageBatch;
   constexpr int WIN = (U - 1) * S + K;  // window values per staged row, and staged rows, of a thread
   extern __shared__ float smem[];
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
@@ -869,43 +918,11 @@ __global__ void __launch_bounds__(kThreads, v4_min_blocks(K, U))
     for (int j = right0; j < a.sw; ++j) row[j] = 0.f;
   }
   // Image columns of every staged row; rows outside the image (and planes past the last) as zeros.
-  // A round of NB items per thread is loaded before any is stored.
-  const int items = rows_all * a.nch;
-#pragma unroll 1
-  for (int i0 = 0; i0 < items; i0 += NB * nt) {
-    uint4 raw[NB];
-    float sv[NB];
-    int dst[NB];
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
-      const int i = i0 + j * nt + tid;
-      dst[j] = -1;
-      if (i < items) {
-        const int r = fdiv(i, a.by_nch);  // staged row of the block
-        const int ch = i - r * a.nch;
-        const int p = fdiv(r, a.by_in_rows);
-        const int ih = ih0 + r - p * a.in_rows;
-        const bool in = plane0 + p < a.planes && ih >= 0 && ih < a.h;
-        const int64_t at = static_cast<int64_t>(p) * hw + ih * a.w;  // row start, read only when `in`
-        if (a.vec) {
-          dst[j] = r * a.sw + a.off + ch * CW;
-          raw[j] = make_uint4(0u, 0u, 0u, 0u);  // zero bits are 0.0 in every dtype
-          if (in) raw[j] = load16(xb + at + ch * CW);
-        } else {
-          dst[j] = r * a.sw + a.off + ch;
-          sv[j] = in ? to_f(xb[at + ch]) : 0.f;
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < NB; ++j) {
-      if (dst[j] < 0) break;
-      if (a.vec) {
-        store_chunk<T>(smem + dst[j], raw[j]);
-      } else {
-        smem[dst[j]] = sv[j];
-      }
-    }
+  // One loop per item kind, so neither carries the other's code.
+  if (a.vec) {
+    stage_rows_v4<T, true>(smem, xb, plane0, ih0, a, tid, nt);
+  } else {
+    stage_rows_v4<T, false>(smem, xb, plane0, ih0, a, tid, nt);
   }
   __syncthreads();
 
@@ -992,10 +1009,10 @@ int64_t v4_blocks(const Tile4Args& a) {
   return (static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl * a.tiles_h;
 }
 
-// Waves of resident blocks a v4 plan's grid covers on kPlanSms SMs.
+// Waves of resident blocks a v4 plan's grid covers on g_plan_sms SMs.
 double v4_waves(const Tile4Args& a, int k) {
   const int res = resident_blocks(a.threads, v4_reg_cap(k, a.u), a.pl * a.plane_sz * 4);
-  return static_cast<double>(v4_blocks(a)) / (static_cast<double>(kPlanSms) * res);
+  return static_cast<double>(v4_blocks(a)) / (static_cast<double>(g_plan_sms) * res);
 }
 
 // v4 geometry for U = u with at most pl_cap planes a block: the thread rows per tile that need the
@@ -1033,14 +1050,18 @@ bool plan_tile_v4_u(Tile4Args& a, int k, int s, int u, int pl_cap) {
   return true;
 }
 
-// v4 plan: the largest U (most outputs per thread, fewest instructions per output) whose grid
-// covers kWaveTarget waves, halving the planes per block (down to kMinBlockThreads threads) for more
-// blocks; when no U reaches it, the plan with the most waves. Mirrored by kernels/depthwise/plan_v4.py.
+// v4 plan. Planes per block are halved (down to kMinBlockThreads threads) while the grid covers fewer
+// than kWaveTarget waves: smaller blocks, more of them, the same instructions per output. Stride 1
+// keeps U = 4 (the fewest instructions per output on every seed shape, sm_90 SASS: a thread's fixed
+// cost is spread over 16 outputs). Stride 2 (issue 29: grids sized to fill the GPU) takes the largest
+// U whose grid covers kWaveTarget waves; when none does, the plan with the most waves. Mirrored by
+// kernels/depthwise/plan_v4.py.
 bool plan_tile_v4(Tile4Args& a, int k, int s) {
   Tile4Args best = a;
   double best_waves = -1.0;
   const int us[3] = {4, 2, 1};
-  for (const int u : us) {
+  for (int ui = 0; ui < (s == 2 ? 3 : 1); ++ui) {
+    const int u = us[ui];
     Tile4Args t = a;
     if (!plan_tile_v4_u(t, k, s, u, kThreads)) continue;
     double wv = v4_waves(t, k);
@@ -1074,6 +1095,9 @@ cudaError_t run_tile_v4(const T* x, const T* w, const T* bias, T* y, const TileA
   a.flip = t.flip;
   if (!plan_tile_v4(a, K, S)) return cudaErrorNotSupported;
   a.vec = a.w % CW == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 ? 1 : 0;
+  // Stride 1 without 16-byte chunks (W = 14, 7 on the seed shapes) costs v4 more SASS instructions per
+  // output than v2/v3 (docs/tuning-log.md, step 7): v3 runs it. Stride 2 keeps v4 for its fuller grid.
+  if (S == 1 && !a.vec) return cudaErrorNotSupported;
   a.nch = a.vec ? a.w / CW : a.w;
   a.vec_out = a.u == 4 && a.wo % 4 == 0 && reinterpret_cast<uintptr_t>(y) % (4 * sizeof(T)) == 0 ? 1 : 0;
   const int64_t blocks = v4_blocks(a);
@@ -1086,11 +1110,17 @@ cudaError_t run_tile_v4(const T* x, const T* w, const T* bias, T* y, const TileA
   a.by_nch = make_fastdiv(a.nch);
   const int bytes = a.pl * a.plane_sz * static_cast<int>(sizeof(float));
   const auto grid = static_cast<unsigned>(blocks);
-  switch (a.u) {
-    case 4: fwd_tile_nchw_v4<T, K, S, 4><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a); break;
-    case 2: fwd_tile_nchw_v4<T, K, S, 2><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a); break;
-    default: fwd_tile_nchw_v4<T, K, S, 1><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a);
+  if constexpr (S == 2) {  // U = 2 and 1 are planned for stride 2 only
+    if (a.u == 2) {
+      fwd_tile_nchw_v4<T, K, S, 2><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a);
+      return cudaGetLastError();
+    }
+    if (a.u == 1) {
+      fwd_tile_nchw_v4<T, K, S, 1><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a);
+      return cudaGetLastError();
+    }
   }
+  fwd_tile_nchw_v4<T, K, S, 4><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a);
   return cudaGetLastError();
 }
 
@@ -1109,7 +1139,7 @@ cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T
     if constexpr (kk != 1 && !std::is_same<T, __nv_bfloat16>::value) {  // v4: fp32/fp16, k 3/5/7
       if (variant == Variant::V4 && v2_supported(a)) {
         const cudaError_t err = run_tile_v4<T, kk, ss>(x, w, bias, y, a, st);
-        if (err != cudaErrorNotSupported) return err;  // no v4 plan (a row wider than 1024 outputs): v3
+        if (err != cudaErrorNotSupported) return err;  // not a v4 geometry (run_tile_v4): v3
       }
     }
     if ((variant == Variant::V3 || variant == Variant::V4) && v2_supported(a)) {
@@ -1889,6 +1919,8 @@ cudaError_t weight_grad_t(const void* dy, const void* x, void* dw, void* db, flo
 }  // namespace
 
 // ---- public host API -----------------------------------------------------------------------------
+void set_v4_plan_sms(int sms) { g_plan_sms = sms > 0 ? sms : 132; }
+
 cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
                            const Geom& g, bool channels_last, cudaStream_t stream, Variant variant) {
   if (g.n * g.c * g.ho * g.wo == 0) return cudaSuccess;

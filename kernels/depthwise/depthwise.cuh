@@ -33,6 +33,10 @@ struct Geom {
   int dh, dw;
 };
 
+// The SMs the V4 planner sizes its grids for (default 132, an H100 SXM; <= 0 restores it). Not
+// thread-safe: for tests, which plan small problems for a few SMs to reach every V4 tile shape.
+void set_v4_plan_sms(int sms);
+
 // y = depthwise_conv(x, w) + bias (bias may be null). fp32 accumulation for every dtype.
 cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
                            const Geom& g, bool channels_last, cudaStream_t stream,

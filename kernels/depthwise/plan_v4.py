@@ -2,20 +2,21 @@
 thread and the block size, chosen so the grid fills the GPU.
 
 A v4 thread computes ``u`` x ``u`` outputs (``u`` = 4, 2 or 1); a tile is ``trows * u`` output rows
-by the whole output width; a block holds ``pl`` planes' tiles. The planner takes the largest ``u``
-(fewest instructions per output) whose grid covers ``WAVE_TARGET`` waves of resident blocks on an
-H100's 132 SMs, halving the planes per block (down to 64-thread blocks) for more blocks first; when
-no ``u`` reaches it, the plan with the most waves. Residency is computed at each instance's
+by the whole output width; a block holds ``pl`` planes' tiles. The planner halves the planes per
+block (down to 64-thread blocks) while the grid covers fewer than ``WAVE_TARGET`` waves of resident
+blocks on an H100's 132 SMs. Stride 1 keeps ``u`` = 4 (the fewest SASS instructions per output on
+every seed shape); stride 2 (issue 29: grids sized to fill the GPU) takes the largest ``u`` whose grid
+covers ``WAVE_TARGET`` waves, else the plan with the most waves. Residency is computed at each instance's
 ``__launch_bounds__`` register cap (an upper bound on its registers). Pure Python, no CUDA:
 ``tests/kernels/test_depthwise_emulated.py`` checks it against the C++ planner in the emulator.
 """
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass
 
 from kernels.depthwise.model import Shape
+from kernels.sass import KernelSass
 
 SMS = 132  # kPlanSms
 WAVE_TARGET = 2  # kWaveTarget
@@ -75,9 +76,11 @@ class PlanV4:
     def resident(self) -> int:
         return resident_blocks(self.threads, reg_cap(self.k, self.u), self.smem_bytes)
 
+    sms: int = SMS  # the SMs the plan sizes its grid for
+
     @property
     def waves(self) -> float:
-        return self.blocks / (SMS * self.resident)
+        return self.blocks / (self.sms * self.resident)
 
     @property
     def lanes_wasted(self) -> float:
@@ -86,7 +89,7 @@ class PlanV4:
         return 1 - self.planes * self.ho * self.wo / lanes
 
 
-def _plan_u(sh: Shape, u: int, pl_cap: int) -> PlanV4 | None:
+def _plan_u(sh: Shape, u: int, pl_cap: int, sms: int = SMS) -> PlanV4 | None:
     """``plan_tile_v4_u`` for a same-padding (``k // 2``) shape."""
     k, s, pad, hw = sh.k, sh.s, sh.k // 2, sh.hw
     ho = wo = sh.ho
@@ -111,19 +114,20 @@ def _plan_u(sh: Shape, u: int, pl_cap: int) -> PlanV4 | None:
     plane_sz = in_rows * sw
     pl = max(1, min(THREADS // (tpr * trows), sh.planes, MAX_SMEM // (plane_sz * 4), pl_cap))
     threads = -(-(pl * tpr * trows) // 32) * 32
-    return PlanV4(k, u, tpr, trows, pl, tiles_h, in_rows, sw, threads, sh.planes, ho, wo)
+    return PlanV4(k, u, tpr, trows, pl, tiles_h, in_rows, sw, threads, sh.planes, ho, wo, sms)
 
 
-def plan_v4(sh: Shape) -> PlanV4:
-    """``plan_tile_v4``: the largest ``u`` whose grid covers ``WAVE_TARGET`` waves (smaller blocks
-    first), else the plan with the most waves."""
+def plan_v4(sh: Shape, sms: int = SMS) -> PlanV4:
+    """``plan_tile_v4``: blocks halved while the grid covers under ``WAVE_TARGET`` waves; stride 1
+    keeps ``u`` = 4 (the fewest instructions per output), stride 2 takes the largest ``u`` whose grid
+    covers ``WAVE_TARGET`` waves, else the plan with the most waves."""
     best: PlanV4 | None = None
-    for u in US:
-        p = _plan_u(sh, u, THREADS)
+    for u in US if sh.s == 2 else US[:1]:
+        p = _plan_u(sh, u, THREADS, sms)
         if p is None:
             continue
         while p.waves < WAVE_TARGET and p.pl > 1 and p.threads > MIN_BLOCK_THREADS:
-            smaller = _plan_u(sh, u, p.pl // 2)
+            smaller = _plan_u(sh, u, p.pl // 2, sms)
             assert smaller is not None  # fewer planes always fit
             p = smaller
         if p.waves >= WAVE_TARGET:
@@ -140,4 +144,54 @@ def as_row(p: PlanV4) -> list[int]:
     return [p.u, p.tpr, p.trows, p.pl, p.tiles_h, p.in_rows, p.sw, p.threads, p.blocks]
 
 
+# ---- static instruction counts (from the sm_90 SASS of ``depthwise.cu``) ------------------------------
 
+STAGE_BATCH = 4  # kStageBatch: items a thread loads per round before storing any
+
+
+def staged_items(sh: Shape, p: PlanV4) -> tuple[bool, int]:
+    """(16-byte chunks?, items a block stages): chunks when W is a multiple of a 16-byte chunk (an
+    aligned input), else elements."""
+    cw = 16 // sh.dtype_bytes
+    vec = sh.hw % cw == 0
+    return vec, p.pl * p.in_rows * (sh.hw // cw if vec else sh.hw)
+
+
+def staging_rounds(sh: Shape, p: PlanV4) -> int:
+    """Dependent load rounds per thread: every thread runs ceil(items / (batch x threads)) rounds."""
+    return -(-staged_items(sh, p)[1] // (STAGE_BATCH * p.threads))
+
+
+def instance_name(sh: Shape, u: int) -> str:
+    dt = "float" if sh.dtype_bytes == 4 else "__half"
+    return f"fwd_tile_nchw_v4<{dt}, {sh.k}, {sh.s}, {u}>("
+
+
+def instr_per_output(sh: Shape, p: PlanV4, kernel: KernelSass) -> float:
+    """Warp instructions x 32 per useful output of one launch, from the instance's SASS: the code
+    before the barrier outside loops (every warp), the halo loop per staged row, the staging loop of
+    the plan's item kind per round (every warp runs every round), the compute code after the barrier
+    (warps with outputs). Loop bodies and untaken branches are counted whole: an upper bound."""
+    pre, post = kernel.split_at_last_barrier()
+    loops = kernel.loops()
+    vec, _ = staged_items(sh, p)
+    stage = [lp for lp in loops if lp.mix.loads and (lp.mix.vector_loads > 0) == vec]
+    halo = [lp for lp in loops if not lp.mix.loads and lp.mix.sts]
+    if not stage or not halo:
+        raise ValueError(
+            f"{kernel.pretty}: no {'vector' if vec else 'scalar'} staging or halo loop in its SASS"
+        )
+    outer = max(halo, key=lambda lp: lp.mix.total)
+    inner = min(halo, key=lambda lp: lp.mix.total)
+    # the outer halo loop holds one trip of each inner loop (left, right columns); the rest repeat
+    halo_row = outer.mix.total + max(0, p.sw - sh.hw - 2) * inner.mix.total
+    warps = p.threads // 32
+    active = -(-(p.pl * p.tpr * p.trows) // 32)
+    rows = p.pl * p.in_rows
+    per_block = (
+        warps * pre.total
+        + sum(max(0, -(-(rows - w) // p.threads)) for w in range(0, p.threads, 32)) * halo_row
+        + warps * staging_rounds(sh, p) * min(lp.mix.total for lp in stage)
+        + active * post.total
+    )
+    return p.blocks * per_block * 32 / sh.outputs

@@ -358,6 +358,11 @@ extern "C" int dw_plan_v2(void* const* b, const int64_t* i, const double*) {
   std::memcpy(b[0], v, sizeof(v));
   return 0;
 }
+// The SMs the v4 planner sizes grids for (i[0]; 0: the default 132).
+extern "C" int dw_set_plan_sms(void* const*, const int64_t* i, const double*) {
+  convperf_dw::set_v4_plan_sms(int(i[0]));
+  return 0;
+}
 // The v4 tile plan of a forward into b[0] (9 int32): u, tpr, trows, pl, tiles_h, in_rows, sw, threads,
 // blocks; 1 when no plan.
 extern "C" int dw_plan_v4(void* const* b, const int64_t* i, const double*) {
@@ -805,6 +810,10 @@ class EmulatedDepthwise:
         """``depthwise.cu``'s v2 tile plan of a forward on geometry ``g`` (see ``dw_plan_v2``), or None."""
         out = torch.zeros(8, dtype=torch.int32)
         return None if self.emu.call("dw_plan_v2", [out], list(g)) != 0 else out.tolist()
+
+    def plan_sms(self, sms: int) -> None:
+        """The SMs the v4 planner sizes grids for in later calls (0: the default 132)."""
+        self.emu.call("dw_set_plan_sms", [], [sms])
 
     def plan_v4(self, g: Sequence[int]) -> list[int] | None:
         """``depthwise.cu``'s v4 plan of a forward on geometry ``g`` (see ``dw_plan_v4``), or None."""

@@ -299,7 +299,9 @@ def test_emulated_stride2_input_grad_runs_the_parity_kernel(
 @pytest.mark.parametrize(
     "shape", [*DEPTHWISE_SEED_SHAPES, *EFFICIENTNET_B0_STRIDE2, (2, 3, 9, 3), (1, 5, 30, 7), (2, 5, 300, 3)]
 )
-def test_v4_planner_mirrors_depthwise_cu(emulated_lib: Emulation, shape: tuple[int, int, int, int], s: int) -> None:
+def test_v4_planner_mirrors_depthwise_cu(
+    emulated_lib: Emulation, shape: tuple[int, int, int, int], s: int
+) -> None:
     """``kernels.depthwise.plan_v4`` (the planner the tests and the model read) is ``plan_tile_v4``."""
     n, c, hw, k = shape
     g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
@@ -307,29 +309,44 @@ def test_v4_planner_mirrors_depthwise_cu(emulated_lib: Emulation, shape: tuple[i
     assert out == plan_v4.as_row(plan_v4.plan_v4(model.Shape(n, c, hw, k, s)))
 
 
-# v4 geometries, each named by what it reaches: U (4, 2, 1), 16-byte or scalar staging, the vector
-# store of U = 4, several planes a block with a partial last block, stride 2, a crop (negative padding
-# in the input grad), fp16 (8-element chunks).
-V4_CASES = {
-    "u4-vec-store": ((2, 3, 64, 64), 3, 1, 1, "fp32"),
-    "u4-scalar-odd": ((1, 2, 50, 45), 5, 1, 2, "fp32"),
-    "u4-k7-fp16": ((1, 2, 48, 48), 7, 1, 3, "fp16"),
-    "u2-s2": ((2, 3, 40, 40), 3, 2, 1, "fp32"),
-    "u1-planes": ((3, 7, 7, 7), 5, 1, 2, "fp32"),
-    "u1-s2-odd-fp16": ((2, 5, 15, 13), 5, 2, 2, "fp16"),
-    "pad-0": ((1, 2, 24, 24), 3, 1, 0, "fp32"),
-    "crop": ((2, 2, 16, 16), 3, 1, 3, "fp32"),
+# v4 geometries (planned for 1 SM, so small problems reach every U), each named by what it reaches:
+# U (4, 2, 1; 2 and 1 are stride 2 only), 16-byte or scalar staging (scalar: stride 2 only; stride 1
+# without 16-byte chunks runs v3, U None), U = 4's vector store, several planes a block with a partial
+# last block, a crop (negative padding in the input grad), fp16 (8-element chunks).
+# (shape, k, stride, padding, dtype, U)
+V4_CASES: dict[str, tuple[tuple[int, int, int, int], int, int, int, str, int | None]] = {
+    "u4-vec-store": ((2, 3, 64, 64), 3, 1, 1, "fp32", 4),
+    "u4-k7-fp16": ((1, 2, 48, 48), 7, 1, 3, "fp16", 4),
+    "u4-k5-planes": ((5, 3, 12, 12), 5, 1, 2, "fp32", 4),
+    "u4-s2": ((8, 6, 48, 48), 3, 2, 1, "fp32", 4),
+    "u2-s2-k5": ((6, 4, 40, 40), 5, 2, 2, "fp32", 2),
+    "u2-s2-fp16": ((8, 8, 32, 32), 3, 2, 1, "fp16", 2),
+    "u1-s2-odd-scalar-fp16": ((2, 5, 15, 13), 5, 2, 2, "fp16", 1),
+    "pad-0": ((1, 2, 24, 24), 3, 1, 0, "fp32", 4),
+    "crop": ((2, 2, 16, 16), 3, 1, 3, "fp32", 4),
+    "s1-scalar-runs-v3": ((1, 2, 50, 45), 5, 1, 2, "fp32", None),
 }
 
 
 @pytest.mark.parametrize("case", list(V4_CASES))
 def test_emulated_v4_geometries(emulated_lib: Emulation, case: str) -> None:
-    shape, k, s, pad, dtype = V4_CASES[case]
+    shape, k, s, pad, dtype, u = V4_CASES[case]
     n, c, h, w = shape
     problem = Conv2dProblem(n=n, c_in=c, h=h, w=w, c_out=c, kernel=(k, k), stride=(s, s), padding=(pad, pad),
                             groups=c, dtype=dtype, bias=True)  # fmt: skip
     emu = EmulatedDepthwise(emulated_lib, "v4")
-    assert_conv_close(depthwise_candidate(emu), problem, backward=s == 1, device="cpu")
-    x = torch.randn(shape).to(torch.float16 if dtype == "fp16" else torch.float32)
-    emu.forward(x, torch.randn(c, 1, k, k).to(x.dtype), None, (s, s), (pad, pad), (1, 1), False)
-    assert emu.last_kernel().startswith("fwd_tile_nchw_v4<"), emu.last_kernel()
+    emu.plan_sms(1)
+    try:
+        plan = emu.plan_v4(geometry(shape, (k, k), (s, s), (pad, pad), (1, 1)))
+        assert plan is not None and (u is None or plan[0] == u), f"{case}: planned {plan}"
+        assert_conv_close(depthwise_candidate(emu), problem, backward=s == 1, device="cpu")
+        x = torch.randn(shape).to(torch.float16 if dtype == "fp16" else torch.float32)
+        emu.forward(x, torch.randn(c, 1, k, k).to(x.dtype), None, (s, s), (pad, pad), (1, 1), False)
+        kernel = "fwd_tile_nchw_v4<" if u else "fwd_tile_nchw_v3<"
+        assert emu.last_kernel().startswith(kernel), emu.last_kernel()
+    finally:
+        emu.plan_sms(0)
+
+
+def test_v4_cases_reach_every_u() -> None:
+    assert {case[5] for case in V4_CASES.values()} == {1, 2, 4, None}

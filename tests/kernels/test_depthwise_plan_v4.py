@@ -40,18 +40,22 @@ def test_stride2_grids_fill_the_gpu(shape: tuple[int, int, int, int]) -> None:
     assert p.waves >= 1.5
     # v3: 2.0, 1.5, 0.32, 0.38 waves; where it under-filled (< 2), v4's grid covers 4-5x as many
     v3 = _v3_waves(sh)
-    assert p.waves > v3 and (v3 >= WAVE_TARGET or p.waves >= 4 * v3), f"{sh.label}: v4 {p.waves:.2f}, v3 {v3:.2f}"
+    assert p.waves > v3 and (v3 >= WAVE_TARGET or p.waves >= 4 * v3), (
+        f"{sh.label}: v4 {p.waves:.2f}, v3 {v3:.2f}"
+    )
 
 
 def test_v3_underfilled_these_layers() -> None:
-    """The problem the planner fixes: three of v3's four stride-2 grids cover under 2 waves (two under 0.4)."""
+    """What the planner fixes: three of v3's four stride-2 grids cover under 2 waves (two under 0.4)."""
     waves = [_v3_waves(model.Shape(n, c, hw, k, 2)) for n, c, hw, k in EFFICIENTNET_B0_STRIDE2]
     assert sorted(w < WAVE_TARGET for w in waves) == [False, True, True, True]
     assert sum(w < 0.4 for w in waves) == 2
 
 
 @pytest.mark.parametrize("s", [1, 2])
-@pytest.mark.parametrize("shape", [*DEPTHWISE_SEED_SHAPES, *EFFICIENTNET_B0_STRIDE2, (1, 3, 9, 7), (2, 5, 300, 3)])
+@pytest.mark.parametrize(
+    "shape", [*DEPTHWISE_SEED_SHAPES, *EFFICIENTNET_B0_STRIDE2, (1, 3, 9, 7), (2, 5, 300, 3)]
+)
 def test_plans_are_launchable(shape: tuple[int, int, int, int], s: int) -> None:
     n, c, hw, k = shape
     p = plan_v4(model.Shape(n, c, hw, k, s))
@@ -61,11 +65,19 @@ def test_plans_are_launchable(shape: tuple[int, int, int, int], s: int) -> None:
     assert p.sw % 4 == 0
 
 
-def test_two_largest_seed_shapes_take_four_by_four() -> None:
-    """Where the grid is large anyway, the planner keeps the most outputs per thread (the issue lever)."""
-    for n, c, hw, k in DEPTHWISE_SEED_SHAPES[:2]:
-        p = plan_v4(model.Shape(n, c, hw, k))
-        assert p.u == 4 and p.waves >= WAVE_TARGET
+def test_stride1_keeps_four_by_four() -> None:
+    """Stride 1 keeps the most outputs per thread (the issue lever); the two largest seed shapes' grids
+    cover 2 waves with 224-thread blocks, the others shrink their blocks to 64 threads for more."""
+    plans = [plan_v4(model.Shape(n, c, hw, k)) for n, c, hw, k in DEPTHWISE_SEED_SHAPES]
+    assert {p.u for p in plans} == {4}
+    assert [p.threads for p in plans[:2]] == [224, 224] and all(p.waves >= WAVE_TARGET for p in plans[:2])
+    assert all(p.threads == 64 for p in plans[2:])
+
+
+def test_fewer_sms_plan_more_waves() -> None:
+    """The planner's SM count (the emulator tests plan for 1 SM to reach U = 2 and 4 on small shapes)."""
+    sh = model.Shape(8, 6, 48, 3, 2)
+    assert plan_v4(sh).u == 1 and plan_v4(sh, sms=1).u == 4
 
 
 def test_resident_blocks() -> None:
