@@ -350,3 +350,15 @@ def test_emulated_v4_geometries(emulated_lib: Emulation, case: str) -> None:
 
 def test_v4_cases_reach_every_u() -> None:
     assert {case[5] for case in V4_CASES.values()} == {1, 2, 4, None}
+
+
+@pytest.mark.parametrize(("dtype", "k"), [(torch.bfloat16, 3), (torch.float32, 1)])
+def test_v4_hands_bf16_and_1x1_to_v3(emulated_lib: Emulation, dtype: torch.dtype, k: int) -> None:
+    """v4 is built for fp32/fp16 with k 3/5/7: other calls with CONVPERF_DEPTHWISE_VARIANT=v4 run v3."""
+    emu = EmulatedDepthwise(emulated_lib, "v4")
+    x = torch.randn(2, 3, 16, 16).to(dtype)
+    w = torch.randn(3, 1, k, k).to(dtype)
+    y = emu.forward(x, w, None, (1, 1), (k // 2, k // 2), (1, 1), False)
+    assert emu.last_kernel().startswith("fwd_tile_nchw_v3<"), emu.last_kernel()
+    want = torch.nn.functional.conv2d(x.double(), w.double(), None, 1, k // 2, 1, 3)
+    assert_close_fp64(y, want, k * k, f"v4 -> v3 {dtype} k{k}")
