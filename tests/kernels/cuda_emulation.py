@@ -448,7 +448,7 @@ extern "C" int sep_conv(void* const* b, const int64_t* i, const double* f) {
   auto p = [&](int k) { return static_cast<float*>(b[k]); };
   return int(convperf_edsr::launch_sep_conv_fwd_fp32(p(0), p(1), p(2), p(3), p(4), p(5), p(6), int(i[0]),
                                                      int(i[1]), int(i[2]), int(i[3]), float(f[0]), i[4] != 0,
-                                                     nullptr));
+                                                     int(i[5]), nullptr));
 }
 """,
     "_controls": r"""

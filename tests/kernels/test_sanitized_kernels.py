@@ -205,6 +205,11 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         lambda e: fam.check_sep_conv(e, 1, 16, 8, 16, residual=True, relu=True),
     ),
     ("edsr", "c32-partial-scalar", lambda e: fam.check_sep_conv(e, 1, 32, 9, 18, residual=True, relu=False)),
+    (
+        "edsr",
+        "c16-v2-prefetch-partial",
+        lambda e: fam.check_sep_conv(e, 2, 16, 11, 20, residual=True, relu=True, variant=2),
+    ),
     ("_controls", "correct-fp32", lambda e: fam.check_control(e, "correct", X, (3, 3), (2, 2), ONE, ONE, 2)),
     (
         "_controls",
