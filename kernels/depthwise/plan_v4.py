@@ -13,6 +13,7 @@ covers ``WAVE_TARGET`` waves, else the plan with the most waves. Residency is co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernels.depthwise.model import Shape
@@ -195,3 +196,27 @@ def instr_per_output(sh: Shape, p: PlanV4, kernel: KernelSass) -> float:
         + active * post.total
     )
     return p.blocks * per_block * 32 / sh.outputs
+
+
+def instr_table(kernels: Sequence[KernelSass], shapes: Sequence[Shape]) -> str:
+    """Markdown: v4's plan and static instructions per output on each shape, fp32 and fp16 (``python
+    -m kernels.sass depthwise`` prints it under the v1/v2 table). Stride 1 without 16-byte chunks
+    runs v3 (``run_tile_v4``)."""
+    lines = [
+        "| shape | v4 U, threads, blocks, waves | v4 instr/out fp32 | v4 instr/out fp16 |",
+        "|---|---|---|---|",
+    ]
+    for sh in shapes:
+        cells = []
+        for db in (4, 2):
+            s = Shape(sh.n, sh.c, sh.hw, sh.k, sh.s, db)
+            p = plan_v4(s)
+            inst = next((k for k in kernels if instance_name(s, p.u) in k.pretty), None)
+            if inst is None:
+                raise ValueError(f"no kernel instance {instance_name(s, p.u)} in the SASS")
+            runs_v3 = s.s == 1 and not staged_items(s, p)[0]
+            cells.append(f"{instr_per_output(s, p, inst):.0f}" + (" (runs v3)" if runs_v3 else ""))
+        p = plan_v4(sh)
+        plan = f"{p.u}, {p.threads}, {p.blocks}, {p.waves:.2f}"
+        lines.append(f"| {sh.label} s{sh.s} | {plan} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
