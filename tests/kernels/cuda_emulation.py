@@ -491,7 +491,8 @@ _ALIGN = r"(?:__align__\(\s*\d+\s*\)\s+)?"
 _TYPE = r"((?:unsigned\s+|signed\s+|const\s+)*[\w:]+)"
 _EXTERN_SHARED = re.compile(rf"extern\s+__shared__\s+{_ALIGN}{_TYPE}\s+{_ALIGN}(\w+)\s*\[\s*\]\s*;")
 _SHARED = re.compile(rf"__shared__\s+{_ALIGN}{_TYPE}\s+{_ALIGN}(\w+)\s*\[([^\]]+)\]\s*;")
-_KERNEL_NAME = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(")
+# __launch_bounds__'s arguments may hold one level of parentheses (v3_min_blocks<...>(), v4_min_blocks(K, U)).
+_KERNEL_NAME = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(")
 
 
 def family_source(family: str) -> Path:

@@ -329,10 +329,10 @@ def test_asan_catches_planted_v4_staging_overread() -> None:
         "const bool in = plane0 + p < a.planes && ih >= 0 && ih <= a.h;",
     )
     line = _line_of(text, "if (in) raw[j] = load16(xb + at);")
-    emu = emulation("depthwise", "asan", text)
-    problem = _dwp(n=1, c=2, h=12, w=16, kernel=(3, 3), padding=(1, 1))
+    emu = EmulatedDepthwise(emulation("depthwise", "asan", text), "v4")
+    x, wt = torch.randn(1, 2, 12, 16), torch.randn(2, 1, 3, 3)
     with pytest.raises(SanitizerError) as err:
-        _dw(problem, "v4")(emu)
+        emu.forward(x, wt, None, (1, 1), (1, 1), (1, 1), False)
     msg = str(err.value).splitlines()[0]
     assert "heap-buffer-overflow" in msg and "in kernel fwd_tile_nchw_v4" in msg, msg
     assert f"depthwise/{cu.name}:{line}" in msg, msg
