@@ -360,6 +360,13 @@ GATES: dict[str, tuple[Gate, ...]] = {
             no_local=True,
             why="NCHW tiled forward / input grad (v3, batched staging)",
         ),
+        Gate(
+            pattern=r"fwd_tile_nchw_v4<",
+            vector_when=r".",  # every instance holds the 16-byte chunk staging loop
+            vector_bits=128,
+            no_local=True,
+            why="NCHW tiled forward / input grad (v4, register-window tiles)",
+        ),
         Gate(pattern=r"wgrad_tile_nchw<", no_local=True, why="NCHW staged weight grad (W2)"),
         Gate(pattern=r"dgrad_s2<", no_local=True, why="stride-2 input grad (parity phases)"),
         # W2's generic weight grad: the per-block channel/split decode may divide, the loops may not

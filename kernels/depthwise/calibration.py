@@ -33,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from kernels.depthwise import plan_v4
 from kernels.depthwise.model import (
     STAGE_BATCH_V3_SCALAR,
     Shape,
@@ -177,9 +178,45 @@ def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     return Launch("wgrad_tile", x_and_dy, sh.c * splits, rounds, occ, 1, taps)
 
 
+# v4's static SASS instructions per output over v2's (sm_90, fp32 v2; ``plan_v4.instr_per_output`` and
+# ``model.predict_tiled`` on ``python -m kernels.sass depthwise``'s instances), per seed shape and dtype
+# bytes: v4 borrows the tiled forward's fitted issue figure scaled by it (no v4 row is measured yet).
+V4_ISSUE_SCALE = {
+    ("16x32x112-k3", 4): 48.3 / 77.3,
+    ("16x144x56-k3", 4): 48.9 / 80.0,
+    ("16x240x28-k5", 4): 90.7 / 146.3,
+    ("16x480x14-k3", 4): 111.5 / 101.7,
+    ("16x480x14-k5", 4): 159.8 / 144.5,
+    ("16x672x14-k5", 4): 159.8 / 144.5,
+    ("16x1152x7-k5", 4): 182.8 / 145.5,
+    ("16x1152x7-k3", 4): 132.2 / 102.1,
+    ("16x32x112-k3", 2): 49.9 / 77.3,
+    ("16x144x56-k3", 2): 50.5 / 80.0,
+    ("16x240x28-k5", 2): 137.7 / 146.3,
+    ("16x480x14-k3", 2): 108.0 / 101.7,
+    ("16x480x14-k5", 2): 159.0 / 144.5,
+    ("16x672x14-k5", 2): 159.0 / 144.5,
+    ("16x1152x7-k5", 2): 181.5 / 145.5,
+    ("16x1152x7-k3", 2): 127.8 / 102.1,
+}
+
+
+def _v4_launch(sh: Shape, taps: int) -> Launch:
+    """v4's NCHW tiled forward / stride-1 input grad (``plan_v4``, mirrored): its blocks, rounds of
+    batched staging loads, residency at the instances' register caps, and the issue scaled by
+    ``V4_ISSUE_SCALE``."""
+    p = plan_v4.plan_v4(sh)
+    if sh.s == 1 and not plan_v4.staged_items(sh, p)[0]:
+        return launch_of(sh, "nchw", "forward", "v3")  # run_tile_v4 hands these to v3
+    scale = V4_ISSUE_SCALE[(sh.label, sh.dtype_bytes)]
+    return Launch(
+        "tile", sh.bytes, p.blocks, plan_v4.staging_rounds(sh, p), p.resident, 1, round(taps * scale)
+    )
+
+
 def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:
     """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``);
-    ``variant`` picks the NCHW tiled kernel (v2, the measured one, or v3) or the weight grad (w1,
+    ``variant`` picks the NCHW tiled kernel (v2, the measured one, v3 or v4) or the weight grad (w1,
     the measured one, or w2: one launch, and for NCHW the staged kernel)."""
     taps = sh.outputs * (sh.k * sh.k + 8)
     if phase == "weight_grad":
@@ -197,6 +234,8 @@ def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch
         per_sample = sh.ho * -(-sh.ho // 4) * sh.c  # 4 outputs along W per thread
         blocks = -(-per_sample // THREADS) * sh.n
         return Launch("nhwc", sh.bytes, blocks, sh.k, 3, 1, taps)  # kh loop, __launch_bounds__(256, 3)
+    if variant == "v4":
+        return _v4_launch(sh, taps)
     plan = {"v2": plan_v2, "v3": plan_v3}[variant](sh)
     blocks = -(-sh.planes // plan.pl) * plan.tiles
     # sm_90 registers of the v2 instances; v3's __launch_bounds__ holds it to the same residency

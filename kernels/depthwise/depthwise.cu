@@ -768,6 +768,362 @@ Tile2Args tile2_args(const TileArgs& a) {
   return b;
 }
 
+// ---- forward, NCHW tiled, v4: U x U outputs per thread from a register window --------------------
+// v3 spends about 80 SASS instructions per k3 output, 9 of them FMAs: the rest is index math in the
+// staging (a bounds test per staged element) and the epilogue, and K shared loads per output (issue
+// 29, docs/tuning-log.md step 5). v4 (CONVPERF_DEPTHWISE_VARIANT=v4; not the default until a GPU has
+// measured it):
+// * a thread computes U output rows x U adjacent output columns (U = 4, 2 or 1: the planner's pick);
+//   per staged input row it reads its (U - 1) * S + K window values once into registers and feeds
+//   them to all U columns and every output row that uses the row, weights held in registers;
+// * a tile is trows * U output rows by the whole output width, and each staged row keeps the image's
+//   columns at a 16-byte aligned offset (`off`): a 16-byte chunk is copied with whole-vector shared
+//   stores and no per-element test; one pass over the rows zeroes the halo columns;
+// * the block size is the planner's (planes x thread rows x threads per row, rounded up to a warp),
+//   and the planner picks the planes per block (and for stride 2 U) so the grid covers kWaveTarget
+//   waves of an H100's SMs where it can (v3 covers 0.3-2 waves on EfficientNet-B0's stride-2 layers);
+// * U = 4 with Wo % 4 == 0 writes each output row's 4 values with one vector store.
+// fp32 and fp16 (bf16 keeps v3); k in {3, 5, 7}; planes < 2^31 (v1 covers the rest); stride 1 only with
+// 16-byte chunk staging (W a multiple of 16 bytes, x aligned), else v3.
+struct Tile4Args {
+  int planes;  // N*C
+  int c, h, w, ho, wo, ph, pw;
+  int u;         // outputs per thread along each axis (the instance's U)
+  int tpr;       // threads per output row: ceil(wo / u)
+  int trows;     // thread rows per tile: a tile is trows * u output rows by the whole width
+  int pl;        // planes per block
+  int tiles_h;   // tiles per plane
+  int in_rows;   // staged rows per plane: (trows * u - 1) * s + k
+  int off;       // shared-memory column of input column 0: the left halo rounded up to 4
+  int sw;        // shared-memory row stride in floats, a multiple of 4
+  int plane_sz;  // in_rows * sw
+  int threads;   // block size: pl * trows * tpr rounded up to a warp
+  int vec;       // 1: 16-byte chunks (W % chunk == 0, x 16-byte aligned); 0: one element per item
+  int nch;       // staged items per input row: W / chunk (vec) or W
+  int vec_out;   // 1: u == 4, Wo % 4 == 0 and y aligned to 4 elements: a vector store per output row
+  FastDiv by_tiles_h, by_c, by_tpr, by_trows, by_in_rows, by_nch;
+  bool flip;
+};
+
+// The SMs the v4 planner sizes grids for: an H100 SXM's 132 unless set_v4_plan_sms changed it (the
+// emulator tests plan small problems for 1-3 SMs to reach every U).
+int g_plan_sms = 132;
+constexpr int kWaveTarget = 2;   // waves of resident blocks the planner aims for
+constexpr int kMinBlockThreads = 64;  // the planner shrinks blocks no further for more waves
+
+// Resident blocks of 256 threads per SM each v4 instance is built for (__launch_bounds__): a register
+// cap of 48 (k3, U 4), 64 (k5, U 4), 128 (k7, U 4); 40 / 48 / 80 (U 2); 32 / 48 / 80 (U 1).
+constexpr int v4_min_blocks(int k, int u) {
+  return u == 4 ? (k <= 3 ? 5 : (k == 5 ? 4 : 2)) : u == 2 ? (k <= 3 ? 6 : (k == 5 ? 5 : 3))
+                                                           : (k <= 3 ? 8 : (k == 5 ? 5 : 3));
+}
+
+// A staged 16-byte chunk into shared memory at a 16-byte aligned float address: one float4 store
+// per 4 elements.
+template <typename T>
+__device__ __forceinline__ void store_chunk(float* dst, const uint4& q) {
+  float v[16 / sizeof(T)];
+  unpack16<T>(q, v);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(16 / sizeof(T)); i += 4) {
+    *reinterpret_cast<float4*>(dst + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+  }
+}
+
+// Four outputs to a 4-element aligned address: one 16-byte (fp32) or 8-byte (16-bit) store.
+template <typename T>
+__device__ __forceinline__ void store4(T* p, const float (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    const T h[4] = {from_f<T>(v[0]), from_f<T>(v[1]), from_f<T>(v[2]), from_f<T>(v[3])};
+    uint2 q;
+    memcpy(&q, h, sizeof(q));
+    *reinterpret_cast<uint2*>(p) = q;
+  }
+}
+
+// v4 staging of the image columns of a block's staged rows: item i is chunk (VEC: 16 bytes) or
+// element i % nch of staged row i / nch (plane p, row ih0 + row - p * in_rows); rows outside the image
+// and planes past the last stage as zeros. A round of kStageBatch items a thread is loaded before any
+// is stored; a chunk goes to shared memory as whole float4 stores (off and sw are multiples of 4).
+template <typename T, bool VEC>
+__device__ __forceinline__ void stage_rows_v4(float* smem, const T* __restrict__ xb, int plane0, int ih0,
+                                              const Tile4Args& a, int tid, int nt) {
+  constexpr int CW = VEC ? 16 / static_cast<int>(sizeof(T)) : 1;
+  constexpr int NB = kStageBatch;
+  const int hw = a.h * a.w;
+  const int items = a.pl * a.in_rows * a.nch;
+#pragma unroll 1
+  for (int i0 = 0; i0 < items; i0 += NB * nt) {
+    uint4 raw[NB];
+    float sv[NB];
+    int dst[NB];
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const int i = i0 + j * nt + tid;
+      dst[j] = -1;
+      if (i < items) {
+        const int r = fdiv(i, a.by_nch);  // staged row of the block
+        const int ch = i - r * a.nch;
+        const int p = fdiv(r, a.by_in_rows);
+        const int ih = ih0 + r - p * a.in_rows;
+        const bool in = plane0 + p < a.planes && ih >= 0 && ih < a.h;
+        const int64_t at = static_cast<int64_t>(p) * hw + ih * a.w + ch * CW;  // read only when `in`
+        dst[j] = r * a.sw + a.off + ch * CW;
+        if constexpr (VEC) {
+          raw[j] = make_uint4(0u, 0u, 0u, 0u);  // zero bits are 0.0 in every dtype
+          if (in) raw[j] = load16(xb + at);
+        } else {
+          sv[j] = in ? to_f(xb[at]) : 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      if (dst[j] < 0) break;
+      if constexpr (VEC) {
+        store_chunk<T>(smem + dst[j], raw[j]);
+      } else {
+        smem[dst[j]] = sv[j];
+      }
+    }
+  }
+}
+
+template <typename T, int K, int S, int U>
+__global__ void __launch_bounds__(kThreads, v4_min_blocks(K, U))
+    fwd_tile_nchw_v4(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                     T* __restrict__ y, Tile4Args a) {
+  constexpr int WIN = (U - 1) * S + K;  // window values per staged row, and staged rows, of a thread
+  extern __shared__ float smem[];
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const int bid = static_cast<int>(blockIdx.x);
+  const int pg = fdiv(bid, a.by_tiles_h);
+  const int oh0 = (bid - pg * a.tiles_h) * a.trows * U;
+  const int plane0 = pg * a.pl;
+  const int ih0 = oh0 * S - a.ph;
+  const int hw = a.h * a.w;
+  const T* xb = x + static_cast<int64_t>(plane0) * hw;
+  const int rows_all = a.pl * a.in_rows;  // staged row r of the block starts at smem + r * sw
+
+  // Halo columns [0, off) and [off + w, sw) of every staged row (disjoint from the copy below).
+  const int right0 = a.off + a.w;
+#pragma unroll 1
+  for (int r = tid; r < rows_all; r += nt) {
+    float* row = smem + r * a.sw;
+#pragma unroll 1
+    for (int j = 0; j < a.off; ++j) row[j] = 0.f;
+#pragma unroll 1
+    for (int j = right0; j < a.sw; ++j) row[j] = 0.f;
+  }
+  // Image columns of every staged row; rows outside the image (and planes past the last) as zeros.
+  // One loop per item kind, so neither carries the other's code.
+  if (a.vec) {
+    stage_rows_v4<T, true>(smem, xb, plane0, ih0, a, tid, nt);
+  } else {
+    stage_rows_v4<T, false>(smem, xb, plane0, ih0, a, tid, nt);
+  }
+  __syncthreads();
+
+  const int rest = fdiv(tid, a.by_tpr);
+  const int tx = tid - rest * a.tpr;
+  const int p = fdiv(rest, a.by_trows);
+  const int ty = rest - p * a.trows;
+  const int plane = plane0 + p;
+  if (p >= a.pl || plane >= a.planes) return;
+  const int c = plane - fdiv(plane, a.by_c) * a.c;
+  float wr[K * K];
+  const T* wc = wt + static_cast<int64_t>(c) * K * K;
+#pragma unroll
+  for (int i = 0; i < K * K; ++i) wr[i] = to_f(wc[a.flip ? K * K - 1 - i : i]);
+  const float b = bias != nullptr ? to_f(bias[c]) : 0.f;
+  float acc[U][U];
+#pragma unroll
+  for (int r = 0; r < U; ++r) {
+#pragma unroll
+    for (int q = 0; q < U; ++q) acc[r][q] = b;
+  }
+  // The thread's top-left window value: staged row ty * U * S, input column tx * U * S - pw.
+  const float* s = smem + p * a.plane_sz + ty * U * S * a.sw + a.off - a.pw + tx * U * S;
+#pragma unroll
+  for (int ir = 0; ir < WIN; ++ir) {
+    float v[WIN];
+#pragma unroll
+    for (int j = 0; j < WIN; ++j) v[j] = s[j];
+    s += a.sw;
+#pragma unroll
+    for (int r = 0; r < U; ++r) {
+      const int kh = ir - r * S;  // compile-time after unrolling
+      if (kh >= 0 && kh < K) {
+#pragma unroll
+        for (int q = 0; q < U; ++q) {
+#pragma unroll
+          for (int kw = 0; kw < K; ++kw) acc[r][q] = fmaf(wr[kh * K + kw], v[q * S + kw], acc[r][q]);
+        }
+      }
+    }
+  }
+  const int ow = tx * U;
+  const int oh = oh0 + ty * U;
+  T* yp = y + static_cast<int64_t>(plane) * a.ho * a.wo + static_cast<int64_t>(oh) * a.wo + ow;
+#pragma unroll
+  for (int r = 0; r < U; ++r) {
+    if (oh + r >= a.ho) break;
+    if constexpr (U == 4) {
+      if (a.vec_out) {
+        store4(yp, acc[r]);
+        yp += a.wo;
+        continue;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      if (ow + q < a.wo) yp[q] = from_f<T>(acc[r][q]);
+    }
+    yp += a.wo;
+  }
+}
+
+// Resident blocks per SM of `threads` threads at `regs` registers and `smem` bytes (H100: 64 K
+// registers allocated per warp in units of 256, 2048 threads, 32 blocks, 228 KB shared memory with
+// 1 KB reserved per block).
+int resident_blocks(int threads, int regs, int smem) {
+  const int warps = (threads + 31) / 32;
+  const int per_warp = (regs * 32 + 255) / 256 * 256;
+  const int by_regs = 65536 / (warps * per_warp);
+  const int by_threads = 2048 / (warps * 32);
+  const int by_smem = smem > 0 ? (228 * 1024) / (smem + 1024) : 32;
+  const int n = by_regs < by_threads ? by_regs : by_threads;
+  const int m = n < by_smem ? n : by_smem;
+  return m < 1 ? 1 : (m > 32 ? 32 : m);
+}
+
+// The register cap __launch_bounds__(256, v4_min_blocks(k, u)) gives ptxas (an upper bound).
+int v4_reg_cap(int k, int u) {
+  const int r = 65536 / (kThreads * v4_min_blocks(k, u));
+  return (r > 255 ? 255 : r) & ~7;
+}
+
+int64_t v4_blocks(const Tile4Args& a) {
+  return (static_cast<int64_t>(a.planes) + a.pl - 1) / a.pl * a.tiles_h;
+}
+
+// Waves of resident blocks a v4 plan's grid covers on g_plan_sms SMs.
+double v4_waves(const Tile4Args& a, int k) {
+  const int res = resident_blocks(a.threads, v4_reg_cap(k, a.u), a.pl * a.plane_sz * 4);
+  return static_cast<double>(v4_blocks(a)) / (static_cast<double>(g_plan_sms) * res);
+}
+
+// v4 geometry for U = u with at most pl_cap planes a block: the thread rows per tile that need the
+// fewest thread rows per plane (ties: the tallest tile, the least halo), then as many planes as 256
+// threads and 48 KB of shared memory hold. False when no tile fits.
+bool plan_tile_v4_u(Tile4Args& a, int k, int s, int u, int pl_cap) {
+  a.u = u;
+  a.tpr = (a.wo + u - 1) / u;
+  if (a.tpr > kThreads) return false;
+  a.off = ((a.pw > 0 ? a.pw : 0) + 3) & ~3;
+  const int need = a.off - a.pw + (a.tpr * u - 1) * s + k;  // columns the windows reach
+  const int cols = need > a.off + a.w ? need : a.off + a.w;
+  a.sw = (cols + 3) & ~3;
+  int best_total = -1;
+  for (int trows = kThreads / a.tpr; trows >= 1; --trows) {
+    const int th = trows * u;
+    const int tiles_h = (a.ho + th - 1) / th;
+    const int in_rows = (th - 1) * s + k;
+    if (in_rows * a.sw * 4 > kMaxSmemBytes) continue;
+    if (best_total < 0 || tiles_h * trows < best_total) {
+      best_total = tiles_h * trows;
+      a.trows = trows;
+      a.tiles_h = tiles_h;
+      a.in_rows = in_rows;
+    }
+  }
+  if (best_total < 0) return false;
+  a.plane_sz = a.in_rows * a.sw;
+  int pl = kThreads / (a.tpr * a.trows);
+  if (pl > a.planes) pl = a.planes;
+  if (pl > kMaxSmemBytes / (a.plane_sz * 4)) pl = kMaxSmemBytes / (a.plane_sz * 4);
+  if (pl > pl_cap) pl = pl_cap;
+  a.pl = pl < 1 ? 1 : pl;
+  a.threads = (a.pl * a.tpr * a.trows + 31) / 32 * 32;
+  return true;
+}
+
+// v4 plan. Planes per block are halved (down to kMinBlockThreads threads) while the grid covers fewer
+// than kWaveTarget waves: smaller blocks, more of them, the same instructions per output. Stride 1
+// keeps U = 4 (the fewest instructions per output on every seed shape, sm_90 SASS: a thread's fixed
+// cost is spread over 16 outputs). Stride 2 (issue 29: grids sized to fill the GPU) takes the largest
+// U whose grid covers kWaveTarget waves; when none does, the plan with the most waves. Mirrored by
+// kernels/depthwise/plan_v4.py.
+bool plan_tile_v4(Tile4Args& a, int k, int s) {
+  Tile4Args best = a;
+  double best_waves = -1.0;
+  const int us[3] = {4, 2, 1};
+  for (int ui = 0; ui < (s == 2 ? 3 : 1); ++ui) {
+    const int u = us[ui];
+    Tile4Args t = a;
+    if (!plan_tile_v4_u(t, k, s, u, kThreads)) continue;
+    double wv = v4_waves(t, k);
+    while (wv < kWaveTarget && t.pl > 1 && t.threads > kMinBlockThreads) {
+      Tile4Args t2 = a;
+      plan_tile_v4_u(t2, k, s, u, t.pl / 2);
+      t = t2;
+      wv = v4_waves(t, k);
+    }
+    if (wv >= kWaveTarget) {
+      a = t;
+      return true;
+    }
+    if (wv > best_waves) {
+      best = t;
+      best_waves = wv;
+    }
+  }
+  if (best_waves < 0) return false;
+  a = best;
+  return true;
+}
+
+template <typename T, int K, int S>
+cudaError_t run_tile_v4(const T* x, const T* w, const T* bias, T* y, const TileArgs& t, cudaStream_t stream) {
+  constexpr int CW = 16 / static_cast<int>(sizeof(T));
+  Tile4Args a{};
+  a.planes = static_cast<int>(t.planes);
+  a.c = t.c;
+  set_tile_sizes(a, t);
+  a.flip = t.flip;
+  if (!plan_tile_v4(a, K, S)) return cudaErrorNotSupported;
+  a.vec = a.w % CW == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 ? 1 : 0;
+  // Stride 1 without 16-byte chunks (W = 14, 7 on the seed shapes) costs v4 more SASS instructions per
+  // output than v2/v3 (docs/tuning-log.md, step 7): v3 runs it. Stride 2 keeps v4 for its fuller grid.
+  if (S == 1 && !a.vec) return cudaErrorNotSupported;
+  a.nch = a.vec ? a.w / CW : a.w;
+  a.vec_out = a.u == 4 && a.wo % 4 == 0 && reinterpret_cast<uintptr_t>(y) % (4 * sizeof(T)) == 0 ? 1 : 0;
+  const int64_t blocks = v4_blocks(a);
+  if (blocks > 0x7fffffffLL) return cudaErrorNotSupported;
+  a.by_tiles_h = make_fastdiv(a.tiles_h);
+  a.by_c = make_fastdiv(a.c);
+  a.by_tpr = make_fastdiv(a.tpr);
+  a.by_trows = make_fastdiv(a.trows);
+  a.by_in_rows = make_fastdiv(a.in_rows);
+  a.by_nch = make_fastdiv(a.nch);
+  const int bytes = a.pl * a.plane_sz * static_cast<int>(sizeof(float));
+  const auto grid = static_cast<unsigned>(blocks);
+  if constexpr (S == 2) {  // U = 2 and 1 are planned for stride 2 only
+    if (a.u == 2) {
+      fwd_tile_nchw_v4<T, K, S, 2><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a);
+      return cudaGetLastError();
+    }
+    if (a.u == 1) {
+      fwd_tile_nchw_v4<T, K, S, 1><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a);
+      return cudaGetLastError();
+    }
+  }
+  fwd_tile_nchw_v4<T, K, S, 4><<<grid, a.threads, bytes, stream>>>(x, w, bias, y, a);
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
                           Variant variant, cudaStream_t st) {
@@ -780,7 +1136,15 @@ cudaError_t dispatch_tile(int k, int s, const T* x, const T* w, const T* bias, T
     if constexpr (kV2Built) {
       if (variant == Variant::V2 && v2_supported(a)) return run_tile_staged<T, kk, ss, Variant::V2>(x, w, bias, y, tile2_args(a), st);
     }
-    if (variant == Variant::V3 && v2_supported(a)) return run_tile_staged<T, kk, ss, Variant::V3>(x, w, bias, y, tile2_args(a), st);
+    if constexpr (kk != 1 && !std::is_same<T, __nv_bfloat16>::value) {  // v4: fp32/fp16, k 3/5/7
+      if (variant == Variant::V4 && v2_supported(a)) {
+        const cudaError_t err = run_tile_v4<T, kk, ss>(x, w, bias, y, a, st);
+        if (err != cudaErrorNotSupported) return err;  // not a v4 geometry (run_tile_v4): v3
+      }
+    }
+    if ((variant == Variant::V3 || variant == Variant::V4) && v2_supported(a)) {
+      return run_tile_staged<T, kk, ss, Variant::V3>(x, w, bias, y, tile2_args(a), st);
+    }
     return run_tile<T, kk, ss>(x, w, bias, y, a, st);
   });
 }
@@ -1555,6 +1919,8 @@ cudaError_t weight_grad_t(const void* dy, const void* x, void* dw, void* db, flo
 }  // namespace
 
 // ---- public host API -----------------------------------------------------------------------------
+void set_v4_plan_sms(int sms) { g_plan_sms = sms > 0 ? sms : 132; }
+
 cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,
                            const Geom& g, bool channels_last, cudaStream_t stream, Variant variant) {
   if (g.n * g.c * g.ho * g.wo == 0) return cudaSuccess;

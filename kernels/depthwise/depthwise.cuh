@@ -17,9 +17,10 @@ using DType = convperf::DType;  // fp32, fp16, bf16 (I8 is not taken)
 
 // Which NCHW tiled kernel the forward and the stride-1 input grad run: V1 (the first tiled kernel, kept
 // so one process can A/B it), V2 (division-free, plane-sized tiles; the default) or V3 (v2 with each
-// thread's staging loads of a round in flight together, 16-byte loads for every dtype). NHWC, direct
-// and weight-grad kernels are the same in all.
-enum class Variant : int { V1 = 1, V2 = 2, V3 = 3 };
+// thread's staging loads of a round in flight together, 16-byte loads for every dtype) or V4 (U x U
+// outputs per thread from a register window, grids sized to the GPU; fp32/fp16 with k 3/5/7, else V3).
+// NHWC, direct and weight-grad kernels are the same in all.
+enum class Variant : int { V1 = 1, V2 = 2, V3 = 3, V4 = 4 };
 
 struct Geom {
   int64_t n;   // batch
@@ -31,6 +32,10 @@ struct Geom {
   int ph, pw;
   int dh, dw;
 };
+
+// The SMs the V4 planner sizes its grids for (default 132, an H100 SXM; <= 0 restores it). Not
+// thread-safe: for tests, which plan small problems for a few SMs to reach every V4 tile shape.
+void set_v4_plan_sms(int sms);
 
 // y = depthwise_conv(x, w) + bias (bias may be null). fp32 accumulation for every dtype.
 cudaError_t launch_forward(DType dtype, const void* x, const void* w, const void* bias, void* y,

@@ -377,8 +377,13 @@ def table(rows: Sequence[dict[str, Prediction]]) -> str:
 
 
 def table_for(kernels: Sequence[KernelSass]) -> str:
-    """The seed-shape table from the SASS of ``depthwise.cu`` (``python -m kernels.sass`` prints it)."""
-    return table(predict_all(kernels))
+    """The seed-shape table from the SASS of ``depthwise.cu`` (``python -m kernels.sass`` prints it),
+    then v4's static instructions per output on the seed shapes and EfficientNet-B0's stride-2 layers."""
+    from kernels.depthwise import plan_v4  # plan_v4 imports this module
+    from kernels.depthwise.seed import EFFICIENTNET_B0_STRIDE2
+
+    s2 = [Shape(n, c, hw, k, 2) for n, c, hw, k in EFFICIENTNET_B0_STRIDE2]
+    return table(predict_all(kernels)) + "\n\n" + plan_v4.instr_table(kernels, [*SEED, *s2])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,3 +39,14 @@ def depthwise_seed_problem(
         dtype=dtype,
         layout=layout,
     )
+
+
+# EfficientNet-B0's stride-2 depthwise layers at seed 004's batch (8 x 3 x 224 x 224), as (N, C, H = W,
+# k); stride 2, padding k // 2. v3's grids cover 2.0, 1.5, 0.32 and 0.38 waves of an H100's resident
+# blocks on them (issue 29: grids that under-fill 132 SMs).
+EFFICIENTNET_B0_STRIDE2: tuple[tuple[int, int, int, int], ...] = (
+    (8, 96, 112, 3),
+    (8, 144, 56, 5),
+    (8, 240, 28, 3),
+    (8, 672, 14, 5),
+)

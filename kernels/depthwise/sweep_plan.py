@@ -2,9 +2,10 @@
 
 ``v2`` (the default kernel) in fp32/fp16 x NCHW/NHWC x forward/input_grad; ``v1`` (the first tiled
 kernel, ``CONVPERF_DEPTHWISE_VARIANT=v1``) where the switch changes the kernel: the NCHW tiled forward
-and input gradient; ``v3`` (batched 16-byte staging, issue 29) on the same NCHW rows. The weight grad
+and input gradient; ``v3`` (batched 16-byte staging, issue 29) and ``v4`` (U x U outputs per thread from a
+register window, grids sized to the GPU; ``plan_v4.py``) on the same NCHW rows. The weight grad
 rows run ``w2`` (the default: one launch, staged NCHW tiles) and ``w1`` (two launches, the measured
-baseline), switched by ``CONVPERF_DEPTHWISE_WGRAD``. NCHW rows of v2/v3/w1/w2 carry the calibrated
+baseline), switched by ``CONVPERF_DEPTHWISE_WGRAD``. NCHW rows of v2/v3/v4/w1/w2 carry the calibrated
 model's prediction (``calibration.py``, a cold call), written before a GPU measures them. A new
 variant adds its rows to :func:`cases`.
 """
@@ -38,7 +39,7 @@ def _variants(layout: str, phase: str) -> list[tuple[str, dict[str, str], bool]]
     if phase == "weight_grad":
         return [(v, {WGRAD_ENV: v}, layout == "nchw") for v in ("w2", "w1")]
     if layout == "nchw":  # where the switch picks the tiled kernel
-        return [(v, {VARIANT_ENV: v}, v != "v1") for v in ("v2", "v1", "v3")]
+        return [(v, {VARIANT_ENV: v}, v != "v1") for v in ("v2", "v1", "v3", "v4")]
     return [("v2", {VARIANT_ENV: "v2"}, False)]
 
 

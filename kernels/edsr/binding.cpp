@@ -9,6 +9,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
 #ifndef CONVPERF_NS
 #define CONVPERF_NS convperf_edsr
 #endif
@@ -18,7 +21,7 @@ namespace convperf_edsr {
 bool sep_conv_supports_channels(int C);
 cudaError_t launch_sep_conv_fwd_fp32(const float* x, const float* wd, const float* bd, const float* wp,
                                      const float* bp, const float* residual, float* y, int N, int C, int H,
-                                     int W, float res_scale, bool relu, cudaStream_t stream);
+                                     int W, float res_scale, bool relu, int variant, cudaStream_t stream);
 }  // namespace convperf_edsr
 
 namespace {
@@ -78,12 +81,21 @@ at::Tensor sep_conv_cuda(const at::Tensor& x, const at::Tensor& dw_weight, const
                 x.sizes(), ", got ", residual->sizes());
     rc = aligned_contiguous(*residual);
   }
+  // CONVPERF_EDSR_VARIANT=v1|v2, read per call so one process can A/B them: v1 (default, measured) or v2
+  // (the next chunk's halo loads in flight during the current chunk's compute).
+  const char* ve = std::getenv("CONVPERF_EDSR_VARIANT");
+  int variant = 1;
+  if (ve != nullptr && *ve != '\0' && std::strcmp(ve, "v1") != 0) {
+    TORCH_CHECK(std::strcmp(ve, "v2") == 0, "convperf_edsr::sep_conv: CONVPERF_EDSR_VARIANT=", ve,
+                " is not a variant; set it to v1 (default) or v2 (prefetched chunk staging), or unset it");
+    variant = 2;
+  }
   at::Tensor y = at::empty({N, C, H, W}, x.options().memory_format(at::MemoryFormat::Contiguous));
   const cudaError_t err = convperf_edsr::launch_sep_conv_fwd_fp32(
       xc.data_ptr<float>(), wd.data_ptr<float>(), bd.data_ptr<float>(), wp.data_ptr<float>(),
       bp.data_ptr<float>(), rc.defined() ? rc.data_ptr<float>() : nullptr, y.data_ptr<float>(),
       static_cast<int>(N), static_cast<int>(C), static_cast<int>(H), static_cast<int>(W),
-      static_cast<float>(res_scale), relu, c10::cuda::getCurrentCUDAStream().stream());
+      static_cast<float>(res_scale), relu, variant, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "convperf_edsr::sep_conv: kernel launch failed: ", cudaGetErrorString(err),
               " (N=", N, " C=", C, " H=", H, " W=", W, ")");
   return y;

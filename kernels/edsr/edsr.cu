@@ -40,7 +40,15 @@ static_assert(THREADS == TILE_H * TILE_W, "the depthwise step maps one thread to
 static_assert(PIX_GROUPS % 32 == 0, "a warp must share one output-channel group (broadcast weights)");
 static_assert(TILE_W % PX == 0, "a thread's pixels must lie in one row");
 
-template <int C>
+// v2 (PF, CONVPERF_EDSR_VARIANT=v2; issue 29): the chunk's halo loads, all PF_LOADS of a thread in
+// flight together, are issued for chunk c + 1 right after chunk c is in shared memory, so they land
+// while chunk c's depthwise and pointwise steps run. v1 (the measured kernel, the default until a GPU
+// measures v2) stages each chunk in 3 dependent rounds of 4 loads after the previous chunk's compute:
+// 24 exposed load rounds a block, at 2 blocks an SM nothing hides them (docs/tuning-log.md, EDSR).
+constexpr int STAGE_ITEMS = CK * HALO_H * HALO_W;
+constexpr int PF_LOADS = (STAGE_ITEMS + THREADS - 1) / THREADS;  // 12 a thread
+
+template <int C, bool PF>
 __global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)
 sep_conv_fwd_kernel(const float* __restrict__ x, const float* __restrict__ wd, const float* __restrict__ bd,
                     const float* __restrict__ wp, const float* __restrict__ bp,
@@ -88,7 +96,37 @@ sep_conv_fwd_kernel(const float* __restrict__ x, const float* __restrict__ wd, c
   const int ty = tid / TILE_W;
   const int tx = tid % TILE_W;
 
+  // v2: the halo tile of the chunk at c, into registers (zeros outside the image: padding 1).
+  float pf[PF ? PF_LOADS : 1];
+  auto fetch = [&](int c) {
+#pragma unroll
+    for (int j = 0; j < PF_LOADS; ++j) {
+      const int i = tid + j * THREADS;
+      float v = 0.f;
+      if (i < STAGE_ITEMS) {
+        const int ci = i / (HALO_H * HALO_W);
+        const int r = i - ci * (HALO_H * HALO_W);
+        const int hy = r / HALO_W;
+        const int gy = h0 - 1 + hy;
+        const int gx = w0 - 1 + (r - hy * HALO_W);
+        if (gy >= 0 && gy < H && gx >= 0 && gx < W) {
+          v = __ldg(xn + (c + ci) * plane + static_cast<long long>(gy) * W + gx);
+        }
+      }
+      pf[j] = v;
+    }
+  };
+  if constexpr (PF) fetch(0);
+
   for (int c0 = 0; c0 < C; c0 += CK) {
+    if constexpr (PF) {
+#pragma unroll
+      for (int j = 0; j < PF_LOADS; ++j) {
+        if (tid + j * THREADS < STAGE_ITEMS) in_s[tid + j * THREADS] = pf[j];
+      }
+      __syncthreads();
+      if (c0 + CK < C) fetch(c0 + CK);  // in flight during this chunk's compute
+    } else {
     // Stage the chunk's halo tile; zero outside the image (padding 1).
     for (int i = tid; i < CK * HALO_H * HALO_W; i += THREADS) {
       const int ci = i / (HALO_H * HALO_W);
@@ -102,6 +140,7 @@ sep_conv_fwd_kernel(const float* __restrict__ x, const float* __restrict__ wd, c
       in_s[i] = v;
     }
     __syncthreads();
+    }
 
     // Depthwise 3x3: one output pixel per thread per channel of the chunk.
 #pragma unroll
@@ -185,26 +224,35 @@ sep_conv_fwd_kernel(const float* __restrict__ x, const float* __restrict__ wd, c
 template <int C>
 static cudaError_t launch_c(const float* x, const float* wd, const float* bd, const float* wp, const float* bp,
                             const float* residual, float* y, int N, int H, int W, float res_scale, int relu,
-                            cudaStream_t stream) {
+                            int variant, cudaStream_t stream) {
   const dim3 grid((W + TILE_W - 1) / TILE_W, (H + TILE_H - 1) / TILE_H, N);
-  sep_conv_fwd_kernel<C><<<grid, THREADS, 0, stream>>>(x, wd, bd, wp, bp, residual, y, H, W, res_scale, relu);
+  if (variant == 2) {
+    sep_conv_fwd_kernel<C, true><<<grid, THREADS, 0, stream>>>(x, wd, bd, wp, bp, residual, y, H, W, res_scale,
+                                                               relu);
+  } else {
+    sep_conv_fwd_kernel<C, false><<<grid, THREADS, 0, stream>>>(x, wd, bd, wp, bp, residual, y, H, W,
+                                                                res_scale, relu);
+  }
   return cudaGetLastError();
 }
 
 bool sep_conv_supports_channels(int C) { return C == 16 || C == 32 || C == 64; }
 
 // x, y, residual: (N, C, H, W) contiguous fp32; wd: (C, 1, 3, 3); bd, bp: (C); wp: (C, C, 1, 1).
-// residual may be null. Returns cudaErrorInvalidValue for an unsupported C or grid size.
+// residual may be null. variant: 1 (the measured kernel) or 2 (prefetched chunk staging). Returns
+// cudaErrorInvalidValue for an unsupported C, grid size or variant.
 cudaError_t launch_sep_conv_fwd_fp32(const float* x, const float* wd, const float* bd, const float* wp,
                                      const float* bp, const float* residual, float* y, int N, int C, int H,
-                                     int W, float res_scale, bool relu, cudaStream_t stream) {
+                                     int W, float res_scale, bool relu, int variant, cudaStream_t stream) {
   if (N == 0 || H == 0 || W == 0) return cudaSuccess;
-  if (N > 65535 || (H + TILE_H - 1) / TILE_H > 65535) return cudaErrorInvalidValue;
+  if (N > 65535 || (H + TILE_H - 1) / TILE_H > 65535 || (variant != 1 && variant != 2)) {
+    return cudaErrorInvalidValue;
+  }
   const int r = relu ? 1 : 0;
   switch (C) {
-    case 16: return launch_c<16>(x, wd, bd, wp, bp, residual, y, N, H, W, res_scale, r, stream);
-    case 32: return launch_c<32>(x, wd, bd, wp, bp, residual, y, N, H, W, res_scale, r, stream);
-    case 64: return launch_c<64>(x, wd, bd, wp, bp, residual, y, N, H, W, res_scale, r, stream);
+    case 16: return launch_c<16>(x, wd, bd, wp, bp, residual, y, N, H, W, res_scale, r, variant, stream);
+    case 32: return launch_c<32>(x, wd, bd, wp, bp, residual, y, N, H, W, res_scale, r, variant, stream);
+    case 64: return launch_c<64>(x, wd, bd, wp, bp, residual, y, N, H, W, res_scale, r, variant, stream);
     default: return cudaErrorInvalidValue;
   }
 }

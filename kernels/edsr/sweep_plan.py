@@ -1,6 +1,7 @@
 """The EDSR sweep's cases: the depthwise-separable block conv (3x3 depthwise, then 1x1 pointwise)
-fused in one kernel (``fused``, kernels/edsr) against the same two convs unfused on our depthwise
-kernel (``unfused``) and on cuDNN (``cudnn_unfused``), forward and backward, at C = 16, 32, 64.
+fused in one kernel (``fused``, kernels/edsr; ``fused_v2``: its prefetched chunk staging,
+``CONVPERF_EDSR_VARIANT=v2``) against the same two convs unfused on our depthwise kernel
+(``unfused``) and on cuDNN (``cudnn_unfused``), forward and backward, at C = 16, 32, 64.
 
 The row's problem is the block's depthwise conv; the pointwise weight is drawn per device beside
 it. A new variant adds its rows to :func:`cases`."""
@@ -59,11 +60,18 @@ VARIANTS: dict[str, ConvFn] = {
 }
 
 
+# The fused kernel's run-time variants (CONVPERF_EDSR_VARIANT): "fused" runs v1 (the measured kernel),
+# "fused_v2" the prefetched chunk staging (docs/tuning-log.md, EDSR).
+FUSED_ENV = {"fused": {"CONVPERF_EDSR_VARIANT": "v1"}, "fused_v2": {"CONVPERF_EDSR_VARIANT": "v2"}}
+
+
 def cases() -> list[Case]:
+    rows = [(name, fn, FUSED_ENV.get(name)) for name, fn in VARIANTS.items()]
+    rows.insert(1, ("fused_v2", fused, FUSED_ENV["fused_v2"]))
     return [
-        conv_case(FAMILY, name, fn, block_problem(n, c, hw), phase)
+        conv_case(FAMILY, name, fn, block_problem(n, c, hw), phase, env=env)
         for n, hw in SIZES
         for c in CHANNELS
-        for name, fn in VARIANTS.items()
+        for name, fn, env in rows
         for phase in PHASES
     ]

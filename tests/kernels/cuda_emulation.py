@@ -358,6 +358,26 @@ extern "C" int dw_plan_v2(void* const* b, const int64_t* i, const double*) {
   std::memcpy(b[0], v, sizeof(v));
   return 0;
 }
+// The SMs the v4 planner sizes grids for (i[0]; 0: the default 132).
+extern "C" int dw_set_plan_sms(void* const*, const int64_t* i, const double*) {
+  convperf_dw::set_v4_plan_sms(int(i[0]));
+  return 0;
+}
+// The v4 tile plan of a forward into b[0] (9 int32): u, tpr, trows, pl, tiles_h, in_rows, sw, threads,
+// blocks; 1 when no plan.
+extern "C" int dw_plan_v4(void* const* b, const int64_t* i, const double*) {
+  const convperf_dw::Geom g = dw_geom(i);
+  convperf_dw::TileArgs t{};
+  t.planes = g.n * g.c; t.c = int(g.c); t.h = g.h; t.w = g.w; t.ho = g.ho; t.wo = g.wo;
+  t.ph = g.ph; t.pw = g.pw;
+  convperf_dw::Tile4Args a{};
+  a.planes = int(t.planes); a.c = t.c; convperf_dw::set_tile_sizes(a, t);
+  if (!convperf_dw::plan_tile_v4(a, g.kh, g.sh)) return 1;
+  const int v[9] = {a.u, a.tpr, a.trows, a.pl, a.tiles_h, a.in_rows, a.sw, a.threads,
+                    int(convperf_dw::v4_blocks(a))};
+  std::memcpy(b[0], v, sizeof(v));
+  return 0;
+}
 // ints: dtype, channels_last, SMs, WgradVariant, geometry; buffers: dy, x, dw, db (null: no bias grad).
 // The workspace is fresh (NaN partials, zero counters) per call, as the binding's cache holds it; a W2
 // call must leave every counter at zero (else 1000), so the next call on a cached one starts clean.
@@ -428,7 +448,7 @@ extern "C" int sep_conv(void* const* b, const int64_t* i, const double* f) {
   auto p = [&](int k) { return static_cast<float*>(b[k]); };
   return int(convperf_edsr::launch_sep_conv_fwd_fp32(p(0), p(1), p(2), p(3), p(4), p(5), p(6), int(i[0]),
                                                      int(i[1]), int(i[2]), int(i[3]), float(f[0]), i[4] != 0,
-                                                     nullptr));
+                                                     int(i[5]), nullptr));
 }
 """,
     "_controls": r"""
@@ -471,7 +491,8 @@ _ALIGN = r"(?:__align__\(\s*\d+\s*\)\s+)?"
 _TYPE = r"((?:unsigned\s+|signed\s+|const\s+)*[\w:]+)"
 _EXTERN_SHARED = re.compile(rf"extern\s+__shared__\s+{_ALIGN}{_TYPE}\s+{_ALIGN}(\w+)\s*\[\s*\]\s*;")
 _SHARED = re.compile(rf"__shared__\s+{_ALIGN}{_TYPE}\s+{_ALIGN}(\w+)\s*\[([^\]]+)\]\s*;")
-_KERNEL_NAME = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(")
+# __launch_bounds__'s arguments may hold one level of parentheses (v3_min_blocks<...>(), v4_min_blocks(K, U)).
+_KERNEL_NAME = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(")
 
 
 def family_source(family: str) -> Path:
@@ -698,7 +719,7 @@ def geometry(x_shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int], p
 
 
 # The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad.
-VARIANTS = {"v1": 1, "v2": 2, "v3": 3}
+VARIANTS = {"v1": 1, "v2": 2, "v3": 3, "v4": 4}
 # The weight-grad variants (``WgradVariant``): w1 (two launches, the caller sums the bias), w2 (one).
 WGRAD_VARIANTS = {"w1": 1, "w2": 2}
 
@@ -790,6 +811,15 @@ class EmulatedDepthwise:
         """``depthwise.cu``'s v2 tile plan of a forward on geometry ``g`` (see ``dw_plan_v2``), or None."""
         out = torch.zeros(8, dtype=torch.int32)
         return None if self.emu.call("dw_plan_v2", [out], list(g)) != 0 else out.tolist()
+
+    def plan_sms(self, sms: int) -> None:
+        """The SMs the v4 planner sizes grids for in later calls (0: the default 132)."""
+        self.emu.call("dw_set_plan_sms", [], [sms])
+
+    def plan_v4(self, g: Sequence[int]) -> list[int] | None:
+        """``depthwise.cu``'s v4 plan of a forward on geometry ``g`` (see ``dw_plan_v4``), or None."""
+        out = torch.zeros(9, dtype=torch.int32)
+        return None if self.emu.call("dw_plan_v4", [out], list(g)) != 0 else out.tolist()
 
 
 def depthwise_candidate(emu: EmulatedDepthwise) -> Any:

@@ -192,18 +192,19 @@ def check_lut_conv(emu: Emulation, x: torch.Tensor, wt: torch.Tensor, act_step: 
 
 # ---- edsr ----------------------------------------------------------------------------------------
 def check_sep_conv(emu: Emulation, n: int, c: int, h: int, w: int, *, residual: bool, relu: bool,
-                   res_scale: float = 0.5, seed: int = 0) -> None:  # fmt: skip
-    """The fused depthwise-separable block against ``reference.sep_conv`` in fp64."""
+                   res_scale: float = 0.5, seed: int = 0, variant: int = 1) -> None:  # fmt: skip
+    """The fused depthwise-separable block (``variant`` 1, or 2: prefetched chunk staging) against
+    ``reference.sep_conv`` in fp64."""
     gen = torch.Generator().manual_seed(seed)
     x, wd, bd = torch.randn(n, c, h, w, generator=gen), torch.randn(c, 1, 3, 3, generator=gen), torch.randn(c)
     wpw, bp = torch.randn(c, c, 1, 1, generator=gen) / math.sqrt(c), torch.randn(c, generator=gen)
     res = torch.randn(n, c, h, w, generator=gen) if residual else None
     y = torch.full((n, c, h, w), float("nan"))
-    err = emu.call("sep_conv", [x, wd, bd, wpw, bp, res, y], [n, c, h, w, int(relu)], [res_scale])
+    err = emu.call("sep_conv", [x, wd, bd, wpw, bp, res, y], [n, c, h, w, int(relu), variant], [res_scale])
     assert err == 0, f"launch_sep_conv_fwd_fp32 returned cudaError {err}"
     d = [None if t is None else t.double() for t in (x, wd, bd, wpw, bp, res)]
     ref = edsr_ref.sep_conv(d[0], d[1], d[2], d[3], d[4], d[5], res_scale, relu)  # type: ignore[arg-type]
-    assert_close_fp64(y, ref, 9 * c, f"sep_conv C={c} {h}x{w} residual={residual} relu={relu}")
+    assert_close_fp64(y, ref, 9 * c, f"sep_conv v{variant} C={c} {h}x{w} residual={residual} relu={relu}")
 
 
 # ---- _controls -----------------------------------------------------------------------------------

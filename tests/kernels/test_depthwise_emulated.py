@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.nn import grad as nn_grad
 
-from kernels.depthwise import model
-from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
+from kernels.depthwise import model, plan_v4
+from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES, EFFICIENTNET_B0_STRIDE2
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.oracle import assert_conv_close
@@ -293,3 +293,72 @@ def test_emulated_stride2_input_grad_runs_the_parity_kernel(
         dx = emu.input_grad(dy, wt, (h, w), (2, 2), (pad, pad), (1, 1), channels_last)
         assert emu.last_kernel().startswith(kernel + "<"), f"{variant} ran {emu.last_kernel()}"
         assert_close_fp64(dx, want, k * k, f"{variant} stride-2 input grad k{k} {h}x{w} pad {pad}")
+
+
+@pytest.mark.parametrize("s", [1, 2])
+@pytest.mark.parametrize(
+    "shape", [*DEPTHWISE_SEED_SHAPES, *EFFICIENTNET_B0_STRIDE2, (2, 3, 9, 3), (1, 5, 30, 7), (2, 5, 300, 3)]
+)
+def test_v4_planner_mirrors_depthwise_cu(
+    emulated_lib: Emulation, shape: tuple[int, int, int, int], s: int
+) -> None:
+    """``kernels.depthwise.plan_v4`` (the planner the tests and the model read) is ``plan_tile_v4``."""
+    n, c, hw, k = shape
+    g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
+    out = EmulatedDepthwise(emulated_lib).plan_v4(g)
+    assert out == plan_v4.as_row(plan_v4.plan_v4(model.Shape(n, c, hw, k, s)))
+
+
+# v4 geometries (planned for 1 SM, so small problems reach every U), each named by what it reaches:
+# U (4, 2, 1; 2 and 1 are stride 2 only), 16-byte or scalar staging (scalar: stride 2 only; stride 1
+# without 16-byte chunks runs v3, U None), U = 4's vector store, several planes a block with a partial
+# last block, a crop (negative padding in the input grad), fp16 (8-element chunks).
+# (shape, k, stride, padding, dtype, U)
+V4_CASES: dict[str, tuple[tuple[int, int, int, int], int, int, int, str, int | None]] = {
+    "u4-vec-store": ((2, 3, 64, 64), 3, 1, 1, "fp32", 4),
+    "u4-k7-fp16": ((1, 2, 48, 48), 7, 1, 3, "fp16", 4),
+    "u4-k5-planes": ((5, 3, 12, 12), 5, 1, 2, "fp32", 4),
+    "u4-s2": ((8, 6, 48, 48), 3, 2, 1, "fp32", 4),
+    "u2-s2-k5": ((6, 4, 40, 40), 5, 2, 2, "fp32", 2),
+    "u2-s2-fp16": ((8, 8, 32, 32), 3, 2, 1, "fp16", 2),
+    "u1-s2-odd-scalar-fp16": ((2, 5, 15, 13), 5, 2, 2, "fp16", 1),
+    "pad-0": ((1, 2, 24, 24), 3, 1, 0, "fp32", 4),
+    "crop": ((2, 2, 16, 16), 3, 1, 3, "fp32", 4),
+    "s1-scalar-runs-v3": ((1, 2, 50, 45), 5, 1, 2, "fp32", None),
+}
+
+
+@pytest.mark.parametrize("case", list(V4_CASES))
+def test_emulated_v4_geometries(emulated_lib: Emulation, case: str) -> None:
+    shape, k, s, pad, dtype, u = V4_CASES[case]
+    n, c, h, w = shape
+    problem = Conv2dProblem(n=n, c_in=c, h=h, w=w, c_out=c, kernel=(k, k), stride=(s, s), padding=(pad, pad),
+                            groups=c, dtype=dtype, bias=True)  # fmt: skip
+    emu = EmulatedDepthwise(emulated_lib, "v4")
+    emu.plan_sms(1)
+    try:
+        plan = emu.plan_v4(geometry(shape, (k, k), (s, s), (pad, pad), (1, 1)))
+        assert plan is not None and (u is None or plan[0] == u), f"{case}: planned {plan}"
+        assert_conv_close(depthwise_candidate(emu), problem, backward=s == 1, device="cpu")
+        x = torch.randn(shape).to(torch.float16 if dtype == "fp16" else torch.float32)
+        emu.forward(x, torch.randn(c, 1, k, k).to(x.dtype), None, (s, s), (pad, pad), (1, 1), False)
+        kernel = "fwd_tile_nchw_v4<" if u else "fwd_tile_nchw_v3<"
+        assert emu.last_kernel().startswith(kernel), emu.last_kernel()
+    finally:
+        emu.plan_sms(0)
+
+
+def test_v4_cases_reach_every_u() -> None:
+    assert {case[5] for case in V4_CASES.values()} == {1, 2, 4, None}
+
+
+@pytest.mark.parametrize(("dtype", "k"), [(torch.bfloat16, 3), (torch.float32, 1)])
+def test_v4_hands_bf16_and_1x1_to_v3(emulated_lib: Emulation, dtype: torch.dtype, k: int) -> None:
+    """v4 is built for fp32/fp16 with k 3/5/7: other calls with CONVPERF_DEPTHWISE_VARIANT=v4 run v3."""
+    emu = EmulatedDepthwise(emulated_lib, "v4")
+    x = torch.randn(2, 3, 16, 16).to(dtype)
+    w = torch.randn(3, 1, k, k).to(dtype)
+    y = emu.forward(x, w, None, (1, 1), (k // 2, k // 2), (1, 1), False)
+    assert emu.last_kernel().startswith("fwd_tile_nchw_v3<"), emu.last_kernel()
+    want = torch.nn.functional.conv2d(x.double(), w.double(), None, 1, k // 2, 1, 3)
+    assert_close_fp64(y, want, k * k, f"v4 -> v3 {dtype} k{k}")

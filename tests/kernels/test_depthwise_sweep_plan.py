@@ -7,14 +7,14 @@ from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
 from pytest_convperf.core.problem import Conv2dProblem
 
 
-def test_every_row_once_and_the_tiled_rows_of_v1_v2_v3() -> None:
+def test_every_row_once_and_the_tiled_rows_of_v1_to_v4() -> None:
     cases = sweep_plan.cases()
     keys = {(c.problem_id, c.phase, c.variant) for c in cases}
     assert len(cases) == len(keys)
     shapes = len(DEPTHWISE_SEED_SHAPES)
-    # NCHW forward/input grad: v1, v2, v3; NHWC forward/input grad: v2; weight grad: w1, w2
-    assert len(cases) == shapes * 2 * (2 * 3 + 2 * 1 + 2 * 2)
-    assert {c.variant for c in cases} == {"v1", "v2", "v3", "w1", "w2"}
+    # NCHW forward/input grad: v1, v2, v3, v4; NHWC forward/input grad: v2; weight grad: w1, w2
+    assert len(cases) == shapes * 2 * (2 * 4 + 2 * 1 + 2 * 2)
+    assert {c.variant for c in cases} == {"v1", "v2", "v3", "v4", "w1", "w2"}
     for c in cases:
         p = Conv2dProblem.from_id(c.problem_id)
         assert p.groups == p.c_in and c.bytes_moved > 0

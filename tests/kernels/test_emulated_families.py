@@ -284,15 +284,29 @@ def test_lut_conv_nibble_tables_catch_planted_offset() -> None:
                            fused=False)  # fmt: skip
 
 
+# Both kernels: v1 (the measured one) and v2 (the next chunk's halo loads in flight during the current
+# chunk's compute).
+EDSR_VARIANTS = pytest.mark.parametrize("variant", [1, 2])
+
+
+@EDSR_VARIANTS
 @pytest.mark.parametrize("c", [16, 32, 64])
-def test_edsr_block(edsr_emu: Emulation, c: int) -> None:
-    fam.check_sep_conv(edsr_emu, 1, c, 8, 16, residual=True, relu=True)  # whole tile, float4 epilogue
+def test_edsr_block(edsr_emu: Emulation, c: int, variant: int) -> None:
+    fam.check_sep_conv(edsr_emu, 1, c, 8, 16, residual=True, relu=True, variant=variant)  # float4 epilogue
 
 
+@EDSR_VARIANTS
 @pytest.mark.parametrize(("h", "w"), [(11, 20), (9, 18), (5, 3)])
 @pytest.mark.parametrize(("residual", "relu"), [(False, False), (True, False), (False, True)])
-def test_edsr_block_partial_tiles(edsr_emu: Emulation, h: int, w: int, residual: bool, relu: bool) -> None:
-    fam.check_sep_conv(edsr_emu, 2, 16, h, w, residual=residual, relu=relu)
+def test_edsr_block_partial_tiles(edsr_emu: Emulation, h: int, w: int, residual: bool, relu: bool,
+                                  variant: int) -> None:  # fmt: skip
+    fam.check_sep_conv(edsr_emu, 2, 16, h, w, residual=residual, relu=relu, variant=variant)
+
+
+def test_edsr_rejects_an_unknown_variant(edsr_emu: Emulation) -> None:
+    x = torch.zeros(1, 16, 8, 8)
+    bufs = [x, torch.zeros(16, 1, 3, 3), torch.zeros(16), torch.zeros(16, 16, 1, 1), torch.zeros(16), None, x]
+    assert edsr_emu.call("sep_conv", bufs, [1, 16, 8, 8, 0, 3], [0.5]) != 0
 
 
 CONTROL_GEOMS = [

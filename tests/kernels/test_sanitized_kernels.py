@@ -101,6 +101,18 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "tile-v3-planes-s2-two-rounds",
         _dw(_dwp(n=1, c=2, h=50, w=50, kernel=(3, 3), stride=(2, 2), padding=(1, 1)), "v3"),
     ),
+    # v4: U = 4 with the vector store epilogue (Wo % 4 == 0), and U = 1 stride 2 in fp16 with scalar
+    # staging (W % 8 != 0) and several planes a block.
+    (
+        "depthwise",
+        "tile-v4-u4-vec-store",
+        _dw(_dwp(n=1, c=2, h=12, w=16, kernel=(3, 3), padding=(1, 1), bias=True), "v4"),
+    ),
+    (
+        "depthwise",
+        "tile-v4-s2-fp16-scalar",
+        _dw(_dwp(n=2, c=3, h=11, w=10, kernel=(5, 5), stride=(2, 2), padding=(2, 2), dtype="fp16"), "v4"),
+    ),
     (
         "im2col_gemm",
         "im2col-knl-fp32-ones-row",
@@ -215,6 +227,11 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         lambda e: fam.check_sep_conv(e, 1, 16, 8, 16, residual=True, relu=True),
     ),
     ("edsr", "c32-partial-scalar", lambda e: fam.check_sep_conv(e, 1, 32, 9, 18, residual=True, relu=False)),
+    (
+        "edsr",
+        "c16-v2-prefetch-partial",
+        lambda e: fam.check_sep_conv(e, 2, 16, 11, 20, residual=True, relu=True, variant=2),
+    ),
     ("_controls", "correct-fp32", lambda e: fam.check_control(e, "correct", X, (3, 3), (2, 2), ONE, ONE, 2)),
     (
         "_controls",
@@ -346,3 +363,22 @@ def test_tsan_catches_planted_single_buffer_in_tiled_v2() -> None:
     }
     reads = {_line_of(text, "code[0] = s_r0[dx];"), _line_of(text, "acc[j][p] += t[j * B::kRowLevels];")}
     _assert_tsan_race(text, "lut_tiled2_kernel", writes, reads, "v2")
+
+
+def test_asan_catches_planted_v4_staging_overread() -> None:
+    """depthwise.cu's v4 forward staging one row past the image (``ih <= h``): the last plane's bottom
+    halo row reads past the input, and ASan names the v4 kernel and the staging line."""
+    cu = family_source("depthwise")
+    text = _mutate(
+        cu.read_text(),
+        "const bool in = plane0 + p < a.planes && ih >= 0 && ih < a.h;",
+        "const bool in = plane0 + p < a.planes && ih >= 0 && ih <= a.h;",
+    )
+    line = _line_of(text, "if (in) raw[j] = load16(xb + at);")
+    emu = EmulatedDepthwise(emulation("depthwise", "asan", text), "v4")
+    x, wt = torch.randn(1, 2, 12, 16), torch.randn(2, 1, 3, 3)
+    with pytest.raises(SanitizerError) as err:
+        emu.forward(x, wt, None, (1, 1), (1, 1), (1, 1), False)
+    msg = str(err.value).splitlines()[0]
+    assert "heap-buffer-overflow" in msg and "in kernel fwd_tile_nchw_v4" in msg, msg
+    assert f"depthwise/{cu.name}:{line}" in msg, msg
