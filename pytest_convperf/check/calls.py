@@ -11,31 +11,27 @@ TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 
 from pytest_convperf.check.context import Candidate
 from pytest_convperf.core.env import ENV_KEYS
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
 from pytest_convperf.correctness.oracle import describe, make_grad_out
+from pytest_convperf.measure.profiling import candidate_kernels, profile_kernels, trace_factory
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
-    from pytest_convperf.measure.profiling import Trace
 
-PHASES = ("forward", "input_grad", "weight_grad", "backward")
 # Backend and kernel names of a reference on a problem, per process: profiling once is enough.
 _REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
-
-
-def check_phase(phase: str) -> None:
-    if phase not in PHASES:
-        raise ValueError(f"phase={phase!r} is not one of {', '.join(PHASES)}")
 
 
 def phase_call(
@@ -270,8 +266,6 @@ def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) 
     with perf_settings(problem, device):
         facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
         if device.is_cuda:
-            from pytest_convperf.measure.profiling import profile_kernels
-
             call = phase_call(ref_fn, inputs, problem, phase, seed, device.torch_device)
             call()  # cuDNN's benchmark search must not be what the profiler sees
             rows = profile_kernels(call, device, calls=1)
@@ -303,19 +297,26 @@ def memory_facts(ctx: CheckContext, ref_fn: Candidate) -> dict[str, Any]:
     return facts
 
 
-def trace_facts(
-    ctx: CheckContext, start: Callable[[str], AbstractContextManager[Trace]], ref_fn: Candidate
-) -> list[str]:
-    """With --convperf-trace: paths of a profiler trace of one call of each side (``start``: the
-    test's ``profiling.trace_factory``), each after one untraced call."""
+def profile_facts(ctx: CheckContext, *, kernels: bool, trace_dir: Path | None) -> dict[str, Any]:
+    """After timing: the candidate's kernel table (``kernels``: the entry stores it, a FAIL names
+    what moved) and, with ``trace_dir`` (--convperf-trace), the paths of a profiler trace of one
+    call of each side, each after one untraced call."""
     problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
-    paths = []
-    with perf_settings(problem, device):
-        for name, fn in (("candidate", ctx.candidate), ("reference", ref_fn)):
-            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
-            call()
-            # The traced call is a region named after its side, so a trace viewer says which is which.
-            with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
+    facts: dict[str, Any] = {}
+    if kernels:
+        call = phase_call(ctx.candidate, inputs, problem, phase, seed, device.torch_device)
+        with perf_settings(problem, device):
+            facts["kernels"] = candidate_kernels(call, device)
+    if trace_dir is not None:
+        start = trace_factory(trace_dir, ctx.nodeid, device)
+        paths = []
+        with perf_settings(problem, device):
+            for name, fn in (("candidate", ctx.candidate), ("reference", ctx.reference or F.conv2d)):
+                call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
                 call()
-            paths.append(str(trace.path))
-    return paths
+                # The traced call is a region named after its side, so a trace viewer says which is which.
+                with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
+                    call()
+                paths.append(str(trace.path))
+        facts["traces"] = paths
+    return facts

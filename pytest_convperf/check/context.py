@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_convperf.core.results import CheckRow, ErrorStats, Verdict
+from pytest_convperf.correctness.oracle import stable_seed
 
 if TYPE_CHECKING:
     import pytest
@@ -26,12 +26,18 @@ if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-    from pytest_convperf.core.results import Comparison
+    from pytest_convperf.core.results import CheckRow, Comparison
     from pytest_convperf.measure.timers import Timer
     from pytest_convperf.reports.progress import LiveProgress
 
 # A conv candidate or reference: a callable with ``F.conv2d``'s signature.
 Candidate = Callable[..., Any]
+PHASES = ("forward", "input_grad", "weight_grad", "backward")
+
+
+def check_phase(phase: str) -> None:
+    if phase not in PHASES:
+        raise ValueError(f"phase={phase!r} is not one of {', '.join(PHASES)}")
 
 
 class ConfirmMeasure(Protocol):
@@ -58,6 +64,28 @@ class CheckSession(Protocol):
     def trace_dir(self) -> Path: ...
 
     def record(self, nodeid: str, row: CheckRow) -> None: ...
+
+
+class CheckHost(Protocol):
+    """What a context is built from: the ``convperf`` fixture of the running test."""
+
+    @property
+    def device(self) -> DeviceInfo: ...
+
+    @property
+    def timer(self) -> Timer: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def nodeid(self) -> str: ...
+
+    @property
+    def module(self) -> str: ...
+
+    @property
+    def request(self) -> pytest.FixtureRequest: ...
 
 
 def baseline_key(node: Any, name: str, phase: str) -> str:
@@ -114,6 +142,48 @@ class CheckContext:
     nodeid: str
     slot: BaselineSlot
 
+    @classmethod
+    def start(
+        cls,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        *,
+        host: CheckHost,
+        reference: Candidate | None,
+        phase: str,
+        mode: str,
+        look_up: bool = True,
+    ) -> CheckContext:
+        """The context of one check, each part derived once, in this order: the phase validated,
+        the device made usable, the seed, the key, the store and (``look_up``) the stored entry, the
+        one input set and the timer."""
+        check_phase(phase)
+        device = host.device
+        device.ensure_usable()
+        seed = stable_seed(problem)
+        key = baseline_key(host.request.node, problem.id, phase)
+        store = host.store
+        slot = (
+            BaselineSlot.look_up(store, host.module, key)
+            if look_up
+            else BaselineSlot(store, host.module, key, None)
+        )
+        return CheckContext(
+            problem=problem,
+            phase=phase,
+            seed=seed,
+            candidate=candidate,
+            reference=reference,
+            # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
+            inputs=problem.make_inputs(seed, device.torch_device),
+            mode=mode,
+            device=device,
+            timer=host.timer,
+            config=host.request.config,
+            nodeid=host.nodeid,
+            slot=slot,
+        )
+
     @property
     def key(self) -> str:
         return self.slot.key
@@ -121,23 +191,6 @@ class CheckContext:
     @property
     def entry(self) -> Entry | None:
         return self.slot.entry
-
-    def unjudged_row(
-        self, verdict: Verdict | None, message: str, errors: tuple[ErrorStats, ...], facts: dict[str, Any]
-    ) -> CheckRow:
-        """The row of this check stopped before its judgement (correctness, integrity, a timeout)."""
-        return CheckRow(
-            key=self.key,
-            nodeid=self.nodeid,
-            module=self.slot.module,
-            problem=self.problem.id,
-            phase=self.phase,
-            comparison=None,
-            errors=errors,
-            verdict=verdict,
-            message=message,
-            facts=facts,
-        )
 
     @property
     def stored_mode(self) -> str | None:

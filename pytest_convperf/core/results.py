@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
@@ -106,6 +106,10 @@ class Comparison:
     @property
     def median_log_ratio(self) -> float:
         return math.log(self.time_ratio)
+
+    def with_facts(self, facts: Mapping[str, Any]) -> Comparison:
+        """This comparison with ``facts`` added (a new one: a comparison is never mutated)."""
+        return replace(self, facts={**self.facts, **facts})
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able form, with each raw sample once: ``log_ratios`` are the paired samples'

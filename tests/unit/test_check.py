@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.check import calls
+from pytest_convperf.check import calls, context
 from pytest_convperf.check import fixture as check
 from pytest_convperf.check.faults import device_errors
 from pytest_convperf.core.device import DeviceInfo
@@ -88,7 +88,7 @@ def test_seed_is_stable_and_problem_specific() -> None:
 
 def test_phase_is_validated() -> None:
     with pytest.raises(ValueError, match="phase='grad' is not one of forward, input_grad"):
-        calls.check_phase("grad")
+        context.check_phase("grad")
 
 
 def _fixture(kind: str) -> tuple[check.ConvperfFixture, DeviceInfo]:
