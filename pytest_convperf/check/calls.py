@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from pytest_convperf.check.context import Candidate
-from pytest_convperf.core.env import ENV_KEYS
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
 from pytest_convperf.correctness.oracle import describe, make_grad_out
@@ -256,7 +255,6 @@ def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) 
     default_ref = ctx.reference is None
     facts: dict[str, Any] = {
         "reference": describe(ref_fn),
-        "env": {k: device.facts.get(k) for k in ENV_KEYS},
         "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
     }
     key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)

@@ -35,8 +35,8 @@ from pytest_convperf.reports import journal
 if TYPE_CHECKING:
     from pytest_convperf.check.context import Candidate, CheckContext, CheckSession
 
-# Comparison facts a check's row carries in its own ``facts``.
-ROW_FACTS = ("env", "reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
+# Comparison facts a check's row carries in its own ``facts`` (the env: the row's own ``env``).
+ROW_FACTS = ("reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
 def run_check(
