@@ -1,10 +1,12 @@
 """The ``convperf`` fixture: correctness, paired timing, judgement, result row (docs/design.md §3).
 
-``ConvperfFixture.check`` runs, in order: correctness against the fp64 oracle (a failure fails
-the test and records a CORRECTNESS_FAIL row), paired timing of candidate and reference on
-identical inputs, the roofline sanity check, and then :meth:`ConvperfFixture.judge`: the baseline
-judgement (:mod:`pytest_convperf.check.judgement`, verdicts PASS/FAIL/IMPROVED/NEW/STALE/ADVISORY), the one
-recorded :class:`~pytest_convperf.core.results.CheckRow`, and the test's outcome.
+``ConvperfFixture.check`` builds the check's context once (:meth:`CheckContext.start`) and hands
+it to :func:`pytest_convperf.check.pipeline.run_check`, which runs, in order: correctness against
+the fp64 oracle (a failure fails the test and records a CORRECTNESS_FAIL row), paired timing of
+candidate and reference on identical inputs, the roofline sanity check, and then the judgement that
+:meth:`ConvperfFixture.judge` also gives (:mod:`pytest_convperf.check.judgement`, verdicts
+PASS/FAIL/IMPROVED/NEW/STALE/ADVISORY), the one recorded
+:class:`~pytest_convperf.core.results.CheckRow`, and the test's outcome.
 """
 
 from __future__ import annotations

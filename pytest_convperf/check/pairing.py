@@ -5,7 +5,7 @@ timing slot and the perf settings of :mod:`pytest_convperf.check.calls`), and re
 :class:`~pytest_convperf.core.results.Comparison` with ``confirm(n_rounds)``, which re-times the same
 pair with that many rounds (the confirm run is asked for in rounds from end to end). Every
 comparison passes the roofline sanity check (:func:`sanity`): a time under half the floor is
-:class:`ImplausibleTime`, and the floors are added as facts with ``dataclasses.replace``.
+:class:`ImplausibleTime`, and the floors are added as facts (``Comparison.with_facts``, never mutating).
 """
 
 from __future__ import annotations
@@ -82,6 +82,10 @@ def time_pair(
     if phase != "forward" and mode == "auto":
         mode = "cold" if device.is_cuda else mode
         facts["mode_note"] = "gradient phases are timed without CUDA graphs"
+    # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
+    with timing_slot(config), device_errors(device, nodeid, problem.id):
+        extra = reference_facts(ctx, ref_fn, default_ref=reference is None)
+        extra["memory"] = memory_facts(ctx, ref_fn)
     base_rule = rule or StopRule.for_timer(timer)
     check_inputs = ctx.inputs
     last: list[tuple[ConvInputs, object] | None] = [None]
@@ -114,10 +118,6 @@ def time_pair(
             last[0] = sets.last_output(seen)
         return sanity(comparison, problem, device)
 
-    # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
-    with timing_slot(config), device_errors(device, nodeid, problem.id):
-        extra = reference_facts(ctx, ref_fn, default_ref=reference is None)
-        extra["memory"] = memory_facts(ctx, ref_fn)
     first, confirm = first_and_confirm(run, base_rule, extra, stored_mode)
     return TimedPair(first, confirm, last[0])  # last[0]: the first measurement's (no confirm yet)
 
@@ -175,4 +175,4 @@ def sanity(comparison: Comparison, problem: Conv2dProblem, device: DeviceInfo) -
                 "current stream, and write its whole output?)"
             )
     roofline = roofline_facts(problem.min_bytes, device)  # copy-BW and spec-peak floors
-    return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})
+    return comparison.with_facts(roofline)
