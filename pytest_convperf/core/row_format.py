@@ -20,7 +20,7 @@ def current_format(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(version, int) or version > ROW_FORMAT:
         raise ValueError(
             f"row format {version!r} is newer than this pytest-convperf reads ({ROW_FORMAT}): "
-            "read it with the pytest-convperf that wrote it, or upgrade pytest-convperf"
+            "upgrade pytest-convperf"
         )
     if version == ROW_FORMAT:
         return data
