@@ -78,7 +78,9 @@ def test_bitwise_means_bitwise() -> None:
 
 
 def test_the_report_shows_deterministic_checks() -> None:
-    from pytest_convperf.reports.report import ReportRow, cells, terminal_lines
+    from pytest_convperf.reports.cells import cells
+    from pytest_convperf.reports.report import terminal_lines
+    from pytest_convperf.reports.report_row import ReportRow
 
     row = check_row({"key": "k", "module": "m", "verdict": "PASS", "facts": {"deterministic": True}})
     assert cells(ReportRow.from_row(row))["check"] == "m::k (deterministic)"

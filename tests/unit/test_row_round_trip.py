@@ -148,3 +148,15 @@ def test_a_verdict_prints_as_its_value() -> None:
     # Typed verdicts reach the same terminal and Markdown text the string verdicts did.
     assert f"{Verdict.FAIL}" == "FAIL" and str(Verdict.SUSPECT) == "SUSPECT"
     assert f"{Verdict.NEW:<8}|" == "NEW     |"
+
+
+def test_a_row_with_a_decision_always_has_its_verdict() -> None:
+    # A row made with a decision and no verdict says its decision's word, so the reports read only
+    # the row's verdict and message (no fallback into the decision).
+    row = replace(_full_row(), verdict=None, message="")
+    assert row.decision is not None
+    assert (row.verdict, row.message) == (Verdict.FAIL, "FAIL (confirmed): slower")
+    assert CheckRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
+    from pytest_convperf.reports.report_row import ReportRow
+
+    assert ReportRow.from_row(row).verdict == "FAIL"
