@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_convperf.core.env import env_from_facts
 from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
     import pytest
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.core.results import CheckRow, Comparison
+    from pytest_convperf.judge.verdict import Policy
     from pytest_convperf.measure.timers import Timer
     from pytest_convperf.reports.progress import LiveProgress
 
@@ -79,6 +82,9 @@ class CheckHost(Protocol):
     def store(self) -> Store: ...
 
     @property
+    def cfg(self) -> ConvperfConfig: ...
+
+    @property
     def nodeid(self) -> str: ...
 
     @property
@@ -107,17 +113,34 @@ def baseline_key(node: Any, name: str, phase: str) -> str:
 
 @dataclass(frozen=True)
 class BaselineSlot:
-    """Where one check's entry lives (the machine's store, the test file's stem, the key) and the
-    entry found there, looked up once (None: no entry yet, the check is NEW)."""
+    """Where one check's entry lives (the machine's store, the test file's stem, the key), the
+    entry found there, looked up once (None: no entry yet, the check is NEW), and what the check is
+    judged by, resolved once with it: the ``policy`` (``judge.policy.policy_for``: the command
+    line's tolerance, else the entry's, else the device's) and the ``env`` it is judged under."""
 
     store: Store
     module: str
     key: str
     entry: Entry | None
+    policy: Policy
+    env: dict[str, str]
 
     @classmethod
-    def look_up(cls, store: Store, module: str, key: str) -> BaselineSlot:
-        return cls(store, module, key, store.get(module, key))
+    def look_up(
+        cls,
+        store: Store,
+        module: str,
+        key: str,
+        *,
+        cfg: ConvperfConfig,
+        device: DeviceInfo,
+        read: bool = True,
+    ) -> BaselineSlot:
+        """The slot of ``key``; ``read=False``: its entry is not read (a timing-only ``measure``)."""
+        entry = store.get(module, key) if read else None
+        return cls(
+            store, module, key, entry, policy_for(cfg, device.kind, entry), env_from_facts(device.facts)
+        )
 
 
 @dataclass(frozen=True)
@@ -163,11 +186,7 @@ class CheckContext:
         seed = stable_seed(problem)
         key = baseline_key(host.request.node, problem.id, phase)
         store = host.store
-        slot = (
-            BaselineSlot.look_up(store, host.module, key)
-            if look_up
-            else BaselineSlot(store, host.module, key, None)
-        )
+        slot = BaselineSlot.look_up(store, host.module, key, cfg=host.cfg, device=device, read=look_up)
         return CheckContext(
             problem=problem,
             phase=phase,

@@ -39,6 +39,7 @@ from pytest_convperf.reports.progress import ProgressTimer
 
 if TYPE_CHECKING:
     from pytest_convperf.baselines.store import Store
+    from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
     from pytest_convperf.measure.timers import Timer
@@ -80,6 +81,10 @@ class ConvperfFixture:
     def store(self) -> Store:
         """This machine's baseline store, chosen once from the timer (fake numbers: ``-fake``)."""
         return self.session.store(fake=getattr(self.timer, "kind", None) == "fake")
+
+    @property
+    def cfg(self) -> ConvperfConfig:
+        return self.session.cfg
 
     @property
     def nodeid(self) -> str:
@@ -197,7 +202,7 @@ class ConvperfFixture:
         if not self.session.cfg.enabled:
             pytest.skip(TIMING_DISABLED)
         key = key if key is not None else self.key_for(name, phase)
-        slot = BaselineSlot.look_up(self.store, self.module, key)
+        slot = BaselineSlot.look_up(self.store, self.module, key, cfg=self.cfg, device=self.device)
         return judge_and_record(
             self.session,
             self.nodeid,
