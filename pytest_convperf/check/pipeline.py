@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf.check.calls import correctness_settings, perf_settings, profile_facts
+from pytest_convperf.check.calls import correctness_settings, perf_settings, phase_call, profile_facts
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.judgement import judge_and_record
@@ -131,9 +131,8 @@ def run_check(
             if deterministic:
                 progress.at("the determinism check")
                 with perf_settings(problem, device):
-                    found = nondeterminism(
-                        candidate, problem, phase, ctx.inputs, ctx.seed, device.torch_device
-                    )
+                    call = phase_call(candidate, ctx.inputs, problem, phase, ctx.seed, device.torch_device)
+                    found = nondeterminism(call, problem, phase, ctx.seed)
                 failed(facts, found)
             progress.at("the first measurement")
             timed = time_pair(ctx, stored_mode=ctx.stored_mode)  # auto: time as stored

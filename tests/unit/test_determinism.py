@@ -9,8 +9,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pytest_convperf.check.calls import phase_call
 from pytest_convperf.check.determinism import bitwise_difference, nondeterminism
 from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.integrity import Finding
 from pytest_convperf.correctness.oracle import stable_seed
 from tests.rows import check_row
 
@@ -48,10 +50,16 @@ def shuffled(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *args: An
     return _ShuffledWeightGrad.apply(x, w, b, *args)
 
 
+def _twice(candidate: Any, phase: str, seed: int) -> Finding | None:
+    """``nondeterminism`` on the phase call a check builds (``calls.phase_call``)."""
+    call = phase_call(candidate, P.make_inputs(seed, "cpu"), P, phase, seed, "cpu")
+    return nondeterminism(call, P, phase, seed)
+
+
 def test_a_deterministic_weight_grad_passes() -> None:
     seed = stable_seed(P)
-    assert nondeterminism(F.conv2d, P, "weight_grad", P.make_inputs(seed, "cpu"), seed, "cpu") is None
-    assert nondeterminism(F.conv2d, P, "forward", P.make_inputs(seed, "cpu"), seed, "cpu") is None
+    assert _twice(F.conv2d, "weight_grad", seed) is None
+    assert _twice(F.conv2d, "forward", seed) is None
 
 
 def test_a_varying_summation_order_fails_showing_where() -> None:
@@ -59,7 +67,7 @@ def test_a_varying_summation_order_fails_showing_where() -> None:
     torch.manual_seed(0)
     found = None
     for _ in range(10):  # two random orders can coincide; ten tries cannot all (4! orders)
-        found = nondeterminism(shuffled, P, "weight_grad", P.make_inputs(seed, "cpu"), seed, "cpu")
+        found = _twice(shuffled, "weight_grad", seed)
         if found is not None:
             break
     assert found is not None and found.tag == "NONDETERMINISTIC"
