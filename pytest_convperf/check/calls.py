@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from pytest_convperf.check.context import Candidate
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
-from pytest_convperf.correctness.oracle import describe, make_grad_out
+from pytest_convperf.correctness.oracle import describe
 from pytest_convperf.measure.profiling import candidate_kernels, profile_kernels, trace_factory
 
 if TYPE_CHECKING:
@@ -38,8 +38,7 @@ def phase_call(
     inputs: ConvInputs,
     problem: Conv2dProblem,
     phase: str,
-    seed: int,
-    device: str,
+    grad_out: torch.Tensor | None,
     keep: list[object] | None = None,
 ) -> Callable[[], object]:
     """A zero-argument call timing ``phase`` of ``fn`` on ``inputs``.
@@ -47,6 +46,8 @@ def phase_call(
     ``forward`` calls ``fn`` itself. The grad phases run the forward once here, with the inputs
     that the phase differentiates marked ``requires_grad``, and the returned call is
     ``torch.autograd.grad(out, wrt, grad_out, retain_graph=True)``: only backward kernels are timed.
+    ``grad_out``: the check's (``CheckContext.grad_out``, the one correctness checked gradients
+    with), None for ``forward``.
     ``keep`` (forward): each call stores its output in ``keep[0]``, so the last timed call's
     output can be checked after timing (``integrity``); one store, on both sides alike.
     """
@@ -78,11 +79,13 @@ def phase_call(
             f"{describe(fn)} returned an output without autograd history, so phase {phase!r} cannot be "
             "timed: register an autograd formula (torch.library.register_autograd) for the candidate"
         )
+    if grad_out is None:
+        raise ValueError(f"phase {phase!r} needs the check's grad_out (CheckContext.grad_out)")
     wrt = [t for t in (x, w, b) if t is not None and t.requires_grad]
-    grad_out = make_grad_out(problem, seed, device)  # the one correctness checked gradients with
+    gy = grad_out
 
     def backward() -> object:
-        return torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+        return torch.autograd.grad(out, wrt, gy, retain_graph=True)
 
     return backward
 
@@ -165,9 +168,12 @@ class InputSets:
         seed: int,
         device: str,
         first: ConvInputs,
+        grad_out: torch.Tensor | None = None,
     ) -> None:
         self.fns = (candidate, reference)
         self.problem, self.phase, self.seed, self.device = problem, phase, seed, device
+        # A gradient phase times set 0 only (graph mode, which rotates sets, is forward only).
+        self.grad_out = grad_out
         self.inputs: list[ConvInputs] = []
         self.reference_inputs: list[ConvInputs] = []
         self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
@@ -234,8 +240,8 @@ class InputSets:
             self.reference_inputs.append(copies)
             self.calls.append(
                 (
-                    phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device, kept[0]),
-                    phase_call(self.fns[1], copies, self.problem, self.phase, seed, self.device, kept[1]),
+                    phase_call(self.fns[0], inputs, self.problem, self.phase, self.grad_out, kept[0]),
+                    phase_call(self.fns[1], copies, self.problem, self.phase, self.grad_out, kept[1]),
                 )
             )
 
@@ -251,7 +257,7 @@ def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) 
     """What a row says about the reference: its name, env, copy bandwidth, backend and, on a GPU,
     its kernels (profiled once per process and problem). ``ref_fn``: the reference timed (the
     check's, or the path ``safe_reference`` chose); the backend is probed for the default one only."""
-    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
+    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
     default_ref = ctx.reference is None
     facts: dict[str, Any] = {
         "reference": describe(ref_fn),
@@ -264,7 +270,7 @@ def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) 
     with perf_settings(problem, device):
         facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
         if device.is_cuda:
-            call = phase_call(ref_fn, inputs, problem, phase, seed, device.torch_device)
+            call = phase_call(ref_fn, inputs, problem, phase, ctx.grad_out)
             call()  # cuDNN's benchmark search must not be what the profiler sees
             rows = profile_kernels(call, device, calls=1)
             facts["reference_kernels"] = [r.name for r in rows[:3]]
@@ -280,11 +286,11 @@ def memory_facts(ctx: CheckContext, ref_fn: Candidate) -> dict[str, Any]:
     """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
     from pytest_convperf.measure.memory import memory_tracker
 
-    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
+    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
     facts: dict[str, Any] = {}
     with perf_settings(problem, device):
         for side, fn in (("candidate", ctx.candidate), ("reference", ref_fn)):
-            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
+            call = phase_call(fn, inputs, problem, phase, ctx.grad_out)
             with memory_tracker(device) as mem:
                 out = call()
                 del out
@@ -298,23 +304,26 @@ def memory_facts(ctx: CheckContext, ref_fn: Candidate) -> dict[str, Any]:
 def profile_facts(ctx: CheckContext, *, kernels: bool, trace_dir: Path | None) -> dict[str, Any]:
     """After timing: the candidate's kernel table (``kernels``: the entry stores it, a FAIL names
     what moved) and, with ``trace_dir`` (--convperf-trace), the paths of a profiler trace of one
-    call of each side, each after one untraced call."""
-    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
+    call of each side, each after one untraced call. Every call is built first, then profiled."""
+    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
     facts: dict[str, Any] = {}
-    if kernels:
-        call = phase_call(ctx.candidate, inputs, problem, phase, seed, device.torch_device)
-        with perf_settings(problem, device):
-            facts["kernels"] = candidate_kernels(call, device)
-    if trace_dir is not None:
-        start = trace_factory(trace_dir, ctx.nodeid, device)
-        paths = []
-        with perf_settings(problem, device):
-            for name, fn in (("candidate", ctx.candidate), ("reference", ctx.reference or F.conv2d)):
-                call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
+    kernel_call = phase_call(ctx.candidate, inputs, problem, phase, ctx.grad_out) if kernels else None
+    with perf_settings(problem, device):
+        sides = (("candidate", ctx.candidate), ("reference", ctx.reference or F.conv2d))
+        traced = [
+            (name, phase_call(fn, inputs, problem, phase, ctx.grad_out))
+            for name, fn in (sides if trace_dir is not None else ())
+        ]
+        if kernel_call is not None:
+            facts["kernels"] = candidate_kernels(kernel_call, device)
+        if trace_dir is not None:
+            start = trace_factory(trace_dir, ctx.nodeid, device)
+            paths = []
+            for name, call in traced:
                 call()
                 # The traced call is a region named after its side, so a trace viewer says which is which.
                 with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
                     call()
                 paths.append(str(trace.path))
-        facts["traces"] = paths
+            facts["traces"] = paths
     return facts

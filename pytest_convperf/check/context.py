@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_convperf.core.env import env_from_facts
-from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
 from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
     import pytest
+    import torch
 
     from pytest_convperf.baselines.store import Store
     from pytest_convperf.core.config import ConvperfConfig
@@ -149,7 +150,9 @@ class CheckContext:
 
     ``reference`` is the check's reference as given (None: ``F.conv2d``, whose backend is probed);
     ``inputs`` the one input set of ``seed`` (correctness, timing's set 0, memory, traces);
-    ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry.
+    ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry;
+    ``grad_out`` the gradient of the output that every gradient-phase call differentiates with (the
+    one correctness checks gradients with, ``make_grad_out`` of ``seed``), None for ``forward``.
     """
 
     problem: Conv2dProblem
@@ -164,6 +167,7 @@ class CheckContext:
     config: pytest.Config
     nodeid: str
     slot: BaselineSlot
+    grad_out: torch.Tensor | None = None
 
     @classmethod
     def start(
@@ -201,6 +205,7 @@ class CheckContext:
             config=host.request.config,
             nodeid=host.nodeid,
             slot=slot,
+            grad_out=None if phase == "forward" else make_grad_out(problem, seed, device.torch_device),
         )
 
     @property

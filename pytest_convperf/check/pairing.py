@@ -92,7 +92,9 @@ def time_pair(
 
     def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
         with device_errors(device, nodeid, problem.id), perf_settings(problem, device) as settings:
-            sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs)
+            sets = InputSets(
+                candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs, ctx.grad_out
+            )
             cand = Workload(
                 "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
             )

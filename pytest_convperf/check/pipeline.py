@@ -131,7 +131,7 @@ def run_check(
             if deterministic:
                 progress.at("the determinism check")
                 with perf_settings(problem, device):
-                    call = phase_call(candidate, ctx.inputs, problem, phase, ctx.seed, device.torch_device)
+                    call = phase_call(candidate, ctx.inputs, problem, phase, ctx.grad_out)
                     found = nondeterminism(call, problem, phase, ctx.seed)
                 failed(facts, found)
             progress.at("the first measurement")

@@ -13,7 +13,7 @@ from pytest_convperf.check.calls import phase_call
 from pytest_convperf.check.determinism import bitwise_difference, nondeterminism
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.integrity import Finding
-from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
 from tests.rows import check_row
 
 P = Conv2dProblem(n=4, c_in=8, h=8, w=8, c_out=8, padding=(1, 1))
@@ -52,7 +52,8 @@ def shuffled(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *args: An
 
 def _twice(candidate: Any, phase: str, seed: int) -> Finding | None:
     """``nondeterminism`` on the phase call a check builds (``calls.phase_call``)."""
-    call = phase_call(candidate, P.make_inputs(seed, "cpu"), P, phase, seed, "cpu")
+    grad_out = None if phase == "forward" else make_grad_out(P, seed, "cpu")
+    call = phase_call(candidate, P.make_inputs(seed, "cpu"), P, phase, grad_out)
     return nondeterminism(call, P, phase, seed)
 
 
