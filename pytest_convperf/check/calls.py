@@ -1,11 +1,12 @@
 """The calls of one check: the phase calls, the input sets, the perf and correctness settings.
 
-What ``ConvperfFixture`` (``check.py``) times and how: :func:`phase_call` turns a candidate and one
-input set into the zero-argument call of a phase; :class:`InputSets` holds the input sets that
-candidate and reference share (set 0, the recorded seed, is built once per check and also used by
-correctness, memory and traces); :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and
-TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks;
-:func:`reference_facts` and :func:`memory_facts` are the facts measured once before timing.
+What a check (``check/pipeline.py``) times and how: :func:`phase_call` turns a candidate and one
+input set into the zero-argument call of a phase (a gradient phase with the check's ``grad_out``);
+:class:`InputSets` holds the input sets that candidate and reference share (set 0, the recorded
+seed, is built once per check and also used by correctness, memory and traces);
+:func:`perf_settings` / :func:`correctness_settings` pin cuDNN and TF32 for each;
+:func:`reference_backend` probes which backend ``F.conv2d`` picks; :func:`reference_facts` and
+:func:`memory_facts` are the facts measured once before timing.
 """
 
 from __future__ import annotations

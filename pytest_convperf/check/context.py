@@ -2,7 +2,8 @@
 
 :class:`CheckContext` is made by ``ConvperfFixture`` when a check starts (the phase validated,
 the device made usable, the seed derived, the key, the one input set, the baseline store chosen
-and the stored entry looked up, each once) and handed, frozen, to the timing
+and the stored entry looked up with the policy and env it is judged by, a gradient phase's
+``grad_out``, each once) and handed, frozen, to the timing
 (:func:`pytest_convperf.check.pairing.time_pair`), the facts measured before timing
 (:mod:`pytest_convperf.check.calls`), the judgement (:func:`pytest_convperf.check.judgement.judge`,
 through :class:`BaselineSlot`) and the A/B. :class:`CheckSession` is what the fixture needs from
@@ -182,8 +183,8 @@ class CheckContext:
         look_up: bool = True,
     ) -> CheckContext:
         """The context of one check, each part derived once, in this order: the phase validated,
-        the device made usable, the seed, the key, the store and (``look_up``) the stored entry, the
-        one input set and the timer."""
+        the device made usable, the seed, the key, the store and (``look_up``) the stored entry with
+        the policy and env, the one input set, the timer and a gradient phase's ``grad_out``."""
         check_phase(phase)
         device = host.device
         device.ensure_usable()
