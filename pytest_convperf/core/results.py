@@ -270,12 +270,11 @@ class CheckRow:
 
     ``key`` is the baseline key, ``module`` the test file's stem (the baseline file), ``problem``
     the workload's name (a ``Conv2dProblem`` id or a model-level label), ``phase`` the part timed.
-    ``comparison`` is None when correctness failed before timing. ``verdict`` is None only when no
-    decision was made (e.g. a defective reference): a row with a decision has its verdict. The
-    judgement's fields (``machine`` .. ``update``) are None without a judgement: ``decision``,
-    ``baseline`` (the stored entry it was judged against) and ``update`` (the update plan) are
-    typed. ``to_dict`` / ``from_dict`` are the JSON-able form used at the xdist boundary, in the
-    journal and in ``rows.json``.
+    ``comparison`` is None when correctness failed before timing. ``verdict`` is None only without
+    a decision (e.g. a defective reference). The judgement's fields (``machine`` .. ``update``) are
+    None without a judgement: ``decision``, ``baseline`` (the stored entry it was judged against)
+    and ``update`` (the update plan) are typed. ``to_dict`` / ``from_dict`` are the JSON-able form
+    used at the xdist boundary, in the journal and in ``rows.json``.
 
     Each thing is held once: ``env`` (the versions the check was judged under; the comparison's and
     the row's ``facts`` carry none) and ``verdict`` + ``message``, the row's word, which a judged
@@ -306,24 +305,17 @@ class CheckRow:
     # The night's decision at session end (``night.judge_night``: ``adjusted_p``, ``kept``, ...).
     night: dict[str, Any] | None = None
 
-    # Fields a row without a judgement leaves out of its dict (as rows always have).
-    _JUDGED = ("machine", "baselines_file", "device_kind", "env", "timing", "decision", "baseline", "update")
-
     def __post_init__(self) -> None:
         # A row and its decision never say two things: the row's verdict and message (a night's
-        # SUSPECT, a fresh-process confirm's word, made with ``dataclasses.replace``) are its decision's.
-        # A row with a decision always has a verdict: one given without takes its decision's word, so
-        # a reader of ``verdict`` and ``message`` (the reports) never looks in the decision.
+        # SUSPECT, a fresh confirm's word, made with ``dataclasses.replace``) are its decision's, and a
+        # row given a decision without a verdict takes its word (readers never look in the decision).
         d = self.decision
-        if d is None:
-            return
-        verdict, message = self.verdict, self.message
-        if verdict is None:
-            verdict, message = d.verdict, message or d.message
-        object.__setattr__(self, "verdict", verdict)
-        object.__setattr__(self, "message", message)
-        if (verdict, message) != (d.verdict, d.message):
-            object.__setattr__(self, "decision", replace(d, verdict=verdict, message=message))
+        if d is not None and self.verdict is None:
+            object.__setattr__(self, "verdict", d.verdict)
+            object.__setattr__(self, "message", self.message or d.message)
+        said = (self.verdict, self.message)
+        if d is not None and said[0] is not None and said != (d.verdict, d.message):
+            object.__setattr__(self, "decision", replace(d, verdict=said[0], message=said[1]))
 
     @property
     def stage(self) -> str | None:
