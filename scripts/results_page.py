@@ -209,7 +209,7 @@ def failed_tests(folders: Iterable[Path]) -> list[str]:
 def machine_line(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         facts = (row.get("comparison") or {}).get("facts") or {}
-        env = facts.get("env") or {}
+        env = row.get("env") or {}  # the row's own (rows.json format 2 stores it there only)
         if env:
             return (
                 f"Machine `{row.get('machine')}`; torch {env.get('torch')}, CUDA {env.get('cuda')}, "

@@ -92,7 +92,7 @@ class ABSession:
         device = ctx.device
         fixture.progress.at(f"REF {self.ref.label}'s candidate's first call (--convperf-against)")
         try:  # one call first: a REF kernel that does not build fails here, named, not mid-timing
-            phase_call(ref_fn, inputs, problem, phase, ctx.seed, device.torch_device)()
+            phase_call(ref_fn, inputs, problem, phase, ctx.grad_out)()
         except Exception as exc:
             self._fail(f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}")
         from pytest_convperf.check.pairing import time_pair  # imports torch: not at plugin load

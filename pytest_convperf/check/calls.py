@@ -1,41 +1,37 @@
 """The calls of one check: the phase calls, the input sets, the perf and correctness settings.
 
-What ``ConvperfFixture`` (``check.py``) times and how: :func:`phase_call` turns a candidate and one
-input set into the zero-argument call of a phase; :class:`InputSets` holds the input sets that
-candidate and reference share (set 0, the recorded seed, is built once per check and also used by
-correctness, memory and traces); :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and
-TF32 for each; :func:`reference_backend` probes which backend ``F.conv2d`` picks;
-:func:`reference_facts` and :func:`memory_facts` are the facts measured once before timing.
+What a check (``check/pipeline.py``) times and how: :func:`phase_call` turns a candidate and one
+input set into the zero-argument call of a phase (a gradient phase with the check's ``grad_out``);
+:class:`InputSets` holds the input sets that candidate and reference share (set 0, the recorded
+seed, is built once per check and also used by correctness, memory and traces);
+:func:`perf_settings` / :func:`correctness_settings` pin cuDNN and TF32 for each;
+:func:`reference_backend` probes which backend ``F.conv2d`` picks; :func:`reference_facts` and
+:func:`memory_facts` are the facts measured once before timing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 
 from pytest_convperf.check.context import Candidate
-from pytest_convperf.core.env import ENV_KEYS
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
-from pytest_convperf.correctness.oracle import describe, make_grad_out
+from pytest_convperf.correctness.oracle import describe
+from pytest_convperf.measure.profiling import candidate_kernels, profile_kernels, trace_factory
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
-    from pytest_convperf.measure.profiling import Trace
 
-PHASES = ("forward", "input_grad", "weight_grad", "backward")
 # Backend and kernel names of a reference on a problem, per process: profiling once is enough.
 _REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
-
-
-def check_phase(phase: str) -> None:
-    if phase not in PHASES:
-        raise ValueError(f"phase={phase!r} is not one of {', '.join(PHASES)}")
 
 
 def phase_call(
@@ -43,8 +39,7 @@ def phase_call(
     inputs: ConvInputs,
     problem: Conv2dProblem,
     phase: str,
-    seed: int,
-    device: str,
+    grad_out: torch.Tensor | None,
     keep: list[object] | None = None,
 ) -> Callable[[], object]:
     """A zero-argument call timing ``phase`` of ``fn`` on ``inputs``.
@@ -52,6 +47,8 @@ def phase_call(
     ``forward`` calls ``fn`` itself. The grad phases run the forward once here, with the inputs
     that the phase differentiates marked ``requires_grad``, and the returned call is
     ``torch.autograd.grad(out, wrt, grad_out, retain_graph=True)``: only backward kernels are timed.
+    ``grad_out``: the check's (``CheckContext.grad_out``, the one correctness checked gradients
+    with), None for ``forward``.
     ``keep`` (forward): each call stores its output in ``keep[0]``, so the last timed call's
     output can be checked after timing (``integrity``); one store, on both sides alike.
     """
@@ -83,11 +80,13 @@ def phase_call(
             f"{describe(fn)} returned an output without autograd history, so phase {phase!r} cannot be "
             "timed: register an autograd formula (torch.library.register_autograd) for the candidate"
         )
+    if grad_out is None:
+        raise ValueError(f"phase {phase!r} needs the check's grad_out (CheckContext.grad_out)")
     wrt = [t for t in (x, w, b) if t is not None and t.requires_grad]
-    grad_out = make_grad_out(problem, seed, device)  # the one correctness checked gradients with
+    gy = grad_out
 
     def backward() -> object:
-        return torch.autograd.grad(out, wrt, grad_out, retain_graph=True)
+        return torch.autograd.grad(out, wrt, gy, retain_graph=True)
 
     return backward
 
@@ -170,9 +169,12 @@ class InputSets:
         seed: int,
         device: str,
         first: ConvInputs,
+        grad_out: torch.Tensor | None = None,
     ) -> None:
         self.fns = (candidate, reference)
         self.problem, self.phase, self.seed, self.device = problem, phase, seed, device
+        # A gradient phase times set 0 only (graph mode, which rotates sets, is forward only).
+        self.grad_out = grad_out
         self.inputs: list[ConvInputs] = []
         self.reference_inputs: list[ConvInputs] = []
         self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
@@ -239,8 +241,8 @@ class InputSets:
             self.reference_inputs.append(copies)
             self.calls.append(
                 (
-                    phase_call(self.fns[0], inputs, self.problem, self.phase, seed, self.device, kept[0]),
-                    phase_call(self.fns[1], copies, self.problem, self.phase, seed, self.device, kept[1]),
+                    phase_call(self.fns[0], inputs, self.problem, self.phase, self.grad_out, kept[0]),
+                    phase_call(self.fns[1], copies, self.problem, self.phase, self.grad_out, kept[1]),
                 )
             )
 
@@ -256,11 +258,10 @@ def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) 
     """What a row says about the reference: its name, env, copy bandwidth, backend and, on a GPU,
     its kernels (profiled once per process and problem). ``ref_fn``: the reference timed (the
     check's, or the path ``safe_reference`` chose); the backend is probed for the default one only."""
-    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
+    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
     default_ref = ctx.reference is None
     facts: dict[str, Any] = {
         "reference": describe(ref_fn),
-        "env": {k: device.facts.get(k) for k in ENV_KEYS},
         "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
     }
     key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)
@@ -270,9 +271,7 @@ def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) 
     with perf_settings(problem, device):
         facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
         if device.is_cuda:
-            from pytest_convperf.measure.profiling import profile_kernels
-
-            call = phase_call(ref_fn, inputs, problem, phase, seed, device.torch_device)
+            call = phase_call(ref_fn, inputs, problem, phase, ctx.grad_out)
             call()  # cuDNN's benchmark search must not be what the profiler sees
             rows = profile_kernels(call, device, calls=1)
             facts["reference_kernels"] = [r.name for r in rows[:3]]
@@ -288,11 +287,11 @@ def memory_facts(ctx: CheckContext, ref_fn: Candidate) -> dict[str, Any]:
     """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
     from pytest_convperf.measure.memory import memory_tracker
 
-    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
+    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
     facts: dict[str, Any] = {}
     with perf_settings(problem, device):
         for side, fn in (("candidate", ctx.candidate), ("reference", ref_fn)):
-            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
+            call = phase_call(fn, inputs, problem, phase, ctx.grad_out)
             with memory_tracker(device) as mem:
                 out = call()
                 del out
@@ -303,19 +302,29 @@ def memory_facts(ctx: CheckContext, ref_fn: Candidate) -> dict[str, Any]:
     return facts
 
 
-def trace_facts(
-    ctx: CheckContext, start: Callable[[str], AbstractContextManager[Trace]], ref_fn: Candidate
-) -> list[str]:
-    """With --convperf-trace: paths of a profiler trace of one call of each side (``start``: the
-    test's ``profiling.trace_factory``), each after one untraced call."""
-    problem, phase, seed, inputs, device = ctx.problem, ctx.phase, ctx.seed, ctx.inputs, ctx.device
-    paths = []
+def profile_facts(ctx: CheckContext, *, kernels: bool, trace_dir: Path | None) -> dict[str, Any]:
+    """After timing: the candidate's kernel table (``kernels``: the entry stores it, a FAIL names
+    what moved) and, with ``trace_dir`` (--convperf-trace), the paths of a profiler trace of one
+    call of each side, each after one untraced call. Every call is built first, then profiled."""
+    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
+    facts: dict[str, Any] = {}
+    kernel_call = phase_call(ctx.candidate, inputs, problem, phase, ctx.grad_out) if kernels else None
     with perf_settings(problem, device):
-        for name, fn in (("candidate", ctx.candidate), ("reference", ref_fn)):
-            call = phase_call(fn, inputs, problem, phase, seed, device.torch_device)
-            call()
-            # The traced call is a region named after its side, so a trace viewer says which is which.
-            with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
+        sides = (("candidate", ctx.candidate), ("reference", ctx.reference or F.conv2d))
+        traced = [
+            (name, phase_call(fn, inputs, problem, phase, ctx.grad_out))
+            for name, fn in (sides if trace_dir is not None else ())
+        ]
+        if kernel_call is not None:
+            facts["kernels"] = candidate_kernels(kernel_call, device)
+        if trace_dir is not None:
+            start = trace_factory(trace_dir, ctx.nodeid, device)
+            paths = []
+            for name, call in traced:
                 call()
-            paths.append(str(trace.path))
-    return paths
+                # The traced call is a region named after its side, so a trace viewer says which is which.
+                with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
+                    call()
+                paths.append(str(trace.path))
+            facts["traces"] = paths
+    return facts

@@ -2,7 +2,8 @@
 
 :class:`CheckContext` is made by ``ConvperfFixture`` when a check starts (the phase validated,
 the device made usable, the seed derived, the key, the one input set, the baseline store chosen
-and the stored entry looked up, each once) and handed, frozen, to the timing
+and the stored entry looked up with the policy and env it is judged by, a gradient phase's
+``grad_out``, each once) and handed, frozen, to the timing
 (:func:`pytest_convperf.check.pairing.time_pair`), the facts measured before timing
 (:mod:`pytest_convperf.check.calls`), the judgement (:func:`pytest_convperf.check.judgement.judge`,
 through :class:`BaselineSlot`) and the A/B. :class:`CheckSession` is what the fixture needs from
@@ -16,22 +17,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_convperf.core.results import CheckRow, ErrorStats, Verdict
+from pytest_convperf.core.env import env_from_facts
+from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
+from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
     import pytest
+    import torch
 
     from pytest_convperf.baselines.store import Store
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-    from pytest_convperf.core.results import Comparison
+    from pytest_convperf.core.results import CheckRow, Comparison
+    from pytest_convperf.judge.verdict import Policy
     from pytest_convperf.measure.timers import Timer
     from pytest_convperf.reports.progress import LiveProgress
 
 # A conv candidate or reference: a callable with ``F.conv2d``'s signature.
 Candidate = Callable[..., Any]
+PHASES = ("forward", "input_grad", "weight_grad", "backward")
+
+
+def check_phase(phase: str) -> None:
+    if phase not in PHASES:
+        raise ValueError(f"phase={phase!r} is not one of {', '.join(PHASES)}")
 
 
 class ConfirmMeasure(Protocol):
@@ -60,6 +71,31 @@ class CheckSession(Protocol):
     def record(self, nodeid: str, row: CheckRow) -> None: ...
 
 
+class CheckHost(Protocol):
+    """What a context is built from: the ``convperf`` fixture of the running test."""
+
+    @property
+    def device(self) -> DeviceInfo: ...
+
+    @property
+    def timer(self) -> Timer: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def cfg(self) -> ConvperfConfig: ...
+
+    @property
+    def nodeid(self) -> str: ...
+
+    @property
+    def module(self) -> str: ...
+
+    @property
+    def request(self) -> pytest.FixtureRequest: ...
+
+
 def baseline_key(node: Any, name: str, phase: str) -> str:
     """Baseline key: the test name (plus ``@<name>`` when the test name lacks it), ``:<phase>``.
 
@@ -79,17 +115,34 @@ def baseline_key(node: Any, name: str, phase: str) -> str:
 
 @dataclass(frozen=True)
 class BaselineSlot:
-    """Where one check's entry lives (the machine's store, the test file's stem, the key) and the
-    entry found there, looked up once (None: no entry yet, the check is NEW)."""
+    """Where one check's entry lives (the machine's store, the test file's stem, the key), the
+    entry found there, looked up once (None: no entry yet, the check is NEW), and what the check is
+    judged by, resolved once with it: the ``policy`` (``judge.policy.policy_for``: the command
+    line's tolerance, else the entry's, else the device's) and the ``env`` it is judged under."""
 
     store: Store
     module: str
     key: str
     entry: Entry | None
+    policy: Policy
+    env: dict[str, str]
 
     @classmethod
-    def look_up(cls, store: Store, module: str, key: str) -> BaselineSlot:
-        return cls(store, module, key, store.get(module, key))
+    def look_up(
+        cls,
+        store: Store,
+        module: str,
+        key: str,
+        *,
+        cfg: ConvperfConfig,
+        device: DeviceInfo,
+        read: bool = True,
+    ) -> BaselineSlot:
+        """The slot of ``key``; ``read=False``: its entry is not read (a timing-only ``measure``)."""
+        entry = store.get(module, key) if read else None
+        return cls(
+            store, module, key, entry, policy_for(cfg, device.kind, entry), env_from_facts(device.facts)
+        )
 
 
 @dataclass(frozen=True)
@@ -98,7 +151,9 @@ class CheckContext:
 
     ``reference`` is the check's reference as given (None: ``F.conv2d``, whose backend is probed);
     ``inputs`` the one input set of ``seed`` (correctness, timing's set 0, memory, traces);
-    ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry.
+    ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry;
+    ``grad_out`` the gradient of the output that every gradient-phase call differentiates with (the
+    one correctness checks gradients with, ``make_grad_out`` of ``seed``), None for ``forward``.
     """
 
     problem: Conv2dProblem
@@ -113,6 +168,46 @@ class CheckContext:
     config: pytest.Config
     nodeid: str
     slot: BaselineSlot
+    grad_out: torch.Tensor | None = None
+
+    @classmethod
+    def start(
+        cls,
+        candidate: Candidate,
+        problem: Conv2dProblem,
+        *,
+        host: CheckHost,
+        reference: Candidate | None,
+        phase: str,
+        mode: str,
+        look_up: bool = True,
+    ) -> CheckContext:
+        """The context of one check, each part derived once, in this order: the phase validated,
+        the device made usable, the seed, the key, the store and (``look_up``) the stored entry with
+        the policy and env, the one input set, the timer and a gradient phase's ``grad_out``."""
+        check_phase(phase)
+        device = host.device
+        device.ensure_usable()
+        seed = stable_seed(problem)
+        key = baseline_key(host.request.node, problem.id, phase)
+        store = host.store
+        slot = BaselineSlot.look_up(store, host.module, key, cfg=host.cfg, device=device, read=look_up)
+        return CheckContext(
+            problem=problem,
+            phase=phase,
+            seed=seed,
+            candidate=candidate,
+            reference=reference,
+            # One input set of the recorded seed for the whole check: correctness, timing, memory, traces.
+            inputs=problem.make_inputs(seed, device.torch_device),
+            mode=mode,
+            device=device,
+            timer=host.timer,
+            config=host.request.config,
+            nodeid=host.nodeid,
+            slot=slot,
+            grad_out=None if phase == "forward" else make_grad_out(problem, seed, device.torch_device),
+        )
 
     @property
     def key(self) -> str:
@@ -121,23 +216,6 @@ class CheckContext:
     @property
     def entry(self) -> Entry | None:
         return self.slot.entry
-
-    def unjudged_row(
-        self, verdict: Verdict | None, message: str, errors: tuple[ErrorStats, ...], facts: dict[str, Any]
-    ) -> CheckRow:
-        """The row of this check stopped before its judgement (correctness, integrity, a timeout)."""
-        return CheckRow(
-            key=self.key,
-            nodeid=self.nodeid,
-            module=self.slot.module,
-            problem=self.problem.id,
-            phase=self.phase,
-            comparison=None,
-            errors=errors,
-            verdict=verdict,
-            message=message,
-            facts=facts,
-        )
 
     @property
     def stored_mode(self) -> str | None:

@@ -14,9 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from pytest_convperf.check.calls import phase_call
-from pytest_convperf.check.context import Candidate
-from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
+from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.integrity import Finding
 
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -66,11 +64,12 @@ def run_twice(call: Callable[[], object], names: Sequence[str] = ()) -> str | No
 
 
 def nondeterminism(
-    candidate: Candidate, problem: Conv2dProblem, phase: str, inputs: ConvInputs, seed: int, device: str
+    call: Callable[[], object], problem: Conv2dProblem, phase: str, seed: int
 ) -> Finding | None:
-    """What differs when a check declared deterministic runs its ``phase`` twice; None when nothing."""
+    """What differs when a check declared deterministic runs ``call`` (its ``phase`` on the inputs
+    of ``seed``: ``calls.phase_call``, built by the caller) twice; None when nothing."""
     names = ("output",) if phase == "forward" else ()
-    diff = run_twice(phase_call(candidate, inputs, problem, phase, seed, device), names)
+    diff = run_twice(call, names)
     if diff is None:
         return None
     return Finding.of(

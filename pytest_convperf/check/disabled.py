@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from pytest_convperf.check.calls import check_phase, correctness_settings
+from pytest_convperf.check.calls import correctness_settings
+from pytest_convperf.check.context import check_phase
 from pytest_convperf.check.faults import device_errors
 from pytest_convperf.correctness.oracle import check_conv, stable_seed
 

@@ -20,9 +20,9 @@ import pytest
 
 from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
 from pytest_convperf.core.entry import UpdatePlan
-from pytest_convperf.core.env import env_from_facts, timing_of
+from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
-from pytest_convperf.judge.policy import decision_of, policy_for
+from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import Decision
 
 if TYPE_CHECKING:
@@ -74,13 +74,12 @@ def judge(
     backend: str | None = None,
     quality: Mapping[str, float] | None = None,
 ) -> Judgement:
-    """Decide one check against the entry of its baseline ``slot`` (looked up once, by the fixture).
+    """Decide one check against the entry of its baseline ``slot`` (looked up once, by the fixture,
+    with the policy and env the check is judged by).
 
     ``confirm(n_rounds)`` re-times the same pair with ``n_rounds`` rounds.
     """
-    env = env_from_facts(device.facts)
-    store, old = slot.store, slot.entry
-    policy = policy_for(cfg, device.kind, old)
+    store, old, policy, env = slot.store, slot.entry, slot.policy, slot.env
     quality = dict(quality or {})
     decision = decision_of(
         comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality

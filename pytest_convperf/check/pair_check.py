@@ -5,8 +5,8 @@ stock network against the same network running our kernels) has no problem spec,
 :func:`check_pair` times the two callables in paired rounds and hands the comparison to
 ``convperf.judge``, the same last step as a check: the baseline decision, which fails a confirmed
 regression of the time ratio and passes NEW/PASS/IMPROVED/ADVISORY with a note, and one result row.
-Its run/confirm step is a check's (:func:`~pytest_convperf.check.pairing.first_and_confirm`), each
-measurement under the timing slot (:func:`~pytest_convperf.check.pairing.slotted_pair`).
+Its run/confirm step is a check's (:func:`~pytest_convperf.check.paired.first_and_confirm`), each
+measurement under the timing slot (:func:`~pytest_convperf.check.paired.slotted_pair`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from pytest_convperf.check.pairing import first_and_confirm, slotted_pair
+from pytest_convperf.check.paired import first_and_confirm, slotted_pair
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.measure.rounds import StopRule, Workload
 

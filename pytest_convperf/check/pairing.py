@@ -3,9 +3,10 @@
 :func:`time_pair` measures a candidate against its reference on the check's inputs (under the
 timing slot and the perf settings of :mod:`pytest_convperf.check.calls`), and returns the first
 :class:`~pytest_convperf.core.results.Comparison` with ``confirm(n_rounds)``, which re-times the same
-pair with that many rounds (the confirm run is asked for in rounds from end to end). Every
-comparison passes the roofline sanity check (:func:`sanity`): a time under half the floor is
-:class:`ImplausibleTime`, and the floors are added as facts with ``dataclasses.replace``.
+pair with that many rounds (the confirm run is asked for in rounds from end to end; the run/confirm
+step is every paired check's, :mod:`pytest_convperf.check.paired`). Every comparison passes the
+roofline sanity check (:func:`pytest_convperf.core.roofline.sanity`): a time under half the floor is
+:class:`ImplausibleTime`, and the floors are added as facts (``Comparison.with_facts``, never mutating).
 """
 
 from __future__ import annotations
@@ -19,25 +20,19 @@ import torch.nn.functional as F
 from pytest_convperf.check.calls import InputSets, memory_facts, perf_settings, reference_facts
 from pytest_convperf.check.context import Candidate
 from pytest_convperf.check.faults import device_errors
+from pytest_convperf.check.paired import first_and_confirm, slotted_pair
 from pytest_convperf.core.results import Comparison
-from pytest_convperf.core.roofline import roofline_facts
+from pytest_convperf.core.roofline import ImplausibleTime, sanity
 from pytest_convperf.correctness.known_defects import safe_reference
 from pytest_convperf.measure.parallel import timing_slot
-from pytest_convperf.measure.rounds import StopRule, Workload, measure_pair
+from pytest_convperf.measure.rounds import StopRule, Workload
 
 if TYPE_CHECKING:
-    import pytest
-
     from pytest_convperf.check.context import CheckContext
-    from pytest_convperf.core.device import DeviceInfo
-    from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-    from pytest_convperf.measure.timers import Timer
+    from pytest_convperf.core.problem import ConvInputs
 
-__all__ = ["ImplausibleTime", "TimedPair", "first_and_confirm", "sanity", "slotted_pair", "time_pair"]
-
-
-class ImplausibleTime(AssertionError):
-    """A measured time below half the roofline floor: the kernel cannot have done its work."""
+# ImplausibleTime is the public face's name for the roofline sanity check's failure (core.roofline).
+__all__ = ["ImplausibleTime", "TimedPair", "time_pair"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +77,19 @@ def time_pair(
     if phase != "forward" and mode == "auto":
         mode = "cold" if device.is_cuda else mode
         facts["mode_note"] = "gradient phases are timed without CUDA graphs"
+    # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
+    with timing_slot(config), device_errors(device, nodeid, problem.id):
+        extra = reference_facts(ctx, ref_fn, default_ref=reference is None)
+        extra["memory"] = memory_facts(ctx, ref_fn)
     base_rule = rule or StopRule.for_timer(timer)
     check_inputs = ctx.inputs
     last: list[tuple[ConvInputs, object] | None] = [None]
 
     def run(the_rule: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
         with device_errors(device, nodeid, problem.id), perf_settings(problem, device) as settings:
-            sets = InputSets(candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs)
+            sets = InputSets(
+                candidate, ref_fn, problem, phase, seed, device.torch_device, check_inputs, ctx.grad_out
+            )
             cand = Workload(
                 "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
             )
@@ -114,65 +115,5 @@ def time_pair(
             last[0] = sets.last_output(seen)
         return sanity(comparison, problem, device)
 
-    # Under the timing slot: the copy-bandwidth floor and peak memory are measurements too.
-    with timing_slot(config), device_errors(device, nodeid, problem.id):
-        extra = reference_facts(ctx, ref_fn, default_ref=reference is None)
-        extra["memory"] = memory_facts(ctx, ref_fn)
     first, confirm = first_and_confirm(run, base_rule, extra, stored_mode)
     return TimedPair(first, confirm, last[0])  # last[0]: the first measurement's (no confirm yet)
-
-
-def slotted_pair(
-    config: pytest.Config,
-    timer: Timer,
-    candidate: Workload,
-    reference: Workload,
-    *,
-    mode: str,
-    rule: StopRule,
-    facts: dict[str, Any],
-    stored_mode: str | None,
-) -> Comparison:
-    """One paired measurement (``measure_pair``) under the timing slot: under pytest-xdist it runs
-    alone on a device the workers share (:func:`~pytest_convperf.measure.parallel.timing_slot`)."""
-    with timing_slot(config):
-        return measure_pair(
-            timer, candidate, reference, mode=mode, rule=rule, facts=facts, stored_mode=stored_mode
-        )
-
-
-Run = Callable[[StopRule, dict[str, Any], "str | None"], Comparison]
-
-
-def first_and_confirm(
-    run: Run, rule: StopRule, extra: dict[str, Any], stored_mode: str | None
-) -> tuple[Comparison, Callable[[int], Comparison]]:
-    """The first measurement, ``run(rule, extra, stored_mode)``, and ``confirm(n_rounds)``, which
-    re-runs it with ``n_rounds`` more rounds (``StopRule.for_rounds``), the first's mode (``auto``
-    never mixes) and the ``confirm_of_rounds`` fact: the run/confirm step of every paired check."""
-    first = run(rule, extra, stored_mode)
-
-    def confirm(n_rounds: int) -> Comparison:
-        return run(
-            rule.for_rounds(n_rounds, first.n_rounds),
-            {**extra, "confirm_of_rounds": first.n_rounds},
-            first.candidate.mode,
-        )
-
-    return first, confirm
-
-
-def sanity(comparison: Comparison, problem: Conv2dProblem, device: DeviceInfo) -> Comparison:
-    """The comparison with its roofline floor as a fact; :class:`ImplausibleTime` under half of it."""
-    bandwidth = device.copy_bandwidth()
-    floor = problem.min_bytes / bandwidth
-    for side, m in (("candidate", comparison.candidate), ("reference", comparison.reference)):
-        if m.median < 0.5 * floor:
-            raise ImplausibleTime(
-                f"{side} median {m.median * 1e6:.3f} us on {problem.id} is under half the roofline floor "
-                f"{floor * 1e6:.3f} us ({problem.min_bytes} bytes at the measured copy bandwidth "
-                f"{bandwidth / 1e9:.1f} GB/s): the kernel did not do its work (did it launch, on the "
-                "current stream, and write its whole output?)"
-            )
-    roofline = roofline_facts(problem.min_bytes, device)  # copy-BW and spec-peak floors
-    return dataclasses.replace(comparison, facts={**comparison.facts, **roofline})

@@ -14,10 +14,11 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
+from pytest_convperf.core.row_format import ROW_FORMAT, current_format
 from pytest_convperf.core.stats import log_ratios
 
 Outcome = Literal["pass", "fail", "skip"]
@@ -106,6 +107,10 @@ class Comparison:
     @property
     def median_log_ratio(self) -> float:
         return math.log(self.time_ratio)
+
+    def with_facts(self, facts: Mapping[str, Any]) -> Comparison:
+        """This comparison with ``facts`` added (a new one: a comparison is never mutated)."""
+        return replace(self, facts={**self.facts, **facts})
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able form, with each raw sample once: ``log_ratios`` are the paired samples'
@@ -226,17 +231,24 @@ class Decision:
             "p_value": self.p_value,
         }
 
+    def details(self) -> dict[str, Any]:
+        """:meth:`to_dict` less the verdict and message: a row's decision (the row holds those once)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("verdict", "message")}
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], verdict: Verdict | None = None) -> Decision:
-        """The decision of :meth:`to_dict`. A hand-written partial dict (a test's row) takes the
-        defaults, and ``verdict`` (the row's) where it has none."""
+    def from_dict(
+        cls, data: Mapping[str, Any], verdict: Verdict | None = None, message: str = ""
+    ) -> Decision:
+        """The decision of :meth:`to_dict`. A row's decision (:meth:`CheckRow.to_dict`) and a
+        hand-written partial dict (a test's row) take the defaults, and ``verdict`` and ``message``
+        (the row's) where they have none."""
         delta_ci = data.get("delta_ci")
         confirm = data.get("confirm")
         outcome = data.get("outcome", "pass")
         return cls(
             verdict=Verdict(data["verdict"]) if data.get("verdict") is not None else verdict or Verdict.PASS,
             outcome=outcome if outcome in ("pass", "fail", "skip") else "pass",
-            message=str(data.get("message", "")),
+            message=str(data.get("message", message)),
             stage=data.get("stage"),
             tolerance=float(data.get("tolerance", 0.0)),
             noise=data.get("noise"),
@@ -258,11 +270,16 @@ class CheckRow:
 
     ``key`` is the baseline key, ``module`` the test file's stem (the baseline file), ``problem``
     the workload's name (a ``Conv2dProblem`` id or a model-level label), ``phase`` the part timed.
-    ``comparison`` is None when correctness failed before timing. ``verdict`` is None when no
-    decision was made (e.g. a defective reference). The judgement's fields (``machine`` ..
-    ``update``) are None without a judgement: ``decision``, ``baseline`` (the stored entry it was
-    judged against) and ``update`` (the update plan) are typed. ``to_dict`` / ``from_dict`` are
-    the JSON-able form used at the xdist boundary, in the journal and in ``rows.json``.
+    ``comparison`` is None when correctness failed before timing. ``verdict`` is None only without
+    a decision (e.g. a defective reference). The judgement's fields (``machine`` .. ``update``) are
+    None without a judgement: ``decision``, ``baseline`` (the stored entry it was judged against)
+    and ``update`` (the update plan) are typed. ``to_dict`` / ``from_dict`` are the JSON-able form
+    used at the xdist boundary, in the journal and in ``rows.json``.
+
+    Each thing is held once: ``env`` (the versions the check was judged under; the comparison's and
+    the row's ``facts`` carry none) and ``verdict`` + ``message``, the row's word, which a judged
+    row's ``decision`` shares (made so when the row is made); the dict form writes them once, at
+    the row's level, and :meth:`from_dict` gives them back to the decision.
     """
 
     key: str
@@ -288,8 +305,17 @@ class CheckRow:
     # The night's decision at session end (``night.judge_night``: ``adjusted_p``, ``kept``, ...).
     night: dict[str, Any] | None = None
 
-    # Fields a row without a judgement leaves out of its dict (as rows always have).
-    _JUDGED = ("machine", "baselines_file", "device_kind", "env", "timing", "decision", "baseline", "update")
+    def __post_init__(self) -> None:
+        # A row and its decision never say two things: the row's verdict and message (a night's
+        # SUSPECT, a fresh confirm's word, made with ``dataclasses.replace``) are its decision's, and a
+        # row given a decision without a verdict takes its word (readers never look in the decision).
+        d = self.decision
+        if d is not None and self.verdict is None:
+            object.__setattr__(self, "verdict", d.verdict)
+            object.__setattr__(self, "message", self.message or d.message)
+        said = (self.verdict, self.message)
+        if d is not None and said[0] is not None and said != (d.verdict, d.message):
+            object.__setattr__(self, "decision", replace(d, verdict=said[0], message=said[1]))
 
     @property
     def stage(self) -> str | None:
@@ -303,6 +329,7 @@ class CheckRow:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
+            "format": ROW_FORMAT,
             "key": self.key,
             "nodeid": self.nodeid,
             "module": self.module,
@@ -323,7 +350,7 @@ class CheckRow:
                 device_kind=self.device_kind,
                 env=self.env,
                 timing=self.timing,
-                decision=self.decision.to_dict() if self.decision is not None else None,
+                decision=self.decision.details() if self.decision is not None else None,
                 baseline=self.baseline.to_yaml() if self.baseline is not None else None,
                 update=self.update.to_dict() if self.update is not None else None,
             )
@@ -333,9 +360,14 @@ class CheckRow:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckRow:
+        """The row of :meth:`to_dict`; a row of an older format (rows.json, a journal) is converted
+        (format 1 stored ``env`` again in ``facts`` and the comparison's facts: dropped), a newer one
+        is a ``ValueError`` naming the fix."""
+        data = current_format(data)
         key = str(data["key"])
         comparison = data.get("comparison")
         verdict = Verdict(data["verdict"]) if data.get("verdict") is not None else None
+        message = str(data.get("message", ""))
         decision, baseline, update = data.get("decision"), data.get("baseline"), data.get("update")
         return cls(
             key=key,
@@ -346,7 +378,7 @@ class CheckRow:
             comparison=Comparison.from_dict(comparison) if comparison is not None else None,
             errors=tuple(_error_stats(e) for e in data.get("errors") or ()),
             verdict=verdict,
-            message=str(data.get("message", "")),
+            message=message,
             facts=dict(data.get("facts") or {}),
             extra_metrics=data.get("extra_metrics"),
             machine=data.get("machine"),
@@ -354,7 +386,7 @@ class CheckRow:
             device_kind=data.get("device_kind"),
             env=data.get("env"),
             timing=data.get("timing"),
-            decision=Decision.from_dict(decision, verdict) if decision is not None else None,
+            decision=Decision.from_dict(decision, verdict, message) if decision is not None else None,
             baseline=parse_entry(key, baseline) if baseline is not None else None,
             update=UpdatePlan.from_dict(update, key) if update is not None else None,
             night=data.get("night"),

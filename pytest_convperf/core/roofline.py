@@ -1,6 +1,6 @@
 """Roofline floors of a problem: its minimum bytes at the measured copy bandwidth and at a known
-GPU's datasheet peak (:data:`SPEC_PEAKS`). ``check`` adds :func:`roofline_facts` to every
-comparison; the reports show the candidate's share of each floor."""
+GPU's datasheet peak (:data:`SPEC_PEAKS`). Every measured comparison passes :func:`sanity`, which
+adds :func:`roofline_facts` to it; the reports show the candidate's share of each floor."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.problem import Conv2dProblem
+    from pytest_convperf.core.results import Comparison
+
+
+class ImplausibleTime(AssertionError):
+    """A measured time below half the roofline floor: the kernel cannot have done its work."""
 
 
 @dataclass(frozen=True)
@@ -67,3 +73,19 @@ def roofline_facts(min_bytes: int, device: DeviceInfo) -> dict[str, Any]:
         "roofline_spec_floor_us": min_bytes / peak.bytes_per_s * 1e6 if peak is not None else None,
         "roofline_spec": spec,
     }
+
+
+def sanity(comparison: Comparison, problem: Conv2dProblem, device: DeviceInfo) -> Comparison:
+    """The comparison with its roofline floor as a fact; :class:`ImplausibleTime` under half of it."""
+    bandwidth = device.copy_bandwidth()
+    floor = problem.min_bytes / bandwidth
+    for side, m in (("candidate", comparison.candidate), ("reference", comparison.reference)):
+        if m.median < 0.5 * floor:
+            raise ImplausibleTime(
+                f"{side} median {m.median * 1e6:.3f} us on {problem.id} is under half the roofline floor "
+                f"{floor * 1e6:.3f} us ({problem.min_bytes} bytes at the measured copy bandwidth "
+                f"{bandwidth / 1e9:.1f} GB/s): the kernel did not do its work (did it launch, on the "
+                "current stream, and write its whole output?)"
+            )
+    roofline = roofline_facts(problem.min_bytes, device)  # copy-BW and spec-peak floors
+    return comparison.with_facts(roofline)

@@ -30,7 +30,8 @@ import pytest
 from pytest_convperf.core import stats
 from pytest_convperf.core.config import is_controller
 from pytest_convperf.core.results import CheckRow
-from pytest_convperf.reports.report import CONFIRM, FIRST, ReportRow, fmt_time, speedup_text
+from pytest_convperf.reports.cells import fmt_time, speedup_text
+from pytest_convperf.reports.report_row import CONFIRM, FIRST, ReportRow
 
 if TYPE_CHECKING:
     from pytest_convperf.measure.protocol import Timer

@@ -1,7 +1,8 @@
 """The report files of ``--convperf-report`` (the built-in ``pytest_convperf_write_report``).
 
 report.md, results.json (pytest-benchmark's schema), rows.json, history.jsonl (appended, what
-``calibrate`` folds) and speedup.png, built from the data of :mod:`pytest_convperf.reports.report`.
+``calibrate`` folds) and speedup.png, built from the rows as displayed
+(:mod:`pytest_convperf.reports.report_row`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ from typing import Any
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.jsonl import end_cut_line
 from pytest_convperf.core.results import CheckRow, ErrorStats, entry_digest
-from pytest_convperf.reports.report import (
-    SCHEMA,
-    ReportRow,
-    as_number,
-    final_comparison,
-    markdown,
-    row_quality,
-)
+from pytest_convperf.reports.report import markdown
+from pytest_convperf.reports.report_row import ReportRow, as_number, final_comparison, row_quality
+
+# The schema name results.json carries beside pytest-benchmark's own fields.
+SCHEMA = "convperf-results/1"
 
 
 def _stats(samples: Sequence[float]) -> dict[str, Any]:

@@ -192,8 +192,8 @@ def store_records(
 ) -> list[dict[str, Any]]:
     """``history.jsonl``'s records with what the store adds: the ratio's CI, the entry's noise, the
     candidate's kernel table, node id, phase, problem and the device's name."""
-    from pytest_convperf.reports.report import final_comparison
     from pytest_convperf.reports.report_files import history_records
+    from pytest_convperf.reports.report_row import final_comparison
 
     out = []
     for row, rec in zip(rows, history_records(rows, when=when, commit=commit, code=code)):

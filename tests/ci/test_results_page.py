@@ -19,13 +19,13 @@ def _row(
         "phase": "forward",
         "machine": "gpu-x",
         "verdict": "NEW",
+        "env": {"torch": "2.11.0", "cuda": "13.0", "cudnn": "91900", "driver": "580"},
         "comparison": {
             "candidate": {"median": ours_s},
             "reference": {"median": ref_s},
             "time_ratio": ours_s / ref_s,
             "time_ratio_ci": list(ci),
             "facts": {
-                "env": {"torch": "2.11.0", "cuda": "13.0", "cudnn": "91900", "driver": "580"},
                 "reference_backend": "CudaDepthwise2d",
                 "roofline_spec_floor_us": floor_us,
                 "roofline_floor_us": floor_us * 1.1,

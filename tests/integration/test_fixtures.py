@@ -244,6 +244,11 @@ def test_fast(convperf):
     assert [e["name"] for e in row["errors"]] == ["output"] or row["errors"]
     assert all(math.isfinite(e["max_abs"]) for e in row["errors"])
     assert row["verdict"] in (None, "NEW")  # no baseline stored: no decision, or NEW once baselines decide
+    # The row holds its env, verdict and message once (rows.json format 2): not again in its facts,
+    # its comparison's facts or its decision.
+    text = json.dumps({k: v for k, v in row.items() if k not in ("baseline", "update")})  # entries
+    assert row["format"] == 2 and row["env"]["torch"]
+    assert [text.count(k) for k in ('"env"', '"verdict"', '"message"')] == [1, 1, 1]
     traces = cmp["facts"]["traces"]
     assert len(traces) == 2 and all(Path(t).exists() for t in traces)
     assert all(Path(t).parent == pytester.path / "report" / "traces" for t in traces)

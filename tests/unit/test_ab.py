@@ -208,7 +208,7 @@ def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(
     problem = Conv2dProblem(n=1, c_in=2, h=4, w=4, c_out=2, kernel=3, padding=1)
     ctx: Any = SimpleNamespace(  # the parts of a CheckContext the A/B's first call uses
         candidate=F.conv2d, problem=problem, phase="forward", inputs=problem.make_inputs(1, "cpu"),
-        seed=1, device=SimpleNamespace(torch_device="cpu"),
+        seed=1, device=SimpleNamespace(torch_device="cpu"), grad_out=None,
     )  # fmt: skip
     stopped = pytest.raises(CheckTimeout, match=r"during REF HEAD~1 \(aaaaaaaaaa\)'s candidate")
     with stopped, deadline(0.3, "the check", fixture.progress):

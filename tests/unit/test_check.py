@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.check import calls
+from pytest_convperf.check import calls, context
 from pytest_convperf.check import fixture as check
 from pytest_convperf.check.faults import device_errors
 from pytest_convperf.core.device import DeviceInfo
@@ -36,7 +36,8 @@ def _reference_grads(problem: Conv2dProblem, seed: int) -> tuple[torch.Tensor, .
 )
 def test_phase_call_times_exactly_the_requested_gradients(phase: str, which: list[int]) -> None:
     seed = 7
-    call = calls.phase_call(F.conv2d, PROBLEM.make_inputs(seed), PROBLEM, phase, seed, "cpu")
+    grad_out = make_grad_out(PROBLEM, seed, "cpu")
+    call = calls.phase_call(F.conv2d, PROBLEM.make_inputs(seed), PROBLEM, phase, grad_out)
     expected = _reference_grads(PROBLEM, seed)
     got = call()
     assert isinstance(got, tuple) and len(got) == len(which)
@@ -47,7 +48,7 @@ def test_phase_call_times_exactly_the_requested_gradients(phase: str, which: lis
 
 def test_forward_phase_call_is_the_candidate_itself() -> None:
     inputs = PROBLEM.make_inputs(1)
-    out = calls.phase_call(F.conv2d, inputs, PROBLEM, "forward", 1, "cpu")()
+    out = calls.phase_call(F.conv2d, inputs, PROBLEM, "forward", None)()
     stride, padding, dilation, groups = PROBLEM.conv_args()
     expected = F.conv2d(inputs.input, inputs.weight, inputs.bias, stride, padding, dilation, groups)
     torch.testing.assert_close(out, expected)
@@ -58,7 +59,9 @@ def test_gradient_phase_of_a_candidate_without_autograd_is_a_clear_error() -> No
         return F.conv2d(*args).detach()
 
     with pytest.raises(TypeError, match="register an autograd formula"):
-        calls.phase_call(detached, PROBLEM.make_inputs(0), PROBLEM, "weight_grad", 0, "cpu")
+        calls.phase_call(
+            detached, PROBLEM.make_inputs(0), PROBLEM, "weight_grad", make_grad_out(PROBLEM, 0, "cpu")
+        )
 
 
 def test_reference_backend_is_recorded_and_tolerates_a_missing_private_api(
@@ -88,7 +91,7 @@ def test_seed_is_stable_and_problem_specific() -> None:
 
 def test_phase_is_validated() -> None:
     with pytest.raises(ValueError, match="phase='grad' is not one of forward, input_grad"):
-        calls.check_phase("grad")
+        context.check_phase("grad")
 
 
 def _fixture(kind: str) -> tuple[check.ConvperfFixture, DeviceInfo]:

@@ -9,9 +9,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pytest_convperf.check.calls import phase_call
 from pytest_convperf.check.determinism import bitwise_difference, nondeterminism
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.correctness.integrity import Finding
+from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
 from tests.rows import check_row
 
 P = Conv2dProblem(n=4, c_in=8, h=8, w=8, c_out=8, padding=(1, 1))
@@ -48,10 +50,17 @@ def shuffled(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *args: An
     return _ShuffledWeightGrad.apply(x, w, b, *args)
 
 
+def _twice(candidate: Any, phase: str, seed: int) -> Finding | None:
+    """``nondeterminism`` on the phase call a check builds (``calls.phase_call``)."""
+    grad_out = None if phase == "forward" else make_grad_out(P, seed, "cpu")
+    call = phase_call(candidate, P.make_inputs(seed, "cpu"), P, phase, grad_out)
+    return nondeterminism(call, P, phase, seed)
+
+
 def test_a_deterministic_weight_grad_passes() -> None:
     seed = stable_seed(P)
-    assert nondeterminism(F.conv2d, P, "weight_grad", P.make_inputs(seed, "cpu"), seed, "cpu") is None
-    assert nondeterminism(F.conv2d, P, "forward", P.make_inputs(seed, "cpu"), seed, "cpu") is None
+    assert _twice(F.conv2d, "weight_grad", seed) is None
+    assert _twice(F.conv2d, "forward", seed) is None
 
 
 def test_a_varying_summation_order_fails_showing_where() -> None:
@@ -59,7 +68,7 @@ def test_a_varying_summation_order_fails_showing_where() -> None:
     torch.manual_seed(0)
     found = None
     for _ in range(10):  # two random orders can coincide; ten tries cannot all (4! orders)
-        found = nondeterminism(shuffled, P, "weight_grad", P.make_inputs(seed, "cpu"), seed, "cpu")
+        found = _twice(shuffled, "weight_grad", seed)
         if found is not None:
             break
     assert found is not None and found.tag == "NONDETERMINISTIC"
@@ -78,7 +87,9 @@ def test_bitwise_means_bitwise() -> None:
 
 
 def test_the_report_shows_deterministic_checks() -> None:
-    from pytest_convperf.reports.report import ReportRow, cells, terminal_lines
+    from pytest_convperf.reports.cells import cells
+    from pytest_convperf.reports.report import terminal_lines
+    from pytest_convperf.reports.report_row import ReportRow
 
     row = check_row({"key": "k", "module": "m", "verdict": "PASS", "facts": {"deterministic": True}})
     assert cells(ReportRow.from_row(row))["check"] == "m::k (deterministic)"

@@ -14,7 +14,7 @@ from pytest_convperf.check.calls import InputSets
 from pytest_convperf.core.device import resolve_device
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.integrity import after_timing
-from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, padding=(1, 1))
 CPU = resolve_device("cpu")
@@ -147,5 +147,6 @@ def test_every_round_gets_fresh_values_on_both_sides_and_restore_puts_them_back(
     assert last is not None and torch.equal(last.input, seen[-1])
     assert torch.equal(inputs.input, original) and torch.equal(sets.reference_inputs[0].input, original)
     # A gradient phase differentiates a forward run once: its inputs cannot change under it.
-    grads = InputSets(F.conv2d, F.conv2d, P, "input_grad", seed, "cpu", P.make_inputs(seed, "cpu"))
+    gy = make_grad_out(P, seed, "cpu")
+    grads = InputSets(F.conv2d, F.conv2d, P, "input_grad", seed, "cpu", P.make_inputs(seed, "cpu"), gy)
     assert grads.refresh(0) is None

@@ -21,12 +21,12 @@ from tests.unit.test_verdict import ENV, comparison
 DEVICE: Any = SimpleNamespace(kind="cpu", facts={**ENV, "cudnn": 92400})
 
 
-def _store(tmp_path: Path, ratio: float | None) -> BaselineSlot:
+def _store(tmp_path: Path, ratio: float | None, cfg: ConvperfConfig) -> BaselineSlot:
     store = Store(tmp_path / "bl", "box")
     if ratio is not None:
         entry = Entry(time_ratio=ratio, noise=0.01, us_candidate=ratio * 30, us_reference=30.0)
         store.write("test_mod", {"test_k": entry})
-    return BaselineSlot.look_up(store, "test_mod", "test_k")
+    return BaselineSlot.look_up(store, "test_mod", "test_k", cfg=cfg, device=DEVICE)
 
 
 def _never(n_rounds: int) -> Comparison:
@@ -35,7 +35,7 @@ def _never(n_rounds: int) -> Comparison:
 
 def test_a_new_check_is_new_and_plans_a_write_when_selected(tmp_path: Path) -> None:
     cfg = ConvperfConfig(enabled=True, update=frozenset({"new"}), baselines_dir=tmp_path / "bl")
-    j = judge(cfg, _store(tmp_path, None), DEVICE, comparison(0.5), confirm=_never)
+    j = judge(cfg, _store(tmp_path, None, cfg), DEVICE, comparison(0.5), confirm=_never)
     assert j.decision.verdict is Verdict.NEW
     assert j.update is not None and j.update.action == "write"
     assert j.row_fields["machine"] == "box" and j.row_fields["baseline"] is None
@@ -52,7 +52,7 @@ def test_a_regression_is_confirmed_in_rounds_and_fails(tmp_path: Path) -> None:
 
     cfg = ConvperfConfig(enabled=True, baselines_dir=tmp_path / "bl")
     first = comparison(0.8, n=41)
-    j = judge(cfg, _store(tmp_path, 0.5), DEVICE, first, confirm=confirm)
+    j = judge(cfg, _store(tmp_path, 0.5, cfg), DEVICE, first, confirm=confirm)
     assert j.decision.verdict is Verdict.FAIL and j.update is None
     assert asked == [3 * first.n_rounds]  # the confirm run is asked for in rounds
     # Under session-wide control (the default) the speed FAIL is decided at session end: the test is
@@ -62,7 +62,7 @@ def test_a_regression_is_confirmed_in_rounds_and_fails(tmp_path: Path) -> None:
         warnings.simplefilter("error")
         j.enforce()
     alone = dataclasses.replace(cfg, false_alarms="none")  # each check alone: the test fails at once
-    j = judge(alone, _store(tmp_path, 0.5), DEVICE, first, confirm=confirm)
+    j = judge(alone, _store(tmp_path, 0.5, alone), DEVICE, first, confirm=confirm)
     assert not j.deferred
     with pytest.raises(pytest.fail.Exception):
         j.enforce()
@@ -71,7 +71,7 @@ def test_a_regression_is_confirmed_in_rounds_and_fails(tmp_path: Path) -> None:
 def test_inconclusive_timing_is_never_recorded(tmp_path: Path) -> None:
     cfg = ConvperfConfig(enabled=True, update=frozenset({"all"}), baselines_dir=tmp_path / "bl")
     shaky = comparison(0.5, inconclusive="too many rounds dropped")
-    j = judge(cfg, _store(tmp_path, 0.5), DEVICE, shaky, confirm=_never)
+    j = judge(cfg, _store(tmp_path, 0.5, cfg), DEVICE, shaky, confirm=_never)
     assert j.decision.verdict is Verdict.INCONCLUSIVE
     assert j.update is not None and j.update.action == "skip"
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+
+import pytest
 
 from pytest_convperf.core.entry import Entry, UpdatePlan
 from pytest_convperf.core.results import CheckRow, Decision, ErrorStats, Verdict
+from pytest_convperf.core.row_format import ROW_FORMAT
 from tests.unit.test_verdict import comparison
 
 STORED = Entry(
@@ -85,12 +89,16 @@ def test_the_dict_form_is_the_one_rows_json_always_had() -> None:
     row = _full_row()
     out = row.to_dict()
     assert list(out) == [
-        "key", "nodeid", "module", "problem", "phase", "comparison", "errors", "verdict", "message",
+        "format", "key", "nodeid", "module", "problem", "phase", "comparison", "errors", "verdict", "message",
         "facts", "extra_metrics", "machine", "baselines_file", "device_kind", "env", "timing",
         "decision", "baseline", "update", "night",
     ]  # fmt: skip
     assert out["verdict"] == "FAIL" and type(out["verdict"]) is str
-    assert out["decision"] == row.decision.to_dict() if row.decision else False
+    assert out["format"] == ROW_FORMAT == 2
+    # The decision's own verdict and message are the row's: written once, at the row's level.
+    assert row.decision is not None and out["decision"] == {
+        k: v for k, v in row.decision.to_dict().items() if k not in ("verdict", "message")
+    }
     assert out["baseline"] == STORED.to_yaml()
     assert out["update"] == {
         "action": "write",
@@ -99,6 +107,36 @@ def test_the_dict_form_is_the_one_rows_json_always_had() -> None:
         "entry": STORED.to_yaml(),
         "written": True,
     }
+
+
+def test_a_row_holds_env_verdict_and_message_once() -> None:
+    row = _full_row()
+    # The stored entry and the proposed one (baseline, update) are entries: they keep their own env.
+    text = json.dumps({k: v for k, v in row.to_dict().items() if k not in ("baseline", "update")})
+    for key in ('"env"', '"verdict"', '"message"'):
+        assert text.count(key) == 1, key
+    # A night's or a fresh confirm's word changes the row and its decision together.
+    suspect = replace(row, verdict=Verdict.SUSPECT, message="SUSPECT: not significant across the session")
+    assert suspect.decision is not None and suspect.decision.verdict is Verdict.SUSPECT
+    assert suspect.decision.message == suspect.message
+    assert CheckRow.from_dict(json.loads(json.dumps(suspect.to_dict()))) == suspect
+
+
+def test_a_format_1_row_is_converted_and_a_newer_one_refused() -> None:
+    # Format 1 (no "format" key) stored env in the row, its facts and its comparison's facts, and
+    # the verdict and message in the row and its decision: read, it is the same row held once.
+    row = _full_row()
+    old = row.to_dict()
+    del old["format"]
+    old["facts"] = {**old["facts"], "env": {"torch": "2.5.1"}}
+    old["comparison"]["facts"] = {**old["comparison"]["facts"], "env": {"torch": "2.5.1"}}
+    assert row.decision is not None
+    old["decision"] = row.decision.to_dict()
+    back = CheckRow.from_dict(old)
+    assert back == row  # the facts' copies of env gone
+    newer = {**row.to_dict(), "format": ROW_FORMAT + 1}
+    with pytest.raises(ValueError, match=r"row format 3 is newer than this pytest-convperf reads \(2\)"):
+        CheckRow.from_dict(newer)
 
 
 def test_a_plan_not_yet_applied_has_no_written_key() -> None:
@@ -110,3 +148,15 @@ def test_a_verdict_prints_as_its_value() -> None:
     # Typed verdicts reach the same terminal and Markdown text the string verdicts did.
     assert f"{Verdict.FAIL}" == "FAIL" and str(Verdict.SUSPECT) == "SUSPECT"
     assert f"{Verdict.NEW:<8}|" == "NEW     |"
+
+
+def test_a_row_with_a_decision_always_has_its_verdict() -> None:
+    # A row made with a decision and no verdict says its decision's word, so the reports read only
+    # the row's verdict and message (no fallback into the decision).
+    row = replace(_full_row(), verdict=None, message="")
+    assert row.decision is not None
+    assert (row.verdict, row.message) == (Verdict.FAIL, "FAIL (confirmed): slower")
+    assert CheckRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
+    from pytest_convperf.reports.report_row import ReportRow
+
+    assert ReportRow.from_row(row).verdict == "FAIL"

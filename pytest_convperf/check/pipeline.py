@@ -1,0 +1,200 @@
+"""One check as a straight pipeline: correctness, timing, integrity, profiles, judgement, row.
+
+``ConvperfFixture.check`` builds the check's :class:`~pytest_convperf.check.context.CheckContext`
+once and hands it to :func:`run_check`, which calls each layer once, in this order, and passes
+typed results down: the correctness run (:mod:`pytest_convperf.correctness`), the determinism check
+(``deterministic=True``), the paired timing (:func:`~pytest_convperf.check.pairing.time_pair`), the
+integrity check after timing, the kernel table and traces (:mod:`pytest_convperf.measure.profiling`),
+the plugins' ``pytest_convperf_check_timed``, then the judgement and the one recorded row
+(:func:`~pytest_convperf.check.judgement.judge_and_record`). No step calls back into the fixture.
+
+The whole check runs under its time limit (:func:`~pytest_convperf.check.faults.deadline`), its
+in-flight record (a crash is named) and :func:`~pytest_convperf.check.faults.device_errors` (errors
+in timed calls and a lost CUDA context become clear failures), each entered once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import torch.nn.functional as F
+
+from pytest_convperf.check.calls import correctness_settings, perf_settings, phase_call, profile_facts
+from pytest_convperf.check.determinism import nondeterminism
+from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
+from pytest_convperf.check.judgement import judge_and_record
+from pytest_convperf.check.pairing import time_pair
+from pytest_convperf.core import inflight
+from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.correctness.integrity import Finding, after_timing
+from pytest_convperf.correctness.oracle import check_conv, describe
+from pytest_convperf.measure.rounds import StopRule
+from pytest_convperf.reports import journal
+
+if TYPE_CHECKING:
+    from pytest_convperf.check.context import Candidate, CheckContext, CheckSession
+
+# Comparison facts a check's row carries in its own ``facts`` (the env: the row's own ``env``).
+ROW_FACTS = ("reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
+
+
+def run_check(
+    ctx: CheckContext,
+    session: CheckSession,
+    progress: CheckProgress,
+    *,
+    convperf: object,
+    oracle: Candidate | None,
+    extra_metrics: dict[str, float] | None,
+    deterministic: bool,
+) -> Comparison:
+    """Correctness, timing, integrity, profiles and the judgement of ``ctx``'s check; records its row.
+
+    ``progress`` is the check's own (the fixture's timer reports its rounds there); ``convperf``
+    the fixture, for ``pytest_convperf_check_timed``. Returns the first measurement.
+    """
+    candidate, problem, phase, device, nodeid = ctx.candidate, ctx.problem, ctx.phase, ctx.device, ctx.nodeid
+    config, cfg = ctx.config, session.cfg
+    limit = (
+        cfg.check_timeout
+        if cfg.check_timeout is not None
+        else StopRule.for_timer(ctx.timer).check_timeout_s()
+    )
+    recorded = len(session.pending.get(nodeid, []))
+
+    def timeout_row(message: str) -> CheckRow:
+        stopped = {
+            "limit_s": progress.limit(limit),
+            "stage": progress.stage,
+            "rounds": progress.describe(),
+            "slowest_call_s": progress.slowest_call_s,
+        }
+        return unjudged_row(ctx, Verdict.TIMEOUT, message, (), {"timeout": stopped})
+
+    def on_overrun(message: str) -> None:  # the watchdog thread, before it ends the process
+        if cfg.report_dir is not None:
+            journal.append(cfg.report_dir, timeout_row(message).to_dict())
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        if capman is not None:  # the watchdog's last line goes to the real stderr, not a capture
+            capman.suspend_global_capture(in_=False)
+
+    def failed(facts: dict[str, Any], found: Finding | None) -> None:
+        """A check that failed with nothing to judge: its row without timings, then the test fails."""
+        if found is None:
+            return
+        facts = {**facts, "integrity": found.tag} if found.tag else facts
+        session.record(nodeid, unjudged_row(ctx, found.verdict, found.message, found.errors, facts))
+        pytest.fail(found.message, pytrace=False)
+
+    try:
+        with (
+            device_errors(device, nodeid, problem.id),
+            deadline(limit, f"the convperf check of {problem.id} ({phase})", progress, on_overrun),
+            inflight.running(
+                step="the timed check",
+                problem=problem.id,
+                seed=ctx.seed,
+                phase=phase,
+                candidate=describe(candidate),
+                reference=describe(ctx.reference or F.conv2d),
+                repro=f"pytest '{nodeid}' --convperf",
+            ),
+        ):
+            progress.at("correctness")
+            with correctness_settings():
+                report = check_conv(
+                    candidate,
+                    problem,
+                    reference=ctx.reference,
+                    seed=ctx.seed,
+                    device=device.torch_device,
+                    backward=phase != "forward",
+                    oracle=oracle,
+                    inputs=ctx.inputs,
+                )
+            facts: dict[str, Any] = {
+                "seed": report.seed,
+                "candidate": report.candidate,
+                "reference": report.reference,
+                "machine": device.slug,
+                "device": device.torch_device,
+                "reference_errors": [e.to_dict() for e in report.reference_errors],
+                "timer": getattr(ctx.timer, "kind", None),
+            }
+            if deterministic:
+                facts["deterministic"] = True
+            if not report.ok or not report.reference_ok:
+                # A correctness failure is recorded without a judgement: there is no timing to judge.
+                verdict = Verdict.CORRECTNESS_FAIL if not report.ok else None
+                failed(facts, Finding("", report.message(), tuple(report.candidate_errors), verdict))
+            if deterministic:
+                progress.at("the determinism check")
+                with perf_settings(problem, device):
+                    call = phase_call(candidate, ctx.inputs, problem, phase, ctx.grad_out)
+                    found = nondeterminism(call, problem, phase, ctx.seed)
+                failed(facts, found)
+            progress.at("the first measurement")
+            timed = time_pair(ctx, stored_mode=ctx.stored_mode)  # auto: time as stored
+            comparison = timed.first
+            if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
+                progress.at("the integrity check after timing")
+                with correctness_settings():
+                    found = after_timing(
+                        candidate, problem, ctx.inputs, timed.last_output, ctx.seed, device, oracle
+                    )
+                failed(facts, found)
+            # Which kernels ran (updating, or the stored entry has a table) and --convperf-trace.
+            kernels = cfg.updating or (ctx.entry is not None and bool(ctx.entry.kernels))
+            if kernels or cfg.trace:
+                if kernels:
+                    progress.at("the kernel table")
+                comparison = comparison.with_facts(
+                    profile_facts(ctx, kernels=kernels, trace_dir=session.trace_dir() if cfg.trace else None)
+                )
+            facts.update({k: v for k, v in comparison.facts.items() if k in ROW_FACTS})
+            # Plugins that time more around the check (the A/B of --convperf-against): facts for the row.
+            for extra in config.hook.pytest_convperf_check_timed(
+                convperf=convperf, context=ctx, comparison=comparison
+            ):
+                facts.update(extra or {})
+            progress.at("the judgement (its confirm measurement)")
+            return judge_and_record(
+                session,
+                nodeid,
+                ctx.slot,
+                device,
+                comparison,
+                name=problem.id,
+                phase=phase,
+                errors=report.candidate_errors,
+                confirm=timed.confirm,
+                facts=facts,
+                extra_metrics=extra_metrics,
+            )
+    except CheckTimeout as exc:
+        if len(session.pending.get(nodeid, [])) == recorded:  # not judged yet: its row
+            session.record(nodeid, timeout_row(str(exc)))
+        pytest.fail(str(exc), pytrace=False)
+
+
+def unjudged_row(
+    ctx: CheckContext,
+    verdict: Verdict | None,
+    message: str,
+    errors: tuple[ErrorStats, ...],
+    facts: dict[str, Any],
+) -> CheckRow:
+    """The row of a check stopped before its judgement (correctness, integrity, a timeout)."""
+    return CheckRow(
+        key=ctx.key,
+        nodeid=ctx.nodeid,
+        module=ctx.slot.module,
+        problem=ctx.problem.id,
+        phase=ctx.phase,
+        comparison=None,
+        errors=errors,
+        verdict=verdict,
+        message=message,
+        facts=facts,
+    )
