@@ -110,6 +110,9 @@ class Launch:
     occupancy: int  # resident blocks per SM
     launches: int
     taps: int  # outputs x (k^2 + 8): the work the issue term scales with
+    # the kind's fitted issue figure times this: a kernel with no measured row yet borrows a measured
+    # kind's figure, scaled by the ratio of their static SASS instructions per output
+    issue_scale: float = 1.0
 
 
 _KEY = re.compile(
@@ -177,6 +180,54 @@ def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     return Launch("wgrad_tile", x_and_dy, sh.c * splits, rounds, occ, 1, taps)
 
 
+# ---- v3 NHWC: fwd_nhwc_vec (channel vectors walking down a column), predicted before any GPU run ----
+NHWC_VEC_LONG_MIN_THREADS = 96 * 1024  # kNhwcVecLongMinThreads
+NHWC_VEC_STRIPS = (8, 2)  # kNhwcVecStripLong, kNhwcVecStripShort
+
+# Static sm_90 SASS instructions one thread executes per output it computes (`python -m kernels.sass
+# depthwise --filter nhwc`; the prologue, weight staging included, once per thread, the unrolled body
+# once per sample): fwd_nhwc_vec by (k, dtype bytes, strip); fwd_rows_nhwc (the measured kernel whose
+# fitted figure the vector kernel borrows) by k. See docs/tuning-log.md step 7.
+NHWC_VEC_INSTR_PER_OUTPUT: dict[tuple[int, int, int], float] = {}
+NHWC_ROWS_INSTR_PER_OUTPUT: dict[int, float] = {}
+# fwd_nhwc_vec's registers (sm_90): 80 for k3 (3 blocks of 256 per SM), 128 for k5/k7 (2)
+NHWC_VEC_OCCUPANCY = {3: 3, 5: 2, 7: 2}
+
+
+@dataclass(frozen=True)
+class NhwcVecPlan:
+    """``depthwise.cu``'s launch of the v3 NHWC kernel (mirrored): channel vectors per block ``ct``,
+    output rows per thread ``strip``, the grid's blocks and the input rows a thread loads (one round of
+    k 16-byte loads each)."""
+
+    vw: int
+    ct: int
+    strip: int
+    blocks: int
+    rounds: int
+
+
+def nhwc_vec_plan(sh: Shape) -> NhwcVecPlan:
+    """Mirror of ``run_nhwc_vec`` / ``nhwc_vec_ct`` / ``nhwc_vec_strip`` (same padding, square maps)."""
+    vw = 16 // sh.dtype_bytes
+    cv = sh.c // vw
+    ct = 1
+    while ct < 8 and ct < cv:
+        ct *= 2
+    long_threads = sh.n * cv * sh.ho * -(-sh.ho // NHWC_VEC_STRIPS[0])
+    strip = NHWC_VEC_STRIPS[0] if long_threads >= NHWC_VEC_LONG_MIN_THREADS else NHWC_VEC_STRIPS[1]
+    positions = -(-sh.ho // strip) * sh.ho
+    blocks = -(-positions // (THREADS // ct)) * -(-cv // ct) * sh.n
+    return NhwcVecPlan(vw, ct, strip, blocks, (strip - 1) * sh.s + sh.k)
+
+
+def _nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
+    plan = nhwc_vec_plan(sh)
+    scale = NHWC_VEC_INSTR_PER_OUTPUT[sh.k, sh.dtype_bytes, plan.strip] / NHWC_ROWS_INSTR_PER_OUTPUT[sh.k]
+    occ = NHWC_VEC_OCCUPANCY[sh.k]
+    return Launch("nhwc", sh.bytes, plan.blocks, plan.rounds, occ, 1, taps, issue_scale=scale)
+
+
 def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:
     """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``);
     ``variant`` picks the NCHW tiled kernel (v2, the measured one, or v3) or the weight grad (w1,
@@ -194,6 +245,8 @@ def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch
         launches = 1 if variant == "w2" else 2
         return Launch("wgrad_" + layout, x_and_dy, blocks, -(-per_split // lanes), occ, launches, taps)
     if layout == "nhwc":
+        if variant == "v3" and sh.k in NHWC_VEC_OCCUPANCY and sh.c % (16 // sh.dtype_bytes) == 0:
+            return _nhwc_vec_launch(sh, taps)
         per_sample = sh.ho * -(-sh.ho // 4) * sh.c  # 4 outputs along W per thread
         blocks = -(-per_sample // THREADS) * sh.n
         return Launch("nhwc", sh.bytes, blocks, sh.k, 3, 1, taps)  # kh loop, __launch_bounds__(256, 3)
@@ -210,7 +263,7 @@ def predict_launch(launch: Launch, mode: str, p: Params = H100_FIT) -> float:
     dram = launch.bytes / COPY_BPS
     waves = math.ceil(launch.blocks / (SMS * launch.occupancy))
     latency = waves * (launch.rounds + 1) * p.round_s
-    issue = launch.taps * p.issue(launch.kind) / (32 * SMS * 4 * CLOCK_HZ)
+    issue = launch.taps * p.issue(launch.kind) * launch.issue_scale / (32 * SMS * 4 * CLOCK_HZ)
     return fixed + max(dram, latency + issue)
 
 

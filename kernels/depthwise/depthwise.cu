@@ -860,11 +860,223 @@ cudaError_t run_nhwc(const T* x, const T* w, const T* bias, T* y, const TileArgs
   return cudaGetLastError();
 }
 
+// ---- forward, NHWC (channels_last), v3: channel vectors, a column walked down --------------------
+// Variant::V3 on channels_last (forward and stride-1 input grad), k in {3, 5, 7}, where C is a multiple
+// of the vector width and x, y are 16-byte aligned (else the row kernel above, the measured default):
+// * a thread owns VW = 16 / sizeof(T) adjacent channels (fp32 4, fp16/bf16 8) as one 16-byte vector
+//   (one LDG.128 per input pixel; the row kernel issues one scalar load per channel);
+// * it walks `strip` output rows down one output column: every input row of the strip is loaded once
+//   (K vectors, issued together) and fed to each of the up-to-ceil(K/S) output rows that use it, held
+//   as a ring of accumulators; a strip of R rows loads ((R - 1) * S + K) * K vectors for R outputs
+//   (k3, R 8: 3.75 per output, against 9 without reuse);
+// * the block's K*K x (ct * VW) weights sit transposed in shared memory ([tap][channel]): a tap's
+//   weights are one 16-byte shared load (two for 16-bit T), shared by the 4 column groups of a warp;
+// * a block is ct channel vectors x (256 / ct) output positions, position = (strip, column) by FastDiv
+//   once per thread, no div/mod in any loop; grid (positions, channel groups, batch).
+constexpr int kNhwcVecStripLong = 8;   // output rows per thread on maps with enough positions
+constexpr int kNhwcVecStripShort = 2;  // on small maps, where long strips would under-fill the GPU
+// Threads at the long strip below which the short one runs: about one wave of resident threads on an
+// H100 (132 SMs x 768); a guess until a GPU measures both (docs/tuning-log.md step 7).
+constexpr int64_t kNhwcVecLongMinThreads = 96 * 1024;
+
+struct NhwcVecArgs {
+  int c, h, w, ho, wo, ph, pw;
+  int cv;         // C / VW channel vectors
+  int strip;      // output rows per thread
+  int positions;  // ceil(ho / strip) * wo per sample
+  FastDiv by_wo;
+  // Always 0, added to the weights' shared-memory offset in the row loop: ptxas cannot prove the loads
+  // loop-invariant, so it reads a tap's weights where they are used instead of hoisting all K*K*VW of
+  // them into registers (it did, and spilled 50-3700 LDL/STL per instance).
+  int zero;
+  bool flip;
+};
+
+// Resident blocks per SM: 3 (<= 80 registers) for k3, 2 (<= 128) for k5/k7.
+template <int K>
+constexpr int nhwc_vec_min_blocks() {
+  return K <= 3 ? 3 : 2;
+}
+
+// 16 / sizeof(T) floats packed into one 16-byte vector of T (round to nearest even).
+template <typename T>
+__device__ __forceinline__ uint4 pack16(const float (&v)[16 / sizeof(T)]) {
+  unsigned w[4];
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) memcpy(&w[i], &v[i], sizeof(float));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const T lo = from_f<T>(v[2 * i]), hi = from_f<T>(v[2 * i + 1]);
+      unsigned short blo, bhi;
+      memcpy(&blo, &lo, sizeof(blo));
+      memcpy(&bhi, &hi, sizeof(bhi));
+      w[i] = static_cast<unsigned>(blo) | (static_cast<unsigned>(bhi) << 16);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Iteration t of a thread's row loop reads input rows t*S .. t*S+S-1 of its strip; ring slot j holds
+// output row t - j (D = ceil(K/S) rows in flight), which takes filter row kh = j*S + u from input row
+// t*S + u. After the iteration, slot D-1 is complete: stored, and the ring shifts by one.
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<K>())
+    fwd_nhwc_vec(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                 T* __restrict__ y, NhwcVecArgs a, int64_t n_batch) {
+  constexpr int VW = 16 / sizeof(T);
+  constexpr int KK = K * K;
+  constexpr int D = (K + S - 1) / S;
+  extern __shared__ float nhwc_w[];  // [KK][ct * VW]
+  const int ct = static_cast<int>(blockDim.x);
+  const int cols = ct * VW;  // channels of the block
+  const int c0 = static_cast<int>(blockIdx.y) * cols;
+  const int tid = static_cast<int>(threadIdx.y) * ct + static_cast<int>(threadIdx.x);
+  for (int e = tid; e < KK * cols; e += kThreads) {
+    const int cl = e / KK;  // compile-time divisor: a multiply and a shift
+    const int tap = e - cl * KK;
+    const int c = c0 + cl;
+    nhwc_w[tap * cols + cl] =
+        c < a.c ? to_f(wt[static_cast<int64_t>(c) * KK + (a.flip ? KK - 1 - tap : tap)]) : 0.f;
+  }
+  __syncthreads();
+  const int cvec = static_cast<int>(blockIdx.y) * ct + static_cast<int>(threadIdx.x);
+  const int q = static_cast<int>(blockIdx.x * blockDim.y + threadIdx.y);
+  if (cvec >= a.cv || q >= a.positions) return;
+  const int si = fdiv(q, a.by_wo);
+  const int ow = q - si * a.wo;
+  const int oh0 = si * a.strip;
+  const int rows = min(a.strip, a.ho - oh0);  // output rows of this strip
+  const int in_rows = (rows - 1) * S + K;     // input rows they read
+  const int ih0 = oh0 * S - a.ph, iw0 = ow * S - a.pw;
+  const int row_elems = a.w * a.c;
+  const int out_row = a.wo * a.c;
+  float b[VW];
+#pragma unroll
+  for (int e = 0; e < VW; ++e) b[e] = bias != nullptr ? to_f(bias[cvec * VW + e]) : 0.f;
+  for (int64_t n = blockIdx.z; n < n_batch; n += gridDim.z) {
+    // 32-bit offsets inside one sample (< 2^31 elements, the binding checks)
+    const T* xs = x + n * a.h * row_elems + cvec * VW;
+    T* ys = y + (n * a.ho + oh0) * out_row + ow * a.c + cvec * VW;
+    float acc[D][VW];
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+#pragma unroll
+      for (int e = 0; e < VW; ++e) acc[j][e] = b[e];
+    }
+#pragma unroll 1
+    for (int t = 0; t < rows + D - 1; ++t) {
+      const float* wv = nhwc_w + threadIdx.x * VW + t * a.zero;
+#pragma unroll
+      for (int u = 0; u < S; ++u) {
+        const int ir = t * S + u;
+        const int ih = ih0 + ir;
+        const bool row_ok = ir < in_rows && ih >= 0 && ih < a.h;
+        const T* row = xs + (row_ok ? ih * row_elems : 0);
+        uint4 raw[K];  // the row's K vectors, all loads issued before any is consumed
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) {
+          const int iw = iw0 + kw;
+          const bool ok = row_ok && iw >= 0 && iw < a.w;
+          raw[kw] = ok ? load16(row + iw * a.c) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) {
+          float v[VW];
+          unpack16<T>(raw[kw], v);
+#pragma unroll
+          for (int j = 0; j < D; ++j) {
+            const int kh = j * S + u;  // compile-time
+            // slot j is output row t - j: skip rows before the strip (filling) and past it (draining)
+            if (kh >= K || t - j < 0 || t - j >= rows) continue;
+            const float* wp = wv + (kh * K + kw) * cols;
+#pragma unroll
+            for (int e4 = 0; e4 < VW; e4 += 4) {
+              const float4 w4 = *reinterpret_cast<const float4*>(wp + e4);
+              acc[j][e4 + 0] = fmaf(w4.x, v[e4 + 0], acc[j][e4 + 0]);
+              acc[j][e4 + 1] = fmaf(w4.y, v[e4 + 1], acc[j][e4 + 1]);
+              acc[j][e4 + 2] = fmaf(w4.z, v[e4 + 2], acc[j][e4 + 2]);
+              acc[j][e4 + 3] = fmaf(w4.w, v[e4 + 3], acc[j][e4 + 3]);
+            }
+          }
+        }
+      }
+      const int done = t - (D - 1);  // the output row slot D-1 holds, now complete
+      if (done >= 0) *reinterpret_cast<uint4*>(ys + done * out_row) = pack16<T>(acc[D - 1]);
+#pragma unroll
+      for (int j = D - 1; j > 0; --j) {
+#pragma unroll
+        for (int e = 0; e < VW; ++e) acc[j][e] = acc[j - 1][e];
+      }
+#pragma unroll
+      for (int e = 0; e < VW; ++e) acc[0][e] = b[e];
+    }
+  }
+}
+
+// Whether the v3 NHWC kernel takes a call: k 3/5/7, C a multiple of the vector width, 16-byte aligned
+// x and y, the channel groups within grid.y.
+template <typename T>
+bool nhwc_vec_supported(int k, const T* x, const T* y, const TileArgs& a) {
+  constexpr int VW = 16 / sizeof(T);
+  return (k == 3 || k == 5 || k == 7) && a.c % VW == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(y) % 16 == 0 && a.c / VW / 8 < 65535;
+}
+
+// Channel vectors per block: 8 (8 lanes read one 128-byte line per pixel), fewer when C is narrower.
+inline int nhwc_vec_ct(int cv) {
+  int ct = 1;
+  while (ct < 8 && ct < cv) ct *= 2;
+  return ct;
+}
+
+// The strip height of a call (mirrored by kernels/depthwise/calibration.py nhwc_vec_plan).
+inline int nhwc_vec_strip(const TileArgs& a, int64_t n_batch, int vw) {
+  const int64_t long_threads =
+      n_batch * (a.c / vw) * a.wo * ((a.ho + kNhwcVecStripLong - 1) / kNhwcVecStripLong);
+  return long_threads >= kNhwcVecLongMinThreads ? kNhwcVecStripLong : kNhwcVecStripShort;
+}
+
+// `strip` 0: nhwc_vec_strip picks; any other value forces it (the emulator tests run the long strip on
+// maps far too small for it to be picked).
+template <typename T, int K, int S>
+cudaError_t run_nhwc_vec(const T* x, const T* w, const T* bias, T* y, const TileArgs& a, cudaStream_t stream,
+                         int strip = 0) {
+  constexpr int VW = 16 / sizeof(T);
+  const int64_t n_batch = a.planes / a.c;
+  NhwcVecArgs v{};
+  set_tile_sizes(v, a);
+  v.c = a.c;
+  v.cv = a.c / VW;
+  v.flip = a.flip;
+  v.zero = 0;
+  v.strip = strip > 0 ? strip : nhwc_vec_strip(a, n_batch, VW);
+  const int ct = nhwc_vec_ct(v.cv);
+  const int64_t positions = static_cast<int64_t>((v.ho + v.strip - 1) / v.strip) * v.wo;
+  const int64_t bx = (positions + kThreads / ct - 1) / (kThreads / ct);
+  if (positions > 0x7fffffffLL || bx > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  v.positions = static_cast<int>(positions);
+  v.by_wo = make_fastdiv(static_cast<uint32_t>(v.wo));
+  const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>((v.cv + ct - 1) / ct),
+                  static_cast<unsigned>(n_batch < 65535 ? n_batch : 65535));
+  const dim3 block(static_cast<unsigned>(ct), static_cast<unsigned>(kThreads / ct));
+  const int bytes = K * K * ct * VW * static_cast<int>(sizeof(float));
+  fwd_nhwc_vec<T, K, S><<<grid, block, bytes, stream>>>(x, w, bias, y, v, n_batch);
+  return cudaGetLastError();
+}
+
+// channels_last tiled geometries: the v3 vector kernel where it applies (Variant::V3), else the row
+// kernel (v1, v2: the measured one).
 template <typename T>
 cudaError_t dispatch_nhwc(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
-                          cudaStream_t st) {
+                          Variant variant, cudaStream_t st) {
   return dispatch_ks(k, s, [&](auto K, auto S) {
-    return run_nhwc<T, decltype(K)::value, decltype(S)::value>(x, w, bias, y, a, st);
+    constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
+    if constexpr (kk >= 3) {
+      if (variant == Variant::V3 && nhwc_vec_supported(kk, x, y, a)) return run_nhwc_vec<T, kk, ss>(x, w, bias, y, a, st);
+    }
+    return run_nhwc<T, kk, ss>(x, w, bias, y, a, st);
   });
 }
 
@@ -1494,7 +1706,7 @@ cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, c
     a.c = static_cast<int>(g.c);
     set_tile_sizes(a, g);
     a.flip = false;
-    return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, st)
+    return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, variant, st)
               : dispatch_tile<T>(g.kh, g.sh, xp, wp, bp, yp, a, variant, st);
   }
   const dim3 grid = grid_for(g.n, g.c * g.ho * g.wo);
@@ -1524,7 +1736,7 @@ cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g,
     a.ph = g.kh - 1 - g.ph;
     a.pw = g.kw - 1 - g.pw;
     a.flip = true;
-    return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st)
+    return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, variant, st)
               : dispatch_tile<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, variant, st);
   }
   // Stride 2 (square k in {1,3,5,7}, dilation 1): the parity-phase kernel; v1 keeps dgrad_direct,
