@@ -435,5 +435,41 @@ def goal_lines(rows: Sequence[Row], variant: str, p: Params = H100_FIT) -> list[
     return out
 
 
+def nhwc_table(rows: Sequence[Row], p: Params = H100_FIT) -> str:
+    """Markdown: per measured NHWC forward / input-grad row, v2 (the row kernel) measured and
+    predicted, v3 (``fwd_nhwc_vec``) predicted in the same timing mode, and v3 against the measured
+    cuDNN time of the same entry. Predictions, written before a GPU measures v3."""
+    lines = [
+        "| row | mode | v2 measured us | v2 predicted us | v3 predicted us | v3 / v2 predicted "
+        "| cuDNN us (measured) | v3 vs cuDNN predicted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.layout != "nhwc" or r.phase == "weight_grad":
+            continue
+        t3 = predict_launch(launch_of(r.shape, r.layout, r.phase, "v3"), r.mode, p)
+        t2 = predict(r, p)
+        ref = f"{r.ref_us:.2f} | {r.ref_us / (t3 * 1e6):.2f}x" if r.ref_us else "- | -"
+        lines.append(f"| {r.label} | {r.mode} | {r.us:.2f} | {t2 * 1e6:.2f} | {t3 * 1e6:.2f} | {t3 / t2:.2f} | {ref} |")
+    return "\n".join(lines)
+
+
+def nhwc_goal_lines(rows: Sequence[Row], p: Params = H100_FIT) -> list[str]:
+    """Issue 29's NHWC goal (forward vs cuDNN, geomean >= 1.0x, fp32 and fp16) as the model predicts
+    it for v3, beside what v2 measured."""
+    out = []
+    for dt, name in ((4, "fp32"), (2, "fp16")):
+        fwd = [r for r in rows if r.layout == "nhwc" and r.phase == "forward" and r.shape.dtype_bytes == dt]
+        fwd = [r for r in fwd if r.ref_us]
+        v3 = [r.ref_us / (predict_launch(launch_of(r.shape, "nhwc", "forward", "v3"), r.mode, p) * 1e6) for r in fwd]  # type: ignore[operator]
+        v2 = [r.ref_us / r.us for r in fwd]  # type: ignore[operator]
+        g3, g2 = (math.exp(sum(math.log(x) for x in xs) / len(xs)) for xs in (v3, v2))
+        out.append(
+            f"{name} NHWC forward vs cuDNN: v3 geomean {g3:.2f}x, worst {min(v3):.2f}x (v2 measured "
+            f"{g2:.2f}x; goal geomean >= 1.0x): {_verdict(g3 >= 1.0)}"
+        )
+    return out
+
+
 def _verdict(met: bool) -> str:
     return "predicted met" if met else "predicted NOT met"

@@ -892,10 +892,15 @@ struct NhwcVecArgs {
   bool flip;
 };
 
-// Resident blocks per SM: 3 (<= 80 registers) for k3, 2 (<= 128) for k5/k7.
-template <int K>
+// Resident blocks per SM the instances are built for: fp32 k3 3 (<= 80 registers; it takes 64, so 4
+// resident), 16-bit k3 and every k5 2 (<= 128), fp32 k7 stride 1 2. At those bounds ptxas spilled 2-6
+// LDL/STL in the 16-bit k3 and k7 and the fp32 k7 stride-2 instances: 16-bit k3 gets 2, and those k7
+// instances (no seed shape has k7) 1, so none spills (python -m kernels.sass depthwise --gate).
+template <typename T, int K, int S>
 constexpr int nhwc_vec_min_blocks() {
-  return K <= 3 ? 3 : 2;
+  if (K <= 3) return sizeof(T) == 4 ? 3 : 2;
+  if (K == 5) return 2;
+  return sizeof(T) == 4 && S == 1 ? 2 : 1;
 }
 
 // 16 / sizeof(T) floats packed into one 16-byte vector of T (round to nearest even).
@@ -918,27 +923,47 @@ __device__ __forceinline__ uint4 pack16(const float (&v)[16 / sizeof(T)]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// A ring slot restarts at the bias (16-byte shared loads).
+template <int VW>
+__device__ __forceinline__ void ring_reset(float (&acc)[VW], const float* bv) {
+#pragma unroll
+  for (int e4 = 0; e4 < VW; e4 += 4) {
+    const float4 b4 = *reinterpret_cast<const float4*>(bv + e4);
+    acc[e4 + 0] = b4.x;
+    acc[e4 + 1] = b4.y;
+    acc[e4 + 2] = b4.z;
+    acc[e4 + 3] = b4.w;
+  }
+}
+
 // Iteration t of a thread's row loop reads input rows t*S .. t*S+S-1 of its strip; ring slot j holds
 // output row t - j (D = ceil(K/S) rows in flight), which takes filter row kh = j*S + u from input row
 // t*S + u. After the iteration, slot D-1 is complete: stored, and the ring shifts by one.
 template <typename T, int K, int S>
-__global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<K>())
+__global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
     fwd_nhwc_vec(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
                  T* __restrict__ y, NhwcVecArgs a, int64_t n_batch) {
   constexpr int VW = 16 / sizeof(T);
   constexpr int KK = K * K;
   constexpr int D = (K + S - 1) / S;
-  extern __shared__ float nhwc_w[];  // [KK][ct * VW]
+  // [KK + 1][ct * VW]: the taps, then the bias (read where a ring slot restarts: 8 registers fewer
+  // than holding it, which spilled the 16-bit k7 instance at 128)
+  extern __shared__ float nhwc_w[];
   const int ct = static_cast<int>(blockDim.x);
   const int cols = ct * VW;  // channels of the block
   const int c0 = static_cast<int>(blockIdx.y) * cols;
   const int tid = static_cast<int>(threadIdx.y) * ct + static_cast<int>(threadIdx.x);
-  for (int e = tid; e < KK * cols; e += kThreads) {
-    const int cl = e / KK;  // compile-time divisor: a multiply and a shift
-    const int tap = e - cl * KK;
+  for (int e = tid; e < (KK + 1) * cols; e += kThreads) {
+    const int cl = e / (KK + 1);  // compile-time divisor: a multiply and a shift
+    const int tap = e - cl * (KK + 1);
     const int c = c0 + cl;
-    nhwc_w[tap * cols + cl] =
-        c < a.c ? to_f(wt[static_cast<int64_t>(c) * KK + (a.flip ? KK - 1 - tap : tap)]) : 0.f;
+    float v = 0.f;
+    if (c < a.c && tap < KK) {
+      v = to_f(wt[static_cast<int64_t>(c) * KK + (a.flip ? KK - 1 - tap : tap)]);
+    } else if (c < a.c && bias != nullptr) {
+      v = to_f(bias[c]);
+    }
+    nhwc_w[tap * cols + cl] = v;
   }
   __syncthreads();
   const int cvec = static_cast<int>(blockIdx.y) * ct + static_cast<int>(threadIdx.x);
@@ -952,19 +977,14 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<K>())
   const int ih0 = oh0 * S - a.ph, iw0 = ow * S - a.pw;
   const int row_elems = a.w * a.c;
   const int out_row = a.wo * a.c;
-  float b[VW];
-#pragma unroll
-  for (int e = 0; e < VW; ++e) b[e] = bias != nullptr ? to_f(bias[cvec * VW + e]) : 0.f;
+  const float* bv = nhwc_w + KK * cols + threadIdx.x * VW;  // the bias row
   for (int64_t n = blockIdx.z; n < n_batch; n += gridDim.z) {
     // 32-bit offsets inside one sample (< 2^31 elements, the binding checks)
     const T* xs = x + n * a.h * row_elems + cvec * VW;
     T* ys = y + (n * a.ho + oh0) * out_row + ow * a.c + cvec * VW;
     float acc[D][VW];
 #pragma unroll
-    for (int j = 0; j < D; ++j) {
-#pragma unroll
-      for (int e = 0; e < VW; ++e) acc[j][e] = b[e];
-    }
+    for (int j = 0; j < D; ++j) ring_reset<VW>(acc[j], bv);
 #pragma unroll 1
     for (int t = 0; t < rows + D - 1; ++t) {
       const float* wv = nhwc_w + threadIdx.x * VW + t * a.zero;
@@ -1009,8 +1029,7 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<K>())
 #pragma unroll
         for (int e = 0; e < VW; ++e) acc[j][e] = acc[j - 1][e];
       }
-#pragma unroll
-      for (int e = 0; e < VW; ++e) acc[0][e] = b[e];
+      ring_reset<VW>(acc[0], bv + t * a.zero);
     }
   }
 }
@@ -1061,7 +1080,7 @@ cudaError_t run_nhwc_vec(const T* x, const T* w, const T* bias, T* y, const Tile
   const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>((v.cv + ct - 1) / ct),
                   static_cast<unsigned>(n_batch < 65535 ? n_batch : 65535));
   const dim3 block(static_cast<unsigned>(ct), static_cast<unsigned>(kThreads / ct));
-  const int bytes = K * K * ct * VW * static_cast<int>(sizeof(float));
+  const int bytes = (K * K + 1) * ct * VW * static_cast<int>(sizeof(float));
   fwd_nhwc_vec<T, K, S><<<grid, block, bytes, stream>>>(x, w, bias, y, v, n_batch);
   return cudaGetLastError();
 }
