@@ -870,14 +870,21 @@ cudaError_t run_nhwc(const T* x, const T* w, const T* bias, T* y, const TileArgs
 //   as a ring of accumulators; a strip of R rows loads ((R - 1) * S + K) * K vectors for R outputs
 //   (k3, R 8: 3.75 per output, against 9 without reuse);
 // * the block's K*K x (ct * VW) weights sit transposed in shared memory ([tap][channel]): a tap's
-//   weights are one 16-byte shared load (two for 16-bit T), shared by the 4 column groups of a warp;
+//   weights are one 16-byte shared load (two for 16-bit T), shared by the 4 column groups of a warp
+//   (8-wide blocks);
 // * a block is ct channel vectors x (256 / ct) output positions, position = (strip, column) by FastDiv
 //   once per thread, no div/mod in any loop; grid (positions, channel groups, batch).
-constexpr int kNhwcVecStripLong = 8;   // output rows per thread on maps with enough positions
-constexpr int kNhwcVecStripShort = 2;  // on small maps, where long strips would under-fill the GPU
-// Threads at the long strip below which the short one runs: about one wave of resident threads on an
-// H100 (132 SMs x 768); a guess until a GPU measures both (docs/tuning-log.md step 7).
-constexpr int64_t kNhwcVecLongMinThreads = 96 * 1024;
+// Output rows per thread. The ring fills over k - 1 extra iterations that load a row each, so short
+// strips pay that per row: the calibrated model (docs/tuning-log.md step 7) predicted 8 best on every
+// seed shape, small maps included (strip 2 there: 0.85x instead of 1.00x of cuDNN, geomean fp32).
+constexpr int kNhwcVecStrip = 8;
+// Channel vectors per block: 8 (8 lanes read one 128-byte line per pixel), fewer where C is narrower,
+// more (up to nhwc_vec_ct_max) where a sample has fewer positions than the block's 256 / 8 rows: a
+// 7x7 map has 7 positions, and 8-wide blocks left 25 of their 32 rows idle.
+constexpr int kNhwcVecCt = 8;
+// The widest block: its (k^2 + 1) x ct_max x VW floats of weights and bias stay within 48 KB of
+// shared memory (16-bit k7 at 32 would take 51 KB).
+constexpr int nhwc_vec_ct_max(int k, int elem_bytes) { return k == 7 && elem_bytes == 2 ? 16 : 32; }
 
 struct NhwcVecArgs {
   int c, h, w, ho, wo, ph, pw;
@@ -892,15 +899,14 @@ struct NhwcVecArgs {
   bool flip;
 };
 
-// Resident blocks per SM the instances are built for: fp32 k3 3 (<= 80 registers; it takes 64, so 4
-// resident), 16-bit k3 and every k5 2 (<= 128), fp32 k7 stride 1 2. At those bounds ptxas spilled 2-6
-// LDL/STL in the 16-bit k3 and k7 and the fp32 k7 stride-2 instances: 16-bit k3 gets 2, and those k7
-// instances (no seed shape has k7) 1, so none spills (python -m kernels.sass depthwise --gate).
+// Resident blocks per SM the instances are built for: fp32 k3 3 (<= 80 registers; it takes 62, so 4
+// resident), 16-bit k3 and k5 stride 1 2 (<= 128). At 3 blocks the 16-bit k3 instances spilled, and at
+// 2 the k5 stride-2 and every k7 instance spilled 2-6 LDL/STL: those (no seed shape has k7 or stride
+// 2) get 1, so none spills (python -m kernels.sass depthwise --gate) and they run 1 block per SM.
 template <typename T, int K, int S>
 constexpr int nhwc_vec_min_blocks() {
   if (K <= 3) return sizeof(T) == 4 ? 3 : 2;
-  if (K == 5) return 2;
-  return sizeof(T) == 4 && S == 1 ? 2 : 1;
+  return K == 5 && S == 1 ? 2 : 1;
 }
 
 // 16 / sizeof(T) floats packed into one 16-byte vector of T (round to nearest even).
@@ -946,8 +952,10 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
   constexpr int VW = 16 / sizeof(T);
   constexpr int KK = K * K;
   constexpr int D = (K + S - 1) / S;
-  // [KK + 1][ct * VW]: the taps, then the bias (read where a ring slot restarts: 8 registers fewer
-  // than holding it, which spilled the 16-bit k7 instance at 128)
+  // [KK + 1][COLS]: the taps, then the bias (read where a ring slot restarts: 8 registers fewer than
+  // holding it, which spilled the 16-bit k7 instance at 128). The row stride is the widest block's,
+  // a compile-time constant, so every tap's shared load takes an immediate offset.
+  constexpr int COLS = nhwc_vec_ct_max(K, sizeof(T)) * VW;
   extern __shared__ float nhwc_w[];
   const int ct = static_cast<int>(blockDim.x);
   const int cols = ct * VW;  // channels of the block
@@ -963,7 +971,7 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
     } else if (c < a.c && bias != nullptr) {
       v = to_f(bias[c]);
     }
-    nhwc_w[tap * cols + cl] = v;
+    nhwc_w[tap * COLS + cl] = v;
   }
   __syncthreads();
   const int cvec = static_cast<int>(blockIdx.y) * ct + static_cast<int>(threadIdx.x);
@@ -977,7 +985,7 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
   const int ih0 = oh0 * S - a.ph, iw0 = ow * S - a.pw;
   const int row_elems = a.w * a.c;
   const int out_row = a.wo * a.c;
-  const float* bv = nhwc_w + KK * cols + threadIdx.x * VW;  // the bias row
+  const float* bv = nhwc_w + KK * COLS + threadIdx.x * VW;  // the bias row
   for (int64_t n = blockIdx.z; n < n_batch; n += gridDim.z) {
     // 32-bit offsets inside one sample (< 2^31 elements, the binding checks)
     const T* xs = x + n * a.h * row_elems + cvec * VW;
@@ -1010,7 +1018,7 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
             const int kh = j * S + u;  // compile-time
             // slot j is output row t - j: skip rows before the strip (filling) and past it (draining)
             if (kh >= K || t - j < 0 || t - j >= rows) continue;
-            const float* wp = wv + (kh * K + kw) * cols;
+            const float* wp = wv + (kh * K + kw) * COLS;
 #pragma unroll
             for (int e4 = 0; e4 < VW; e4 += 4) {
               const float4 w4 = *reinterpret_cast<const float4*>(wp + e4);
@@ -1040,25 +1048,18 @@ template <typename T>
 bool nhwc_vec_supported(int k, const T* x, const T* y, const TileArgs& a) {
   constexpr int VW = 16 / sizeof(T);
   return (k == 3 || k == 5 || k == 7) && a.c % VW == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(y) % 16 == 0 && a.c / VW / 8 < 65535;
+         reinterpret_cast<uintptr_t>(y) % 16 == 0 && a.c / VW / kNhwcVecCt < 65535;
 }
 
-// Channel vectors per block: 8 (8 lanes read one 128-byte line per pixel), fewer when C is narrower.
-inline int nhwc_vec_ct(int cv) {
+// Channel vectors per block (see kNhwcVecCt) for cv channel vectors and `positions` per sample.
+inline int nhwc_vec_ct(int cv, int64_t positions, int ct_max) {
   int ct = 1;
-  while (ct < 8 && ct < cv) ct *= 2;
+  while (ct < kNhwcVecCt && ct < cv) ct *= 2;
+  while (kThreads / ct > positions && ct * 2 <= ct_max && ct < cv) ct *= 2;
   return ct;
 }
 
-// The strip height of a call (mirrored by kernels/depthwise/calibration.py nhwc_vec_plan).
-inline int nhwc_vec_strip(const TileArgs& a, int64_t n_batch, int vw) {
-  const int64_t long_threads =
-      n_batch * (a.c / vw) * a.wo * ((a.ho + kNhwcVecStripLong - 1) / kNhwcVecStripLong);
-  return long_threads >= kNhwcVecLongMinThreads ? kNhwcVecStripLong : kNhwcVecStripShort;
-}
-
-// `strip` 0: nhwc_vec_strip picks; any other value forces it (the emulator tests run the long strip on
-// maps far too small for it to be picked).
+// `strip` 0: kNhwcVecStrip; any other value forces it (the emulator tests run short and odd strips).
 template <typename T, int K, int S>
 cudaError_t run_nhwc_vec(const T* x, const T* w, const T* bias, T* y, const TileArgs& a, cudaStream_t stream,
                          int strip = 0) {
@@ -1070,9 +1071,10 @@ cudaError_t run_nhwc_vec(const T* x, const T* w, const T* bias, T* y, const Tile
   v.cv = a.c / VW;
   v.flip = a.flip;
   v.zero = 0;
-  v.strip = strip > 0 ? strip : nhwc_vec_strip(a, n_batch, VW);
-  const int ct = nhwc_vec_ct(v.cv);
+  v.strip = strip > 0 ? strip : kNhwcVecStrip;
   const int64_t positions = static_cast<int64_t>((v.ho + v.strip - 1) / v.strip) * v.wo;
+  const int ct_max = nhwc_vec_ct_max(K, sizeof(T));
+  const int ct = nhwc_vec_ct(v.cv, positions, ct_max);
   const int64_t bx = (positions + kThreads / ct - 1) / (kThreads / ct);
   if (positions > 0x7fffffffLL || bx > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   v.positions = static_cast<int>(positions);
@@ -1080,7 +1082,7 @@ cudaError_t run_nhwc_vec(const T* x, const T* w, const T* bias, T* y, const Tile
   const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>((v.cv + ct - 1) / ct),
                   static_cast<unsigned>(n_batch < 65535 ? n_batch : 65535));
   const dim3 block(static_cast<unsigned>(ct), static_cast<unsigned>(kThreads / ct));
-  const int bytes = (K * K + 1) * ct * VW * static_cast<int>(sizeof(float));
+  const int bytes = (K * K + 1) * ct_max * VW * static_cast<int>(sizeof(float));
   fwd_nhwc_vec<T, K, S><<<grid, block, bytes, stream>>>(x, w, bias, y, v, n_batch);
   return cudaGetLastError();
 }

@@ -394,7 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--check", type=Path, metavar="DIR", help="a baselines/<machine> folder")
     ap.add_argument("--held-out", action="store_true", help="with --check: refit without each seed shape")
     ap.add_argument("--fit", type=Path, metavar="DIR", help="refit the calibrated constants on DIR's rows")
-    ap.add_argument("--predict", metavar="VARIANT", help="with --check: the variant's predicted rows (v3: NCHW and NHWC)")
+    ap.add_argument(
+        "--predict", metavar="VARIANT", help="with --check: the variant's predicted rows (v3: NCHW and NHWC)"
+    )
     args = ap.parse_args(argv)
     if args.fit:
         p = cal.fit(cal.load_rows(args.fit))

@@ -28,7 +28,9 @@ LAYOUTS = ("nchw", "nhwc")
 PHASES = ("forward", "input_grad", "weight_grad")
 
 
-def predicted_us(shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str, layout: str = "nchw") -> float:
+def predicted_us(
+    shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str, layout: str = "nchw"
+) -> float:
     """The calibrated model's cold-call time of a seed row (``kernels/depthwise/calibration.py``)."""
     n, c, hw, k = shape
     launch = calibration.launch_of(Shape(n, c, hw, k, 1, DTYPE_BYTES[dtype]), layout, phase, variant)

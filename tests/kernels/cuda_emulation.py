@@ -374,8 +374,9 @@ extern "C" int dw_forward_nhwc_vec(void* const* b, const int64_t* i, const doubl
       constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
       if constexpr (kk >= 3) {
         if (!convperf_dw::nhwc_vec_supported(kk, x, y, t)) return cudaErrorInvalidValue;
-        return convperf_dw::run_nhwc_vec<T, kk, ss>(x, static_cast<const T*>(b[1]), static_cast<const T*>(b[2]),
-                                                     y, t, nullptr, int(i[1]));
+        const T* w = static_cast<const T*>(b[1]);
+        const T* bias = static_cast<const T*>(b[2]);
+        return convperf_dw::run_nhwc_vec<T, kk, ss>(x, w, bias, y, t, nullptr, int(i[1]));
       } else {
         return cudaErrorInvalidValue;
       }
@@ -386,10 +387,11 @@ extern "C" int dw_forward_nhwc_vec(void* const* b, const int64_t* i, const doubl
 // vectors per block, strip height.
 extern "C" int dw_nhwc_vec_plan(void* const* b, const int64_t* i, const double*) {
   const convperf_dw::Geom g = dw_geom(i + 1);
-  convperf_dw::TileArgs t{};
-  t.c = int(g.c); t.ho = g.ho; t.wo = g.wo;
   const int vw = DType(i[0]) == DType::F32 ? 4 : 8;
-  const int v[2] = {convperf_dw::nhwc_vec_ct(int(g.c) / vw), convperf_dw::nhwc_vec_strip(t, g.n, vw)};
+  const int strip = convperf_dw::kNhwcVecStrip;
+  const int64_t positions = int64_t((g.ho + strip - 1) / strip) * g.wo;
+  const int ct_max = convperf_dw::nhwc_vec_ct_max(g.kh, 16 / vw);
+  const int v[2] = {convperf_dw::nhwc_vec_ct(int(g.c) / vw, positions, ct_max), strip};
   std::memcpy(b[0], v, sizeof(v));
   return 0;
 }
@@ -769,7 +771,7 @@ class EmulatedDepthwise:
 
     def forward_nhwc_vec(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: int, p: int,
                          strip: int, flip: bool = False) -> torch.Tensor:  # fmt: skip
-        """The v3 NHWC kernel (``fwd_nhwc_vec``) on channels_last ``x`` with a forced strip height (2 or 8);
+        """The v3 NHWC kernel (``fwd_nhwc_vec``) on channels_last ``x`` with a forced strip height;
         ``flip`` convolves with the flipped filter (the input grad's use). ``x`` is taken as it is (its
         alignment included)."""
         k = w.shape[2]

@@ -2,8 +2,8 @@
 
 A thread owns one 16-byte vector of channels (fp32 4, fp16/bf16 8) and walks a strip of output rows
 down one column, feeding each input row it loads to every output row that uses it. Checked here
-against the fp64 oracle over many geometries (k 3/5/7, stride 1/2, padding 0..k, odd sizes, both strip
-heights, 1-10 channel vectors: 1, 2, 4 and 8 vectors per block and a partial channel group), with
+against the fp64 oracle over many geometries (k 3/5/7, stride 1/2, padding 0..k, odd sizes, strip
+heights 1-8, 1-10 channel vectors: 1, 2, 4 and 8 vectors per block and a partial channel group), with
 the flipped filter of the input grad, and the run-time dispatch: v3 takes it where C is a multiple of
 the vector width and the tensors are 16-byte aligned, the row kernel everywhere else and under v2.
 The sanitizer cases and the planted controls are in ``test_sanitized_kernels.py``.
@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.nn import grad as nn_grad
 
 from kernels.depthwise import calibration
 from kernels.depthwise.model import Shape
@@ -25,7 +26,7 @@ from tests.kernels.emulated_families import assert_close_fp64
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 VECTOR = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}
-STRIPS = (2, 8)  # kNhwcVecStripShort, kNhwcVecStripLong
+STRIPS = (1, 2, 3, 8)  # forced output rows per thread; 8 is kNhwcVecStrip, what every call runs
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,9 @@ def emulated_lib() -> Emulation:
         pytest.skip(str(exc))
 
 
-def _oracle(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: int, p: int, flip: bool) -> torch.Tensor:
+def _oracle(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: int, p: int, flip: bool
+) -> torch.Tensor:
     wd = w.double().flip(2, 3) if flip else w.double()
     return F.conv2d(x.double(), wd, None if b is None else b.double(), s, p, 1, x.shape[1])
 
@@ -67,8 +70,8 @@ def _inputs(n: int, c: int, h: int, w: int, k: int, dtype: torch.dtype, seed: in
 def test_nhwc_vec_matches_oracle(emulated_lib: Emulation, k: int, s: int, h: int, w: int, pad: int,
                                  dtype: str, vectors: int, n: int, strip: int, bias: bool,
                                  flip: bool) -> None:  # fmt: skip
-    """Forced strip heights 2 and 8 (8 is picked only on maps too large to emulate), halos on every
-    side, maps smaller than the filter's reach, partial strips and partial channel groups."""
+    """Strip heights 1, 2, 3 and 8 (the one calls run), halos on every side, maps smaller than the
+    filter's reach, partial strips and partial channel groups."""
     pad = min(pad, k)
     h, w = max(h, k - 2 * pad), max(w, k - 2 * pad)
     t = DTYPES[dtype]
@@ -78,7 +81,9 @@ def test_nhwc_vec_matches_oracle(emulated_lib: Emulation, k: int, s: int, h: int
     y = emu.forward_nhwc_vec(x, wt, b, s, pad, strip, flip)
     assert emu.last_kernel().startswith("fwd_nhwc_vec<"), emu.last_kernel()
     assert y.is_contiguous(memory_format=torch.channels_last)
-    assert_close_fp64(y, _oracle(x, wt, b, s, pad, flip), k * k + 1, f"{dtype} k{k} s{s} {h}x{w} pad {pad} c{c}")
+    assert_close_fp64(
+        y, _oracle(x, wt, b, s, pad, flip), k * k + 1, f"{dtype} k{k} s{s} {h}x{w} pad {pad} c{c}"
+    )
 
 
 def _misaligned(x: torch.Tensor) -> torch.Tensor:
@@ -120,7 +125,7 @@ def test_variant_picks_the_vector_kernel_where_it_applies(
     dy = torch.randn(2, c, 9, 7).to(t).contiguous(memory_format=torch.channels_last)
     dx = emu.input_grad(dy, wt, (9, 7), (s, s), (p, p), (1, 1), True)
     assert emu.last_kernel().startswith(kernel), f"input grad ran {emu.last_kernel()}"
-    want = torch.nn.grad.conv2d_input((2, c, 9, 7), wt.double(), dy.double(), s, p, 1, c)  # type: ignore[no-untyped-call]
+    want = nn_grad.conv2d_input((2, c, 9, 7), wt.double(), dy.double(), s, p, 1, c)  # type: ignore[no-untyped-call]
     assert_close_fp64(dx, want, k * k, f"{variant} input grad")
 
 
@@ -135,7 +140,7 @@ def test_v3_input_grad_with_a_crop(emulated_lib: Emulation, hw: int, k: int, pad
     emu = EmulatedDepthwise(emulated_lib, "v3")
     dx = emu.input_grad(dy, wt, (hw, hw), (1, 1), (pad, pad), (1, 1), True)
     assert emu.last_kernel().startswith("fwd_nhwc_vec<"), emu.last_kernel()
-    want = torch.nn.grad.conv2d_input((2, c, hw, hw), wt.double(), dy.double(), 1, pad, 1, c)  # type: ignore[no-untyped-call]
+    want = nn_grad.conv2d_input((2, c, hw, hw), wt.double(), dy.double(), 1, pad, 1, c)  # type: ignore[no-untyped-call]
     assert_close_fp64(dx, want, k * k, f"crop k{k} pad {pad}")
 
 
@@ -151,3 +156,27 @@ def test_cost_model_mirrors_the_nhwc_vec_plan(
     want = EmulatedDepthwise(emulated_lib).nhwc_vec_plan(dtype, g)
     plan = calibration.nhwc_vec_plan(Shape(n, c, hw, k, 1, 4 if dtype == torch.float32 else 2))
     assert (plan.ct, plan.strip) == want
+
+
+@pytest.mark.parametrize(
+    ("dtype", "c", "hw", "k", "ct"),
+    [
+        ("fp32", 40, 17, 3, 8),  # 48 positions: 8-wide blocks, two channel groups (the second partial)
+        ("fp32", 72, 7, 3, 32),  # 7 positions: 32-wide blocks (a 7x7 map), 18 vectors of 32 lanes
+        ("fp16", 96, 9, 5, 16),  # 18 positions: 16-wide
+        ("bf16", 512, 5, 7, 16),  # 16-bit k7: at most 16 wide (shared memory), 4 channel groups
+    ],
+)
+def test_block_width_follows_the_positions(
+    emulated_lib: Emulation, dtype: str, c: int, hw: int, k: int, ct: int
+) -> None:
+    """Few positions per sample widen the block along C (up to its shared-memory limit) instead of
+    leaving rows of it idle; the plan and the result, through the public forward entry."""
+    t = DTYPES[dtype]
+    g = geometry((2, c, hw, hw), (k, k), (1, 1), (k // 2, k // 2), (1, 1))
+    emu = EmulatedDepthwise(emulated_lib, "v3")
+    assert emu.nhwc_vec_plan(t, g) == (ct, 8)
+    x, wt, b = _inputs(2, c, hw, hw, k, t, seed=c + k)
+    y = emu.forward(x, wt, b, (1, 1), (k // 2, k // 2), (1, 1), True)
+    assert emu.last_kernel().startswith("fwd_nhwc_vec<"), emu.last_kernel()
+    assert_close_fp64(y, _oracle(x, wt, b, 1, k // 2, False), k * k + 1, f"{dtype} c{c} {hw}x{hw} k{k}")

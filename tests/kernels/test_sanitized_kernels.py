@@ -61,14 +61,15 @@ def _dwp(**kw: object) -> Conv2dProblem:
     return Conv2dProblem(c_in=c, c_out=c, groups=c, **kw)  # type: ignore[arg-type]
 
 
-def _nhwc_vec_strip8(emu: Emulation, c: int = 12, hw: int = 19) -> None:
-    """fwd_nhwc_vec with the long strip (8 output rows a thread; picked only on large maps), stride 2,
-    the last strip partial."""
+def _nhwc_vec_strip3(emu: Emulation, c: int = 12, hw: int = 19) -> None:
+    """fwd_nhwc_vec with a forced strip of 3 output rows (calls run 8), stride 2, the last strip
+    partial."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(1, c, hw, hw, generator=gen).contiguous(memory_format=torch.channels_last)
     wt, b = torch.randn(c, 1, 5, 5, generator=gen), torch.randn(c, generator=gen)
-    y = EmulatedDepthwise(emu, "v3").forward_nhwc_vec(x, wt, b, 2, 2, 8)
-    fam.assert_close_fp64(y, torch.nn.functional.conv2d(x.double(), wt.double(), b.double(), 2, 2, 1, c), 26, "strip 8")
+    y = EmulatedDepthwise(emu, "v3").forward_nhwc_vec(x, wt, b, 2, 2, 3)
+    want = torch.nn.functional.conv2d(x.double(), wt.double(), b.double(), 2, 2, 1, c)
+    fam.assert_close_fp64(y, want, 26, "strip 3")
 
 
 X = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
@@ -111,7 +112,7 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         _dw(_dwp(n=1, c=2, h=50, w=50, kernel=(3, 3), stride=(2, 2), padding=(1, 1)), "v3"),
     ),
     # v3 NHWC vector kernel (forward and stride-1 input grad): fp32 4-channel and 16-bit 8-channel
-    # vectors, a partial channel group (3 vectors in a 4-wide block), stride 2, k 7; and the long strip.
+    # vectors, a partial channel group (3 vectors in a 4-wide block), stride 2, k 7; a forced odd strip.
     (
         "depthwise",
         "nhwc-vec-fp32-k3",
@@ -120,15 +121,27 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
     (
         "depthwise",
         "nhwc-vec-fp16-k5-s2",
-        _dw(_dwp(n=1, c=16, h=11, w=9, kernel=(5, 5), stride=(2, 2), padding=(2, 2), layout="nhwc",
-                 dtype="fp16"), "v3"),  # fmt: skip
+        _dw(
+            _dwp(
+                n=1,
+                c=16,
+                h=11,
+                w=9,
+                kernel=(5, 5),
+                stride=(2, 2),
+                padding=(2, 2),
+                layout="nhwc",
+                dtype="fp16",
+            ),
+            "v3",
+        ),
     ),
     (
         "depthwise",
         "nhwc-vec-bf16-k7-c24",
         _dw(_dwp(n=1, c=24, h=8, w=8, kernel=(7, 7), padding=(3, 3), layout="nhwc", dtype="bf16"), "v3"),
     ),
-    ("depthwise", "nhwc-vec-strip8-fp32-k5-s2", lambda e: _nhwc_vec_strip8(e)),
+    ("depthwise", "nhwc-vec-strip3-fp32-k5-s2", _nhwc_vec_strip3),
     (
         "im2col_gemm",
         "im2col-knl-fp32-ones-row",
