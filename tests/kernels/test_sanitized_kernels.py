@@ -355,9 +355,9 @@ def test_asan_ubsan_catch_planted_nhwc_vec_defect(defect: str) -> None:
     text = _mutate(cu.read_text(), old, new)
     line = _line_of(text, needle)
     emu = emulation("depthwise", "asan", text)
-    problem = _dwp(n=1, c=c, h=5, w=6, kernel=(3, 3), padding=(1, 1), layout="nhwc")
-    with pytest.raises(SanitizerError) as err:
-        _dw(problem, "v3")(emu)
+    x = torch.randn(1, c, 5, 6).contiguous(memory_format=torch.channels_last)
+    with pytest.raises(SanitizerError) as err:  # the forward entry directly: the oracle would wrap it
+        EmulatedDepthwise(emu, "v3").forward(x, torch.randn(c, 1, 3, 3), None, ONE, ONE, ONE, True)
     msg = str(err.value).splitlines()[0]
     assert kind in msg and "in kernel fwd_nhwc_vec" in msg, msg
     assert f"depthwise/{cu.name}:{line}" in msg, msg
