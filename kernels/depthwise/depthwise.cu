@@ -899,13 +899,20 @@ struct NhwcVecArgs {
   bool flip;
 };
 
-// Resident blocks per SM the instances are built for: fp32 k3 3 (<= 80 registers; it takes 62, so 4
-// resident), 16-bit k3 and k5 stride 1 2 (<= 128). At 3 blocks the 16-bit k3 instances spilled, and at
-// 2 the k5 stride-2 and every k7 instance spilled 2-6 LDL/STL: those (no seed shape has k7 or stride
-// 2) get 1, so none spills (python -m kernels.sass depthwise --gate) and they run 1 block per SM.
+// Resident blocks per SM the instances are built for: fp32 k3 3 on sm_90 (<= 80 registers; it takes
+// 62, so 4 resident; bound to 2 it took 83 and 2 resident) but 2 on sm_80, whose ptxas spilled it at
+// 3; 16-bit k3 and k5 stride 1 2 (<= 128; 16-bit k3 spilled at 3). At 2 the k5 stride-2 and every k7
+// instance spilled 2-6 LDL/STL: those (no seed shape has k7 or stride 2) get 1, so none spills
+// (python -m kernels.sass depthwise --gate, --arch 80) and they run 1 block per SM. The per-arch
+// value follows the CUDA programming guide's __CUDA_ARCH__ pattern for __launch_bounds__.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kNhwcVecFp32K3Blocks = 2;
+#else
+constexpr int kNhwcVecFp32K3Blocks = 3;
+#endif
 template <typename T, int K, int S>
 constexpr int nhwc_vec_min_blocks() {
-  if (K <= 3) return sizeof(T) == 4 ? 3 : 2;
+  if (K <= 3) return sizeof(T) == 4 ? kNhwcVecFp32K3Blocks : 2;
   return K == 5 && S == 1 ? 2 : 1;
 }
 
