@@ -189,6 +189,7 @@ def nhwc_vec_ct_max(k: int, dtype_bytes: int) -> int:
     """Mirror of ``nhwc_vec_ct_max``: the widest block whose weights fit 48 KB of shared memory."""
     return 16 if k == 7 and dtype_bytes == 2 else 32
 
+
 # Static sm_90 SASS (`python -m kernels.sass depthwise --filter nhwc`, no GPU), instructions per part of
 # a thread's work, by (k, dtype bytes), stride 1 (the seed shapes):
 # fwd_nhwc_vec: (prologue outside every loop, one weight-staging element, the sample loop's own body,
