@@ -367,6 +367,13 @@ GATES: dict[str, tuple[Gate, ...]] = {
             no_local=True,
             why="NCHW tiled forward / input grad (v4, register-window tiles)",
         ),
+        Gate(
+            pattern=r"fwd_nhwc_vec<",
+            vector_when=r"fwd_nhwc_vec<",  # every instance: C % vector width == 0 is its precondition
+            vector_bits=128,  # one 16-byte load per input pixel
+            no_local=True,
+            why="NHWC forward / stride-1 input grad (v3, channel vectors)",
+        ),
         Gate(pattern=r"wgrad_tile_nchw<", no_local=True, why="NCHW staged weight grad (W2)"),
         Gate(pattern=r"dgrad_s2<", no_local=True, why="stride-2 input grad (parity phases)"),
         # W2's generic weight grad: the per-block channel/split decode may divide, the loops may not

@@ -107,8 +107,9 @@ Geom make_geom(int64_t n, int64_t c, int64_t h, int64_t w, const at::Tensor& wei
   return g;
 }
 
-// The NCHW tiled kernel to run, read on every call so one process can A/B them by setting
-// CONVPERF_DEPTHWISE_VARIANT=v1|v2|v3|v4 between calls (default v2 until a GPU has measured v3/v4).
+// The tiled kernel to run (NCHW; v3 and v4 also switch NHWC to the channel-vector kernel), read on
+// every call so one process can A/B them by setting CONVPERF_DEPTHWISE_VARIANT=v1|v2|v3|v4 between
+// calls (default v2 until a GPU has measured v3/v4).
 convperf_dw::Variant variant_from_env() {
   const char* v = std::getenv("CONVPERF_DEPTHWISE_VARIANT");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "v2") == 0) return convperf_dw::Variant::V2;
@@ -116,7 +117,8 @@ convperf_dw::Variant variant_from_env() {
   if (std::strcmp(v, "v4") == 0) return convperf_dw::Variant::V4;
   TORCH_CHECK(std::strcmp(v, "v1") == 0, "convperf_depthwise: CONVPERF_DEPTHWISE_VARIANT=", v,
               " is not a variant; set it to v1 (first tiled kernel), v2 (default), v3 (batched 16-byte "
-              "staging) or v4 (register-window tiles, grids sized to the GPU), or unset it");
+              "staging; NHWC channel vectors) or v4 (register-window tiles, grids sized to the GPU; NHWC as "
+              "v3), or unset it");
   return convperf_dw::Variant::V1;
 }
 

@@ -111,6 +111,9 @@ class Launch:
     occupancy: int  # resident blocks per SM
     launches: int
     taps: int  # outputs x (k^2 + 8): the work the issue term scales with
+    # the kind's fitted issue figure times this: a kernel with no measured row yet borrows a measured
+    # kind's figure, scaled by the ratio of their static SASS instructions per output
+    issue_scale: float = 1.0
 
 
 _KEY = re.compile(
@@ -214,6 +217,96 @@ def _v4_launch(sh: Shape, taps: int) -> Launch:
     )
 
 
+# ---- v3 NHWC: fwd_nhwc_vec (channel vectors walking down a column), predicted before any GPU run ----
+NHWC_VEC_STRIP = 8  # kNhwcVecStrip
+NHWC_VEC_CT = 8  # kNhwcVecCt
+
+
+def nhwc_vec_ct_max(k: int, dtype_bytes: int) -> int:
+    """Mirror of ``nhwc_vec_ct_max``: the widest block whose weights fit 48 KB of shared memory."""
+    return 16 if k == 7 and dtype_bytes == 2 else 32
+
+
+# Static sm_90 SASS (`python -m kernels.sass depthwise --filter nhwc`, no GPU), instructions per part of
+# a thread's work, by (k, dtype bytes), stride 1 (the seed shapes):
+# fwd_nhwc_vec: (prologue outside every loop, one weight-staging element, the sample loop's own body,
+#   one row-loop iteration: S input rows of k LDG.128, the ring's taps (FFMA + LDS.128), a store, a shift);
+# fwd_rows_nhwc: (one item's body outside the kh loop, one kh iteration); an item is 4 outputs.
+NHWC_VEC_SASS: dict[tuple[int, int], tuple[int, int, int, int]] = {
+    (3, 4): (169, 26, 45, 179),
+    (5, 4): (173, 26, 53, 249),
+    (7, 4): (154, 25, 65, 408),
+    (3, 2): (170, 27, 57, 269),
+    (5, 2): (174, 27, 73, 518),
+    (7, 2): (178, 27, 89, 900),
+}
+NHWC_ROWS_SASS: dict[tuple[int, int], tuple[int, int]] = {
+    (3, 4): (165, 141),
+    (5, 4): (165, 186),
+    (7, 4): (166, 226),
+    (3, 2): (172, 153),
+    (5, 2): (172, 202),
+    (7, 2): (172, 255),
+}
+
+
+def nhwc_instr_per_output(sh: Shape, vec: bool) -> float:
+    """Instructions a thread executes per output it computes (from the counts above; stride 1)."""
+    key = (sh.k, sh.dtype_bytes)
+    if not vec:
+        item, kh = NHWC_ROWS_SASS[key]
+        return (item + sh.k * kh) / 4
+    plan = nhwc_vec_plan(sh)
+    prologue, per_element, sample, per_iter = NHWC_VEC_SASS[key]
+    staged = (sh.k * sh.k + 1) * plan.ct * plan.vw / THREADS  # the block's weights and bias
+    iters = plan.rows + sh.k - 1  # the ring fills over k - 1 extra iterations (stride 1)
+    return (prologue + per_element * staged + sample + iters * per_iter) / (plan.rows * plan.vw)
+
+
+# fwd_nhwc_vec's resident 256-thread blocks per SM (sm_90 registers, stride 1): fp32 k3 62 (4 blocks),
+# 16-bit k3 85 (2), k5 112 (2), k7 140 (1); by (k, dtype bytes)
+NHWC_VEC_OCCUPANCY = {(3, 4): 4, (3, 2): 2, (5, 4): 2, (5, 2): 2, (7, 4): 1, (7, 2): 1}
+
+
+@dataclass(frozen=True)
+class NhwcVecPlan:
+    """``depthwise.cu``'s launch of the v3 NHWC kernel (mirrored): channel vectors per block ``ct``,
+    output rows per thread ``strip`` (``rows``: on average, the last strip of a column may be shorter),
+    the grid's blocks and the input rows a thread loads (one round of k 16-byte loads each)."""
+
+    vw: int
+    ct: int
+    strip: int
+    rows: float
+    blocks: int
+    rounds: int
+
+
+def nhwc_vec_plan(sh: Shape) -> NhwcVecPlan:
+    """Mirror of ``run_nhwc_vec`` / ``nhwc_vec_ct`` (same padding, square maps)."""
+    vw = 16 // sh.dtype_bytes
+    cv = sh.c // vw
+    ct = 1
+    while ct < NHWC_VEC_CT and ct < cv:
+        ct *= 2
+    strip = NHWC_VEC_STRIP
+    strips = -(-sh.ho // strip)
+    positions = strips * sh.ho
+    while THREADS // ct > positions and 2 * ct <= nhwc_vec_ct_max(sh.k, sh.dtype_bytes) and ct < cv:
+        ct *= 2
+    rows = sh.ho / strips
+    blocks = -(-positions // (THREADS // ct)) * -(-cv // ct) * sh.n
+    return NhwcVecPlan(vw, ct, strip, rows, blocks, math.ceil((rows - 1) * sh.s + sh.k))
+
+
+def _nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
+    plan = nhwc_vec_plan(sh)
+    # the row kernel's fitted issue figure, scaled by the static instructions per output of the two
+    scale = nhwc_instr_per_output(sh, True) / nhwc_instr_per_output(sh, False)
+    occ = NHWC_VEC_OCCUPANCY[sh.k, sh.dtype_bytes]
+    return Launch("nhwc", sh.bytes, plan.blocks, plan.rounds, occ, 1, taps, issue_scale=scale)
+
+
 def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:
     """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``);
     ``variant`` picks the NCHW tiled kernel (v2, the measured one, v3 or v4) or the weight grad (w1,
@@ -231,6 +324,8 @@ def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch
         launches = 1 if variant == "w2" else 2
         return Launch("wgrad_" + layout, x_and_dy, blocks, -(-per_split // lanes), occ, launches, taps)
     if layout == "nhwc":
+        if variant == "v3" and sh.k in (3, 5, 7) and sh.s == 1 and sh.c % (16 // sh.dtype_bytes) == 0:
+            return _nhwc_vec_launch(sh, taps)
         per_sample = sh.ho * -(-sh.ho // 4) * sh.c  # 4 outputs along W per thread
         blocks = -(-per_sample // THREADS) * sh.n
         return Launch("nhwc", sh.bytes, blocks, sh.k, 3, 1, taps)  # kh loop, __launch_bounds__(256, 3)
@@ -249,7 +344,7 @@ def predict_launch(launch: Launch, mode: str, p: Params = H100_FIT) -> float:
     dram = launch.bytes / COPY_BPS
     waves = math.ceil(launch.blocks / (SMS * launch.occupancy))
     latency = waves * (launch.rounds + 1) * p.round_s
-    issue = launch.taps * p.issue(launch.kind) / (32 * SMS * 4 * CLOCK_HZ)
+    issue = launch.taps * p.issue(launch.kind) * launch.issue_scale / (32 * SMS * 4 * CLOCK_HZ)
     return fixed + max(dram, latency + issue)
 
 
@@ -418,6 +513,47 @@ def goal_lines(rows: Sequence[Row], variant: str, p: Params = H100_FIT) -> list[
         f"fp16 NCHW forward vs cuDNN: geomean {g:.2f}x, worst {min(half):.2f}x (goal 1.2x, none < 1.0x): "
         + _verdict(met)
     )
+    return out
+
+
+def nhwc_table(rows: Sequence[Row], p: Params = H100_FIT) -> str:
+    """Markdown: per measured NHWC forward / input-grad row, v2 (the row kernel) measured and
+    predicted, v3 (``fwd_nhwc_vec``) predicted in the same timing mode, and v3 against the measured
+    cuDNN time of the same entry. Predictions, written before a GPU measures v3."""
+    lines = [
+        "| row | mode | v2 measured us | v2 predicted us | v3 predicted us | v3 / v2 predicted "
+        "| cuDNN us (measured) | v3 vs cuDNN predicted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.layout != "nhwc" or r.phase == "weight_grad":
+            continue
+        t3 = predict_launch(launch_of(r.shape, r.layout, r.phase, "v3"), r.mode, p)
+        t2 = predict(r, p)
+        ref = f"{r.ref_us:.2f} | {r.ref_us / (t3 * 1e6):.2f}x" if r.ref_us else "- | -"
+        lines.append(
+            f"| {r.label} | {r.mode} | {r.us:.2f} | {t2 * 1e6:.2f} | {t3 * 1e6:.2f} | {t3 / t2:.2f} | {ref} |"
+        )
+    return "\n".join(lines)
+
+
+def nhwc_goal_lines(rows: Sequence[Row], p: Params = H100_FIT) -> list[str]:
+    """Issue 29's NHWC goal (forward vs cuDNN, geomean >= 1.0x, fp32 and fp16) as the model predicts
+    it for v3, beside what v2 measured."""
+    out = []
+    for dt, name in ((4, "fp32"), (2, "fp16")):
+        fwd = [(r, r.ref_us) for r in rows if r.layout == "nhwc" and r.phase == "forward" and r.ref_us]
+        fwd = [(r, ref) for r, ref in fwd if r.shape.dtype_bytes == dt]
+        v3 = [
+            ref / (predict_launch(launch_of(r.shape, "nhwc", "forward", "v3"), r.mode, p) * 1e6)
+            for r, ref in fwd
+        ]
+        v2 = [ref / r.us for r, ref in fwd]
+        g3, g2 = (math.exp(sum(math.log(x) for x in xs) / len(xs)) for xs in (v3, v2))
+        out.append(
+            f"{name} NHWC forward vs cuDNN: v3 geomean {g3:.2f}x, worst {min(v3):.2f}x (v2 measured "
+            f"{g2:.2f}x; goal geomean >= 1.0x): {_verdict(g3 >= 1.0)}"
+        )
     return out
 
 

@@ -1224,11 +1224,252 @@ cudaError_t run_nhwc(const T* x, const T* w, const T* bias, T* y, const TileArgs
   return cudaGetLastError();
 }
 
+// ---- forward, NHWC (channels_last), v3: channel vectors, a column walked down --------------------
+// Variant::V3 on channels_last (forward and stride-1 input grad), k in {3, 5, 7}, where C is a multiple
+// of the vector width and x, y are 16-byte aligned (else the row kernel above, the measured default):
+// * a thread owns VW = 16 / sizeof(T) adjacent channels (fp32 4, fp16/bf16 8) as one 16-byte vector
+//   (one LDG.128 per input pixel; the row kernel issues one scalar load per channel);
+// * it walks `strip` output rows down one output column: every input row of the strip is loaded once
+//   (K vectors, issued together) and fed to each of the up-to-ceil(K/S) output rows that use it, held
+//   as a ring of accumulators; a strip of R rows loads ((R - 1) * S + K) * K vectors for R outputs
+//   (k3, R 8: 3.75 per output, against 9 without reuse);
+// * the block's K*K x (ct * VW) weights sit transposed in shared memory ([tap][channel]): a tap's
+//   weights are one 16-byte shared load (two for 16-bit T), shared by the 4 column groups of a warp
+//   (8-wide blocks);
+// * a block is ct channel vectors x (256 / ct) output positions, position = (strip, column) by FastDiv
+//   once per thread, no div/mod in any loop; grid (positions, channel groups, batch).
+// Output rows per thread. The ring fills over k - 1 extra iterations that load a row each, so short
+// strips pay that per row: the calibrated model (docs/tuning-log.md step 7) predicted 8 best on every
+// seed shape, small maps included (strip 2 there: 0.85x instead of 1.00x of cuDNN, geomean fp32).
+constexpr int kNhwcVecStrip = 8;
+// Channel vectors per block: 8 (8 lanes read one 128-byte line per pixel), fewer where C is narrower,
+// more (up to nhwc_vec_ct_max) where a sample has fewer positions than the block's 256 / 8 rows: a
+// 7x7 map has 7 positions, and 8-wide blocks left 25 of their 32 rows idle.
+constexpr int kNhwcVecCt = 8;
+// The widest block: its (k^2 + 1) x ct_max x VW floats of weights and bias stay within 48 KB of
+// shared memory (16-bit k7 at 32 would take 51 KB).
+constexpr int nhwc_vec_ct_max(int k, int elem_bytes) { return k == 7 && elem_bytes == 2 ? 16 : 32; }
+
+struct NhwcVecArgs {
+  int c, h, w, ho, wo, ph, pw;
+  int cv;         // C / VW channel vectors
+  int strip;      // output rows per thread
+  int positions;  // ceil(ho / strip) * wo per sample
+  FastDiv by_wo;
+  // Always 0, added to the weights' shared-memory offset in the row loop: ptxas cannot prove the loads
+  // loop-invariant, so it reads a tap's weights where they are used instead of hoisting all K*K*VW of
+  // them into registers (it did, and spilled 50-3700 LDL/STL per instance).
+  int zero;
+  bool flip;
+};
+
+// Resident blocks per SM the instances are built for: fp32 k3 3 on sm_90 (<= 80 registers; it takes
+// 62, so 4 resident; bound to 2 it took 83 and 2 resident) but 2 on sm_80, whose ptxas spilled it at
+// 3; 16-bit k3 and k5 stride 1 2 (<= 128; 16-bit k3 spilled at 3). At 2 the k5 stride-2 and every k7
+// instance spilled 2-6 LDL/STL: those (no seed shape has k7 or stride 2) get 1, so none spills
+// (python -m kernels.sass depthwise --gate, --arch 80) and they run 1 block per SM. The per-arch
+// value follows the CUDA programming guide's __CUDA_ARCH__ pattern for __launch_bounds__.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kNhwcVecFp32K3Blocks = 2;
+#else
+constexpr int kNhwcVecFp32K3Blocks = 3;
+#endif
+template <typename T, int K, int S>
+constexpr int nhwc_vec_min_blocks() {
+  if (K <= 3) return sizeof(T) == 4 ? kNhwcVecFp32K3Blocks : 2;
+  return K == 5 && S == 1 ? 2 : 1;
+}
+
+// 16 / sizeof(T) floats packed into one 16-byte vector of T (round to nearest even).
+template <typename T>
+__device__ __forceinline__ uint4 pack16(const float (&v)[16 / sizeof(T)]) {
+  unsigned w[4];
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) memcpy(&w[i], &v[i], sizeof(float));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const T lo = from_f<T>(v[2 * i]), hi = from_f<T>(v[2 * i + 1]);
+      unsigned short blo, bhi;
+      memcpy(&blo, &lo, sizeof(blo));
+      memcpy(&bhi, &hi, sizeof(bhi));
+      w[i] = static_cast<unsigned>(blo) | (static_cast<unsigned>(bhi) << 16);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// A ring slot restarts at the bias (16-byte shared loads).
+template <int VW>
+__device__ __forceinline__ void ring_reset(float (&acc)[VW], const float* bv) {
+#pragma unroll
+  for (int e4 = 0; e4 < VW; e4 += 4) {
+    const float4 b4 = *reinterpret_cast<const float4*>(bv + e4);
+    acc[e4 + 0] = b4.x;
+    acc[e4 + 1] = b4.y;
+    acc[e4 + 2] = b4.z;
+    acc[e4 + 3] = b4.w;
+  }
+}
+
+// Iteration t of a thread's row loop reads input rows t*S .. t*S+S-1 of its strip; ring slot j holds
+// output row t - j (D = ceil(K/S) rows in flight), which takes filter row kh = j*S + u from input row
+// t*S + u. After the iteration, slot D-1 is complete: stored, and the ring shifts by one.
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
+    fwd_nhwc_vec(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                 T* __restrict__ y, NhwcVecArgs a, int64_t n_batch) {
+  constexpr int VW = 16 / sizeof(T);
+  constexpr int KK = K * K;
+  constexpr int D = (K + S - 1) / S;
+  // [KK + 1][COLS]: the taps, then the bias (read where a ring slot restarts: 8 registers fewer than
+  // holding it, which spilled the 16-bit k7 instance at 128). The row stride is the widest block's,
+  // a compile-time constant, so every tap's shared load takes an immediate offset.
+  constexpr int COLS = nhwc_vec_ct_max(K, sizeof(T)) * VW;
+  extern __shared__ float nhwc_w[];
+  const int ct = static_cast<int>(blockDim.x);
+  const int cols = ct * VW;  // channels of the block
+  const int c0 = static_cast<int>(blockIdx.y) * cols;
+  const int tid = static_cast<int>(threadIdx.y) * ct + static_cast<int>(threadIdx.x);
+  for (int e = tid; e < (KK + 1) * cols; e += kThreads) {
+    const int cl = e / (KK + 1);  // compile-time divisor: a multiply and a shift
+    const int tap = e - cl * (KK + 1);
+    const int c = c0 + cl;
+    float v = 0.f;
+    if (c < a.c && tap < KK) {
+      v = to_f(wt[static_cast<int64_t>(c) * KK + (a.flip ? KK - 1 - tap : tap)]);
+    } else if (c < a.c && bias != nullptr) {
+      v = to_f(bias[c]);
+    }
+    nhwc_w[tap * COLS + cl] = v;
+  }
+  __syncthreads();
+  const int cvec = static_cast<int>(blockIdx.y) * ct + static_cast<int>(threadIdx.x);
+  const int q = static_cast<int>(blockIdx.x * blockDim.y + threadIdx.y);
+  if (cvec >= a.cv || q >= a.positions) return;
+  const int si = fdiv(q, a.by_wo);
+  const int ow = q - si * a.wo;
+  const int oh0 = si * a.strip;
+  const int rows = min(a.strip, a.ho - oh0);  // output rows of this strip
+  const int in_rows = (rows - 1) * S + K;     // input rows they read
+  const int ih0 = oh0 * S - a.ph, iw0 = ow * S - a.pw;
+  const int row_elems = a.w * a.c;
+  const int out_row = a.wo * a.c;
+  const float* bv = nhwc_w + KK * COLS + threadIdx.x * VW;  // the bias row
+  for (int64_t n = blockIdx.z; n < n_batch; n += gridDim.z) {
+    // 32-bit offsets inside one sample (< 2^31 elements, the binding checks)
+    const T* xs = x + n * a.h * row_elems + cvec * VW;
+    T* ys = y + (n * a.ho + oh0) * out_row + ow * a.c + cvec * VW;
+    float acc[D][VW];
+#pragma unroll
+    for (int j = 0; j < D; ++j) ring_reset<VW>(acc[j], bv);
+#pragma unroll 1
+    for (int t = 0; t < rows + D - 1; ++t) {
+      const float* wv = nhwc_w + threadIdx.x * VW + t * a.zero;
+#pragma unroll
+      for (int u = 0; u < S; ++u) {
+        const int ir = t * S + u;
+        const int ih = ih0 + ir;
+        const bool row_ok = ir < in_rows && ih >= 0 && ih < a.h;
+        const T* row = xs + (row_ok ? ih * row_elems : 0);
+        uint4 raw[K];  // the row's K vectors, all loads issued before any is consumed
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) {
+          const int iw = iw0 + kw;
+          const bool ok = row_ok && iw >= 0 && iw < a.w;
+          raw[kw] = ok ? load16(row + iw * a.c) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int kw = 0; kw < K; ++kw) {
+          float v[VW];
+          unpack16<T>(raw[kw], v);
+#pragma unroll
+          for (int j = 0; j < D; ++j) {
+            const int kh = j * S + u;  // compile-time
+            // slot j is output row t - j: skip rows before the strip (filling) and past it (draining)
+            if (kh >= K || t - j < 0 || t - j >= rows) continue;
+            const float* wp = wv + (kh * K + kw) * COLS;
+#pragma unroll
+            for (int e4 = 0; e4 < VW; e4 += 4) {
+              const float4 w4 = *reinterpret_cast<const float4*>(wp + e4);
+              acc[j][e4 + 0] = fmaf(w4.x, v[e4 + 0], acc[j][e4 + 0]);
+              acc[j][e4 + 1] = fmaf(w4.y, v[e4 + 1], acc[j][e4 + 1]);
+              acc[j][e4 + 2] = fmaf(w4.z, v[e4 + 2], acc[j][e4 + 2]);
+              acc[j][e4 + 3] = fmaf(w4.w, v[e4 + 3], acc[j][e4 + 3]);
+            }
+          }
+        }
+      }
+      const int done = t - (D - 1);  // the output row slot D-1 holds, now complete
+      if (done >= 0) *reinterpret_cast<uint4*>(ys + done * out_row) = pack16<T>(acc[D - 1]);
+#pragma unroll
+      for (int j = D - 1; j > 0; --j) {
+#pragma unroll
+        for (int e = 0; e < VW; ++e) acc[j][e] = acc[j - 1][e];
+      }
+      ring_reset<VW>(acc[0], bv + t * a.zero);
+    }
+  }
+}
+
+// Whether the v3 NHWC kernel takes a call: k 3/5/7, C a multiple of the vector width, 16-byte aligned
+// x and y, the channel groups within grid.y.
+template <typename T>
+bool nhwc_vec_supported(int k, const T* x, const T* y, const TileArgs& a) {
+  constexpr int VW = 16 / sizeof(T);
+  return (k == 3 || k == 5 || k == 7) && a.c % VW == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(y) % 16 == 0 && a.c / VW / kNhwcVecCt < 65535;
+}
+
+// Channel vectors per block (see kNhwcVecCt) for cv channel vectors and `positions` per sample.
+inline int nhwc_vec_ct(int cv, int64_t positions, int ct_max) {
+  int ct = 1;
+  while (ct < kNhwcVecCt && ct < cv) ct *= 2;
+  while (kThreads / ct > positions && ct * 2 <= ct_max && ct < cv) ct *= 2;
+  return ct;
+}
+
+// `strip` 0: kNhwcVecStrip; any other value forces it (the emulator tests run short and odd strips).
+template <typename T, int K, int S>
+cudaError_t run_nhwc_vec(const T* x, const T* w, const T* bias, T* y, const TileArgs& a, cudaStream_t stream,
+                         int strip = 0) {
+  constexpr int VW = 16 / sizeof(T);
+  const int64_t n_batch = a.planes / a.c;
+  NhwcVecArgs v{};
+  set_tile_sizes(v, a);
+  v.c = a.c;
+  v.cv = a.c / VW;
+  v.flip = a.flip;
+  v.zero = 0;
+  v.strip = strip > 0 ? strip : kNhwcVecStrip;
+  const int64_t positions = static_cast<int64_t>((v.ho + v.strip - 1) / v.strip) * v.wo;
+  const int ct_max = nhwc_vec_ct_max(K, sizeof(T));
+  const int ct = nhwc_vec_ct(v.cv, positions, ct_max);
+  const int64_t bx = (positions + kThreads / ct - 1) / (kThreads / ct);
+  if (positions > 0x7fffffffLL || bx > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  v.positions = static_cast<int>(positions);
+  v.by_wo = make_fastdiv(static_cast<uint32_t>(v.wo));
+  const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>((v.cv + ct - 1) / ct),
+                  static_cast<unsigned>(n_batch < 65535 ? n_batch : 65535));
+  const dim3 block(static_cast<unsigned>(ct), static_cast<unsigned>(kThreads / ct));
+  const int bytes = (K * K + 1) * ct_max * VW * static_cast<int>(sizeof(float));
+  fwd_nhwc_vec<T, K, S><<<grid, block, bytes, stream>>>(x, w, bias, y, v, n_batch);
+  return cudaGetLastError();
+}
+
+// channels_last tiled geometries: the v3 vector kernel where it applies (Variant::V3 and V4), else the row
+// kernel (v1, v2: the measured one).
 template <typename T>
 cudaError_t dispatch_nhwc(int k, int s, const T* x, const T* w, const T* bias, T* y, const TileArgs& a,
-                          cudaStream_t st) {
+                          Variant variant, cudaStream_t st) {
   return dispatch_ks(k, s, [&](auto K, auto S) {
-    return run_nhwc<T, decltype(K)::value, decltype(S)::value>(x, w, bias, y, a, st);
+    constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
+    if constexpr (kk >= 3) {
+      const bool vec = variant == Variant::V3 || variant == Variant::V4;
+      if (vec && nhwc_vec_supported(kk, x, y, a)) return run_nhwc_vec<T, kk, ss>(x, w, bias, y, a, st);
+    }
+    return run_nhwc<T, kk, ss>(x, w, bias, y, a, st);
   });
 }
 
@@ -1858,7 +2099,7 @@ cudaError_t forward_t(const void* x, const void* w, const void* bias, void* y, c
     a.c = static_cast<int>(g.c);
     set_tile_sizes(a, g);
     a.flip = false;
-    return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, st)
+    return cl ? dispatch_nhwc<T>(g.kh, g.sh, xp, wp, bp, yp, a, variant, st)
               : dispatch_tile<T>(g.kh, g.sh, xp, wp, bp, yp, a, variant, st);
   }
   const dim3 grid = grid_for(g.n, g.c * g.ho * g.wo);
@@ -1888,7 +2129,7 @@ cudaError_t input_grad_t(const void* dy, const void* w, void* dx, const Geom& g,
     a.ph = g.kh - 1 - g.ph;
     a.pw = g.kw - 1 - g.pw;
     a.flip = true;
-    return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, st)
+    return cl ? dispatch_nhwc<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, variant, st)
               : dispatch_tile<T>(g.kh, 1, dyp, wp, nullptr, dxp, a, variant, st);
   }
   // Stride 2 (square k in {1,3,5,7}, dilation 1): the parity-phase kernel; v1 keeps dgrad_direct,

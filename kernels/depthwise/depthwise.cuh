@@ -15,11 +15,13 @@ namespace convperf_dw {
 
 using DType = convperf::DType;  // fp32, fp16, bf16 (I8 is not taken)
 
-// Which NCHW tiled kernel the forward and the stride-1 input grad run: V1 (the first tiled kernel, kept
-// so one process can A/B it), V2 (division-free, plane-sized tiles; the default) or V3 (v2 with each
-// thread's staging loads of a round in flight together, 16-byte loads for every dtype) or V4 (U x U
-// outputs per thread from a register window, grids sized to the GPU; fp32/fp16 with k 3/5/7, else V3).
-// NHWC, direct and weight-grad kernels are the same in all.
+// Which tiled kernel the forward and the stride-1 input grad run: V1 (the first NCHW tiled kernel, kept
+// so one process can A/B it), V2 (division-free, plane-sized tiles; the default), V3 (NCHW: v2 with
+// each thread's staging loads of a round in flight together, 16-byte loads for every dtype; NHWC, k 3/5/7,
+// C a multiple of 16 / sizeof(T), 16-byte aligned tensors: fwd_nhwc_vec, 16-byte channel vectors walking
+// down a column) or V4 (NCHW: U x U outputs per thread from a register window, grids sized to the GPU;
+// fp32/fp16 with k 3/5/7, else V3; NHWC as V3). V1 and V2 run the same NHWC row kernel; direct and
+// weight-grad kernels are the same in all.
 enum class Variant : int { V1 = 1, V2 = 2, V3 = 3, V4 = 4 };
 
 struct Geom {

@@ -399,7 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--check", type=Path, metavar="DIR", help="a baselines/<machine> folder")
     ap.add_argument("--held-out", action="store_true", help="with --check: refit without each seed shape")
     ap.add_argument("--fit", type=Path, metavar="DIR", help="refit the calibrated constants on DIR's rows")
-    ap.add_argument("--predict", metavar="VARIANT", help="with --check: the variant's predicted rows (v3)")
+    ap.add_argument(
+        "--predict", metavar="VARIANT", help="with --check: the variant's predicted rows (v3: NCHW and NHWC)"
+    )
     args = ap.parse_args(argv)
     if args.fit:
         p = cal.fit(cal.load_rows(args.fit))
@@ -413,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.predict:
             print(cal.variant_table(rows, args.predict))
             print("\n".join(f"- {line}" for line in cal.goal_lines(rows, args.predict)))
+        if args.predict == "v3":  # v3 also switches NHWC to fwd_nhwc_vec
+            print(cal.nhwc_table(rows))
+            print("\n".join(f"- {line}" for line in cal.nhwc_goal_lines(rows)))
         return 0 if cal.meets_goal(errs) else 1
     print(table_for(analyze(_build.KERNELS_ROOT / "depthwise" / "depthwise.cu")))
     return 0

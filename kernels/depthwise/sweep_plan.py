@@ -2,12 +2,14 @@
 
 ``v2`` (the default kernel) in fp32/fp16 x NCHW/NHWC x forward/input_grad; ``v1`` (the first tiled
 kernel, ``CONVPERF_DEPTHWISE_VARIANT=v1``) where the switch changes the kernel: the NCHW tiled forward
-and input gradient; ``v3`` (batched 16-byte staging, issue 29) and ``v4`` (U x U outputs per thread from a
-register window, grids sized to the GPU; ``plan_v4.py``) on the same NCHW rows. The weight grad
-rows run ``w2`` (the default: one launch, staged NCHW tiles) and ``w1`` (two launches, the measured
-baseline), switched by ``CONVPERF_DEPTHWISE_WGRAD``. NCHW rows of v2/v3/v4/w1/w2 carry the calibrated
-model's prediction (``calibration.py``, a cold call), written before a GPU measures them. A new
-variant adds its rows to :func:`cases`.
+and input gradient; ``v3`` (issue 29) on the NCHW rows (batched 16-byte staging) and the NHWC rows
+(``fwd_nhwc_vec``: 16-byte channel vectors walking down a column), so one process times old (v2)
+against new (v3) in both layouts; ``v4`` (U x U outputs per thread from a register window, grids sized
+to the GPU; ``plan_v4.py``) on the NCHW rows (its NHWC kernel is v3's). The weight grad rows run ``w2``
+(the default: one launch, staged NCHW tiles) and ``w1`` (two launches, the measured baseline), switched
+by ``CONVPERF_DEPTHWISE_WGRAD``. Every row but v1 and the NHWC weight grads carries the calibrated
+model's prediction (``calibration.py``, a cold call), written before a GPU measures it. A new variant
+adds its rows to :func:`cases`.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ LAYOUTS = ("nchw", "nhwc")
 PHASES = ("forward", "input_grad", "weight_grad")
 
 
-def predicted_us(shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str) -> float:
-    """The calibrated model's cold-call time of an NCHW seed row (``kernels/depthwise/calibration.py``)."""
+def predicted_us(
+    shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str, layout: str = "nchw"
+) -> float:
+    """The calibrated model's cold-call time of a seed row (``kernels/depthwise/calibration.py``)."""
     n, c, hw, k = shape
-    launch = calibration.launch_of(Shape(n, c, hw, k, 1, DTYPE_BYTES[dtype]), "nchw", phase, variant)
+    launch = calibration.launch_of(Shape(n, c, hw, k, 1, DTYPE_BYTES[dtype]), layout, phase, variant)
     return calibration.predict_launch(launch, "cold") * 1e6
 
 
@@ -40,7 +44,7 @@ def _variants(layout: str, phase: str) -> list[tuple[str, dict[str, str], bool]]
         return [(v, {WGRAD_ENV: v}, layout == "nchw") for v in ("w2", "w1")]
     if layout == "nchw":  # where the switch picks the tiled kernel
         return [(v, {VARIANT_ENV: v}, v != "v1") for v in ("v2", "v1", "v3", "v4")]
-    return [("v2", {VARIANT_ENV: "v2"}, False)]
+    return [(v, {VARIANT_ENV: v}, True) for v in ("v2", "v3")]  # the row kernel, fwd_nhwc_vec (v4's too)
 
 
 def cases() -> list[Case]:
@@ -51,7 +55,7 @@ def cases() -> list[Case]:
                 problem = depthwise_seed_problem(*shape, dtype=dtype, layout=layout)
                 for phase in PHASES:
                     for variant, env, predicted in _variants(layout, phase):
-                        guess = predicted_us(shape, dtype, phase, variant) if predicted else None
+                        guess = predicted_us(shape, dtype, phase, variant, layout) if predicted else None
                         out.append(
                             conv_case(
                                 FAMILY, variant, ops.forward, problem, phase, env=env, predicted_us=guess

@@ -378,6 +378,43 @@ extern "C" int dw_plan_v4(void* const* b, const int64_t* i, const double*) {
   std::memcpy(b[0], v, sizeof(v));
   return 0;
 }
+// The v3 NHWC kernel with a forced strip height (ints: dtype, strip 2|8, flip, geometry; buffers: x, w,
+// bias, y as dw_forward): 1 where it does not take the geometry (k not 3/5/7, C % vector width, stride).
+extern "C" int dw_forward_nhwc_vec(void* const* b, const int64_t* i, const double*) {
+  const convperf_dw::Geom g = dw_geom(i + 3);
+  convperf_dw::TileArgs t{};
+  t.planes = g.n * g.c; t.c = int(g.c); t.h = g.h; t.w = g.w; t.ho = g.ho; t.wo = g.wo;
+  t.ph = g.ph; t.pw = g.pw; t.flip = i[2] != 0;
+  if (g.kh != g.kw || g.sh != g.sw || (g.sh != 1 && g.sh != 2)) return 1;
+  return int(convperf::dispatch_float(DType(i[0]), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(b[0]);
+    T* y = static_cast<T*>(b[3]);
+    return convperf_dw::dispatch_ks(g.kh, g.sh, [&](auto K, auto S) -> cudaError_t {
+      constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
+      if constexpr (kk >= 3) {
+        if (!convperf_dw::nhwc_vec_supported(kk, x, y, t)) return cudaErrorInvalidValue;
+        const T* w = static_cast<const T*>(b[1]);
+        const T* bias = static_cast<const T*>(b[2]);
+        return convperf_dw::run_nhwc_vec<T, kk, ss>(x, w, bias, y, t, nullptr, int(i[1]));
+      } else {
+        return cudaErrorInvalidValue;
+      }
+    });
+  }));
+}
+// The v3 NHWC kernel's launch plan of a forward (ints: dtype, geometry) into b[0] (2 int32): channel
+// vectors per block, strip height.
+extern "C" int dw_nhwc_vec_plan(void* const* b, const int64_t* i, const double*) {
+  const convperf_dw::Geom g = dw_geom(i + 1);
+  const int vw = DType(i[0]) == DType::F32 ? 4 : 8;
+  const int strip = convperf_dw::kNhwcVecStrip;
+  const int64_t positions = int64_t((g.ho + strip - 1) / strip) * g.wo;
+  const int ct_max = convperf_dw::nhwc_vec_ct_max(g.kh, 16 / vw);
+  const int v[2] = {convperf_dw::nhwc_vec_ct(int(g.c) / vw, positions, ct_max), strip};
+  std::memcpy(b[0], v, sizeof(v));
+  return 0;
+}
 // ints: dtype, channels_last, SMs, WgradVariant, geometry; buffers: dy, x, dw, db (null: no bias grad).
 // The workspace is fresh (NaN partials, zero counters) per call, as the binding's cache holds it; a W2
 // call must leave every counter at zero (else 1000), so the next call on a cached one starts clean.
@@ -718,7 +755,8 @@ def geometry(x_shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int], p
     return [n, c, h, w, ho, wo, k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]]
 
 
-# The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad.
+# The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad, and
+# with v3 and v4 the NHWC vector kernel (``fwd_nhwc_vec``) where it applies.
 VARIANTS = {"v1": 1, "v2": 2, "v3": 3, "v4": 4}
 # The weight-grad variants (``WgradVariant``): w1 (two launches, the caller sums the bias), w2 (one).
 WGRAD_VARIANTS = {"w1": 1, "w2": 2}
@@ -749,6 +787,22 @@ class EmulatedDepthwise:
             [DTYPE_CODES[x.dtype], int(channels_last), self.variant, *g],
         )
         assert err == 0, f"launch_forward returned cudaError {err}"
+        return y
+
+    def forward_nhwc_vec(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: int, p: int,
+                         strip: int, flip: bool = False) -> torch.Tensor:  # fmt: skip
+        """The v3 NHWC kernel (``fwd_nhwc_vec``) on channels_last ``x`` with a forced strip height;
+        ``flip`` convolves with the flipped filter (the input grad's use). ``x`` is taken as it is (its
+        alignment included)."""
+        k = w.shape[2]
+        g = geometry(tuple(x.shape), (k, k), (s, s), (p, p), (1, 1))
+        y = torch.full((g[0], g[1], g[4], g[5]), float("nan"), dtype=x.dtype)
+        y = y.contiguous(memory_format=torch.channels_last)
+        bias = b.contiguous() if b is not None else None
+        err = self.emu.call(
+            "dw_forward_nhwc_vec", [x, w.contiguous(), bias, y], [DTYPE_CODES[x.dtype], strip, int(flip), *g]
+        )
+        assert err == 0, f"run_nhwc_vec returned {err} (1: geometry not taken; else a cudaError)"
         return y
 
     def input_grad(self, dy: torch.Tensor, w: torch.Tensor, hw: tuple[int, int], s: tuple[int, int],
@@ -806,6 +860,13 @@ class EmulatedDepthwise:
     def block_order(self, seed: int) -> None:
         """Run the blocks of later launches in a seeded random order (0: index order)."""
         self.emu.call("emu_block_order", [], [seed])
+
+    def nhwc_vec_plan(self, dtype: torch.dtype, g: Sequence[int]) -> tuple[int, int]:
+        """``depthwise.cu``'s (channel vectors per block, strip height) of a v3 NHWC forward on ``g``."""
+        out = torch.zeros(2, dtype=torch.int32)
+        self.emu.call("dw_nhwc_vec_plan", [out], [DTYPE_CODES[dtype], *g])
+        ct, strip = out.tolist()
+        return ct, strip
 
     def plan_v2(self, g: Sequence[int]) -> list[int] | None:
         """``depthwise.cu``'s v2 tile plan of a forward on geometry ``g`` (see ``dw_plan_v2``), or None."""

@@ -96,3 +96,31 @@ def test_dram_bound_when_latency_and_issue_are_free() -> None:
     sh = Shape(16, 32, 112, 3)
     t = cal.predict_launch(cal.launch_of(sh, "nchw", "forward"), "cold", p)
     assert t == pytest.approx(p.launch_cold_s + sh.bytes / cal.COPY_BPS)
+
+
+def test_v3_nhwc_borrows_the_row_kernels_issue_figure_scaled_by_static_counts() -> None:
+    """fwd_nhwc_vec has no measured row: its issue term is the NHWC kind's fitted figure times the
+    ratio of static SASS instructions per output, its grid and rounds mirrored from depthwise.cu."""
+    sh = Shape(16, 144, 56, 3, 1, 4)
+    v2, v3 = cal.launch_of(sh, "nhwc", "forward"), cal.launch_of(sh, "nhwc", "forward", "v3")
+    assert v2.issue_scale == 1.0 and v3.kind == v2.kind == "nhwc"
+    want = cal.nhwc_instr_per_output(sh, True) / cal.nhwc_instr_per_output(sh, False)
+    assert v3.issue_scale == pytest.approx(want) and 0 < want < 1
+    plan = cal.nhwc_vec_plan(sh)
+    assert (plan.vw, plan.ct, plan.strip) == (4, 8, 8)
+    assert v3.rounds == (plan.strip - 1) + sh.k  # one round of k 16-byte loads per input row
+    # doubling the per-iteration instructions of the vector kernel raises its predicted issue time
+    base = cal.predict_launch(v3, "cold")
+    assert cal.predict_launch(replace(v3, issue_scale=2 * v3.issue_scale), "cold") >= base
+
+
+def test_v3_nhwc_falls_back_where_the_kernel_does() -> None:
+    """C not a multiple of the vector width (fp16: 8) keeps the row kernel, as dispatch_nhwc does."""
+    sh = Shape(16, 36, 28, 3, 1, 2)
+    assert cal.launch_of(sh, "nhwc", "forward", "v3") == cal.launch_of(sh, "nhwc", "forward")
+
+
+def test_nhwc_goal_lines_name_both_dtypes() -> None:
+    lines = cal.nhwc_goal_lines(cal.load_rows(H100))
+    assert [line.split()[0] for line in lines] == ["fp32", "fp16"]
+    assert all("geomean" in line and "goal geomean >= 1.0x" in line for line in lines)

@@ -61,6 +61,17 @@ def _dwp(**kw: object) -> Conv2dProblem:
     return Conv2dProblem(c_in=c, c_out=c, groups=c, **kw)  # type: ignore[arg-type]
 
 
+def _nhwc_vec_strip3(emu: Emulation, c: int = 12, hw: int = 19) -> None:
+    """fwd_nhwc_vec with a forced strip of 3 output rows (calls run 8), stride 2, the last strip
+    partial."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(1, c, hw, hw, generator=gen).contiguous(memory_format=torch.channels_last)
+    wt, b = torch.randn(c, 1, 5, 5, generator=gen), torch.randn(c, generator=gen)
+    y = EmulatedDepthwise(emu, "v3").forward_nhwc_vec(x, wt, b, 2, 2, 3)
+    want = torch.nn.functional.conv2d(x.double(), wt.double(), b.double(), 2, 2, 1, c)
+    fam.assert_close_fp64(y, want, 26, "strip 3")
+
+
 X = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
 LUT4 = fam.lut_case((1, 3, 9, 10), 8, 1, (3, 3), 4)
 LUT8 = fam.lut_case((1, 1, 9, 9), 2, 1, (7, 7), 8)
@@ -113,6 +124,37 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "tile-v4-s2-fp16-scalar",
         _dw(_dwp(n=2, c=3, h=11, w=10, kernel=(5, 5), stride=(2, 2), padding=(2, 2), dtype="fp16"), "v4"),
     ),
+    # v3 NHWC vector kernel (forward and stride-1 input grad): fp32 4-channel and 16-bit 8-channel
+    # vectors, a partial channel group (3 vectors in a 4-wide block), stride 2, k 7; a forced odd strip.
+    (
+        "depthwise",
+        "nhwc-vec-fp32-k3",
+        _dw(_dwp(n=2, c=8, h=9, w=7, kernel=(3, 3), padding=(1, 1), layout="nhwc"), "v3"),
+    ),
+    (
+        "depthwise",
+        "nhwc-vec-fp16-k5-s2",
+        _dw(
+            _dwp(
+                n=1,
+                c=16,
+                h=11,
+                w=9,
+                kernel=(5, 5),
+                stride=(2, 2),
+                padding=(2, 2),
+                layout="nhwc",
+                dtype="fp16",
+            ),
+            "v3",
+        ),
+    ),
+    (
+        "depthwise",
+        "nhwc-vec-bf16-k7-c24",
+        _dw(_dwp(n=1, c=24, h=8, w=8, kernel=(7, 7), padding=(3, 3), layout="nhwc", dtype="bf16"), "v3"),
+    ),
+    ("depthwise", "nhwc-vec-strip3-fp32-k5-s2", _nhwc_vec_strip3),
     (
         "im2col_gemm",
         "im2col-knl-fp32-ones-row",
@@ -317,6 +359,47 @@ def test_asan_ubsan_catch_planted_defect(defect: str) -> None:
     msg = str(err.value).splitlines()[0]
     assert kind in msg and "in kernel sep_conv_fwd_kernel" in msg, msg
     assert f"edsr/{cu.name}:{line}" in msg, msg
+
+
+# (old, new, the line the report must name, what the report must say, channels) in depthwise.cu's
+# v3 NHWC kernel
+NHWC_VEC_DEFECTS = {
+    # The column bound test lets the right halo read one pixel past the row: past the end of x on the
+    # last row of the last sample.
+    "halo-read": (
+        "const bool ok = row_ok && iw >= 0 && iw < a.w;",
+        "const bool ok = row_ok && iw >= 0 && iw <= a.w;",
+        "return *reinterpret_cast<const uint4*>(p);",
+        "heap-buffer-overflow",
+        8,
+    ),
+    # The dispatch without its C % vector-width test: with C = 6 every second pixel's 16-byte vector
+    # starts 8 bytes off a 16-byte boundary.
+    "misaligned-vector": (
+        "&& a.c % VW == 0 &&",
+        "&&",
+        "return *reinterpret_cast<const uint4*>(p);",
+        "misaligned address",
+        6,
+    ),
+}
+
+
+@pytest.mark.parametrize("defect", list(NHWC_VEC_DEFECTS))
+def test_asan_ubsan_catch_planted_nhwc_vec_defect(defect: str) -> None:
+    """A planted out-of-bounds halo read (ASan) or misaligned 16-byte load (UBSan) in the v3 NHWC
+    kernel is caught, naming fwd_nhwc_vec and the load's line."""
+    old, new, needle, kind, c = NHWC_VEC_DEFECTS[defect]
+    cu = family_source("depthwise")
+    text = _mutate(cu.read_text(), old, new)
+    line = _line_of(text, needle)
+    emu = emulation("depthwise", "asan", text)
+    x = torch.randn(1, c, 5, 6).contiguous(memory_format=torch.channels_last)
+    with pytest.raises(SanitizerError) as err:  # the forward entry directly: the oracle would wrap it
+        EmulatedDepthwise(emu, "v3").forward(x, torch.randn(c, 1, 3, 3), None, ONE, ONE, ONE, True)
+    msg = str(err.value).splitlines()[0]
+    assert kind in msg and "in kernel fwd_nhwc_vec" in msg, msg
+    assert f"depthwise/{cu.name}:{line}" in msg, msg
 
 
 def test_tsan_catches_planted_missing_syncthreads() -> None:
