@@ -111,6 +111,7 @@ class ResultsWriter:
         machine_info: Mapping[str, Any],
         commit_info: Mapping[str, Any],
         when: str,
+        session_id: str,
     ) -> list[str]:
         if self.engine is None:
             return []
@@ -121,8 +122,9 @@ class ResultsWriter:
             commit=str(commit) if commit else None,
             code=commit_info.get("code"),
             device=machine_info.get("name"),
+            session_id=session_id,
         )
-        notes = self.write(records)
+        notes = self.write(records, session_id)
         if self.explicit and not any(" NOT written " in n for n in notes):
             notes += self.change_points(records)
         return notes
@@ -151,17 +153,17 @@ class ResultsWriter:
             if (c.machine, c.key) not in known
         ]
 
-    def write(self, records: list[dict[str, Any]]) -> list[str]:
+    def write(self, records: list[dict[str, Any]], session_id: str) -> list[str]:
         """Tonight's records in one transaction, then any a failed write left; a write that fails
         keeps its records in the pending file, and one note says where."""
-        from pytest_convperf.resultsdb.db import new_session, write
+        from pytest_convperf.resultsdb.db import write
 
         assert self.engine is not None
         pending = self.report_dir / PENDING
         left, skipped = read_objects(pending) if pending.exists() else ([], [])
         notes = [f"{PENDING}: {line}" for line in summary(skipped)]
         try:
-            write(self.engine, records, source=str(self.report_dir), session=new_session())
+            write(self.engine, records, source=str(self.report_dir), session_id=session_id)
         except Exception as exc:
             end_cut_line(pending)
             with open(pending, "a", encoding="utf-8") as fh:
@@ -188,7 +190,13 @@ class ResultsWriter:
 
 
 def store_records(
-    rows: Sequence[CheckRow], *, when: str, commit: str | None, code: str | None, device: Any = None
+    rows: Sequence[CheckRow],
+    *,
+    when: str,
+    commit: str | None,
+    code: str | None,
+    device: Any = None,
+    session_id: str | None = None,
 ) -> list[dict[str, Any]]:
     """``history.jsonl``'s records with what the store adds: the ratio's CI, the entry's noise, the
     candidate's kernel table, node id, phase, problem and the device's name."""
@@ -196,7 +204,8 @@ def store_records(
     from pytest_convperf.reports.report_files import history_records
 
     out = []
-    for row, rec in zip(rows, history_records(rows, when=when, commit=commit, code=code)):
+    records = history_records(rows, when=when, commit=commit, code=code, session_id=session_id)
+    for row, rec in zip(rows, records):
         comp = final_comparison(row)
         facts = comp.facts if comp is not None else {}
         kernels = facts.get("kernels") or (row.comparison.facts.get("kernels") if row.comparison else None)
