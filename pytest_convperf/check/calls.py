@@ -20,7 +20,8 @@ from pytest_convperf.check.context import Candidate
 from pytest_convperf.core.env import ENV_KEYS
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
-from pytest_convperf.correctness.oracle import describe, make_grad_out
+from pytest_convperf.correctness.case import make_grad_out
+from pytest_convperf.correctness.oracle import describe
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
