@@ -132,10 +132,11 @@ class ResultsWriter:
     def change_points(self, records: Sequence[Mapping[str, Any]]) -> list[str]:
         """A store given by URL holds more nights than the report folder (an ephemeral runner's
         history.jsonl may hold tonight only): its change points new tonight on this session's
-        machines, less those the report's history.jsonl gives too (the built-in report's notes)."""
+        machines, less those the report's history.jsonl gives too (the built-in report's notes,
+        searched over the same last ``WINDOW`` runs of each check: the whole file grows each night)."""
         from pytest_convperf.night.history import (
-            all_change_points,
             new_store_change_points,
+            recent_change_points,
             record_problem,
             series_from_records,
         )
@@ -144,7 +145,7 @@ class ResultsWriter:
             found = new_store_change_points(self.url, {str(r.get("machine") or "unknown") for r in records})
             objects, _ = read_objects(self.report_dir / "history.jsonl")
             here = [rec for _, rec in objects if record_problem(rec) is None] + list(records)
-            known = {(c.machine, c.key) for c in all_change_points(series_from_records(here)) if c.new}
+            known = {(c.machine, c.key) for c in recent_change_points(series_from_records(here)) if c.new}
         except Exception as exc:  # never costs the night's reports
             return [f"results store: change points not computed: {type(exc).__name__}: {exc}"]
         return [
