@@ -172,7 +172,9 @@ def _writer(url: str, n: int, start: float) -> None:
     time.sleep(max(0.0, start - time.time()))
     engine, _ = db.open_store(url)  # every writer also migrates: the empty store is created once
     for i in range(ROWS):
-        db.write(engine, [record(i, key=f"w{n}", when=f"t{n}-{i}")], source=f"w{n}", session_id=uuid.uuid4().hex)
+        db.write(
+            engine, [record(i, key=f"w{n}", when=f"t{n}-{i}")], source=f"w{n}", session_id=uuid.uuid4().hex
+        )
     engine.dispose()
 
 
