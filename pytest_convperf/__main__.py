@@ -49,6 +49,7 @@ from pytest_convperf.baselines.store import dump_text, merge_files
 from pytest_convperf.core.env import load_avg
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.rerun import plugin_args
+from pytest_convperf.night.history import PERSIST, WINDOW
 
 # pytest exit codes after which the runs are still usable (0 passed, 1 some tests failed,
 # 5 nothing collected is handled separately).
@@ -252,7 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rev.add_argument("head", nargs="?", default=None, help="the head revision (default: the work tree)")
     hist = sub.add_parser("history", help="change points per check over a report directory's history.jsonl")
     hist.add_argument("dir", help="a --convperf-report folder, a history.jsonl, or a results store URL")
-    hist.add_argument("--persist", type=int, default=3, help="runs a step must last to count (default 3)")
+    hist.add_argument(
+        "--persist", type=int, default=PERSIST, help=f"runs a step must last to count (default {PERSIST})"
+    )
     hist.add_argument("--no-plot", action="store_true", help="do not draw history.png")
     store = sub.add_parser("store", help="the results store: store import DIR loads history.jsonl files")
     store_sub = store.add_subparsers(dest="store_command", required=True)
@@ -263,7 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     dash.add_argument("source", help="a --convperf-report folder (its history.jsonl) or a results store URL")
     dash.add_argument("--out", required=True, help="folder for index.html")
     dash.add_argument(
-        "--window", type=int, default=120, help="runs per check searched for change points (0: all)"
+        "--window",
+        type=int,
+        default=WINDOW,
+        help=f"runs per check searched for change points (default {WINDOW}, as a session's; 0: all)",
     )
     exp = sub.add_parser("export", help="the latest run of each check as bmf (Bencher) or gab JSON")
     exp.add_argument("source", help="a --convperf-report folder (its history.jsonl) or a results store URL")

@@ -128,6 +128,7 @@ def pytest_convperf_write_report(
     commit_info: Mapping[str, Any],
     when: str,
     night: Mapping[str, Any],
+    session_id: str,
 ) -> list[str] | None:
     """Write the session's report files into ``report_dir`` (``--convperf-report``); return notes.
 
@@ -138,5 +139,6 @@ def pytest_convperf_write_report(
     ``report_dir`` are enough for most). ``night`` is the session's false-alarm control
     (``multiplicity.NightControl.to_dict()``: method, level, family size, kept and cleared FAILs,
     adjusted p-values, ``summary``; empty when ``convperf-false-alarms`` is not registered); the rows
-    already carry its decision (a cleared FAIL's verdict is ``SUSPECT``).
+    already carry its decision (a cleared FAIL's verdict is ``SUSPECT``). ``session_id`` is the
+    session's identity (a uuid), which its ``history.jsonl`` records and results-store rows carry.
     """

@@ -51,12 +51,19 @@ def pytest_convperf_write_report(
     commit_info: Mapping[str, Any],
     when: str,
     night: Mapping[str, Any],
+    session_id: str,
 ) -> list[str]:
     """The built-in reports (report.md, results.json, rows.json, history.jsonl, night.json, speedup.png)."""
     from pytest_convperf.reports.report_files import write_reports
 
     return write_reports(
-        report_dir, rows, machine_info=machine_info, commit_info=commit_info, when=when, night=night
+        report_dir,
+        rows,
+        machine_info=machine_info,
+        commit_info=commit_info,
+        when=when,
+        night=night,
+        session_id=session_id,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,6 +326,9 @@ class ConvperfSession:
             return
         when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         about = {"machine_info": self.machine_info(rows), "commit_info": commit_info(cfg), "when": when}
+        # The session's identity in its history records and the results store: ``when`` has whole
+        # seconds, and two sessions' equal results in one second must stay two records.
+        session_id = uuid.uuid4().hex
         try:
             for notes in self.config.hook.pytest_convperf_session_results(rows=rows, **about):
                 self.notes += notes or []
@@ -334,7 +338,7 @@ class ConvperfSession:
             return
         try:
             for notes in self.config.hook.pytest_convperf_write_report(
-                rows=rows, report_dir=cfg.report_dir, night=self.night(), **about
+                rows=rows, report_dir=cfg.report_dir, night=self.night(), session_id=session_id, **about
             ):
                 self.notes += notes or []
         except OSError as exc:

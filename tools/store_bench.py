@@ -52,7 +52,7 @@ def rows_per_second(url: str, n: int = 5000, per_session: int = 500) -> float:
         r["when"] += "-rate"
     start = time.perf_counter()
     for i in range(0, n, per_session):
-        db.write(engine, data[i : i + per_session], source="bench", session=uuid.uuid4().hex)
+        db.write(engine, data[i : i + per_session], source="bench", session_id=uuid.uuid4().hex)
     elapsed = time.perf_counter() - start
     engine.dispose()
     return n / elapsed
@@ -63,7 +63,7 @@ def _writer(url: str, n: int) -> None:
     for i in range(50):
         rec = records(1, 1)[0]
         rec.update(key=f"w{n}", when=f"conc-{n}-{i}")
-        db.write(engine, [rec], source=f"w{n}", session=uuid.uuid4().hex)
+        db.write(engine, [rec], source=f"w{n}", session_id=uuid.uuid4().hex)
     engine.dispose()
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_convperf.core.env import env_from_facts
-from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
+from pytest_convperf.correctness.case import make_grad_out
+from pytest_convperf.correctness.oracle import stable_seed
 from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:

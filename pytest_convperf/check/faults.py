@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_convperf.core.device import is_sticky_cuda_error
-from pytest_convperf.correctness.oracle import raised
+from pytest_convperf.correctness.candidate_run import raised
 from pytest_convperf.measure.rule import TimedCallError
 from pytest_convperf.reports.progress import Tally
 

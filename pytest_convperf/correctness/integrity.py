@@ -33,7 +33,8 @@ from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.core.results import ErrorStats, Verdict
-from pytest_convperf.correctness.oracle import Candidate, output_errors
+from pytest_convperf.correctness.case import Candidate
+from pytest_convperf.correctness.oracle import output_errors
 
 # The fresh values' seed: far from the check's own seed and from graph mode's seed + i sets.
 FRESH_SEED_OFFSET = 0x5EED5

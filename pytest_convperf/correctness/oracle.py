@@ -3,7 +3,9 @@
 The oracle is ``F.conv2d`` in float64 on the *same already-rounded* inputs, so only the
 candidate's own arithmetic is judged. How far off a result may be (the a-priori tolerance, the
 worst-case bound, the rule against the reference's own error) is :mod:`pytest_convperf.correctness.tolerance`;
-the report and its message are :mod:`pytest_convperf.correctness.correctness_report`. NaN/Inf never pass.
+the report and its message are :mod:`pytest_convperf.correctness.correctness_report`; the oracle's values
+of one (problem, seed) are :mod:`pytest_convperf.correctness.case`, one guarded call of a candidate
+:mod:`pytest_convperf.correctness.candidate_run`. NaN/Inf never pass.
 
 The reference (``F.conv2d`` on the problem's device by default) is judged by the same oracle:
 when it misses even the worst-case bound and the candidate is right, :class:`ReferenceDefect` is
@@ -15,23 +17,18 @@ within the a-priori tolerance or within 2x the reference's own error.
 
 from __future__ import annotations
 
-import math
-import os
-import traceback
-import warnings
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from pytest_convperf.core import inflight
-from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.core.results import ErrorStats
+from pytest_convperf.correctness.candidate_run import poisoned_allocations, raised, run_case, wrong_output
+from pytest_convperf.correctness.case import GRAD_NAMES, Candidate, Case, build_case, make_grad_out
 from pytest_convperf.correctness.correctness_report import ConvMismatch, CorrectnessReport, ReferenceDefect
 from pytest_convperf.correctness.known_defects import safe_reference
 from pytest_convperf.correctness.tolerance import (
@@ -39,10 +36,10 @@ from pytest_convperf.correctness.tolerance import (
     error_stats,
     judge_against_reference,
     tolerance,
-    worst_case_atol,
 )
 
-# Moved to their own modules (tolerance, correctness_report); importable from here as before.
+# Moved to their own modules (case, candidate_run, tolerance, correctness_report); importable
+# from here as before.
 __all__ = [
     "GRAD_NAMES",
     "TOLERANCES",
@@ -65,176 +62,8 @@ __all__ = [
     "wrong_output",
 ]
 
-Candidate = Callable[..., torch.Tensor]
 
-GRAD_NAMES = ("grad_input", "grad_weight", "grad_bias")
-
-
-def _max_abs(t: torch.Tensor | None) -> float:
-    if t is None or t.numel() == 0:
-        return 0.0
-    return float(t.detach().abs().max().to(torch.float64))
-
-
-@dataclass
-class _Case:
-    """Inputs and fp64 oracle values for one (problem, seed)."""
-
-    inputs: ConvInputs
-    grad_out: torch.Tensor | None
-    expected: dict[str, torch.Tensor]
-    tolerances: dict[str, tuple[float, float]]
-    # The worst-case atol of each tensor (tolerance.worst_case_atol): what the reference must meet.
-    ceilings: dict[str, float]
-
-
-def _build_case(
-    problem: Conv2dProblem,
-    seed: int,
-    device: str | torch.device,
-    backward: bool,
-    oracle: Candidate | None = None,
-    inputs: ConvInputs | None = None,
-) -> _Case:
-    if inputs is None:
-        inputs = problem.make_inputs(seed, device)
-    x64 = inputs.input.detach().double().requires_grad_(backward)
-    w64 = inputs.weight.detach().double().requires_grad_(backward)
-    b64 = inputs.bias.detach().double().requires_grad_(backward) if inputs.bias is not None else None
-    out64 = (oracle if oracle is not None else F.conv2d)(x64, w64, b64, *problem.conv_args())
-    x_max, w_max = _max_abs(inputs.input), _max_abs(inputs.weight)
-    b_max = _max_abs(inputs.bias)
-    expected = {"output": out64.detach()}
-    # name -> (reduction length K, scale: the product of the largest magnitudes entering it)
-    sizes = {"output": (problem.reduction_length + 1, x_max * w_max + b_max)}
-    grad_out: torch.Tensor | None = None
-    if backward:
-        grad_out = gy = make_grad_out(problem, seed, device)
-        wrt = [x64, w64] + ([b64] if b64 is not None else [])
-        grads = torch.autograd.grad(out64, wrt, gy.double(), allow_unused=True)
-        g_max = _max_abs(gy)
-        spatial = problem.n * problem.out_h * problem.out_w
-        k_input = problem.multiplier * problem.kernel[0] * problem.kernel[1]
-        expected["grad_input"] = grads[0]
-        sizes["grad_input"] = (k_input, g_max * w_max)
-        expected["grad_weight"] = grads[1]
-        sizes["grad_weight"] = (spatial, g_max * x_max)
-        if b64 is not None:
-            expected["grad_bias"] = grads[2]
-            sizes["grad_bias"] = (spatial, g_max)
-    tolerances = {name: tolerance(problem.dtype, k, scale) for name, (k, scale) in sizes.items()}
-    ceilings = {name: worst_case_atol(problem.dtype, k, scale) for name, (k, scale) in sizes.items()}
-    return _Case(inputs, grad_out, expected, tolerances, ceilings)
-
-
-def make_grad_out(problem: Conv2dProblem, seed: int, device: str | torch.device) -> torch.Tensor:
-    """The output gradient of a check's gradient phases (seeded by ``seed + 1``, in the problem's
-    layout): correctness checks the gradients with it and timing differentiates with it."""
-    gen = torch.Generator().manual_seed(seed + 1)
-    gy = torch.randn(problem.output_shape, generator=gen).to(device=device, dtype=problem.torch_dtype())
-    return gy.contiguous(memory_format=torch.channels_last) if problem.layout == "nhwc" else gy
-
-
-@contextmanager
-def poisoned_allocations() -> Iterator[None]:
-    """Every fresh floating-point tensor (``torch.empty``, ``empty_like``, ``at::empty`` in an
-    extension) is filled with NaN while this is active.
-
-    Without it a kernel that writes nothing can pass: the caching allocator may hand it the block
-    of an earlier right answer. Torch does the fill in deterministic mode
-    (``torch.utils.deterministic.fill_uninitialized_memory``); ``warn_only`` keeps ops without a
-    deterministic implementation running (their warning is silenced here: it is about this
-    switch, not the candidate). The caller's settings are restored on exit.
-    """
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation.*")
-            yield
-    finally:
-        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-        torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
-
-
-def wrong_output(name: str, actual: object, expected: torch.Tensor, dtype: torch.dtype) -> str | None:
-    """Why ``actual`` is not a tensor of ``expected``'s shape and of ``dtype``, or None."""
-    if not isinstance(actual, torch.Tensor):
-        return f"{name}: the candidate returned {type(actual).__name__}, not a torch.Tensor"
-    if tuple(actual.shape) != tuple(expected.shape):
-        return f"{name} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)} (the oracle's)"
-    if actual.dtype != dtype:
-        return f"{name} has dtype {actual.dtype}, expected {dtype} (the problem's)"
-    return None
-
-
-def _changed_inputs(case: _Case, given: Sequence[torch.Tensor | None]) -> str | None:
-    """Which inputs the candidate wrote in place (compared with the check's own inputs)."""
-    changed = [
-        name
-        for name, original, seen in zip(("input", "weight", "bias"), case.inputs, given)
-        if original is not None and seen is not None and not torch.equal(original, seen.detach())
-    ]
-    if not changed:
-        return None
-    return (
-        f"the candidate changed its {' and '.join(changed)} in place; a conv must leave its inputs "
-        "as they are (the calls timed after it, the reference's too, would see the changed values)"
-    )
-
-
-def _run(
-    fn: Candidate, problem: Conv2dProblem, case: _Case, backward: bool
-) -> tuple[dict[str, torch.Tensor], str | None, str | None]:
-    """Call ``fn`` (and its backward) on fresh copies of the inputs, with fresh allocations poisoned.
-
-    Returns (outputs, the exception it raised, what is wrong with its outputs or inputs)."""
-    x = case.inputs.input.detach().clone().requires_grad_(backward)
-    w = case.inputs.weight.detach().clone().requires_grad_(backward)
-    b = case.inputs.bias.detach().clone().requires_grad_(backward) if case.inputs.bias is not None else None
-    pin = ieee_fp32() if problem.dtype == "fp32" else nullcontext()
-    dtype = problem.torch_dtype()
-    try:
-        with pin, poisoned_allocations():
-            out = fn(x, w, b, *problem.conv_args())
-            # Before the backward: autograd's own shape error would hide what is wrong.
-            wrong = wrong_output("output", out, case.expected["output"], dtype) or _changed_inputs(
-                case, (x, w, b)
-            )
-            if wrong is not None:
-                return {}, None, wrong
-            results = {"output": out.detach()}
-            if backward:
-                assert case.grad_out is not None
-                wrt = [x, w] + ([b] if b is not None else [])
-                grads = torch.autograd.grad(out, wrt, case.grad_out, allow_unused=True)
-                for name, grad, ref in zip(GRAD_NAMES, grads, wrt):
-                    results[name] = grad.detach() if grad is not None else torch.full_like(ref, math.nan)
-    except Exception as exc:  # a crashing candidate is a correctness failure with its own message
-        return {}, raised(exc), None
-    for name, value in results.items():
-        wrong = wrong_output(name, value, case.expected[name], dtype)
-        if wrong is not None:
-            return {}, None, wrong
-    return results, None, None
-
-
-def raised(exc: BaseException) -> str:
-    """``raised ValueError: boom`` and the traceback from the first frame outside this plugin: the
-    path into the user's code, without the plugin's own call sites (correctness, timing rounds)."""
-    plugin_dir = os.path.dirname(__file__) + os.sep
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(plugin_dir):
-        tb = tb.tb_next
-    trace = "".join(traceback.format_list(traceback.extract_tb(tb))) if tb is not None else ""
-    head = f"raised {type(exc).__name__}: {exc}"
-    return f"{head}\n  Traceback (most recent call last):\n{trace.rstrip()}" if trace else head
-
-
-def _compare(results: dict[str, torch.Tensor], case: _Case, *, worst_case: bool = False) -> list[ErrorStats]:
+def _compare(results: dict[str, torch.Tensor], case: Case, *, worst_case: bool = False) -> list[ErrorStats]:
     """Errors under the a-priori tolerances, or under the worst-case bounds (``worst_case``)."""
     stats = []
     for name, expected in case.expected.items():
@@ -245,7 +74,7 @@ def _compare(results: dict[str, torch.Tensor], case: _Case, *, worst_case: bool 
     return stats
 
 
-def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor], case: _Case) -> None:
+def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor], case: Case) -> None:
     """Tier 3 (tolerance.judge_against_reference): a candidate tensor off the a-priori tolerance
     where the reference is off it too, but within its worst-case bound, may pass within 2x the
     reference's own error (and within that bound)."""
@@ -278,7 +107,7 @@ def output_errors(
 ) -> list[ErrorStats]:
     """Errors of a forward ``output`` the candidate already returned for ``inputs`` (the oracle's
     tolerance table); for outputs made outside :func:`check_conv` (``integrity``)."""
-    case = _build_case(problem, seed, device, False, oracle, inputs)
+    case = build_case(problem, seed, device, False, oracle, inputs)
     return _compare({"output": output.detach()}, case)
 
 
@@ -349,12 +178,12 @@ def _check_conv(
     oracle: Candidate | None,
     inputs: ConvInputs | None,
 ) -> CorrectnessReport:
-    case = _build_case(problem, seed, dev, backward, oracle, inputs)
-    results, report.candidate_exception, report.candidate_wrong = _run(candidate, problem, case, backward)
+    case = build_case(problem, seed, dev, backward, oracle, inputs)
+    results, report.candidate_exception, report.candidate_wrong = run_case(candidate, problem, case, backward)
     if results:
         report.candidate_errors = _compare(results, case)
     if oracle is None:  # a custom oracle computes another function than the (timing) reference
-        ref_results, report.reference_exception, report.reference_wrong = _run(
+        ref_results, report.reference_exception, report.reference_wrong = run_case(
             ref_fn, problem, case, backward
         )
         if ref_results:

@@ -126,9 +126,15 @@ def benchmark_entry(
 
 
 def history_records(
-    rows: Sequence[CheckRow], *, when: str, commit: str | None, code: str | None = None
+    rows: Sequence[CheckRow],
+    *,
+    when: str,
+    commit: str | None,
+    code: str | None = None,
+    session_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One JSON record per check per run (feeds trend plots and a persistence gate)."""
+    """One JSON record per check per run (feeds trend plots and a persistence gate); ``session_id``
+    tells two sessions' records apart (``when`` has whole seconds; records of earlier versions lack it)."""
     out = []
     for row in rows:
         # The final comparison (the confirm run when there was one) gives ratio, se, rounds and us alike.
@@ -139,6 +145,7 @@ def history_records(
             {
                 "schema": SCHEMA,
                 "when": when,
+                "session_id": session_id,
                 "commit": commit,
                 "code": code,  # updates.code_state: the commit, "+dirty" with uncommitted code
                 "machine": row.machine,
@@ -248,6 +255,7 @@ def write_reports(
     commit_info: Mapping[str, Any],
     when: str,
     night: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
 ) -> list[str]:
     """Write history.jsonl (appended), report.md, results.json, rows.json, night.json and speedup.png.
 
@@ -262,7 +270,9 @@ def write_reports(
     end_cut_line(history)  # a line an earlier run left cut short must not swallow tonight's first
     with open(history, "a", encoding="utf-8") as fh:
         code = commit_info.get("code")
-        records = history_records(rows, when=when, commit=str(commit) if commit else None, code=code)
+        records = history_records(
+            rows, when=when, commit=str(commit) if commit else None, code=code, session_id=session_id
+        )
         for rec in records:
             fh.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
     change_points, cp_notes = new_change_point_lines(report_dir)

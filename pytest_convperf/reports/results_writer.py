@@ -111,6 +111,7 @@ class ResultsWriter:
         machine_info: Mapping[str, Any],
         commit_info: Mapping[str, Any],
         when: str,
+        session_id: str,
     ) -> list[str]:
         if self.engine is None:
             return []
@@ -121,8 +122,9 @@ class ResultsWriter:
             commit=str(commit) if commit else None,
             code=commit_info.get("code"),
             device=machine_info.get("name"),
+            session_id=session_id,
         )
-        notes = self.write(records)
+        notes = self.write(records, session_id)
         if self.explicit and not any(" NOT written " in n for n in notes):
             notes += self.change_points(records)
         return notes
@@ -130,10 +132,11 @@ class ResultsWriter:
     def change_points(self, records: Sequence[Mapping[str, Any]]) -> list[str]:
         """A store given by URL holds more nights than the report folder (an ephemeral runner's
         history.jsonl may hold tonight only): its change points new tonight on this session's
-        machines, less those the report's history.jsonl gives too (the built-in report's notes)."""
+        machines, less those the report's history.jsonl gives too (the built-in report's notes,
+        searched over the same last ``WINDOW`` runs of each check: the whole file grows each night)."""
         from pytest_convperf.night.history import (
-            all_change_points,
             new_store_change_points,
+            recent_change_points,
             record_problem,
             series_from_records,
         )
@@ -142,7 +145,7 @@ class ResultsWriter:
             found = new_store_change_points(self.url, {str(r.get("machine") or "unknown") for r in records})
             objects, _ = read_objects(self.report_dir / "history.jsonl")
             here = [rec for _, rec in objects if record_problem(rec) is None] + list(records)
-            known = {(c.machine, c.key) for c in all_change_points(series_from_records(here)) if c.new}
+            known = {(c.machine, c.key) for c in recent_change_points(series_from_records(here)) if c.new}
         except Exception as exc:  # never costs the night's reports
             return [f"results store: change points not computed: {type(exc).__name__}: {exc}"]
         return [
@@ -151,17 +154,17 @@ class ResultsWriter:
             if (c.machine, c.key) not in known
         ]
 
-    def write(self, records: list[dict[str, Any]]) -> list[str]:
+    def write(self, records: list[dict[str, Any]], session_id: str) -> list[str]:
         """Tonight's records in one transaction, then any a failed write left; a write that fails
         keeps its records in the pending file, and one note says where."""
-        from pytest_convperf.resultsdb.db import new_session, write
+        from pytest_convperf.resultsdb.db import write
 
         assert self.engine is not None
         pending = self.report_dir / PENDING
         left, skipped = read_objects(pending) if pending.exists() else ([], [])
         notes = [f"{PENDING}: {line}" for line in summary(skipped)]
         try:
-            write(self.engine, records, source=str(self.report_dir), session=new_session())
+            write(self.engine, records, source=str(self.report_dir), session_id=session_id)
         except Exception as exc:
             end_cut_line(pending)
             with open(pending, "a", encoding="utf-8") as fh:
@@ -188,7 +191,13 @@ class ResultsWriter:
 
 
 def store_records(
-    rows: Sequence[CheckRow], *, when: str, commit: str | None, code: str | None, device: Any = None
+    rows: Sequence[CheckRow],
+    *,
+    when: str,
+    commit: str | None,
+    code: str | None,
+    device: Any = None,
+    session_id: str | None = None,
 ) -> list[dict[str, Any]]:
     """``history.jsonl``'s records with what the store adds: the ratio's CI, the entry's noise, the
     candidate's kernel table, node id, phase, problem and the device's name."""
@@ -196,7 +205,8 @@ def store_records(
     from pytest_convperf.reports.report_row import final_comparison
 
     out = []
-    for row, rec in zip(rows, history_records(rows, when=when, commit=commit, code=code)):
+    records = history_records(rows, when=when, commit=commit, code=code, session_id=session_id)
+    for row, rec in zip(rows, records):
         comp = final_comparison(row)
         facts = comp.facts if comp is not None else {}
         kernels = facts.get("kernels") or (row.comparison.facts.get("kernels") if row.comparison else None)

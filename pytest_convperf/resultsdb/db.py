@@ -5,6 +5,9 @@ read them back.
 the driver is psycopg 3, ``postgresql+psycopg``). A record is a ``history.jsonl`` record
 (``report_files.history_records``) with optional ``ratio_ci``, ``noise``, ``kernels`` and
 ``nodeid``: what a session writes and what ``store import`` reads from old report folders alike.
+A session's records carry its ``session_id`` (one uuid per session, in ``history.jsonl`` too): a
+record's digest is its identity, and two sessions with equal results in one second (the record's
+``when``) on one machine and commit would otherwise be one record, the second session's rows lost.
 
 SQLite: every transaction starts with ``BEGIN IMMEDIATE`` (the write lock up front, so two writers
 never both hold a read lock and deadlock on the upgrade) and waits up to ``BUSY_TIMEOUT_S`` for
@@ -16,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -218,16 +220,20 @@ def _run_id(conn: sa.Connection, ident: str, first: Mapping[str, Any], source: s
 
 
 def write(
-    engine: sa.Engine, records: Sequence[Mapping[str, Any]], *, source: str, session: str | None = None
+    engine: sa.Engine, records: Sequence[Mapping[str, Any]], *, source: str, session_id: str | None = None
 ) -> int:
     """Append ``records`` in one transaction; returns how many were new (a record already stored,
-    the same digest, is left out). A session's records are one run (``session``: a fresh uuid when
-    None); an import's are grouped into runs by (when, machine, commit)."""
+    the same digest, is left out). A session's records are one run, each stamped with the
+    ``session_id`` (so equal results of two sessions are two records); an import's are grouped
+    into runs by their own ``session_id``, or by (when, machine, commit) in records older than it."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for rec in records:
+        if session_id and rec.get("session_id") != session_id:
+            rec = {**rec, "session_id": session_id}
+        run = rec.get("session_id")
         ident = (
-            f"session:{session}"
-            if session
+            f"session:{run}"
+            if run
             else "import:" + "|".join(str(rec.get(k)) for k in ("when", "machine", "commit"))
         )
         groups.setdefault(ident, []).append(rec)
@@ -244,10 +250,6 @@ def write(
                 conn.execute(_insert(conn, results), [dict(v, run_id=run_id) for v in fresh[i : i + CHUNK]])
             new += len(fresh)
     return new
-
-
-def new_session() -> str:
-    return uuid.uuid4().hex
 
 
 def _stored(conn: sa.Connection, digests: Sequence[str]) -> set[str]:

@@ -4,12 +4,15 @@ the report folder and the next session stores them, ``store import`` and ``histo
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import pytest_convperf.session as session_module
 from pytest_convperf.__main__ import main
 from pytest_convperf.reports.results_writer import have_sqlalchemy
 from tests.integration._lifecycle import REPO, Suite
@@ -20,29 +23,12 @@ needs_store = pytest.mark.skipif(
 )
 
 
-class SubprocessSuite(Suite):
-    """The lifecycle suite with each session in its own process, as a runner runs them: several
-    in-process sessions writing one store lost writes after other test files had run in the same
-    process (an isolation problem of in-process pytester sessions, not seen in a real session)."""
-
-    def run(self, *args: str) -> pytest.RunResult:
-        floor = [f"--convperf-noise-floor={self.noise_floor}"] if self.noise_floor else []
-        return self.pytester.runpytest_subprocess(
-            *self.plugin_args,
-            "--convperf",
-            "--convperf-machine=testbox",
-            "--convperf-device=cpu",
-            "-p",
-            "no:cacheprovider",
-            "-rA",
-            *floor,
-            *args,
-        )
-
-
+# The sessions run in this process (pytester's runpytest): fast once the plugin's modules are
+# loaded, so two of them often end in the same second, which is how a store once lost a session's
+# rows (equal records; see test_two_sessions_in_one_second_both_reach_the_store).
 @pytest.fixture
 def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]) -> Suite:
-    return SubprocessSuite(pytester, monkeypatch, plugin_args)
+    return Suite(pytester, monkeypatch, plugin_args)
 
 
 def _stored(db: Path) -> list[tuple[str, str, float]]:
@@ -64,6 +50,35 @@ def test_a_session_appends_its_rows_to_the_default_store(suite: Suite) -> None:
     assert data["ratio_ci"] == [0.5, 0.5] and data["nodeid"].startswith("test_suite.py::test_a")
     suite.run("--convperf-report=report").assert_outcomes(passed=2)
     assert len(_stored(db)) == 4  # appended, one run per session
+
+
+class _SameSecond(_dt.datetime):
+    """The session's clock stopped at one second: every session ends "at the same time"."""
+
+    @classmethod
+    def now(cls, tz: _dt.tzinfo | None = None) -> _SameSecond:
+        return cls(2026, 3, 1, 2, 0, 0, tzinfo=tz)
+
+
+@needs_store
+def test_two_sessions_in_one_second_both_reach_the_store(
+    suite: Suite, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Same machine, commit, ratios and second: the records differ only by their session. Before
+    # each record carried its session_id, the store kept the first session's rows only, and
+    # store import merged the two sessions' history lines into one.
+    monkeypatch.setattr(session_module, "_dt", SimpleNamespace(datetime=_SameSecond, timezone=_dt.timezone))
+    for _ in range(2):
+        suite.run("--convperf-report=report").assert_outcomes(passed=2)
+    report = suite.pytester.path / "report"
+    assert len(_stored(report / "convperf.sqlite")) == 4
+    history = [json.loads(line) for line in (report / "history.jsonl").read_text().splitlines()]
+    assert {rec["when"] for rec in history} == {"2026-03-01T02:00:00+00:00"}
+    assert len({rec["session_id"] for rec in history}) == 2
+    url = f"sqlite:///{suite.pytester.path / 'imported.sqlite'}"
+    capsys.readouterr()
+    assert main(["store", "import", str(report), "--store", url]) == 0
+    assert "store import: 4 of 4 records new" in capsys.readouterr().out
 
 
 @needs_store

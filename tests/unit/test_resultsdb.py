@@ -73,8 +73,9 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_records_round_trip_and_an_import_adds_nothing_twice(url: str) -> None:
     engine, versions = db.open_store(url)
     assert versions == (0, schema.VERSION)
-    records = [record(i) for i in range(5)]
-    assert db.write(engine, records, source="t", session=db.new_session()) == 5
+    session_id = uuid.uuid4().hex
+    records = [dict(record(i), session_id=session_id) for i in range(5)]  # as a session writes them
+    assert db.write(engine, records, source="t", session_id=session_id) == 5
     assert db.write(engine, records, source="again") == 0  # same digests: nothing new
     back = db.read_records(
         engine, columns=("key", "commit", "ln_ratio", "ci_low", "noise", "timing_mode", "record")
@@ -84,6 +85,23 @@ def test_records_round_trip_and_an_import_adds_nothing_twice(url: str) -> None:
     assert back[0]["record"]["kernels"] == [{"name": "k", "calls": 1.0, "share": 1.0}]
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(schema.runs)).scalar_one() == 1
+    engine.dispose()
+
+
+def test_two_sessions_with_equal_results_in_one_second_are_both_stored(url: str) -> None:
+    # Two sessions of one machine and commit, finished in the same second (``when`` has whole
+    # seconds) with the same ratios: their records differ only by the session. Both are stored,
+    # as two runs, and an import of both sessions' history lines adds nothing.
+    one_second = [record(i, when="2026-01-01T00:00:00+00:00") for i in range(3)]
+    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+    engine, _ = db.open_store(url)
+    assert db.write(engine, one_second, source="t", session_id=first) == 3
+    assert db.write(engine, one_second, source="t", session_id=second) == 3
+    assert db.count(engine) == 6
+    history = [dict(rec, session_id=s) for s in (first, second) for rec in one_second]
+    assert db.write(engine, history, source="history.jsonl") == 0
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(schema.runs)).scalar_one() == 2
     engine.dispose()
 
 
@@ -154,7 +172,9 @@ def _writer(url: str, n: int, start: float) -> None:
     time.sleep(max(0.0, start - time.time()))
     engine, _ = db.open_store(url)  # every writer also migrates: the empty store is created once
     for i in range(ROWS):
-        db.write(engine, [record(i, key=f"w{n}", when=f"t{n}-{i}")], source=f"w{n}", session=uuid.uuid4().hex)
+        db.write(
+            engine, [record(i, key=f"w{n}", when=f"t{n}-{i}")], source=f"w{n}", session_id=uuid.uuid4().hex
+        )
     engine.dispose()
 
 
