@@ -101,7 +101,7 @@ PHASES: tuple[Phase, ...] = (
         320,
         "install+cache 20 + 48 planted checks ~100 + confirm of 16 FAILs ~130 + A/B 2 x ~35",
     ),
-    Phase("sweep", 360, 210, "install+cache 20 + kernels.sweep all (550 rows x 100 reps) ~180 estimated"),
+    Phase("sweep", 360, 230, "install+cache 20 + kernels.sweep all (631 rows x 100 reps) ~207 estimated"),
     Phase("record", 480, 260, "install+cache 20 + missing baselines ~90 + ncu 4 x <= 30 + EfficientNet ~30"),
     Phase("sanitize", 480, 260, "install+cache 20 + 4 compute-sanitizer tools x <= 60"),
 )
