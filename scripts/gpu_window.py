@@ -94,7 +94,7 @@ class Phase:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("night", 510, 400, "install 15 + prebuild sm_90a 69 + 3-module night ~280 + fresh confirm ~40"),
+    Phase("night", 490, 400, "install 15 + prebuild sm_90a 69 + 3-module night ~280 + fresh confirm ~40"),
     Phase(
         "planted",
         540,
