@@ -43,15 +43,6 @@ PROBLEMS = depthwise_problems(
 )
 
 
-@pytest.fixture(scope="module")
-def emulated_lib() -> Emulation:
-    """The emulated kernels, built once per source hash into the extensions cache (~20 s cold)."""
-    try:
-        return emulation("depthwise")
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.fixture(params=sorted(VARIANTS))
 def emulated(request: pytest.FixtureRequest, emulated_lib: Emulation) -> Iterator[EmulatedDepthwise]:
     """Every test runs on each NCHW tiled variant (v1 with the W1 weight grad: the A/B baselines; v2

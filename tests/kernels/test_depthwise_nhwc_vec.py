@@ -21,20 +21,12 @@ from torch.nn import grad as nn_grad
 from kernels.depthwise import calibration
 from kernels.depthwise.model import Shape
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
-from tests.kernels.cuda_emulation import EmulatedDepthwise, Emulation, emulation, geometry
+from tests.kernels.cuda_emulation import EmulatedDepthwise, Emulation, geometry
 from tests.kernels.emulated_families import assert_close_fp64
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 VECTOR = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}
 STRIPS = (1, 2, 3, 8)  # forced output rows per thread; 8 is kNhwcVecStrip, what every call runs
-
-
-@pytest.fixture(scope="module")
-def emulated_lib() -> Emulation:
-    try:
-        return emulation("depthwise")
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
 
 
 def _oracle(
