@@ -6,7 +6,7 @@
   separable/standard time ratio is measured paired and tracked like a check.
 * The separable blocks' depthwise conv (16 x 64 x 48 x 48, k3) through ``convperf.check``
   (correctness + paired ratio against ``F.conv2d`` + baseline gate), forward and backward.
-* The fused dw+pw block kernel against the unfused PyTorch block (goal on an H100: >= 1.3x).
+* The fused dw+pw block kernel against the unfused PyTorch block (goal on an H100: >= 2.0x, issue 29).
 * The separable model running our depthwise kernel or the fused block kernel against the same
   model on stock PyTorch: outputs checked against fp64, time ratios gated.
 """
@@ -60,7 +60,7 @@ CPU_INPUT = (1, 3, 16, 16)
 # missed the fixed tolerance: max_abs 9.19e-4 vs atol 3.46e-4, rel_l2 1.04e-5).
 RTOL = 1e-3
 ATOL = 1e-4  # times max |expected|
-FUSED_GOAL = 1.3
+FUSED_GOAL = 2.0  # issue 29: the fused dw+pw block >= 2.0x over the unfused PyTorch block
 NO_GOAL = ("-", "-")  # the goal cells of a row without a speedup goal
 
 
@@ -247,7 +247,7 @@ def test_edsr_depthwise_check(phase: str, device: torch.device, convperf: Convpe
 def test_fused_block_vs_unfused_pytorch_block(
     device: torch.device, convperf: ConvperfFixture, edsr_report: EdsrReport
 ) -> None:
-    """The fused dw+pw block (2 kernels) against the stock separable block (goal >= 1.3x on an H100)."""
+    """The fused dw+pw block (2 kernels) against the stock separable block (goal >= 2.0x on an H100)."""
     torch.manual_seed(0)
     stock = ResBlock(FEATS, "separable").to(device)
     fused = copy.deepcopy(stock)
