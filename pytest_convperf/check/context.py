@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import torch.nn.functional as F
+
 from pytest_convperf.core.env import env_from_facts
 from pytest_convperf.correctness.case import make_grad_out
+from pytest_convperf.correctness.known_defects import safe_reference
 from pytest_convperf.correctness.oracle import stable_seed
 from pytest_convperf.judge.policy import policy_for
 
@@ -151,6 +154,8 @@ class CheckContext:
     """Everything the steps of one check share, derived once when the check starts.
 
     ``reference`` is the check's reference as given (None: ``F.conv2d``, whose backend is probed);
+    ``timed_reference`` the one timed: ``reference`` or ``F.conv2d``, or, where the default one is
+    on a path known to crash upstream, another path (``safe_reference``) named by ``reference_note``;
     ``inputs`` the one input set of ``seed`` (correctness, timing's set 0, memory, traces);
     ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry;
     ``grad_out`` the gradient of the output that every gradient-phase call differentiates with (the
@@ -169,6 +174,8 @@ class CheckContext:
     config: pytest.Config
     nodeid: str
     slot: BaselineSlot
+    timed_reference: Candidate
+    reference_note: str | None
     grad_out: torch.Tensor | None = None
 
     @classmethod
@@ -193,6 +200,12 @@ class CheckContext:
         key = baseline_key(host.request.node, problem.id, phase)
         store = host.store
         slot = BaselineSlot.look_up(store, host.module, key, cfg=host.cfg, device=device, read=look_up)
+        timed_reference, reference_note = safe_reference(
+            reference if reference is not None else F.conv2d,
+            problem,
+            device.torch_device,
+            weight_grad=phase in ("weight_grad", "backward"),
+        )
         return CheckContext(
             problem=problem,
             phase=phase,
@@ -207,6 +220,8 @@ class CheckContext:
             config=host.request.config,
             nodeid=host.nodeid,
             slot=slot,
+            timed_reference=timed_reference,
+            reference_note=reference_note,
             grad_out=None if phase == "forward" else make_grad_out(problem, seed, device.torch_device),
         )
 

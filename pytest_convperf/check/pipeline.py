@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf.check.calls import correctness_settings, perf_settings, phase_call, profile_facts
+from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.judgement import judge_and_record
@@ -29,6 +29,7 @@ from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.correctness.integrity import Finding, after_timing
 from pytest_convperf.correctness.oracle import check_conv, describe
+from pytest_convperf.measure.profiling import profile_facts
 from pytest_convperf.measure.rounds import StopRule
 from pytest_convperf.reports import journal
 
@@ -128,14 +129,16 @@ def run_check(
                 # A correctness failure is recorded without a judgement: there is no timing to judge.
                 verdict = Verdict.CORRECTNESS_FAIL if not report.ok else None
                 failed(facts, Finding("", report.message(), tuple(report.candidate_errors), verdict))
+            # Every phase call of the check, built once, and the facts measured before timing.
+            progress.at("the first measurement")
+            calls = phase_calls(ctx)
             if deterministic:
                 progress.at("the determinism check")
-                with perf_settings(problem, device):
-                    call = phase_call(candidate, ctx.inputs, problem, phase, ctx.grad_out)
-                    found = nondeterminism(call, problem, phase, ctx.seed)
+                with calls.settings():
+                    found = nondeterminism(calls.candidate_call, problem, phase, ctx.seed)
                 failed(facts, found)
-            progress.at("the first measurement")
-            timed = time_pair(ctx, stored_mode=ctx.stored_mode)  # auto: time as stored
+                progress.at("the first measurement")
+            timed = time_pair(ctx, calls, stored_mode=ctx.stored_mode)  # auto: time as stored
             comparison = timed.first
             if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
                 progress.at("the integrity check after timing")
@@ -149,8 +152,17 @@ def run_check(
             if kernels or cfg.trace:
                 if kernels:
                     progress.at("the kernel table")
+                sides = (("candidate", calls.candidate_call), ("reference", calls.reference_call))
                 comparison = comparison.with_facts(
-                    profile_facts(ctx, kernels=kernels, trace_dir=session.trace_dir() if cfg.trace else None)
+                    profile_facts(
+                        calls.candidate_call if kernels else None,
+                        sides,
+                        device,
+                        calls.settings,
+                        trace_dir=session.trace_dir() if cfg.trace else None,
+                        nodeid=nodeid,
+                        label=f"{problem.id}-{phase}",
+                    )
                 )
             facts.update({k: v for k, v in comparison.facts.items() if k in ROW_FACTS})
             # Plugins that time more around the check (the A/B of --convperf-against): facts for the row.
