@@ -293,6 +293,8 @@ class PhaseCalls:
         yielded); on exit the check's own input values are put back and the candidate's last
         timed call is kept in ``last`` (integrity, the confirm)."""
         problem, sets, device = self.ctx.problem, self.sets, self.ctx.device
+        for kept in sets.kept:  # only this measurement's calls: not the facts' or the determinism's
+            kept[0][0] = kept[1][0] = None
         with device_errors(device, self.ctx.nodeid, problem.id), self.settings() as settings:
             cand = Workload(
                 "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
