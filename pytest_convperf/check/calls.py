@@ -5,8 +5,9 @@ input set into the zero-argument call of a phase (a gradient phase with the chec
 :class:`InputSets` holds the input sets that candidate and reference share (set 0, the recorded
 seed, is built once per check and also used by correctness, memory and traces);
 :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and TF32 for each;
-:func:`reference_backend` probes which backend ``F.conv2d`` picks; :func:`reference_facts` and
-:func:`memory_facts` are the facts measured once before timing.
+:func:`reference_backend` probes which backend ``F.conv2d`` picks. :func:`phase_calls` builds every
+phase call of one check once, with the facts measured once before timing, into a
+:class:`PhaseCalls` that the pipeline hands to the determinism check, the timing and the profiles.
 """
 
 from __future__ import annotations

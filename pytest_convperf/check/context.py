@@ -3,9 +3,9 @@
 :class:`CheckContext` is made by ``ConvperfFixture`` when a check starts (the phase validated,
 the device made usable, the seed derived, the key, the one input set, the baseline store chosen
 and the stored entry looked up with the policy and env it is judged by, a gradient phase's
-``grad_out``, each once) and handed, frozen, to the timing
-(:func:`pytest_convperf.check.pairing.time_pair`), the facts measured before timing
-(:mod:`pytest_convperf.check.calls`), the judgement (:func:`pytest_convperf.check.judgement.judge`,
+``grad_out``, the reference timed (``safe_reference``'s choice), each once) and handed, frozen, to
+the phase calls and the facts measured before timing (:func:`pytest_convperf.check.calls.phase_calls`),
+the timing (:func:`pytest_convperf.check.pairing.time_pair`), the judgement (:func:`pytest_convperf.check.judgement.judge`,
 through :class:`BaselineSlot`) and the A/B. :class:`CheckSession` is what the fixture needs from
 the process's session (``session.ConvperfSession`` has it), so this layer never imports the hooks.
 """
@@ -192,7 +192,8 @@ class CheckContext:
     ) -> CheckContext:
         """The context of one check, each part derived once, in this order: the phase validated,
         the device made usable, the seed, the key, the store and (``look_up``) the stored entry with
-        the policy and env, the one input set, the timer and a gradient phase's ``grad_out``."""
+        the policy and env, the reference timed, the one input set, the timer and a gradient phase's
+        ``grad_out``."""
         check_phase(phase)
         device = host.device
         device.ensure_usable()

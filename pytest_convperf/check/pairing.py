@@ -1,7 +1,8 @@
-"""The paired timing of one check: the facts taken once, the first measurement, its confirm.
+"""The paired timing of one check: the first measurement, its confirm.
 
-:func:`time_pair` measures a candidate against its reference on the check's inputs (under the
-timing slot and the perf settings of :mod:`pytest_convperf.check.calls`), and returns the first
+:func:`time_pair` measures a candidate against its reference over the check's phase calls
+(:class:`~pytest_convperf.check.calls.PhaseCalls`, built once with the facts taken before timing;
+each measurement under the timing slot and the perf settings), and returns the first
 :class:`~pytest_convperf.core.results.Comparison` with ``confirm(n_rounds)``, which re-times the same
 pair with that many rounds (the confirm run is asked for in rounds from end to end; the run/confirm
 step is every paired check's, :mod:`pytest_convperf.check.paired`). Every comparison passes the
