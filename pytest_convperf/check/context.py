@@ -3,11 +3,13 @@
 :class:`CheckContext` is made by ``ConvperfFixture`` when a check starts (the phase validated,
 the device made usable, the seed derived, the key, the one input set, the baseline store chosen
 and the stored entry looked up with the policy and env it is judged by, a gradient phase's
-``grad_out``, the reference timed (``safe_reference``'s choice), each once) and handed, frozen, to
-the phase calls and the facts measured before timing (:func:`pytest_convperf.check.calls.phase_calls`),
-the timing (:func:`pytest_convperf.check.pairing.time_pair`), the judgement (:func:`pytest_convperf.check.judgement.judge`,
-through :class:`BaselineSlot`) and the A/B. :class:`CheckSession` is what the fixture needs from
-the process's session (``session.ConvperfSession`` has it), so this layer never imports the hooks.
+``grad_out``, the reference timed (``safe_reference``'s choice), each once) and handed, frozen,
+to the phase calls and the facts measured before timing
+(:func:`pytest_convperf.check.calls.phase_calls`), the timing
+(:func:`pytest_convperf.check.pairing.time_pair`), the judgement
+(:func:`pytest_convperf.check.judgement.judge`, through :class:`BaselineSlot`) and the A/B.
+:class:`CheckSession` is what the fixture needs from the process's session
+(``session.ConvperfSession`` has it), so this layer never imports the hooks.
 """
 
 from __future__ import annotations

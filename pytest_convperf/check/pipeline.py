@@ -4,9 +4,10 @@
 once and hands it to :func:`run_check`, which calls each layer once, in this order, and passes
 typed results down: the correctness run (:mod:`pytest_convperf.correctness`), the check's phase
 calls built once with the facts before timing (:func:`~pytest_convperf.check.calls.phase_calls`),
-the determinism check (``deterministic=True``), the paired timing (:func:`~pytest_convperf.check.pairing.time_pair`), the
-integrity check after timing, the kernel table and traces (:mod:`pytest_convperf.measure.profiling`),
-the plugins' ``pytest_convperf_check_timed``, then the judgement and the one recorded row
+the determinism check (``deterministic=True``), the paired timing
+(:func:`~pytest_convperf.check.pairing.time_pair`), the integrity check after timing, the kernel
+table and traces (:func:`~pytest_convperf.measure.profiling.profile_facts`), the plugins'
+``pytest_convperf_check_timed``, then the judgement and the one recorded row
 (:func:`~pytest_convperf.check.judgement.judge_and_record`). No step calls back into the fixture.
 
 The whole check runs under its time limit (:func:`~pytest_convperf.check.faults.deadline`), its
