@@ -54,14 +54,8 @@ def time_pair(
 
     ``stored_mode``: the entry's timing mode, which ``auto`` reuses (the confirm reuses the first
     run's: never mixed)."""
-    problem, phase, device, mode, timer, config = (
-        ctx.problem,
-        ctx.phase,
-        ctx.device,
-        ctx.mode,
-        ctx.timer,
-        ctx.config,
-    )
+    problem, phase, device, mode = ctx.problem, ctx.phase, ctx.device, ctx.mode
+    timer, config = ctx.timer, ctx.config
     facts: dict[str, Any] = {"seed": ctx.seed, "phase": phase, "machine": device.slug}
     if phase != "forward" and mode == "auto":
         mode = "cold" if device.is_cuda else mode
