@@ -14,7 +14,7 @@ from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.oracle import make_grad_out
 
-P = Conv2dProblem(n=1, c_in=3, h=6, w=6, c_out=4, kernel=3, padding=1)
+P = Conv2dProblem(n=1, c_in=3, h=6, w=6, c_out=4, kernel=(3, 3), padding=(1, 1))
 
 
 def _ctx(candidate: Any, phase: str) -> Any:
