@@ -328,13 +328,16 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
     if phase != "forward" and ctx.mode == "graph":
         raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
     ref_fn = reference if reference is not None else ctx.timed_reference
-    sets = InputSets(
-        ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
-    )
     default_ref = ctx.reference is None
     settings = partial(perf_settings, problem, device)
-    with settings():
-        backend = reference_backend(problem, inputs) if default_ref else None
+    # A gradient phase's building forward runs here: its CUDA errors get the same clear failure as the
+    # timed calls' (measure() and the A/B call this outside the pipeline's own device_errors).
+    with device_errors(device, ctx.nodeid, problem.id):
+        sets = InputSets(
+            ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
+        )
+        with settings():
+            backend = reference_backend(problem, inputs) if default_ref else None
     with device_errors(device, ctx.nodeid, problem.id), timing_slot(ctx.config):
         facts: dict[str, Any] = {
             "reference": describe(ref_fn),
