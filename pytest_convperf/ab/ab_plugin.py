@@ -95,17 +95,20 @@ class ABSession:
             phase_call(ref_fn, inputs, problem, phase, ctx.grad_out)()
         except Exception as exc:
             self._fail(f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}")
-        from pytest_convperf.check.pairing import time_pair  # imports torch: not at plugin load
+        # imports torch: not at plugin load
+        from pytest_convperf.check.calls import phase_calls
+        from pytest_convperf.check.pairing import time_pair
 
         fixture.progress.at(f"timing against REF {self.ref.label}'s candidate (--convperf-against)")
-        timed = time_pair(ctx, reference=ref_fn)
+        timed = time_pair(ctx, phase_calls(ctx, reference=ref_fn))
         first, confirm = timed.first, timed.confirm
         cfg = fixture.session.cfg
         policy = ab_policy(device.kind, tolerance=cfg.tolerance, noise_floor=cfg.noise_floor)
         result = decide_ab(first, confirm, policy)
         fixture.progress.at(f"timing REF {self.ref.label}'s candidate against the reference")
         # REF's candidate in A's place, against the check's reference, on the check's inputs.
-        ref_vs_reference = time_pair(replace(ctx, candidate=ref_fn)).first
+        ref_ctx = replace(ctx, candidate=ref_fn)
+        ref_vs_reference = time_pair(ref_ctx, phase_calls(ref_ctx)).first
         ref_meas = first.reference
         return {
             "a": self.a.label,

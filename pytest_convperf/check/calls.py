@@ -5,25 +5,29 @@ input set into the zero-argument call of a phase (a gradient phase with the chec
 :class:`InputSets` holds the input sets that candidate and reference share (set 0, the recorded
 seed, is built once per check and also used by correctness, memory and traces);
 :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and TF32 for each;
-:func:`reference_backend` probes which backend ``F.conv2d`` picks; :func:`reference_facts` and
-:func:`memory_facts` are the facts measured once before timing.
+:func:`reference_backend` probes which backend ``F.conv2d`` picks. :func:`phase_calls` builds every
+phase call of one check once, with the facts measured once before timing, into a
+:class:`PhaseCalls` that the pipeline hands to the determinism check, the timing and the profiles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from pathlib import Path
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from pytest_convperf.check.context import Candidate
+from pytest_convperf.check.faults import device_errors
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
 from pytest_convperf.correctness.oracle import describe
-from pytest_convperf.measure.profiling import candidate_kernels, profile_kernels, trace_factory
+from pytest_convperf.measure.parallel import timing_slot
+from pytest_convperf.measure.profiling import profile_kernels
+from pytest_convperf.measure.rounds import Workload
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
@@ -254,77 +258,120 @@ class InputSets:
         return rotate
 
 
-def reference_facts(ctx: CheckContext, ref_fn: Candidate, *, default_ref: bool) -> dict[str, Any]:
-    """What a row says about the reference: its name, env, copy bandwidth, backend and, on a GPU,
-    its kernels (profiled once per process and problem). ``ref_fn``: the reference timed (the
-    check's, or the path ``safe_reference`` chose); the backend is probed for the default one only."""
-    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
-    default_ref = ctx.reference is None
-    facts: dict[str, Any] = {
-        "reference": describe(ref_fn),
-        "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
-    }
-    key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)
-    cached = _REFERENCE_FACTS.get(key)
-    if cached is not None:
-        return {**facts, **cached}
-    with perf_settings(problem, device):
-        facts["reference_backend"] = reference_backend(problem, inputs) if default_ref else None
-        if device.is_cuda:
-            call = phase_call(ref_fn, inputs, problem, phase, ctx.grad_out)
-            call()  # cuDNN's benchmark search must not be what the profiler sees
-            rows = profile_kernels(call, device, calls=1)
-            facts["reference_kernels"] = [r.name for r in rows[:3]]
-            cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
-            facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
-    _REFERENCE_FACTS[key] = {
-        k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
-    }
-    return facts
+@dataclass(frozen=True)
+class PhaseCalls:
+    """The phase calls of one check, built once (:func:`phase_calls`) and handed to every step.
+
+    ``sets`` holds the calls each measurement times (set 0: the check's inputs, ``ctx.inputs``);
+    ``candidate_call`` / ``reference_call`` are set 0's, which the determinism check, the peak
+    memory, the reference's kernels, the candidate's kernel table and the traces call too (a
+    gradient phase's forward runs once, when the calls are built). ``reference``: the reference
+    timed (the check's, REF's candidate in an A/B, or the path ``safe_reference`` chose);
+    ``facts``: what was measured once before timing (the reference's name, backend and kernels,
+    copy bandwidth, peak memory of each side, the reference note). ``settings()``: the perf settings
+    (:func:`perf_settings`) every timed or profiled call runs under.
+    """
+
+    ctx: CheckContext
+    sets: InputSets
+    reference: Candidate
+    facts: dict[str, Any]
+    settings: Callable[[], AbstractContextManager[dict[str, Any]]]
+    # The candidate's last timed call of the most recent measurement (``measurement``'s exit).
+    last: list[tuple[ConvInputs, object] | None] = field(default_factory=lambda: [None])
+
+    @property
+    def candidate_call(self) -> Callable[[], object]:
+        return self.sets.calls[0][0]
+
+    @property
+    def reference_call(self) -> Callable[[], object]:
+        return self.sets.calls[0][1]
+
+    @contextmanager
+    def measurement(self) -> Iterator[tuple[Workload, Workload, dict[str, Any]]]:
+        """The two workloads of one paired measurement, under the perf settings (their facts
+        yielded); on exit the check's own input values are put back and the candidate's last
+        timed call is kept in ``last`` (integrity, the confirm)."""
+        problem, sets, device = self.ctx.problem, self.sets, self.ctx.device
+        for kept in sets.kept:  # only this measurement's calls: not the facts' or the determinism's
+            kept[0][0] = kept[1][0] = None
+        with device_errors(device, self.ctx.nodeid, problem.id), self.settings() as settings:
+            cand = Workload(
+                "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
+            )
+            ref = Workload(
+                "reference", sets.calls[0][1], sets.rotation(1), problem.min_bytes, sets.refresh(1)
+            )
+            if self.ctx.phase != "forward":  # a gradient phase times set 0 only, never refreshed
+                cand, ref = Workload("candidate", cand.call), Workload("reference", ref.call)
+            try:
+                yield cand, ref, settings
+            finally:
+                seen = sets.restore()
+                self.last[0] = sets.last_output(seen)
 
 
-def memory_facts(ctx: CheckContext, ref_fn: Candidate) -> dict[str, Any]:
-    """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU)."""
+def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseCalls:
+    """Build the check's phase calls once and measure the facts taken once before timing.
+
+    ``reference``: what the candidate is timed against when not the check's (REF's candidate in an
+    A/B); else ``ctx.timed_reference`` (a default reference on a path known to crash upstream is
+    timed on another path, named in the ``reference_note`` fact). The facts (what a row says about
+    the reference: its name, copy bandwidth, backend and, on a GPU, its kernels, profiled once per
+    process and problem; the peak memory of one call of each side) are measured under the timing
+    slot: the copy-bandwidth floor and the peak memory are measurements too. The backend is probed
+    for the default reference only."""
     from pytest_convperf.measure.memory import memory_tracker
 
-    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
-    facts: dict[str, Any] = {}
-    with perf_settings(problem, device):
-        for side, fn in (("candidate", ctx.candidate), ("reference", ref_fn)):
-            call = phase_call(fn, inputs, problem, phase, ctx.grad_out)
-            with memory_tracker(device) as mem:
-                out = call()
-                del out
-            facts[f"{side}_peak_bytes"] = mem.peak_bytes
-            facts["source"] = mem.source
-            if mem.nvml_used_bytes is not None:
-                facts["nvml_used_bytes"] = mem.nvml_used_bytes
-    return facts
-
-
-def profile_facts(ctx: CheckContext, *, kernels: bool, trace_dir: Path | None) -> dict[str, Any]:
-    """After timing: the candidate's kernel table (``kernels``: the entry stores it, a FAIL names
-    what moved) and, with ``trace_dir`` (--convperf-trace), the paths of a profiler trace of one
-    call of each side, each after one untraced call. Every call is built first, then profiled."""
-    problem, phase, inputs, device = ctx.problem, ctx.phase, ctx.inputs, ctx.device
-    facts: dict[str, Any] = {}
-    kernel_call = phase_call(ctx.candidate, inputs, problem, phase, ctx.grad_out) if kernels else None
-    with perf_settings(problem, device):
-        sides = (("candidate", ctx.candidate), ("reference", ctx.reference or F.conv2d))
-        traced = [
-            (name, phase_call(fn, inputs, problem, phase, ctx.grad_out))
-            for name, fn in (sides if trace_dir is not None else ())
-        ]
-        if kernel_call is not None:
-            facts["kernels"] = candidate_kernels(kernel_call, device)
-        if trace_dir is not None:
-            start = trace_factory(trace_dir, ctx.nodeid, device)
-            paths = []
-            for name, call in traced:
-                call()
-                # The traced call is a region named after its side, so a trace viewer says which is which.
-                with start(f"{problem.id}-{phase}-{name}") as trace, torch.profiler.record_function(name):
-                    call()
-                paths.append(str(trace.path))
-            facts["traces"] = paths
-    return facts
+    problem, phase, device, inputs = ctx.problem, ctx.phase, ctx.device, ctx.inputs
+    if phase != "forward" and ctx.mode == "graph":
+        raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
+    ref_fn = reference if reference is not None else ctx.timed_reference
+    default_ref = ctx.reference is None
+    settings = partial(perf_settings, problem, device)
+    # A gradient phase's building forward runs here: its CUDA errors get the same clear failure as the
+    # timed calls' (measure() and the A/B call this outside the pipeline's own device_errors).
+    with device_errors(device, ctx.nodeid, problem.id):
+        sets = InputSets(
+            ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
+        )
+        with settings():
+            backend = reference_backend(problem, inputs) if default_ref else None
+    with device_errors(device, ctx.nodeid, problem.id), timing_slot(ctx.config):
+        facts: dict[str, Any] = {
+            "reference": describe(ref_fn),
+            "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
+        }
+        key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)
+        cached = _REFERENCE_FACTS.get(key)
+        if cached is not None:
+            facts.update(cached)
+        else:
+            with settings():
+                facts["reference_backend"] = backend
+                if device.is_cuda:
+                    call = sets.calls[0][1]
+                    call()  # cuDNN's benchmark search must not be what the profiler sees
+                    rows = profile_kernels(call, device, calls=1)
+                    facts["reference_kernels"] = [r.name for r in rows[:3]]
+                    cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
+                    facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
+            _REFERENCE_FACTS[key] = {
+                k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
+            }
+        # Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU).
+        memory: dict[str, Any] = {}
+        with settings():
+            for side, call in zip(("candidate", "reference"), sets.calls[0], strict=True):
+                with memory_tracker(device) as mem:
+                    out = call()
+                    del out
+                memory[f"{side}_peak_bytes"] = mem.peak_bytes
+                memory["source"] = mem.source
+                if mem.nvml_used_bytes is not None:
+                    memory["nvml_used_bytes"] = mem.nvml_used_bytes
+        facts["memory"] = memory
+    if reference is None and ctx.reference_note is not None:
+        facts["reference_note"] = ctx.reference_note
+    return PhaseCalls(ctx, sets, ref_fn, facts, settings)

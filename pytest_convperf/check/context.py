@@ -3,11 +3,13 @@
 :class:`CheckContext` is made by ``ConvperfFixture`` when a check starts (the phase validated,
 the device made usable, the seed derived, the key, the one input set, the baseline store chosen
 and the stored entry looked up with the policy and env it is judged by, a gradient phase's
-``grad_out``, each once) and handed, frozen, to the timing
-(:func:`pytest_convperf.check.pairing.time_pair`), the facts measured before timing
-(:mod:`pytest_convperf.check.calls`), the judgement (:func:`pytest_convperf.check.judgement.judge`,
-through :class:`BaselineSlot`) and the A/B. :class:`CheckSession` is what the fixture needs from
-the process's session (``session.ConvperfSession`` has it), so this layer never imports the hooks.
+``grad_out``, the reference timed (``safe_reference``'s choice), each once) and handed, frozen,
+to the phase calls and the facts measured before timing
+(:func:`pytest_convperf.check.calls.phase_calls`), the timing
+(:func:`pytest_convperf.check.pairing.time_pair`), the judgement
+(:func:`pytest_convperf.check.judgement.judge`, through :class:`BaselineSlot`) and the A/B.
+:class:`CheckSession` is what the fixture needs from the process's session
+(``session.ConvperfSession`` has it), so this layer never imports the hooks.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import torch.nn.functional as F
+
 from pytest_convperf.core.env import env_from_facts
 from pytest_convperf.correctness.case import make_grad_out
+from pytest_convperf.correctness.known_defects import safe_reference
 from pytest_convperf.correctness.oracle import stable_seed
 from pytest_convperf.judge.policy import policy_for
 
@@ -151,6 +156,8 @@ class CheckContext:
     """Everything the steps of one check share, derived once when the check starts.
 
     ``reference`` is the check's reference as given (None: ``F.conv2d``, whose backend is probed);
+    ``timed_reference`` the one timed: ``reference`` or ``F.conv2d``, or, where the default one is
+    on a path known to crash upstream, another path (``safe_reference``) named by ``reference_note``;
     ``inputs`` the one input set of ``seed`` (correctness, timing's set 0, memory, traces);
     ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry;
     ``grad_out`` the gradient of the output that every gradient-phase call differentiates with (the
@@ -169,6 +176,8 @@ class CheckContext:
     config: pytest.Config
     nodeid: str
     slot: BaselineSlot
+    timed_reference: Candidate
+    reference_note: str | None
     grad_out: torch.Tensor | None = None
 
     @classmethod
@@ -185,7 +194,8 @@ class CheckContext:
     ) -> CheckContext:
         """The context of one check, each part derived once, in this order: the phase validated,
         the device made usable, the seed, the key, the store and (``look_up``) the stored entry with
-        the policy and env, the one input set, the timer and a gradient phase's ``grad_out``."""
+        the policy and env, the reference timed, the one input set, the timer and a gradient phase's
+        ``grad_out``."""
         check_phase(phase)
         device = host.device
         device.ensure_usable()
@@ -193,6 +203,12 @@ class CheckContext:
         key = baseline_key(host.request.node, problem.id, phase)
         store = host.store
         slot = BaselineSlot.look_up(store, host.module, key, cfg=host.cfg, device=device, read=look_up)
+        timed_reference, reference_note = safe_reference(
+            reference if reference is not None else F.conv2d,
+            problem,
+            device.torch_device,
+            weight_grad=phase in ("weight_grad", "backward"),
+        )
         return CheckContext(
             problem=problem,
             phase=phase,
@@ -207,6 +223,8 @@ class CheckContext:
             config=host.request.config,
             nodeid=host.nodeid,
             slot=slot,
+            timed_reference=timed_reference,
+            reference_note=reference_note,
             grad_out=None if phase == "forward" else make_grad_out(problem, seed, device.torch_device),
         )
 

@@ -67,7 +67,7 @@ def nondeterminism(
     call: Callable[[], object], problem: Conv2dProblem, phase: str, seed: int
 ) -> Finding | None:
     """What differs when a check declared deterministic runs ``call`` (its ``phase`` on the inputs
-    of ``seed``: ``calls.phase_call``, built by the caller) twice; None when nothing."""
+    of ``seed``: the check's ``PhaseCalls.candidate_call``, built by the caller) twice; None when nothing."""
     names = ("output",) if phase == "forward" else ()
     diff = run_twice(call, names)
     if diff is None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_convperf.check.calls import phase_calls
 from pytest_convperf.check.context import (
     PHASES,
     BaselineSlot,
@@ -130,7 +131,7 @@ class ConvperfFixture:
         ctx = CheckContext.start(
             candidate, problem, host=self, reference=reference, phase=phase, mode=mode, look_up=False
         )
-        return time_pair(ctx, rule=rule).first
+        return time_pair(ctx, phase_calls(ctx), rule=rule).first
 
     # ---- the check -----------------------------------------------------------------------------------
     def check(

@@ -11,11 +11,11 @@ measurement under the timing slot (:func:`~pytest_convperf.check.paired.slotted_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from pytest_convperf.check.paired import first_and_confirm, slotted_pair
+from pytest_convperf.check.paired import first_and_confirm
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.measure.rounds import StopRule, Workload
 
@@ -58,21 +58,13 @@ def check_pair(
 
     config = convperf.request.config
 
-    def run(r: StopRule, extra: dict[str, Any], sticky: str | None) -> Comparison:
-        # Under the timing slot, like every check: alone on a device shared by xdist workers.
+    @contextmanager
+    def sides() -> Iterator[tuple[Workload, Workload, dict[str, Any]]]:
+        # Under the timing slot (first_and_confirm), like every check: alone on a shared device.
         with ieee_fp32() if ieee else nullcontext():
-            return slotted_pair(
-                config,
-                timer,
-                Workload("candidate", candidate),
-                Workload("reference", reference),
-                mode=mode,
-                rule=r,
-                facts={**base_facts, **extra},
-                stored_mode=sticky,
-            )
+            yield Workload("candidate", candidate), Workload("reference", reference), base_facts
 
-    first, confirm = first_and_confirm(run, the_rule, {}, None)
+    first, confirm = first_and_confirm(config, timer, sides, the_rule, {}, None, mode=mode)
     test = str(convperf.request.node.name)
     return convperf.judge(
         first,

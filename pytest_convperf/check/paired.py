@@ -2,12 +2,14 @@
 and the public :func:`~pytest_convperf.check.pair_check.check_pair`.
 
 :func:`slotted_pair` is one paired measurement under the timing slot; :func:`first_and_confirm`
-the first measurement and ``confirm(n_rounds)``, which re-runs it with that many rounds.
+the first measurement of a pair's sides and ``confirm(n_rounds)``, which re-runs it with that many
+rounds, each measurement a :func:`slotted_pair` inside the sides' own context.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.core.results import Comparison
@@ -39,15 +41,41 @@ def slotted_pair(
         )
 
 
-Run = Callable[[StopRule, dict[str, Any], "str | None"], Comparison]
+# One measurement's two workloads and its facts, entered around the measurement (a check's
+# ``PhaseCalls.measurement``: built under the perf settings, the check's inputs restored after).
+Sides = Callable[[], AbstractContextManager[tuple[Workload, Workload, dict[str, Any]]]]
 
 
 def first_and_confirm(
-    run: Run, rule: StopRule, extra: dict[str, Any], stored_mode: str | None
+    config: pytest.Config,
+    timer: Timer,
+    sides: Sides,
+    rule: StopRule,
+    extra: dict[str, Any],
+    stored_mode: str | None,
+    *,
+    mode: str,
+    checked: Callable[[Comparison], Comparison] = lambda comparison: comparison,
 ) -> tuple[Comparison, Callable[[int], Comparison]]:
-    """The first measurement, ``run(rule, extra, stored_mode)``, and ``confirm(n_rounds)``, which
-    re-runs it with ``n_rounds`` more rounds (``StopRule.for_rounds``), the first's mode (``auto``
-    never mixes) and the ``confirm_of_rounds`` fact: the run/confirm step of every paired check."""
+    """The first measurement of ``sides`` (:func:`slotted_pair`, its facts and ``extra``), and
+    ``confirm(n_rounds)``, which re-runs it with ``n_rounds`` more rounds (``StopRule.for_rounds``),
+    the first's mode (``auto`` never mixes) and the ``confirm_of_rounds`` fact: the run/confirm
+    step of every paired check. ``checked``: applied to each comparison (a check's roofline sanity)."""
+
+    def run(the_rule: StopRule, more: dict[str, Any], sticky: str | None) -> Comparison:
+        with sides() as (candidate, reference, facts):
+            comparison = slotted_pair(
+                config,
+                timer,
+                candidate,
+                reference,
+                mode=mode,
+                rule=the_rule,
+                facts={**facts, **more},
+                stored_mode=sticky,
+            )
+        return checked(comparison)
+
     first = run(rule, extra, stored_mode)
 
     def confirm(n_rounds: int) -> Comparison:

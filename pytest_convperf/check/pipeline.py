@@ -2,10 +2,12 @@
 
 ``ConvperfFixture.check`` builds the check's :class:`~pytest_convperf.check.context.CheckContext`
 once and hands it to :func:`run_check`, which calls each layer once, in this order, and passes
-typed results down: the correctness run (:mod:`pytest_convperf.correctness`), the determinism check
-(``deterministic=True``), the paired timing (:func:`~pytest_convperf.check.pairing.time_pair`), the
-integrity check after timing, the kernel table and traces (:mod:`pytest_convperf.measure.profiling`),
-the plugins' ``pytest_convperf_check_timed``, then the judgement and the one recorded row
+typed results down: the correctness run (:mod:`pytest_convperf.correctness`), the check's phase
+calls built once with the facts before timing (:func:`~pytest_convperf.check.calls.phase_calls`),
+the determinism check (``deterministic=True``), the paired timing
+(:func:`~pytest_convperf.check.pairing.time_pair`), the integrity check after timing, the kernel
+table and traces (:func:`~pytest_convperf.measure.profiling.profile_facts`), the plugins'
+``pytest_convperf_check_timed``, then the judgement and the one recorded row
 (:func:`~pytest_convperf.check.judgement.judge_and_record`). No step calls back into the fixture.
 
 The whole check runs under its time limit (:func:`~pytest_convperf.check.faults.deadline`), its
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch.nn.functional as F
 
-from pytest_convperf.check.calls import correctness_settings, perf_settings, phase_call, profile_facts
+from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.judgement import judge_and_record
@@ -29,6 +31,7 @@ from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.correctness.integrity import Finding, after_timing
 from pytest_convperf.correctness.oracle import check_conv, describe
+from pytest_convperf.measure.profiling import profile_facts
 from pytest_convperf.measure.rounds import StopRule
 from pytest_convperf.reports import journal
 
@@ -128,14 +131,16 @@ def run_check(
                 # A correctness failure is recorded without a judgement: there is no timing to judge.
                 verdict = Verdict.CORRECTNESS_FAIL if not report.ok else None
                 failed(facts, Finding("", report.message(), tuple(report.candidate_errors), verdict))
+            # Every phase call of the check, built once, and the facts measured before timing.
+            progress.at("the first measurement")
+            calls = phase_calls(ctx)
             if deterministic:
                 progress.at("the determinism check")
-                with perf_settings(problem, device):
-                    call = phase_call(candidate, ctx.inputs, problem, phase, ctx.grad_out)
-                    found = nondeterminism(call, problem, phase, ctx.seed)
+                with calls.settings():
+                    found = nondeterminism(calls.candidate_call, problem, phase, ctx.seed)
                 failed(facts, found)
-            progress.at("the first measurement")
-            timed = time_pair(ctx, stored_mode=ctx.stored_mode)  # auto: time as stored
+                progress.at("the first measurement")
+            timed = time_pair(ctx, calls, stored_mode=ctx.stored_mode)  # auto: time as stored
             comparison = timed.first
             if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
                 progress.at("the integrity check after timing")
@@ -149,8 +154,17 @@ def run_check(
             if kernels or cfg.trace:
                 if kernels:
                     progress.at("the kernel table")
+                sides = (("candidate", calls.candidate_call), ("reference", calls.reference_call))
                 comparison = comparison.with_facts(
-                    profile_facts(ctx, kernels=kernels, trace_dir=session.trace_dir() if cfg.trace else None)
+                    profile_facts(
+                        calls.candidate_call if kernels else None,
+                        sides,
+                        device,
+                        calls.settings,
+                        trace_dir=session.trace_dir() if cfg.trace else None,
+                        nodeid=nodeid,
+                        label=f"{problem.id}-{phase}",
+                    )
                 )
             facts.update({k: v for k, v in comparison.facts.items() if k in ROW_FACTS})
             # Plugins that time more around the check (the A/B of --convperf-against): facts for the row.

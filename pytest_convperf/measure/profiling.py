@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -157,3 +157,34 @@ def candidate_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int =
 
     fn()  # warm: a first call's autotuning or lazy compilation is not the kernel table
     return kernel_table(profile_kernels(fn, device, calls=calls), calls)
+
+
+def profile_facts(
+    kernel_call: Callable[[], object] | None,
+    traced: Sequence[tuple[str, Callable[[], object]]],
+    device: DeviceInfo,
+    settings: Callable[[], AbstractContextManager[object]],
+    *,
+    trace_dir: Path | None,
+    nodeid: str,
+    label: str,
+) -> dict[str, Any]:
+    """After a check's timing, under its perf ``settings``: the candidate's kernel table of
+    ``kernel_call`` (the entry stores it, a FAIL names what moved) and, with ``trace_dir``
+    (--convperf-trace), the paths of a profiler trace of one call of each ``traced`` side, each
+    after one untraced call; each traced call is a region named ``<label>-<side>``."""
+    facts: dict[str, Any] = {}
+    with settings():
+        if kernel_call is not None:
+            facts["kernels"] = candidate_kernels(kernel_call, device)
+        if trace_dir is not None:
+            start = trace_factory(trace_dir, nodeid, device)
+            paths = []
+            for name, call in traced:
+                call()
+                # The traced call is a region named after its side, so a trace viewer says which is which.
+                with start(f"{label}-{name}") as trace, torch.profiler.record_function(name):
+                    call()
+                paths.append(str(trace.path))
+            facts["traces"] = paths
+    return facts
