@@ -330,21 +330,21 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
     ref_fn = reference if reference is not None else ctx.timed_reference
     default_ref = ctx.reference is None
     settings = partial(perf_settings, problem, device)
+    name = describe(ref_fn)
+    key = (device.torch_device, name, default_ref, problem.id, phase)
+    cached = _REFERENCE_FACTS.get(key)
     # A gradient phase's building forward runs here: its CUDA errors get the same clear failure as the
     # timed calls' (measure() and the A/B call this outside the pipeline's own device_errors).
     with device_errors(device, ctx.nodeid, problem.id):
         sets = InputSets(
             ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
         )
-        with settings():
-            backend = reference_backend(problem, inputs) if default_ref else None
+        backend = None
+        if cached is None and default_ref:  # probed once per process and problem, with the kernels
+            with settings():
+                backend = reference_backend(problem, inputs)
     with device_errors(device, ctx.nodeid, problem.id), timing_slot(ctx.config):
-        facts: dict[str, Any] = {
-            "reference": describe(ref_fn),
-            "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9,
-        }
-        key = (device.torch_device, facts["reference"], default_ref, problem.id, phase)
-        cached = _REFERENCE_FACTS.get(key)
+        facts: dict[str, Any] = {"reference": name, "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9}
         if cached is not None:
             facts.update(cached)
         else:
