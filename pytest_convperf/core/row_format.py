@@ -17,7 +17,9 @@ def current_format(data: dict[str, Any]) -> dict[str, Any]:
     """A row dict in :data:`ROW_FORMAT`: format 1 (no ``format`` key) converted, a newer one a
     ``ValueError`` (the reader names the file and line)."""
     version = data.get("format", 1)
-    if not isinstance(version, int) or version > ROW_FORMAT:
+    if not isinstance(version, int):
+        raise ValueError(f"row format {version!r} is not a format number: the row is corrupt")
+    if version > ROW_FORMAT:
         raise ValueError(
             f"row format {version!r} is newer than this pytest-convperf reads ({ROW_FORMAT}): "
             "upgrade pytest-convperf"

@@ -137,6 +137,9 @@ def test_a_format_1_row_is_converted_and_a_newer_one_refused() -> None:
     newer = {**row.to_dict(), "format": ROW_FORMAT + 1}
     with pytest.raises(ValueError, match=r"row format 3 is newer than this pytest-convperf reads \(2\)"):
         CheckRow.from_dict(newer)
+    corrupt = {**row.to_dict(), "format": "2"}
+    with pytest.raises(ValueError, match=r"row format '2' is not a format number: the row is corrupt"):
+        CheckRow.from_dict(corrupt)
 
 
 def test_a_plan_not_yet_applied_has_no_written_key() -> None:
