@@ -223,8 +223,9 @@ def write(
     engine: sa.Engine, records: Sequence[Mapping[str, Any]], *, source: str, session_id: str | None = None
 ) -> int:
     """Append ``records`` in one transaction; returns how many were new (a record already stored,
-    the same digest, is left out). A session's records are one run, each stamped with the
-    ``session_id`` (so equal results of two sessions are two records); an import's are grouped
+    the same digest, or a check its session's run already holds, is left out). A session's records
+    are one run, each stamped with the ``session_id`` (so equal results of two sessions are two
+    records); an import's are grouped
     into runs by their own ``session_id``, or by (when, machine, commit) in records older than it."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for rec in records:
@@ -242,7 +243,12 @@ def write(
         for ident, group in groups.items():
             values = {digest(rec): _columns(rec) for rec in group}
             stored = _stored(conn, list(values))
-            fresh = [dict(v, digest=d) for d, v in values.items() if d not in stored]
+            checks = _session_checks(conn, ident)
+            fresh = [
+                dict(v, digest=d)
+                for d, v in values.items()
+                if d not in stored and v["check_id"] not in checks
+            ]
             if not fresh:  # an import of records already stored adds no empty run either
                 continue
             run_id = _run_id(conn, ident, group[0], source)
@@ -250,6 +256,19 @@ def write(
                 conn.execute(_insert(conn, results), [dict(v, run_id=run_id) for v in fresh[i : i + CHUNK]])
             new += len(fresh)
     return new
+
+
+def _session_checks(conn: sa.Connection, ident: str) -> set[str]:
+    """The checks a session's run already holds. A session writes its records live with more fields
+    than its ``history.jsonl`` lines (``ratio_ci``, ``noise``, ``kernels``), so an import of its
+    report folder has other digests: within one session a check is one record, whatever its fields.
+    An import's runs (no session id) are matched by digest alone."""
+    if not ident.startswith("session:"):
+        return set()
+    query = (
+        sa.select(results.c.check_id).join(runs, results.c.run_id == runs.c.id).where(runs.c.ident == ident)
+    )
+    return set(conn.execute(query).scalars())
 
 
 def _stored(conn: sa.Connection, digests: Sequence[str]) -> set[str]:

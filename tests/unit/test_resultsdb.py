@@ -105,6 +105,22 @@ def test_two_sessions_with_equal_results_in_one_second_are_both_stored(url: str)
     engine.dispose()
 
 
+def test_an_import_of_a_report_folder_whose_session_wrote_live_adds_nothing(url: str) -> None:
+    # The session writes its records live with ratio_ci, noise and kernels; its history.jsonl lines
+    # lack them (other digests), and ``store import`` of that folder stored every row twice.
+    session_id = uuid.uuid4().hex
+    live = [dict(record(i, key=f"test_{i}@p"), session_id=session_id) for i in range(3)]
+    history = [{k: v for k, v in rec.items() if k not in ("ratio_ci", "noise", "kernels")} for rec in live]
+    engine, _ = db.open_store(url)
+    assert db.write(engine, live, source="session", session_id=session_id) == 3
+    assert db.write(engine, history, source="history.jsonl") == 0
+    assert db.count(engine) == 3
+    other = uuid.uuid4().hex  # another session's equal lines are its own run
+    assert db.write(engine, [dict(rec, session_id=other) for rec in history], source="history.jsonl") == 3
+    assert db.count(engine) == 6
+    engine.dispose()
+
+
 def test_a_nan_in_a_record_is_stored(url: str) -> None:
     engine, _ = db.open_store(url)
     rec = dict(record(1), se=float("nan"), us={"candidate": float("inf")})
