@@ -26,7 +26,6 @@ import torch.nn.functional as F
 
 from pytest_convperf.core import inflight
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-from pytest_convperf.core.results import ErrorStats
 from pytest_convperf.correctness.candidate_run import poisoned_allocations, raised, run_case, wrong_output
 from pytest_convperf.correctness.case import GRAD_NAMES, Candidate, Case, build_case, make_grad_out
 from pytest_convperf.correctness.correctness_report import ConvMismatch, CorrectnessReport, ReferenceDefect
@@ -53,7 +52,6 @@ __all__ = [
     "describe",
     "error_stats",
     "make_grad_out",
-    "output_errors",
     "poisoned_allocations",
     "raised",
     "reproduce",
@@ -61,17 +59,6 @@ __all__ = [
     "tolerance",
     "wrong_output",
 ]
-
-
-def _compare(results: dict[str, torch.Tensor], case: Case, *, worst_case: bool = False) -> list[ErrorStats]:
-    """Errors under the a-priori tolerances, or under the worst-case bounds (``worst_case``)."""
-    stats = []
-    for name, expected in case.expected.items():
-        atol, rtol = case.tolerances[name]
-        if worst_case:
-            atol = case.ceilings[name]
-        stats.append(error_stats(name, results[name], expected, atol=atol, rtol=rtol))
-    return stats
 
 
 def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor], case: Case) -> None:
@@ -94,21 +81,6 @@ def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor]
         )
         report.candidate_errors[i] = ruling.stats
         report.candidate_rules[stats.name] = ruling.rule
-
-
-def output_errors(
-    output: torch.Tensor,
-    problem: Conv2dProblem,
-    inputs: ConvInputs,
-    *,
-    seed: int,
-    device: str | torch.device,
-    oracle: Candidate | None = None,
-) -> list[ErrorStats]:
-    """Errors of a forward ``output`` the candidate already returned for ``inputs`` (the oracle's
-    tolerance table); for outputs made outside :func:`check_conv` (``integrity``)."""
-    case = build_case(problem, seed, device, False, oracle, inputs)
-    return _compare({"output": output.detach()}, case)
 
 
 def describe(fn: Callable[..., Any]) -> str:
@@ -178,17 +150,19 @@ def _check_conv(
     oracle: Candidate | None,
     inputs: ConvInputs | None,
 ) -> CorrectnessReport:
-    case = build_case(problem, seed, dev, backward, oracle, inputs)
+    case = build_case(
+        problem, inputs if inputs is not None else problem.make_inputs(seed, dev), seed, dev, backward, oracle
+    )
     results, report.candidate_exception, report.candidate_wrong = run_case(candidate, problem, case, backward)
     if results:
-        report.candidate_errors = _compare(results, case)
+        report.candidate_errors = case.errors(results)
     if oracle is None:  # a custom oracle computes another function than the (timing) reference
         ref_results, report.reference_exception, report.reference_wrong = run_case(
             ref_fn, problem, case, backward
         )
         if ref_results:
-            report.reference_errors = _compare(ref_results, case)
-            report.reference_bounds = _compare(ref_results, case, worst_case=True)
+            report.reference_errors = case.errors(ref_results)
+            report.reference_bounds = case.errors(ref_results, worst_case=True)
         if results and ref_results:
             _judge_candidate(report, results, case)
     return report
