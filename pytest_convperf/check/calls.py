@@ -333,8 +333,9 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
     name = describe(ref_fn)
     key = (device.torch_device, name, default_ref, problem.id, phase)
     cached = _REFERENCE_FACTS.get(key)
-    # A gradient phase's building forward runs here: its CUDA errors get the same clear failure as the
-    # timed calls' (measure() and the A/B call this outside the pipeline's own device_errors).
+    # A gradient phase's building forward and the facts' calls run here: their CUDA errors get the
+    # same clear failure as the timed calls' (measure() and the A/B call this outside the pipeline's
+    # own device_errors).
     with device_errors(device, ctx.nodeid, problem.id):
         sets = InputSets(
             ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
@@ -343,35 +344,39 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
         if cached is None and default_ref:  # probed once per process and problem, with the kernels
             with settings():
                 backend = reference_backend(problem, inputs)
-    with device_errors(device, ctx.nodeid, problem.id), timing_slot(ctx.config):
-        facts: dict[str, Any] = {"reference": name, "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9}
-        if cached is not None:
-            facts.update(cached)
-        else:
+        with timing_slot(ctx.config):
+            facts: dict[str, Any] = {"reference": name, "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9}
+            if cached is not None:
+                facts.update(cached)
+            else:
+                with settings():
+                    facts["reference_backend"] = backend
+                    if device.is_cuda:
+                        call = sets.calls[0][1]
+                        call()  # cuDNN's benchmark search must not be what the profiler sees
+                        rows = profile_kernels(call, device, calls=1)
+                        facts["reference_kernels"] = [r.name for r in rows[:3]]
+                        cudnn = [
+                            r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()
+                        ]
+                        facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
+                _REFERENCE_FACTS[key] = {
+                    k: facts[k]
+                    for k in ("reference_backend", "reference_kernels", "cudnn_kernel")
+                    if k in facts
+                }
+            # Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU).
+            memory: dict[str, Any] = {}
             with settings():
-                facts["reference_backend"] = backend
-                if device.is_cuda:
-                    call = sets.calls[0][1]
-                    call()  # cuDNN's benchmark search must not be what the profiler sees
-                    rows = profile_kernels(call, device, calls=1)
-                    facts["reference_kernels"] = [r.name for r in rows[:3]]
-                    cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
-                    facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
-            _REFERENCE_FACTS[key] = {
-                k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
-            }
-        # Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU).
-        memory: dict[str, Any] = {}
-        with settings():
-            for side, call in zip(("candidate", "reference"), sets.calls[0], strict=True):
-                with memory_tracker(device) as mem:
-                    out = call()
-                    del out
-                memory[f"{side}_peak_bytes"] = mem.peak_bytes
-                memory["source"] = mem.source
-                if mem.nvml_used_bytes is not None:
-                    memory["nvml_used_bytes"] = mem.nvml_used_bytes
-        facts["memory"] = memory
+                for side, call in zip(("candidate", "reference"), sets.calls[0], strict=True):
+                    with memory_tracker(device) as mem:
+                        out = call()
+                        del out
+                    memory[f"{side}_peak_bytes"] = mem.peak_bytes
+                    memory["source"] = mem.source
+                    if mem.nvml_used_bytes is not None:
+                        memory["nvml_used_bytes"] = mem.nvml_used_bytes
+            facts["memory"] = memory
     if reference is None and ctx.reference_note is not None:
         facts["reference_note"] = ctx.reference_note
     return PhaseCalls(ctx, sets, ref_fn, facts, settings)
