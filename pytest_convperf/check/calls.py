@@ -184,7 +184,7 @@ class InputSets:
         self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
         # The last output of each side's calls, per input set (forward: ``phase_call(keep=)``).
         self.kept: list[tuple[list[object], list[object]]] = []
-        self._grow(1, first)
+        self._add(first)
         x = first.input
         fresh = phase == "forward" and x.is_floating_point()
         self._base: torch.Tensor | None = x.detach().clone() if fresh else None
@@ -231,24 +231,25 @@ class InputSets:
         ]
         return called[0] if len(called) == 1 else None
 
-    def _grow(self, k: int, first: ConvInputs | None = None) -> None:
+    def _grow(self, k: int) -> None:
+        """Sets up to ``k``: set i of seed + i (graph mode's rotation)."""
         while len(self.calls) < k:
-            seed = self.seed + len(self.calls)
-            inputs = (
-                first if first is not None and not self.calls else self.problem.make_inputs(seed, self.device)
+            self._add(self.problem.make_inputs(self.seed + len(self.calls), self.device))
+
+    def _add(self, inputs: ConvInputs) -> None:
+        """One more set: ``inputs``, the reference's copies of them, and each side's phase call."""
+        bias = inputs.bias.detach().clone() if inputs.bias is not None else None
+        copies = ConvInputs(inputs.input.detach().clone(), inputs.weight.detach().clone(), bias)
+        self.inputs.append(inputs)
+        kept: tuple[list[object], list[object]] = ([None], [None])
+        self.kept.append(kept)
+        self.reference_inputs.append(copies)
+        self.calls.append(
+            (
+                phase_call(self.fns[0], inputs, self.problem, self.phase, self.grad_out, kept[0]),
+                phase_call(self.fns[1], copies, self.problem, self.phase, self.grad_out, kept[1]),
             )
-            bias = inputs.bias.detach().clone() if inputs.bias is not None else None
-            copies = ConvInputs(inputs.input.detach().clone(), inputs.weight.detach().clone(), bias)
-            self.inputs.append(inputs)
-            kept: tuple[list[object], list[object]] = ([None], [None])
-            self.kept.append(kept)
-            self.reference_inputs.append(copies)
-            self.calls.append(
-                (
-                    phase_call(self.fns[0], inputs, self.problem, self.phase, self.grad_out, kept[0]),
-                    phase_call(self.fns[1], copies, self.problem, self.phase, self.grad_out, kept[1]),
-                )
-            )
+        )
 
     def rotation(self, side: int) -> Callable[[int], Sequence[Callable[[], object]]]:
         def rotate(k: int) -> Sequence[Callable[[], object]]:
@@ -321,7 +322,10 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
     the reference: its name, copy bandwidth, backend and, on a GPU, its kernels, profiled once per
     process and problem; the peak memory of one call of each side) are measured under the timing
     slot: the copy-bandwidth floor and the peak memory are measurements too. The backend is probed
-    for the default reference only."""
+    for the default reference only. A gradient phase's building forward and the facts' calls run
+    here: the caller runs this under :func:`~pytest_convperf.check.faults.device_errors` (the
+    pipeline's, around the whole check; ``measure()``'s own), so their CUDA errors get the same
+    clear failure as the timed calls'."""
     from pytest_convperf.measure.memory import memory_tracker
 
     problem, phase, device, inputs = ctx.problem, ctx.phase, ctx.device, ctx.inputs
@@ -333,50 +337,42 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
     name = describe(ref_fn)
     key = (device.torch_device, name, default_ref, problem.id, phase)
     cached = _REFERENCE_FACTS.get(key)
-    # A gradient phase's building forward and the facts' calls run here: their CUDA errors get the
-    # same clear failure as the timed calls' (measure() and the A/B call this outside the pipeline's
-    # own device_errors).
-    with device_errors(device, ctx.nodeid, problem.id):
-        sets = InputSets(
-            ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
-        )
-        backend = None
-        if cached is None and default_ref:  # probed once per process and problem, with the kernels
+    sets = InputSets(
+        ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
+    )
+    backend = None
+    if cached is None and default_ref:  # probed once per process and problem, with the kernels
+        with settings():
+            backend = reference_backend(problem, inputs)
+    with timing_slot(ctx.config):
+        facts: dict[str, Any] = {"reference": name, "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9}
+        if cached is not None:
+            facts.update(cached)
+        else:
             with settings():
-                backend = reference_backend(problem, inputs)
-        with timing_slot(ctx.config):
-            facts: dict[str, Any] = {"reference": name, "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9}
-            if cached is not None:
-                facts.update(cached)
-            else:
-                with settings():
-                    facts["reference_backend"] = backend
-                    if device.is_cuda:
-                        call = sets.calls[0][1]
-                        call()  # cuDNN's benchmark search must not be what the profiler sees
-                        rows = profile_kernels(call, device, calls=1)
-                        facts["reference_kernels"] = [r.name for r in rows[:3]]
-                        cudnn = [
-                            r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()
-                        ]
-                        facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
-                _REFERENCE_FACTS[key] = {
-                    k: facts[k]
-                    for k in ("reference_backend", "reference_kernels", "cudnn_kernel")
-                    if k in facts
-                }
-            # Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU).
-            memory: dict[str, Any] = {}
-            with settings():
-                for side, call in zip(("candidate", "reference"), sets.calls[0], strict=True):
-                    with memory_tracker(device) as mem:
-                        out = call()
-                        del out
-                    memory[f"{side}_peak_bytes"] = mem.peak_bytes
-                    memory["source"] = mem.source
-                    if mem.nvml_used_bytes is not None:
-                        memory["nvml_used_bytes"] = mem.nvml_used_bytes
-            facts["memory"] = memory
+                facts["reference_backend"] = backend
+                if device.is_cuda:
+                    call = sets.calls[0][1]
+                    call()  # cuDNN's benchmark search must not be what the profiler sees
+                    rows = profile_kernels(call, device, calls=1)
+                    facts["reference_kernels"] = [r.name for r in rows[:3]]
+                    cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
+                    facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
+            _REFERENCE_FACTS[key] = {
+                k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
+            }
+        # Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU).
+        memory: dict[str, Any] = {}
+        with settings():
+            for side, call in zip(("candidate", "reference"), sets.calls[0], strict=True):
+                with memory_tracker(device) as mem:
+                    out = call()
+                    del out
+                memory[f"{side}_peak_bytes"] = mem.peak_bytes
+                memory["source"] = mem.source
+                if mem.nvml_used_bytes is not None:
+                    memory["nvml_used_bytes"] = mem.nvml_used_bytes
+        facts["memory"] = memory
     if reference is None and ctx.reference_note is not None:
         facts["reference_note"] = ctx.reference_note
     return PhaseCalls(ctx, sets, ref_fn, facts, settings)

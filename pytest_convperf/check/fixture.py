@@ -29,7 +29,7 @@ from pytest_convperf.check.context import (
     check_phase,
 )
 from pytest_convperf.check.disabled import TIMING_DISABLED, correctness_only
-from pytest_convperf.check.faults import CheckProgress
+from pytest_convperf.check.faults import CheckProgress, device_errors
 from pytest_convperf.check.judgement import judge_and_record
 from pytest_convperf.check.pairing import ImplausibleTime, time_pair
 from pytest_convperf.check.pipeline import run_check
@@ -131,7 +131,8 @@ class ConvperfFixture:
         ctx = CheckContext.start(
             candidate, problem, host=self, reference=reference, phase=phase, mode=mode, look_up=False
         )
-        return time_pair(ctx, phase_calls(ctx), rule=rule).first
+        with device_errors(ctx.device, ctx.nodeid, problem.id):  # as a check's pipeline runs its steps
+            return time_pair(ctx, phase_calls(ctx), rule=rule).first
 
     # ---- the check -----------------------------------------------------------------------------------
     def check(
