@@ -313,12 +313,12 @@ class PhaseCalls:
                 self.last[0] = sets.last_output(seen)
 
 
-def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseCalls:
+def phase_calls(ctx: CheckContext) -> PhaseCalls:
     """Build the check's phase calls once and measure the facts taken once before timing.
 
-    ``reference``: what the candidate is timed against when not the check's (REF's candidate in an
-    A/B); else ``ctx.timed_reference`` (a default reference on a path known to crash upstream is
-    timed on another path, named in the ``reference_note`` fact). The facts (what a row says about
+    The candidate is timed against ``ctx.timed_reference`` (a default reference on a path known to
+    crash upstream is timed on another path, named in the ``reference_note`` fact; an A/B times
+    against REF's candidate: ``CheckContext.against``). The facts (what a row says about
     the reference: its name, copy bandwidth, backend and, on a GPU, its kernels, profiled once per
     process and problem; the peak memory of one call of each side) are measured under the timing
     slot: the copy-bandwidth floor and the peak memory are measurements too. The backend is probed
@@ -331,10 +331,9 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
     problem, phase, device, inputs = ctx.problem, ctx.phase, ctx.device, ctx.inputs
     if phase != "forward" and ctx.mode == "graph":
         raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
-    ref_fn = reference if reference is not None else ctx.timed_reference
+    ref_fn, name = ctx.timed_reference, ctx.timed_reference_name
     default_ref = ctx.reference is None
     settings = partial(perf_settings, problem, device)
-    name = describe(ref_fn)
     key = (device.torch_device, name, default_ref, problem.id, phase)
     cached = _REFERENCE_FACTS.get(key)
     sets = InputSets(
@@ -373,6 +372,6 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
                 if mem.nvml_used_bytes is not None:
                     memory["nvml_used_bytes"] = mem.nvml_used_bytes
         facts["memory"] = memory
-    if reference is None and ctx.reference_note is not None:
+    if ctx.reference_note is not None:
         facts["reference_note"] = ctx.reference_note
     return PhaseCalls(ctx, sets, ref_fn, facts, settings)
