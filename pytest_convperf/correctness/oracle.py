@@ -121,10 +121,12 @@ def check_conv(
     """
     dev = str(device) if device is not None else default_device()
     asked: Candidate = reference if reference is not None else F.conv2d
+    candidate_name, asked_name = describe(candidate), describe(asked)
+    oracle_name = describe(oracle) if oracle is not None else None
     # A default reference on a path known to crash upstream is computed another way, and named.
     ref_fn, note = safe_reference(asked, problem, dev, weight_grad=backward)
-    ref_name = describe(asked) if note is None else f"{describe(asked)} ({note})"
-    report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), ref_name)
+    ref_name = asked_name if note is None else f"{asked_name} ({note})"
+    report = CorrectnessReport(problem, seed, dev, backward, candidate_name, ref_name)
     # On disk until it returns: a crash (segfault, abort) in any call below is named afterwards.
     with inflight.running(
         step="the correctness run",
@@ -133,39 +135,27 @@ def check_conv(
         phase="forward+backward" if backward else "forward",
         candidate=report.candidate,
         reference=ref_name if oracle is None else None,
-        oracle=describe(oracle) if oracle is not None else None,
+        oracle=oracle_name,
         repro=report.repro(),
     ):
-        return _check_conv(report, candidate, ref_fn, problem, seed, dev, backward, oracle, inputs)
-
-
-def _check_conv(
-    report: CorrectnessReport,
-    candidate: Candidate,
-    ref_fn: Candidate,
-    problem: Conv2dProblem,
-    seed: int,
-    dev: str,
-    backward: bool,
-    oracle: Candidate | None,
-    inputs: ConvInputs | None,
-) -> CorrectnessReport:
-    case = build_case(
-        problem, inputs if inputs is not None else problem.make_inputs(seed, dev), seed, dev, backward, oracle
-    )
-    results, report.candidate_exception, report.candidate_wrong = run_case(candidate, problem, case, backward)
-    if results:
-        report.candidate_errors = case.errors(results)
-    if oracle is None:  # a custom oracle computes another function than the (timing) reference
-        ref_results, report.reference_exception, report.reference_wrong = run_case(
-            ref_fn, problem, case, backward
+        if inputs is None:
+            inputs = problem.make_inputs(seed, dev)
+        case = build_case(problem, inputs, seed, dev, backward, oracle)
+        results, report.candidate_exception, report.candidate_wrong = run_case(
+            candidate, problem, case, backward
         )
-        if ref_results:
-            report.reference_errors = case.errors(ref_results)
-            report.reference_bounds = case.errors(ref_results, worst_case=True)
-        if results and ref_results:
-            _judge_candidate(report, results, case)
-    return report
+        if results:
+            report.candidate_errors = case.errors(results)
+        if oracle is None:  # a custom oracle computes another function than the (timing) reference
+            ref_results, report.reference_exception, report.reference_wrong = run_case(
+                ref_fn, problem, case, backward
+            )
+            if ref_results:
+                report.reference_errors = case.errors(ref_results)
+                report.reference_bounds = case.errors(ref_results, worst_case=True)
+            if results and ref_results:
+                _judge_candidate(report, results, case)
+        return report
 
 
 def assert_conv_close(
