@@ -9,7 +9,6 @@ and ``judge`` skip.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
@@ -25,8 +24,7 @@ if TYPE_CHECKING:
     from pytest_convperf.check.context import Candidate
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
-    from pytest_convperf.core.results import Comparison, ErrorStats
-    from pytest_convperf.measure.rule import StopRule
+    from pytest_convperf.core.results import Comparison
 
 TIMING_DISABLED = "timing and baselines run only with --convperf (disabled mode)"
 
@@ -60,19 +58,10 @@ def correctness_only(
 
 class DisabledConvperf(ConvperfFixture):
     """The ``convperf`` fixture without ``--convperf``: ``check`` checks correctness once (a wrong
-    candidate fails the test) and skips; ``measure`` and ``judge`` skip. Same signatures as
-    :class:`ConvperfFixture`'s; what disabled mode does not use is ignored."""
+    candidate fails the test) and skips; ``measure`` and ``judge`` skip. They take
+    :class:`ConvperfFixture`'s arguments; what disabled mode does not use is ignored."""
 
-    def measure(
-        self,
-        candidate: Candidate,
-        problem: Conv2dProblem,
-        *,
-        reference: Candidate | None = None,
-        phase: str = "forward",
-        mode: str = "auto",
-        rule: StopRule | None = None,
-    ) -> Comparison:
+    def measure(self, candidate: Candidate, problem: Conv2dProblem, **options: Any) -> Comparison:
         require_problem(problem, "convperf.measure")
         pytest.skip(TIMING_DISABLED)
 
@@ -83,27 +72,14 @@ class DisabledConvperf(ConvperfFixture):
         *,
         reference: Candidate | None = None,
         phase: str = "forward",
-        mode: str = "auto",
         oracle: Candidate | None = None,
-        extra_metrics: dict[str, float] | None = None,
-        deterministic: bool = False,
+        **options: Any,
     ) -> Comparison:
         problem = require_problem(problem, "convperf.check")
         correctness_only(
             candidate, problem, self.device, self.nodeid, reference=reference, phase=phase, oracle=oracle
         )
 
-    def judge(
-        self,
-        comparison: Comparison,
-        *,
-        name: str,
-        phase: str,
-        errors: Sequence[ErrorStats] = (),
-        confirm: Callable[[int], Comparison],
-        key: str | None = None,
-        facts: Mapping[str, Any] | None = None,
-        extra_metrics: Mapping[str, float] | None = None,
-    ) -> Comparison:
+    def judge(self, comparison: Comparison, *, name: str, phase: str, **options: Any) -> Comparison:
         check_phase(phase)
         pytest.skip(TIMING_DISABLED)

@@ -130,25 +130,6 @@ def paired_summary(
     return summarize(units if len(units) >= MIN_CROSSOVER_UNITS else log_ratios, confidence)
 
 
-@dataclass(frozen=True)
-class PairSummary:
-    """One paired measurement's statistics: each round's ``log_ratios``, the time ratio's summary in
-    log space (``ratio``: :func:`paired_summary`) and each side's times (``candidate``, ``reference``)."""
-
-    log_ratios: list[float]
-    ratio: MedianSummary
-    candidate: MedianSummary
-    reference: MedianSummary
-
-
-def summarize_pair(
-    candidate: Sequence[float], reference: Sequence[float], rounds: Sequence[int]
-) -> PairSummary:
-    """Everything a paired measurement reports of its samples (``rounds``: each sample's round index)."""
-    ratios = log_ratios(candidate, reference)
-    return PairSummary(ratios, paired_summary(ratios, rounds), summarize(candidate), summarize(reference))
-
-
 def relative_spread(values: Sequence[float]) -> float:
     """(max - min) / median: the run-to-run spread used by the self-benchmark."""
     return (max(values) - min(values)) / median(values)

@@ -17,12 +17,13 @@ rounds are run to replace them). Over 25 % dropped makes the comparison inconclu
 
 A measurement walks forward: the rule (:class:`StopRule`), then every round on the timer in one call
 (:func:`pytest_convperf.measure.run.run`: warm-up, the mode and its graph jobs, the timed rounds, the
-rounds kept for clocks, the clock facts), then one summary of what ran
-(:func:`pytest_convperf.core.stats.summarize_pair`), then the result.
+rounds kept for clocks, the clock facts), then the pair's statistic (each round's log ratio,
+:func:`pytest_convperf.core.stats.paired_summary`), then the result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -67,40 +68,28 @@ def measure_pair(
     rule = rule or StopRule.for_timer(timer)
     out_facts: dict[str, Any] = dict(facts or {})
     ran = run(timer, sides, mode, rule, out_facts, stored_mode)
-    summary = stats.summarize_pair(ran.samples[0], ran.samples[1], ran.used)
+    candidate_times, reference_times = ran.measurements
+    log_ratios = stats.log_ratios(candidate_times.samples, reference_times.samples)
+    ratio = stats.paired_summary(log_ratios, ran.used)
     out_facts.update(timer.facts())
     out_facts.update(
         warmup=ran.warm.to_dict(),
         stop=ran.stop,
         target_halfwidth=ran.target,
-        ci_halfwidth=summary.ratio.halfwidth,
+        ci_halfwidth=ratio.halfwidth,
         timing_seconds=ran.seconds,
         clocks=ran.clocks,
-    )
-    noisy = not ran.converged
-    candidate_times, reference_times = (
-        Measurement(
-            samples=tuple(samples),
-            median=times.median,
-            ci=times.ci,
-            n=len(samples),
-            dropped=ran.dropped,
-            mode=job.mode,
-            l2=job.l2,
-            noisy=noisy,
-        )
-        for samples, times, job in zip(ran.samples, (summary.candidate, summary.reference), ran.jobs)
     )
     return Comparison(
         candidate=candidate_times,
         reference=reference_times,
-        log_ratios=tuple(summary.log_ratios),
-        time_ratio=math.exp(summary.ratio.median),
-        time_ratio_ci=(math.exp(summary.ratio.ci[0]), math.exp(summary.ratio.ci[1])),
-        se=summary.ratio.se,
+        log_ratios=tuple(log_ratios),
+        time_ratio=math.exp(ratio.median),
+        time_ratio_ci=(math.exp(ratio.ci[0]), math.exp(ratio.ci[1])),
+        se=ratio.se,
         n_rounds=len(ran.used),
         dropped_rounds=ran.dropped,
-        noisy=noisy,
+        noisy=not ran.converged,
         inconclusive=ran.inconclusive,
         facts=out_facts,
     )
@@ -122,16 +111,4 @@ def measure_one(
     work = Workload.of("timed", fn)
     rule = rule or StopRule.for_timer(timer)
     ran = run(timer, [work], mode, rule, {})
-    samples, job = ran.samples[0], ran.jobs[0]
-    times = stats.summarize(samples)
-    return Measurement(
-        samples=tuple(samples),
-        median=times.median,
-        ci=times.ci,
-        n=len(samples),
-        dropped=ran.dropped,
-        mode=job.mode,
-        l2=job.l2,
-        noisy=not ran.converged,
-        inconclusive=ran.inconclusive,
-    )
+    return dataclasses.replace(ran.measurements[0], inconclusive=ran.inconclusive)

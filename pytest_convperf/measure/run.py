@@ -1,12 +1,13 @@
 """Running one measurement's rounds on its timer (docs/design.md §5): warm-up, mode, timed rounds.
 
-:func:`run` does it all, in order, and hands :mod:`.rounds` the finished :class:`Rounds` to
-summarise. One round runs every job once, alternating the order (:func:`run_round`); warm-up runs
-rounds until two windows agree (:func:`warm_up`); :func:`prepare` turns workloads into the timer's
-jobs of the chosen mode (``auto``: CUDA graphs for short calls, :func:`auto_choice`, with inputs
-rotated over > 2 x L2); :func:`run_rounds` runs the adaptive timed rounds until the CI target or a
-cap; then the rounds kept for clocks (:func:`kept_rounds`), whether the run is inconclusive and the
-clock facts are taken from them.
+:func:`run` does it all, in order, and hands :mod:`.rounds` the finished :class:`TimedRounds`
+(each side's measurement) to pair. One round runs every job once, alternating the order
+(:func:`run_round`); warm-up runs rounds until two windows agree (:func:`warm_up`); ``run`` turns
+workloads into the timer's jobs of the chosen mode (``auto``: CUDA graphs for short calls,
+:func:`auto_choice`, with inputs rotated over > 2 x L2, :func:`_graph_jobs`); :func:`run_rounds`
+runs the adaptive timed rounds until the CI target or a cap; then the rounds kept for clocks
+(:func:`kept_rounds`), whether the run is inconclusive, the clock facts and each side's median and
+CI are taken from them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from pytest_convperf.core import stats
 from pytest_convperf.core.clocks import ClockSample, clock_facts, reason_names
+from pytest_convperf.core.results import Measurement
 from pytest_convperf.measure.protocol import AUTO_CHOICES, MODES, Job, Timer
 from pytest_convperf.measure.rule import StopRule, TimedCallError, Workload
 
@@ -27,7 +29,6 @@ __all__ = [
     "WarmupResult",
     "auto_choice",
     "kept_rounds",
-    "prepare",
     "run",
     "run_round",
     "run_rounds",
@@ -138,41 +139,6 @@ def auto_choice(warm_medians: Sequence[float], rule: StopRule, stored_mode: str 
         f"{'graph' if graph else 'cold'}: warm-up median {fastest * 1e6:.3g} us {sign} "
         f"{rule.graph_threshold_s * 1e6:.3g} us"
     )
-
-
-def prepare(
-    timer: Timer,
-    workloads: Sequence[Workload],
-    mode: str,
-    rule: StopRule,
-    facts: dict[str, Any],
-    stored_mode: str | None = None,
-) -> tuple[list[Job], WarmupResult]:
-    if mode not in MODES:
-        raise ValueError(f"timing mode {mode!r} is not one of {', '.join(MODES)}")
-    base = "warm" if mode == "warm" else "cold"
-    jobs = [replace(timer.job(w.name, w.call, base), before=w.refresh) for w in workloads]
-    warm = warm_up(timer, jobs, rule)
-    want_graph = mode == "graph"
-    if mode == "auto":
-        want_graph, facts["auto_mode"] = auto_choice(warm.medians, rule, stored_mode)
-    if want_graph and not timer.supports_graphs:
-        if mode == "graph":
-            facts["graph"] = f"graph mode needs CUDA; the {timer.kind} timer timed {jobs[0].mode} instead"
-        return jobs, warm
-    if want_graph:
-        try:
-            graph_jobs, graph_facts = _graph_jobs(timer, workloads, warm.medians, rule)
-            facts["graph"] = graph_facts
-            warm = warm_up(timer, graph_jobs, rule)
-            jobs = graph_jobs
-        except TimedCallError:
-            raise
-        except Exception as exc:
-            if mode == "graph":
-                raise TimedCallError(f"CUDA graph capture failed: {exc}") from exc
-            facts["graph"] = f"capture failed, timed {base} instead: {type(exc).__name__}: {exc}"
-    return jobs, warm
 
 
 def _graph_jobs(
@@ -317,16 +283,15 @@ def _inconclusive(rounds: _Rounds, rule: StopRule) -> str | None:
 
 @dataclass(frozen=True)
 class TimedRounds:
-    """What one measurement's rounds gave (:func:`run`): the jobs timed (their mode and L2 state),
-    the warm-up, each job's ``samples`` over the rounds ``used`` (the rounds kept for clocks, or
-    all of them when under 6 were kept), how many ran and were ``dropped`` for clocks, whether the
-    CI target was met (``converged``) and why the rounds ``stop``ped, the CI ``target``, the
-    ``seconds`` the rounds took, why the measurement is ``inconclusive`` (None: it is not) and the
-    ``clocks`` facts."""
+    """What one measurement's rounds gave (:func:`run`): each job's :class:`Measurement` over the
+    rounds ``used`` (the rounds kept for clocks, or all of them when under 6 were kept: its samples,
+    median and CI, mode and L2 state, the rounds ``dropped`` for clocks, ``noisy`` when a cap
+    stopped the rounds), the warm-up, how many rounds ran (``n``) and why they ``stop``ped, whether
+    the CI target was met (``converged``), the CI ``target``, the ``seconds`` the rounds took, why
+    the measurement is ``inconclusive`` (None: it is not) and the ``clocks`` facts."""
 
-    jobs: list[Job]
+    measurements: list[Measurement]
     warm: WarmupResult
-    samples: list[list[float]]
     used: list[int]
     n: int
     dropped: int
@@ -347,24 +312,63 @@ def run(
     stored_mode: str | None = None,
 ) -> TimedRounds:
     """One measurement's rounds on ``timer`` (pinned), in order: the jobs of ``mode`` and their
-    warm-up (:func:`prepare`, which adds the mode's facts to ``facts``), the adaptive timed rounds
-    (:func:`run_rounds`), then what they say: the rounds kept, whether the run is inconclusive, the
-    clock facts."""
+    warm-up; for ``auto`` the mode chosen from it (:func:`auto_choice`); for graphs the graph jobs
+    (:func:`_graph_jobs`) and their own warm-up (each step's facts added to ``facts``); the adaptive
+    timed rounds (:func:`run_rounds`); then what they say: the rounds kept and used, whether the run
+    is inconclusive, the clock facts and each job's measurement."""
+    if mode not in MODES:
+        raise ValueError(f"timing mode {mode!r} is not one of {', '.join(MODES)}")
+    base = "warm" if mode == "warm" else "cold"
     with timer.pinned():
-        jobs, warm = prepare(timer, workloads, mode, rule, facts, stored_mode)
+        jobs = [replace(timer.job(w.name, w.call, base), before=w.refresh) for w in workloads]
+        warm = warm_up(timer, jobs, rule)
+        want_graph = mode == "graph"
+        if mode == "auto":
+            want_graph, facts["auto_mode"] = auto_choice(warm.medians, rule, stored_mode)
+        if want_graph and not timer.supports_graphs:
+            if mode == "graph":
+                facts["graph"] = f"graph mode needs CUDA; the {timer.kind} timer timed {jobs[0].mode} instead"
+        elif want_graph:
+            try:
+                graph_jobs, graph_facts = _graph_jobs(timer, workloads, warm.medians, rule)
+                facts["graph"] = graph_facts
+                warm = warm_up(timer, graph_jobs, rule)
+                jobs = graph_jobs
+            except TimedCallError:
+                raise
+            except Exception as exc:
+                if mode == "graph":
+                    raise TimedCallError(f"CUDA graph capture failed: {exc}") from exc
+                facts["graph"] = f"capture failed, timed {base} instead: {type(exc).__name__}: {exc}"
         rounds = run_rounds(timer, jobs, rule)
     used = rounds.kept if len(rounds.kept) >= 6 else list(range(rounds.n))
+    dropped = rounds.n - len(rounds.kept)
+    inconclusive = _inconclusive(rounds, rule)
+    clocks = clock_facts(rounds.clocks, rounds.kept)
+    samples = [[times[i] for i in used] for times in rounds.times]
+    summaries = [stats.summarize(side) for side in samples]
     return TimedRounds(
-        jobs=jobs,
+        measurements=[
+            Measurement(
+                samples=tuple(side),
+                median=summary.median,
+                ci=summary.ci,
+                n=len(side),
+                dropped=dropped,
+                mode=job.mode,
+                l2=job.l2,
+                noisy=not rounds.converged,
+            )
+            for side, summary, job in zip(samples, summaries, jobs)
+        ],
         warm=warm,
-        samples=[[times[i] for i in used] for times in rounds.times],
         used=used,
         n=rounds.n,
-        dropped=rounds.n - len(rounds.kept),
+        dropped=dropped,
         converged=rounds.converged,
         stop=rounds.stop,
         target=rounds.target,
         seconds=rounds.seconds,
-        inconclusive=_inconclusive(rounds, rule),
-        clocks=clock_facts(rounds.clocks, rounds.kept),
+        inconclusive=inconclusive,
+        clocks=clocks,
     )
