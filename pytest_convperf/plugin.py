@@ -212,9 +212,11 @@ def convperf(request: pytest.FixtureRequest) -> ConvperfFixture:
     ``torch.nn.functional.conv2d``; the reference defaults to ``F.conv2d`` on the device in use.
     ``phase`` is ``forward``, ``input_grad``, ``weight_grad`` or ``backward``.
     """
+    from pytest_convperf.check.disabled import DisabledConvperf
     from pytest_convperf.check.fixture import ConvperfFixture
 
-    return ConvperfFixture(_session(request), request)
+    session = _session(request)
+    return (ConvperfFixture if session.cfg.enabled else DisabledConvperf)(session, request)
 
 
 @pytest.fixture(scope="session")

@@ -66,7 +66,6 @@ class ABSession:
         a_speedup: tuple[float, tuple[float, float]],
     ) -> dict[str, Any]:
         """Time A's candidate (``ctx.candidate``) against REF's; return the row's ``facts["ab"]``."""
-        from dataclasses import replace
 
         from pytest_convperf.check.calls import phase_call
 
@@ -100,14 +99,14 @@ class ABSession:
         from pytest_convperf.check.pairing import time_pair
 
         fixture.progress.at(f"timing against REF {self.ref.label}'s candidate (--convperf-against)")
-        timed = time_pair(ctx, phase_calls(ctx, reference=ref_fn))
+        timed = time_pair(ctx, phase_calls(ctx.against(ref_fn)))
         first, confirm = timed.first, timed.confirm
         cfg = fixture.session.cfg
         policy = ab_policy(device.kind, tolerance=cfg.tolerance, noise_floor=cfg.noise_floor)
         result = decide_ab(first, confirm, policy)
         fixture.progress.at(f"timing REF {self.ref.label}'s candidate against the reference")
         # REF's candidate in A's place, against the check's reference, on the check's inputs.
-        ref_ctx = replace(ctx, candidate=ref_fn)
+        ref_ctx = ctx.with_candidate(ref_fn)
         ref_vs_reference = time_pair(ref_ctx, phase_calls(ref_ctx)).first
         ref_meas = first.reference
         return {

@@ -61,7 +61,7 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, other_code
     git does not track; ``updates.code_state``) move the ratio: the runs and the recording measured
     the same thing. Otherwise ``other_code`` says why not (:func:`code_difference`).
     Agreeing runs are pooled, ``old.time_ratio`` worth ``old.ref_runs`` runs, the K runs' median
-    worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, verdict._stage; for the
+    worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, decision.stage_of; for the
     heavy-tailed t5 offsets of the night simulation a median is as efficient as a mean). Runs that
     disagree beyond 2.576 x the noise of the difference replace it: K runs against one, the
     recorded run was the outlier. At other code the ratio is kept whatever the runs say: the

@@ -184,7 +184,7 @@ class InputSets:
         self.calls: list[tuple[Callable[[], object], Callable[[], object]]] = []
         # The last output of each side's calls, per input set (forward: ``phase_call(keep=)``).
         self.kept: list[tuple[list[object], list[object]]] = []
-        self._grow(1, first)
+        self._add(first)
         x = first.input
         fresh = phase == "forward" and x.is_floating_point()
         self._base: torch.Tensor | None = x.detach().clone() if fresh else None
@@ -231,24 +231,25 @@ class InputSets:
         ]
         return called[0] if len(called) == 1 else None
 
-    def _grow(self, k: int, first: ConvInputs | None = None) -> None:
+    def _grow(self, k: int) -> None:
+        """Sets up to ``k``: set i of seed + i (graph mode's rotation)."""
         while len(self.calls) < k:
-            seed = self.seed + len(self.calls)
-            inputs = (
-                first if first is not None and not self.calls else self.problem.make_inputs(seed, self.device)
+            self._add(self.problem.make_inputs(self.seed + len(self.calls), self.device))
+
+    def _add(self, inputs: ConvInputs) -> None:
+        """One more set: ``inputs``, the reference's copies of them, and each side's phase call."""
+        bias = inputs.bias.detach().clone() if inputs.bias is not None else None
+        copies = ConvInputs(inputs.input.detach().clone(), inputs.weight.detach().clone(), bias)
+        self.inputs.append(inputs)
+        kept: tuple[list[object], list[object]] = ([None], [None])
+        self.kept.append(kept)
+        self.reference_inputs.append(copies)
+        self.calls.append(
+            (
+                phase_call(self.fns[0], inputs, self.problem, self.phase, self.grad_out, kept[0]),
+                phase_call(self.fns[1], copies, self.problem, self.phase, self.grad_out, kept[1]),
             )
-            bias = inputs.bias.detach().clone() if inputs.bias is not None else None
-            copies = ConvInputs(inputs.input.detach().clone(), inputs.weight.detach().clone(), bias)
-            self.inputs.append(inputs)
-            kept: tuple[list[object], list[object]] = ([None], [None])
-            self.kept.append(kept)
-            self.reference_inputs.append(copies)
-            self.calls.append(
-                (
-                    phase_call(self.fns[0], inputs, self.problem, self.phase, self.grad_out, kept[0]),
-                    phase_call(self.fns[1], copies, self.problem, self.phase, self.grad_out, kept[1]),
-                )
-            )
+        )
 
     def rotation(self, side: int) -> Callable[[int], Sequence[Callable[[], object]]]:
         def rotate(k: int) -> Sequence[Callable[[], object]]:
@@ -312,38 +313,37 @@ class PhaseCalls:
                 self.last[0] = sets.last_output(seen)
 
 
-def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseCalls:
+def phase_calls(ctx: CheckContext) -> PhaseCalls:
     """Build the check's phase calls once and measure the facts taken once before timing.
 
-    ``reference``: what the candidate is timed against when not the check's (REF's candidate in an
-    A/B); else ``ctx.timed_reference`` (a default reference on a path known to crash upstream is
-    timed on another path, named in the ``reference_note`` fact). The facts (what a row says about
+    The candidate is timed against ``ctx.timed_reference`` (a default reference on a path known to
+    crash upstream is timed on another path, named in the ``reference_note`` fact; an A/B times
+    against REF's candidate: ``CheckContext.against``). The facts (what a row says about
     the reference: its name, copy bandwidth, backend and, on a GPU, its kernels, profiled once per
     process and problem; the peak memory of one call of each side) are measured under the timing
     slot: the copy-bandwidth floor and the peak memory are measurements too. The backend is probed
-    for the default reference only."""
+    for the default reference only. A gradient phase's building forward and the facts' calls run
+    here: the caller runs this under :func:`~pytest_convperf.check.faults.device_errors` (the
+    pipeline's, around the whole check; ``measure()``'s own), so their CUDA errors get the same
+    clear failure as the timed calls'."""
     from pytest_convperf.measure.memory import memory_tracker
 
     problem, phase, device, inputs = ctx.problem, ctx.phase, ctx.device, ctx.inputs
     if phase != "forward" and ctx.mode == "graph":
         raise ValueError("mode='graph' times forward calls only; use cold or warm for gradient phases")
-    ref_fn = reference if reference is not None else ctx.timed_reference
+    ref_fn, name = ctx.timed_reference, ctx.timed_reference_name
     default_ref = ctx.reference is None
     settings = partial(perf_settings, problem, device)
-    name = describe(ref_fn)
     key = (device.torch_device, name, default_ref, problem.id, phase)
     cached = _REFERENCE_FACTS.get(key)
-    # A gradient phase's building forward runs here: its CUDA errors get the same clear failure as the
-    # timed calls' (measure() and the A/B call this outside the pipeline's own device_errors).
-    with device_errors(device, ctx.nodeid, problem.id):
-        sets = InputSets(
-            ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
-        )
-        backend = None
-        if cached is None and default_ref:  # probed once per process and problem, with the kernels
-            with settings():
-                backend = reference_backend(problem, inputs)
-    with device_errors(device, ctx.nodeid, problem.id), timing_slot(ctx.config):
+    sets = InputSets(
+        ctx.candidate, ref_fn, problem, phase, ctx.seed, device.torch_device, inputs, ctx.grad_out
+    )
+    backend = None
+    if cached is None and default_ref:  # probed once per process and problem, with the kernels
+        with settings():
+            backend = reference_backend(problem, inputs)
+    with timing_slot(ctx.config):
         facts: dict[str, Any] = {"reference": name, "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9}
         if cached is not None:
             facts.update(cached)
@@ -372,6 +372,6 @@ def phase_calls(ctx: CheckContext, reference: Candidate | None = None) -> PhaseC
                 if mem.nvml_used_bytes is not None:
                     memory["nvml_used_bytes"] = mem.nvml_used_bytes
         facts["memory"] = memory
-    if reference is None and ctx.reference_note is not None:
+    if ctx.reference_note is not None:
         facts["reference_note"] = ctx.reference_note
     return PhaseCalls(ctx, sets, ref_fn, facts, settings)

@@ -15,7 +15,7 @@ to the phase calls and the facts measured before timing
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from pytest_convperf.core.env import env_from_facts
 from pytest_convperf.correctness.case import make_grad_out
 from pytest_convperf.correctness.known_defects import safe_reference
-from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.correctness.oracle import describe, stable_seed
 from pytest_convperf.judge.policy import policy_for
 
 if TYPE_CHECKING:
@@ -162,6 +162,9 @@ class CheckContext:
     ``mode`` the timing mode asked for; ``slot`` the baseline store, key and stored entry;
     ``grad_out`` the gradient of the output that every gradient-phase call differentiates with (the
     one correctness checks gradients with, ``make_grad_out`` of ``seed``), None for ``forward``.
+    ``candidate_name``, ``reference_name`` (the reference as given, ``F.conv2d`` by default) and
+    ``timed_reference_name``: each ``module:qualname`` (``oracle.describe``), named once, for the
+    in-flight record and the facts.
     """
 
     problem: Conv2dProblem
@@ -178,6 +181,9 @@ class CheckContext:
     slot: BaselineSlot
     timed_reference: Candidate
     reference_note: str | None
+    candidate_name: str
+    reference_name: str
+    timed_reference_name: str
     grad_out: torch.Tensor | None = None
 
     @classmethod
@@ -194,8 +200,8 @@ class CheckContext:
     ) -> CheckContext:
         """The context of one check, each part derived once, in this order: the phase validated,
         the device made usable, the seed, the key, the store and (``look_up``) the stored entry with
-        the policy and env, the reference timed, the one input set, the timer and a gradient phase's
-        ``grad_out``."""
+        the policy and env, the reference timed, the one input set, the timer, the names and a
+        gradient phase's ``grad_out``."""
         check_phase(phase)
         device = host.device
         device.ensure_usable()
@@ -203,8 +209,9 @@ class CheckContext:
         key = baseline_key(host.request.node, problem.id, phase)
         store = host.store
         slot = BaselineSlot.look_up(store, host.module, key, cfg=host.cfg, device=device, read=look_up)
+        asked = reference if reference is not None else F.conv2d
         timed_reference, reference_note = safe_reference(
-            reference if reference is not None else F.conv2d,
+            asked,
             problem,
             device.torch_device,
             weight_grad=phase in ("weight_grad", "backward"),
@@ -225,6 +232,9 @@ class CheckContext:
             slot=slot,
             timed_reference=timed_reference,
             reference_note=reference_note,
+            candidate_name=describe(candidate),
+            reference_name=describe(asked),
+            timed_reference_name=describe(timed_reference),
             grad_out=None if phase == "forward" else make_grad_out(problem, seed, device.torch_device),
         )
 
@@ -240,3 +250,14 @@ class CheckContext:
     def stored_mode(self) -> str | None:
         """The stored entry's timing mode, which ``auto`` reuses (sticky per key); else None."""
         return self.entry.mode if self.mode == "auto" and self.entry is not None else None
+
+    def with_candidate(self, candidate: Candidate) -> CheckContext:
+        """This check's context with another candidate in its place (REF's, in an A/B), named."""
+        return replace(self, candidate=candidate, candidate_name=describe(candidate))
+
+    def against(self, reference: Candidate) -> CheckContext:
+        """This check's context timed against another reference (REF's candidate, in an A/B), named;
+        the check's reference note goes with the check's reference."""
+        return replace(
+            self, timed_reference=reference, timed_reference_name=describe(reference), reference_note=None
+        )

@@ -28,8 +28,7 @@ from pytest_convperf.check.context import (
     baseline_key,
     check_phase,
 )
-from pytest_convperf.check.disabled import TIMING_DISABLED, correctness_only
-from pytest_convperf.check.faults import CheckProgress
+from pytest_convperf.check.faults import CheckProgress, device_errors
 from pytest_convperf.check.judgement import judge_and_record
 from pytest_convperf.check.pairing import ImplausibleTime, time_pair
 from pytest_convperf.check.pipeline import run_check
@@ -47,7 +46,8 @@ if TYPE_CHECKING:
 
 
 class ConvperfFixture:
-    """Object behind the ``convperf`` fixture (see the fixture's docstring in ``plugin.py``)."""
+    """Object behind the ``convperf`` fixture (see the fixture's docstring in ``plugin.py``) with
+    ``--convperf``; without it the fixture is a ``check.disabled.DisabledConvperf``."""
 
     def __init__(self, session: CheckSession, request: pytest.FixtureRequest) -> None:
         self.session = session
@@ -126,12 +126,11 @@ class ConvperfFixture:
         Raises :class:`ImplausibleTime` for a time under half the roofline floor.
         """
         problem = require_problem(problem, "convperf.measure")
-        if not self.session.cfg.enabled:
-            pytest.skip(TIMING_DISABLED)
         ctx = CheckContext.start(
             candidate, problem, host=self, reference=reference, phase=phase, mode=mode, look_up=False
         )
-        return time_pair(ctx, phase_calls(ctx), rule=rule).first
+        with device_errors(ctx.device, ctx.nodeid, problem.id):  # as a check's pipeline runs its steps
+            return time_pair(ctx, phase_calls(ctx), rule=rule).first
 
     # ---- the check -----------------------------------------------------------------------------------
     def check(
@@ -157,10 +156,6 @@ class ConvperfFixture:
         from the round caps, :meth:`StopRule.check_timeout_s`) fails as hung with a TIMEOUT row.
         """
         problem = require_problem(problem, "convperf.check")
-        if not self.session.cfg.enabled:
-            correctness_only(
-                candidate, problem, self.device, self.nodeid, reference=reference, phase=phase, oracle=oracle
-            )
         ctx = CheckContext.start(candidate, problem, host=self, reference=reference, phase=phase, mode=mode)
         self.progress = CheckProgress()
         return run_check(
@@ -200,8 +195,6 @@ class ConvperfFixture:
         PASS/NEW/IMPROVED/STALE/ADVISORY pass with a note. Returns ``comparison``.
         """
         check_phase(phase)
-        if not self.session.cfg.enabled:
-            pytest.skip(TIMING_DISABLED)
         key = key if key is not None else self.key_for(name, phase)
         slot = BaselineSlot.look_up(self.store, self.module, key, cfg=self.cfg, device=self.device)
         return judge_and_record(

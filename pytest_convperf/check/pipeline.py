@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch.nn.functional as F
 
 from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
@@ -30,7 +29,7 @@ from pytest_convperf.check.pairing import time_pair
 from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.correctness.integrity import Finding, after_timing
-from pytest_convperf.correctness.oracle import check_conv, describe
+from pytest_convperf.correctness.oracle import check_conv
 from pytest_convperf.measure.profiling import profile_facts
 from pytest_convperf.measure.rounds import StopRule
 from pytest_convperf.reports import journal
@@ -99,8 +98,8 @@ def run_check(
                 problem=problem.id,
                 seed=ctx.seed,
                 phase=phase,
-                candidate=describe(candidate),
-                reference=describe(ctx.reference or F.conv2d),
+                candidate=ctx.candidate_name,
+                reference=ctx.reference_name,
                 repro=f"pytest '{nodeid}' --convperf",
             ),
         ):

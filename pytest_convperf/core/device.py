@@ -19,57 +19,11 @@ from typing import Any
 import pytest
 import torch
 
+from pytest_convperf.core.clocks import ClockSample as ClockSample  # re-exported
+from pytest_convperf.core.clocks import reason_names as reason_names  # re-exported
 from pytest_convperf.core.config import CPU_THREADS_ENV as CPU_THREADS_ENV  # re-exported
 from pytest_convperf.core.config import env_value, parse_cpu_threads
 from pytest_convperf.core.slugs import slugify
-
-# NVML clocks-event (throttle) reason bits that mean the hardware slowed the SM clock down:
-# HW slowdown, SW thermal, HW thermal, HW power brake. SW power cap is recorded, not dropped:
-# it is the normal state of a busy GPU at its power limit.
-HW_SLOWDOWN_REASONS = 0x8 | 0x20 | 0x40 | 0x80
-_REASON_NAMES = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clocks",
-}
-
-
-def reason_names(mask: int) -> list[str]:
-    """Names of the NVML clocks-event reason bits set in ``mask``."""
-    return [name for bit, name in _REASON_NAMES.items() if mask & bit]
-
-
-@dataclass(frozen=True)
-class ClockSample:
-    """One NVML reading: SM clock (MHz), throttle reason bits, temperature (C), power (W).
-
-    ``reasons`` is None when NVML could not report them (the read failed or the API is missing):
-    unknown, not "no slowdown". Such a round is kept (the SM clock floor still applies to it) and
-    the run's clock facts count it under ``reasons_unknown_rounds``.
-    """
-
-    sm_mhz: float | None
-    reasons: int | None = 0
-    temp_c: float | None = None
-    power_w: float | None = None
-
-    @property
-    def hw_slowdown(self) -> bool:
-        return bool(self.reasons is not None and self.reasons & HW_SLOWDOWN_REASONS)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sm_mhz": self.sm_mhz,
-            "reasons": reason_names(self.reasons) if self.reasons is not None else None,
-            "temp_c": self.temp_c,
-            "power_w": self.power_w,
-        }
 
 
 class NvmlSampler:

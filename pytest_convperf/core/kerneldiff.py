@@ -1,40 +1,20 @@
 """Which kernel changed (issue 18 item 4): a candidate's kernel table stored with its baseline entry,
 and what moved between the stored table and tonight's.
 
-A table is what ``profiling.profile_kernels`` measures over a few calls (CUDA kernels on a GPU,
-aten operators by self time on a CPU), kept as ``[{name, calls, share}]``: ``calls`` per call of
-the candidate, ``share`` of the table's device (or CPU) time, 0..1. Only the rows that matter are
-kept (``MAX_ROWS``, at least ``MIN_SHARE`` of the time), so a baseline file stays readable.
+A table is what ``profiling.kernel_table`` makes of the profiler's rows over a few calls (CUDA
+kernels on a GPU, aten operators by self time on a CPU), kept as ``[{name, calls, share}]``:
+``calls`` per call of the candidate, ``share`` of the table's device (or CPU) time, 0..1; this
+module reads a stored one back (:func:`parse_table`).
 A FAIL's message then names what changed: a new or vanished kernel, a different launch count, a
 share that moved by ``SHARE_MOVE`` or more. Pure: no torch, no pytest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-MAX_ROWS = 12
-MIN_SHARE = 0.01
 SHARE_MOVE = 0.10
-
-
-def kernel_table(rows: Iterable[Any], calls: int) -> list[dict[str, Any]]:
-    """``[{name, calls, share}]`` from profiler rows (``KernelRow`` or dicts) of ``calls`` candidate calls."""
-    out: list[dict[str, Any]] = []
-    for row in rows:
-        data: Mapping[str, Any] = row if isinstance(row, Mapping) else row.to_dict()
-        share = float(data["share"])
-        if share >= MIN_SHARE:
-            out.append(
-                {
-                    "name": str(data["name"]),
-                    "calls": round(int(data["calls"]) / calls, 3),
-                    "share": round(share, 3),
-                }
-            )
-    out.sort(key=lambda r: -float(r["share"]))
-    return out[:MAX_ROWS]
 
 
 def parse_table(value: Any) -> list[dict[str, Any]] | None:

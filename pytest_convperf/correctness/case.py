@@ -4,14 +4,15 @@ a-priori tolerance and worst-case bound (:mod:`pytest_convperf.correctness.toler
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-from pytest_convperf.correctness.tolerance import tolerance, worst_case_atol
+from pytest_convperf.core.results import ErrorStats
+from pytest_convperf.correctness.tolerance import error_stats, tolerance, worst_case_atol
 
 # A conv2d implementation with ``F.conv2d``'s signature: candidate, reference or oracle.
 Candidate = Callable[..., torch.Tensor]
@@ -36,17 +37,28 @@ class Case:
     # The worst-case atol of each tensor (tolerance.worst_case_atol): what the reference must meet.
     ceilings: dict[str, float]
 
+    def errors(self, results: Mapping[str, torch.Tensor], *, worst_case: bool = False) -> list[ErrorStats]:
+        """The errors of each expected tensor in ``results`` (a candidate's or the reference's, by
+        name) under the a-priori tolerances, or under the worst-case bounds (``worst_case``)."""
+        stats = []
+        for name, expected in self.expected.items():
+            atol, rtol = self.tolerances[name]
+            if worst_case:
+                atol = self.ceilings[name]
+            stats.append(error_stats(name, results[name], expected, atol=atol, rtol=rtol))
+        return stats
+
 
 def build_case(
     problem: Conv2dProblem,
+    inputs: ConvInputs,
     seed: int,
     device: str | torch.device,
     backward: bool,
     oracle: Candidate | None = None,
-    inputs: ConvInputs | None = None,
 ) -> Case:
-    if inputs is None:
-        inputs = problem.make_inputs(seed, device)
+    """The oracle's values on ``inputs`` (``oracle``, else ``F.conv2d``, in float64; with
+    ``backward``, the gradients for the ``grad_out`` of ``seed``) and each tensor's tolerances."""
     x64 = inputs.input.detach().double().requires_grad_(backward)
     w64 = inputs.weight.detach().double().requires_grad_(backward)
     b64 = inputs.bias.detach().double().requires_grad_(backward) if inputs.bias is not None else None

@@ -33,8 +33,7 @@ from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.core.results import ErrorStats, Verdict
-from pytest_convperf.correctness.case import Candidate
-from pytest_convperf.correctness.oracle import output_errors
+from pytest_convperf.correctness.case import Candidate, build_case
 
 # The fresh values' seed: far from the check's own seed and from graph mode's seed + i sets.
 FRESH_SEED_OFFSET = 0x5EED5
@@ -71,6 +70,8 @@ def after_timing(
 ) -> Finding | None:
     """None when the candidate computed honestly, else what it did."""
     device = device_info.torch_device
+    # Step 2's values, and each step's fp64 oracle (``case.build_case``) on the inputs it checks.
+    fresh = problem.make_inputs(seed + FRESH_SEED_OFFSET, device)
     snap: torch.Tensor | None = None
     last_out: torch.Tensor | None = None
     if last is not None and isinstance(last[1], torch.Tensor):
@@ -78,7 +79,7 @@ def after_timing(
         if last_out.device.type == "cuda":
             torch.cuda.synchronize(last_out.device)  # what the caller would see after a sync
         snap = last_out.detach().clone()
-        errors = output_errors(snap, problem, last_inputs, seed=seed, device=device, oracle=oracle)
+        errors = build_case(problem, last_inputs, seed, device, False, oracle).errors({"output": snap})
         if not all(e.ok for e in errors):
             return Finding.of(
                 f"STALE OUTPUT: the output of the last timed call on {problem.id} is wrong "
@@ -89,7 +90,6 @@ def after_timing(
                 errors,
             )
     saved = [t.detach().clone() if t is not None else None for t in inputs]
-    fresh = problem.make_inputs(seed + FRESH_SEED_OFFSET, device)
     try:
         with torch.no_grad():
             for dst, src in zip(inputs, fresh):
@@ -97,7 +97,7 @@ def after_timing(
                     dst.copy_(src)
         with _pinned(problem), torch.no_grad():
             out = candidate(inputs.input, inputs.weight, inputs.bias, *problem.conv_args())
-        errors = output_errors(out, problem, inputs, seed=seed, device=device, oracle=oracle)
+        errors = build_case(problem, fresh, seed, device, False, oracle).errors({"output": out.detach()})
         if not all(e.ok for e in errors):
             return Finding.of(
                 f"CACHED RESULT: after timing, new values written into the same input tensors (same data "

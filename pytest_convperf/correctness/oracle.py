@@ -26,7 +26,6 @@ import torch.nn.functional as F
 
 from pytest_convperf.core import inflight
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-from pytest_convperf.core.results import ErrorStats
 from pytest_convperf.correctness.candidate_run import poisoned_allocations, raised, run_case, wrong_output
 from pytest_convperf.correctness.case import GRAD_NAMES, Candidate, Case, build_case, make_grad_out
 from pytest_convperf.correctness.correctness_report import ConvMismatch, CorrectnessReport, ReferenceDefect
@@ -53,7 +52,6 @@ __all__ = [
     "describe",
     "error_stats",
     "make_grad_out",
-    "output_errors",
     "poisoned_allocations",
     "raised",
     "reproduce",
@@ -61,17 +59,6 @@ __all__ = [
     "tolerance",
     "wrong_output",
 ]
-
-
-def _compare(results: dict[str, torch.Tensor], case: Case, *, worst_case: bool = False) -> list[ErrorStats]:
-    """Errors under the a-priori tolerances, or under the worst-case bounds (``worst_case``)."""
-    stats = []
-    for name, expected in case.expected.items():
-        atol, rtol = case.tolerances[name]
-        if worst_case:
-            atol = case.ceilings[name]
-        stats.append(error_stats(name, results[name], expected, atol=atol, rtol=rtol))
-    return stats
 
 
 def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor], case: Case) -> None:
@@ -94,21 +81,6 @@ def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor]
         )
         report.candidate_errors[i] = ruling.stats
         report.candidate_rules[stats.name] = ruling.rule
-
-
-def output_errors(
-    output: torch.Tensor,
-    problem: Conv2dProblem,
-    inputs: ConvInputs,
-    *,
-    seed: int,
-    device: str | torch.device,
-    oracle: Candidate | None = None,
-) -> list[ErrorStats]:
-    """Errors of a forward ``output`` the candidate already returned for ``inputs`` (the oracle's
-    tolerance table); for outputs made outside :func:`check_conv` (``integrity``)."""
-    case = build_case(problem, seed, device, False, oracle, inputs)
-    return _compare({"output": output.detach()}, case)
 
 
 def describe(fn: Callable[..., Any]) -> str:
@@ -149,10 +121,12 @@ def check_conv(
     """
     dev = str(device) if device is not None else default_device()
     asked: Candidate = reference if reference is not None else F.conv2d
+    candidate_name, asked_name = describe(candidate), describe(asked)
+    oracle_name = describe(oracle) if oracle is not None else None
     # A default reference on a path known to crash upstream is computed another way, and named.
     ref_fn, note = safe_reference(asked, problem, dev, weight_grad=backward)
-    ref_name = describe(asked) if note is None else f"{describe(asked)} ({note})"
-    report = CorrectnessReport(problem, seed, dev, backward, describe(candidate), ref_name)
+    ref_name = asked_name if note is None else f"{asked_name} ({note})"
+    report = CorrectnessReport(problem, seed, dev, backward, candidate_name, ref_name)
     # On disk until it returns: a crash (segfault, abort) in any call below is named afterwards.
     with inflight.running(
         step="the correctness run",
@@ -161,37 +135,27 @@ def check_conv(
         phase="forward+backward" if backward else "forward",
         candidate=report.candidate,
         reference=ref_name if oracle is None else None,
-        oracle=describe(oracle) if oracle is not None else None,
+        oracle=oracle_name,
         repro=report.repro(),
     ):
-        return _check_conv(report, candidate, ref_fn, problem, seed, dev, backward, oracle, inputs)
-
-
-def _check_conv(
-    report: CorrectnessReport,
-    candidate: Candidate,
-    ref_fn: Candidate,
-    problem: Conv2dProblem,
-    seed: int,
-    dev: str,
-    backward: bool,
-    oracle: Candidate | None,
-    inputs: ConvInputs | None,
-) -> CorrectnessReport:
-    case = build_case(problem, seed, dev, backward, oracle, inputs)
-    results, report.candidate_exception, report.candidate_wrong = run_case(candidate, problem, case, backward)
-    if results:
-        report.candidate_errors = _compare(results, case)
-    if oracle is None:  # a custom oracle computes another function than the (timing) reference
-        ref_results, report.reference_exception, report.reference_wrong = run_case(
-            ref_fn, problem, case, backward
+        if inputs is None:
+            inputs = problem.make_inputs(seed, dev)
+        case = build_case(problem, inputs, seed, dev, backward, oracle)
+        results, report.candidate_exception, report.candidate_wrong = run_case(
+            candidate, problem, case, backward
         )
-        if ref_results:
-            report.reference_errors = _compare(ref_results, case)
-            report.reference_bounds = _compare(ref_results, case, worst_case=True)
-        if results and ref_results:
-            _judge_candidate(report, results, case)
-    return report
+        if results:
+            report.candidate_errors = case.errors(results)
+        if oracle is None:  # a custom oracle computes another function than the (timing) reference
+            ref_results, report.reference_exception, report.reference_wrong = run_case(
+                ref_fn, problem, case, backward
+            )
+            if ref_results:
+                report.reference_errors = case.errors(ref_results)
+                report.reference_bounds = case.errors(ref_results, worst_case=True)
+            if results and ref_results:
+                _judge_candidate(report, results, case)
+        return report
 
 
 def assert_conv_close(

@@ -1,5 +1,6 @@
 """The data of a baseline decision (docs/design.md §7): its thresholds (:class:`Policy`), one statistical
-look at the slowdown (:class:`Stage`), the outcome (``core.results.Decision``, plain data every
+look at the slowdown (:class:`Stage`, made by :func:`stage_of`; what a confirm could catch:
+:func:`confirm_mde`), the outcome (``core.results.Decision``, plain data every
 layer reads from a row) and the message helpers
 that :mod:`pytest_convperf.judge.verdict` and :mod:`pytest_convperf.judge.few_rounds` share. Pure: no torch,
 no pytest.
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 from pytest_convperf.core.stats import t_cdf, t_quantile
 
 if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
+    from pytest_convperf.core.results import Comparison
 
 SCREEN_Q = 0.95
 CONFIRM_Q = 0.9995
@@ -22,6 +25,8 @@ CONFIRM_FACTOR = 3
 DRIFT_FACTOR = 4.0
 # Fewer kept rounds than this have no 95 % CI of the median (``timing.rounds`` makes them INCONCLUSIVE).
 MIN_CI_ROUNDS = 6
+# The power at which a gateable check catches a ``max_mde`` slowdown: 80 %.
+POWER_Z = NormalDist().inv_cdf(0.80)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,40 @@ def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
     runs = entry.noise_runs or 0
     df = float(runs - 1) if runs >= 2 and entry.noise > policy.noise_floor else math.inf
     return noise, df
+
+
+def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
+    """The look ``name`` at ``comparison``'s slowdown over ``entry``'s stored ratio, at quantile ``q``."""
+    noise, noise_df = entry_noise(entry, policy)
+    d = comparison.median_log_ratio - math.log(entry.time_ratio)
+    se = comparison.se
+    # A confirm measured in k fresh processes (fresh_confirm.across_processes) averages k offsets.
+    processes = max(1, int(comparison.facts.get("processes", 1)))
+    noise_var = noise * noise * (1 / processes + 1 / max(1, entry.ref_runs))
+    var = se * se + noise_var
+    # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
+    se_df = max(1, comparison.n_rounds - 1)
+    denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)
+    df = var * var / denom if denom > 0 else math.inf
+    return Stage(name, d, math.sqrt(var), df, q, comparison.n_rounds)
+
+
+def confirm_mde(
+    screen: Stage, comparison: Comparison, entry: Entry, policy: Policy
+) -> tuple[float, int | None]:
+    """Smallest slowdown the confirm stage catches with 80 % power; screen rounds that reach max_mde."""
+    noise, _ = entry_noise(entry, policy)
+    noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
+    se2 = comparison.se**2 / policy.confirm_factor
+    sigma2 = math.sqrt(se2 + noise_var)
+    k = t_quantile(policy.confirm_q, screen.df) + POWER_Z
+    mde = math.expm1(math.log1p(policy.tolerance) + k * sigma2)
+    target = (math.log1p(policy.max_mde) - math.log1p(policy.tolerance)) / k
+    se_target2 = target * target - noise_var
+    if se_target2 <= 0 or comparison.se <= 0:
+        return mde, None
+    n = comparison.n_rounds * comparison.se**2 / (policy.confirm_factor * se_target2)
+    return mde, max(comparison.n_rounds, math.ceil(n))
 
 
 def pct(x: float) -> str:

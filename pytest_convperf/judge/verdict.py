@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.core.env import changes_since, describe_changes, moved_side, us_line
 from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Outcome, Verdict, ratio_text
-from pytest_convperf.core.stats import t_quantile
 from pytest_convperf.judge.decision import (
     CONFIRM_FACTOR,
     CONFIRM_Q,
@@ -30,9 +28,11 @@ from pytest_convperf.judge.decision import (
     SCREEN_Q,
     Policy,
     Stage,
+    confirm_mde,
     entry_noise,
     pct,
     percent,
+    stage_of,
 )
 from pytest_convperf.judge.few_rounds import few_rounds
 from pytest_convperf.judge.quality import quality_drift
@@ -67,7 +67,6 @@ CPU_NOISE_FLOOR = 0.02
 GPU_MAX_MDE = 0.10
 # Relative to the CPU tolerance: a CPU check is gateable when it can catch a 25 % regression.
 CPU_MAX_MDE = 0.25
-POWER_Z = NormalDist().inv_cdf(0.80)
 # Error growth far below the tolerance (under 1 % of atol) is rounding noise, not drift.
 DRIFT_FLOOR = 0.01
 
@@ -82,37 +81,6 @@ def default_policy(device_type: str, *, tolerance: float | None = None, strict: 
 
 
 # ---- the rule ---------------------------------------------------------------------------------
-
-
-def _stage(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
-    noise, noise_df = entry_noise(entry, policy)
-    d = comparison.median_log_ratio - math.log(entry.time_ratio)
-    se = comparison.se
-    # A confirm measured in k fresh processes (fresh_confirm.across_processes) averages k offsets.
-    processes = max(1, int(comparison.facts.get("processes", 1)))
-    noise_var = noise * noise * (1 / processes + 1 / max(1, entry.ref_runs))
-    var = se * se + noise_var
-    # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
-    se_df = max(1, comparison.n_rounds - 1)
-    denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)
-    df = var * var / denom if denom > 0 else math.inf
-    return Stage(name, d, math.sqrt(var), df, q, comparison.n_rounds)
-
-
-def _mde(screen: Stage, comparison: Comparison, entry: Entry, policy: Policy) -> tuple[float, int | None]:
-    """Smallest slowdown the confirm stage catches with 80 % power; screen rounds that reach max_mde."""
-    noise, _ = entry_noise(entry, policy)
-    noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
-    se2 = comparison.se**2 / policy.confirm_factor
-    sigma2 = math.sqrt(se2 + noise_var)
-    k = t_quantile(policy.confirm_q, screen.df) + POWER_Z
-    mde = math.expm1(math.log1p(policy.tolerance) + k * sigma2)
-    target = (math.log1p(policy.max_mde) - math.log1p(policy.tolerance)) / k
-    se_target2 = target * target - noise_var
-    if se_target2 <= 0 or comparison.se <= 0:
-        return mde, None
-    n = comparison.n_rounds * comparison.se**2 / (policy.confirm_factor * se_target2)
-    return mde, max(comparison.n_rounds, math.ceil(n))
 
 
 def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Policy) -> Decision | None:
@@ -198,7 +166,7 @@ def decide(
 
     # Timings of two modes (cold vs CUDA graph) or flush kinds, or of two environments: never judged.
     timing, diff = changes_since(entry, comparison, env=env, backend=backend)
-    screen = _stage("screen", comparison, entry, policy, policy.screen_q)
+    screen = stage_of("screen", comparison, entry, policy, policy.screen_q)
     noise, _ = entry_noise(entry, policy)
     common: dict[str, Any] = {
         "tolerance": policy.tolerance,
@@ -224,7 +192,7 @@ def decide(
             **common,
         )
 
-    mde, rounds = _mde(screen, comparison, entry, policy)
+    mde, rounds = confirm_mde(screen, comparison, entry, policy)
     common.update(mde=mde, rounds_needed=rounds)
     advisory: str | None = None
     if mde > policy.max_mde:
@@ -268,7 +236,7 @@ def decide(
                 confirm=second,
                 **{k: v for k, v in common.items() if k in ("tolerance", "noise", "env_diff")},
             )
-        conf = _stage("confirm", second, entry, policy, policy.confirm_q)
+        conf = stage_of("confirm", second, entry, policy, policy.confirm_q)
         c_lo, c_hi = conf.delta_ci(policy.confirm_q)
         conf_numbers = (
             f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))} "
@@ -320,7 +288,7 @@ def decide(
                 f"screen said {numbers}",
                 notes=("improvement not confirmed",),
             )
-        conf = _stage("confirm", second, entry, policy, policy.confirm_q)
+        conf = stage_of("confirm", second, entry, policy, policy.confirm_q)
         c_lo, c_hi = conf.delta_ci(policy.confirm_q)
         conf_numbers = (
             f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))} "

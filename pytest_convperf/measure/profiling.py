@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
 
 MAX_NAME = 150
+# The stored kernel table keeps the rows that matter, so a baseline file stays readable.
+MAX_ROWS = 12
+MIN_SHARE = 0.01
 KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
 KINETO_QUIET = "5"  # above ERROR (2): kineto then prints no log lines of its own
 
@@ -151,10 +154,29 @@ def profile_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3
     return kernel_rows(prof, device.is_cuda)
 
 
-def candidate_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3) -> list[dict[str, Any]]:
-    """The kernel table a baseline entry stores (``kerneldiff.kernel_table``) of ``calls`` calls of ``fn``."""
-    from pytest_convperf.core.kerneldiff import kernel_table
+def kernel_table(rows: Iterable[KernelRow | Mapping[str, Any]], calls: int) -> list[dict[str, Any]]:
+    """The table a baseline entry stores, ``[{name, calls, share}]`` (``core.kerneldiff`` reads it
+    back and says what moved), from profiler rows (``KernelRow`` or dicts) of ``calls`` candidate
+    calls: ``calls`` per candidate call, ``share`` of the time, only rows of at least ``MIN_SHARE``,
+    at most ``MAX_ROWS``."""
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        data: Mapping[str, Any] = row if isinstance(row, Mapping) else row.to_dict()
+        share = float(data["share"])
+        if share >= MIN_SHARE:
+            out.append(
+                {
+                    "name": str(data["name"]),
+                    "calls": round(int(data["calls"]) / calls, 3),
+                    "share": round(share, 3),
+                }
+            )
+    out.sort(key=lambda r: -float(r["share"]))
+    return out[:MAX_ROWS]
 
+
+def candidate_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3) -> list[dict[str, Any]]:
+    """The kernel table a baseline entry stores (:func:`kernel_table`) of ``calls`` calls of ``fn``."""
     fn()  # warm: a first call's autotuning or lazy compilation is not the kernel table
     return kernel_table(profile_kernels(fn, device, calls=calls), calls)
 

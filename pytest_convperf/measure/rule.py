@@ -1,7 +1,7 @@
 """What to time and when to stop: :class:`StopRule` (rounds, caps, warm-up and clock-drop
-parameters), :class:`Workload` (a callable and its input rotation for graph mode),
-:func:`auto_choice` (cold or CUDA graphs for mode ``auto``) and :class:`TimedCallError`.
-The rounds themselves are :mod:`pytest_convperf.measure.rounds`.
+parameters), :class:`Workload` (a callable and its input rotation for graph mode) and :class:`TimedCallError`.
+The rounds themselves are run by :mod:`pytest_convperf.measure.run` and summarised by
+:mod:`pytest_convperf.measure.rounds`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pytest_convperf.measure.protocol import AUTO_CHOICES, Timer
+from pytest_convperf.measure.protocol import Timer
 
 
 class TimedCallError(RuntimeError):
@@ -82,24 +82,6 @@ class StopRule:
         return self.scaled(n_rounds / max(1, rounds_done), rounds_done)
 
 
-def auto_choice(warm_medians: Sequence[float], rule: StopRule, stored_mode: str | None) -> tuple[bool, str]:
-    """Whether ``auto`` times with CUDA graphs, and why (for the facts).
-
-    A stored entry's mode wins (sticky per key): near the ~20 us threshold a fresh choice could
-    flip between runs, and cold and graph timings are never compared with each other.
-    """
-    if stored_mode in AUTO_CHOICES:
-        why = "as stored (the baseline entry's mode, or the first measurement's for a confirm)"
-        return stored_mode == "graph", f"{stored_mode}: {why}"
-    fastest = min(warm_medians)
-    graph = fastest < rule.graph_threshold_s
-    sign = "<" if graph else ">="
-    return graph, (
-        f"{'graph' if graph else 'cold'}: warm-up median {fastest * 1e6:.3g} us {sign} "
-        f"{rule.graph_threshold_s * 1e6:.3g} us"
-    )
-
-
 @dataclass(frozen=True)
 class Workload:
     """A callable to time, and how to rotate its inputs for graph mode.
@@ -115,3 +97,8 @@ class Workload:
     rotation: Callable[[int], Sequence[Callable[[], object]]] | None = None
     bytes_per_call: int = 0
     refresh: Callable[[int], object] | None = None
+
+    @classmethod
+    def of(cls, name: str, item: Workload | Callable[[], object]) -> Workload:
+        """``item`` itself when it is a workload, else a workload of the callable named ``name``."""
+        return item if isinstance(item, Workload) else cls(name, item)

@@ -16,7 +16,7 @@ def test_entry_stores_the_kernel_table_and_a_fail_names_the_change(
     table = suite.entries()[suite.key()]["kernels"]
     assert table and all(set(row) == {"name", "calls", "share"} for row in table)
     assert any(row["name"].startswith("aten::") for row in table)  # CPU: aten operators
-    # Shares are stored rounded to 3 decimals (kerneldiff.kernel_table): each may be 0.0005 high.
+    # Shares are stored rounded to 3 decimals (profiling.kernel_table): each may be 0.0005 high.
     assert sum(row["share"] for row in table) <= 1.0 + 0.0005 * len(table)
     # The stored table names a kernel tonight's candidate no longer runs: the FAIL says so.
     suite.edit(suite.key(), kernels=[{"name": "dw_fwd_tile8", "calls": 1, "share": 1.0}])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.core.results import CheckRow, Decision, Verdict
-from pytest_convperf.judge.verdict import _stage
+from pytest_convperf.judge.decision import stage_of
 from pytest_convperf.night.fresh_confirm import across_processes, suspects
 from tests.unit.test_verdict import GPU, comparison, entry
 
@@ -30,7 +30,7 @@ def test_the_gate_charges_the_mean_of_k_processes_noise_over_k() -> None:
     stored = entry(0.5, noise=0.01, ref_runs=31)
     one = comparison(0.55, se=0.002, n=126)
     two = dataclasses.replace(one, facts={"processes": 2})
-    s1, s2 = _stage("confirm", one, stored, GPU, 0.9995), _stage("confirm", two, stored, GPU, 0.9995)
+    s1, s2 = stage_of("confirm", one, stored, GPU, 0.9995), stage_of("confirm", two, stored, GPU, 0.9995)
     assert s1.sigma**2 == pytest.approx(0.002**2 + 0.01**2 * (1 + 1 / 31))
     assert s2.sigma**2 == pytest.approx(0.002**2 + 0.01**2 * (1 / 2 + 1 / 31))
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_convperf.core.kerneldiff import changes, describe, kernel_table, parse_table
-from pytest_convperf.measure.profiling import KernelRow
+from pytest_convperf.core.kerneldiff import changes, describe, parse_table
+from pytest_convperf.measure.profiling import KernelRow, kernel_table
 
 OLD = [
     {"name": "dw_fwd_tile8", "calls": 1.0, "share": 0.9},

@@ -27,6 +27,7 @@ def _ctx(candidate: Any, phase: str) -> Any:
         candidate=candidate,
         reference=None,
         timed_reference=F.conv2d,
+        timed_reference_name="torch.nn.functional:conv2d",
         reference_note=None,
         inputs=P.make_inputs(seed, "cpu"),
         mode="cold",

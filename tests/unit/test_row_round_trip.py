@@ -27,7 +27,7 @@ STORED = Entry(
     quality={"rel_l2": 0.01, "sqnr_db": 40.0},
     mode="cold",
     flush="read",
-    kernels=({"name": "k1", "calls": 1.0, "share": 1.0},),  # floats, as kerneldiff.kernel_table makes them
+    kernels=({"name": "k1", "calls": 1.0, "share": 1.0},),  # floats, as profiling.kernel_table makes them
 )
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pytest_convperf.core.clocks import clock_facts
 from pytest_convperf.core.device import ClockSample, resolve_device
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.core.results import Comparison
@@ -22,7 +23,6 @@ from pytest_convperf.measure.rounds import (
     StopRule,
     TimedCallError,
     Workload,
-    _clock_facts,
     kept_rounds,
     measure_one,
     measure_pair,
@@ -249,7 +249,7 @@ def test_hardware_slowdown_reason_drops_a_round_even_at_full_clock() -> None:
     # Reasons unknown (NVML read failed): kept, but the SM clock floor still applies.
     unknown = [ClockSample(sm_mhz=1980.0, reasons=None)] * 3 + [ClockSample(sm_mhz=1000.0, reasons=None)]
     assert kept_rounds(unknown, 0.9) == [0, 1, 2]
-    facts = _clock_facts(unknown, [0, 1, 2])
+    facts = clock_facts(unknown, [0, 1, 2])
     assert isinstance(facts, dict) and facts["reasons_unknown_rounds"] == 4
 
 
