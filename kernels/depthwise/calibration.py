@@ -166,6 +166,13 @@ def wgrad_splits(sh: Shape, channels_last: bool) -> tuple[int, int]:
 WGRAD_TILE_REGS = (40, 63)
 
 
+def w2_splits(channel_blocks: int, items: int, min_items: int, sms: int = SMS) -> int:
+    """Mirror of ``wgrad_w2_splits``: blocks per channel block for about 4 waves of 256-thread blocks,
+    never more splits than ``items`` allow at ``min_items`` a split."""
+    splits = -(-4 * max(sms, 1) // channel_blocks)
+    return max(1, min(splits, -(-items // min_items), 65535))
+
+
 def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     """W2's staged NCHW weight grad (``wgrad_tile_nchw``, mirrored): a channel's N planes cut into the
     forward's tiles, ``splits`` blocks per channel walking their tiles one after another; per tile one
@@ -173,7 +180,7 @@ def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     per_channel = Shape(1, sh.n, sh.hw, sh.k, sh.s, sh.dtype_bytes)  # planes = N
     _, _, pl, tiles_w, tiles_h, in_rows, in_cols = _geometry_v2(per_channel)
     units = -(-sh.n // pl) * tiles_w * tiles_h
-    splits = max(1, min(-(-4 * SMS // sh.c), units, 65535))
+    splits = w2_splits(sh.c, units, 1)
     per_split = -(-units // splits)
     rounds = per_split * (-(-(pl * in_rows * in_cols) // (STAGE_BATCH_V3_SCALAR * THREADS)) + 1)
     occ = _occupancy(WGRAD_TILE_REGS[0 if sh.k <= 3 else 1], pl * in_rows * in_cols * 4)
@@ -305,6 +312,52 @@ def _nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
     scale = nhwc_instr_per_output(sh, True) / nhwc_instr_per_output(sh, False)
     occ = NHWC_VEC_OCCUPANCY[sh.k, sh.dtype_bytes]
     return Launch("nhwc", sh.bytes, plan.blocks, plan.rounds, occ, 1, taps, issue_scale=scale)
+
+
+# ---- W3 NHWC weight grad: wgrad_nhwc_vec (channel vectors walking strips), predicted before any GPU run ----
+WGRAD_NHWC_CT = 8  # kWgradNhwcCt: channel vectors per block
+WGRAD_NHWC_STRIP = 8  # kWgradNhwcStrip: output rows per item
+WGRAD_NHWC_ACC = 80  # kWgradNhwcAcc: tap-sum floats a kernel-row group is sized to
+
+
+@dataclass(frozen=True)
+class WgradNhwcPlan:
+    """``depthwise.cu``'s launch of ``wgrad_nhwc_vec`` (mirrored): vector width, kernel-row groups and
+    rows per group, items (strips of a column), splits, blocks, and per thread the items it walks and
+    the row-loop iterations of one item (each one round: a dy vector and S rows of k x vectors)."""
+
+    vw: int
+    groups: int
+    rows: int
+    items: int
+    splits: int
+    blocks: int
+    items_per_lane: int
+    iters_per_item: float
+
+
+def wgrad_nhwc_groups(k: int, vw: int) -> tuple[int, int]:
+    """Mirror of ``wgrad_nhwc_groups`` / ``wgrad_nhwc_rows``: (groups, kernel rows per group)."""
+    kr_max = max(1, WGRAD_NHWC_ACC // (k * vw))
+    groups = -(-k // kr_max)
+    return groups, -(-k // groups)
+
+
+def wgrad_nhwc_plan(sh: Shape, sms: int = SMS) -> WgradNhwcPlan:
+    """Mirror of ``weight_grad_plan`` (W3, channels_last) and ``run_wgrad_nhwc`` (square maps)."""
+    vw = 16 // sh.dtype_bytes
+    groups, rows = wgrad_nhwc_groups(sh.k, vw)
+    channel_blocks = -(-(sh.c // vw) // WGRAD_NHWC_CT)
+    strips = -(-sh.ho // WGRAD_NHWC_STRIP)
+    items = sh.n * strips * sh.ho
+    lanes = THREADS // WGRAD_NHWC_CT
+    splits = w2_splits(channel_blocks * groups, items, lanes, sms)
+    per_split = -(-items // splits)
+    d = -(-rows // sh.s)  # the dy ring: output rows one input row feeds
+    iters = sh.ho / strips + d - 1
+    return WgradNhwcPlan(
+        vw, groups, rows, items, splits, channel_blocks * groups * splits, -(-per_split // lanes), iters
+    )
 
 
 def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:

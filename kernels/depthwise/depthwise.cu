@@ -2065,8 +2065,10 @@ __global__ void __launch_bounds__(kThreads, wgrad_nhwc_min_blocks<T, K, S>())
   __shared__ int last[1];
   const int tid = static_cast<int>(threadIdx.x);
   const int cl = tid % CT, lane = tid / CT;  // 1-D block (wgrad_finish): channel lanes fastest
-  const int cb = static_cast<int>(blockIdx.x);
-  const int kg = static_cast<int>(blockIdx.y);
+  // grid (groups, channel blocks, splits): a channel block's groups run side by side and share its x
+  // and dy lines in L2 (one DRAM read for all G)
+  const int kg = static_cast<int>(blockIdx.x);
+  const int cb = static_cast<int>(blockIdx.y);
   const int split = static_cast<int>(blockIdx.z);
   const int kh0 = kg * KR;
   const int cvec = cb * CT + cl;
@@ -2166,12 +2168,14 @@ __global__ void __launch_bounds__(kThreads, wgrad_nhwc_min_blocks<T, K, S>())
 }
 
 // Whether W3's NHWC kernel takes a call: square k 3/5/7, stride 1 or 2 (both ways), dilation 1, C a
-// multiple of the vector width (dtype bytes `eb`), N * strips * Wo and one sample within int32.
+// multiple of the vector width (dtype bytes `eb`), channel blocks within grid.y, N * strips * Wo and
+// one sample within int32.
 bool wgrad_nhwc_geometry(const Geom& g, int eb) {
   const int vw = 16 / eb;
   const int64_t strips = (g.ho + kWgradNhwcStrip - 1) / kWgradNhwcStrip;
   return g.kh == g.kw && (g.kh == 3 || g.kh == 5 || g.kh == 7) && g.sh == g.sw && (g.sh == 1 || g.sh == 2) &&
-         g.dh == 1 && g.dw == 1 && g.c % vw == 0 && g.n * strips * g.wo < 0x7fffffffLL - kThreads &&
+         g.dh == 1 && g.dw == 1 && g.c % vw == 0 && g.c / vw / kWgradNhwcCt < 65535 &&
+         g.n * strips * g.wo < 0x7fffffffLL - kThreads &&
          g.c * g.h * g.w < 0x7fffffffLL && g.c * g.ho * g.wo < 0x7fffffffLL;
 }
 
@@ -2199,11 +2203,11 @@ cudaError_t run_wgrad_nhwc(const T* dy, const T* x, T* dw, T* db, float* ws, uns
   a.by_wo = make_fastdiv(static_cast<uint32_t>(g.wo));
   a.by_strips = make_fastdiv(static_cast<uint32_t>(a.strips));
   const int64_t channel_blocks = (a.cv + kWgradNhwcCt - 1) / kWgradNhwcCt;
-  if (channel_blocks > 0x7fffffffLL || splits > 65535) return cudaErrorInvalidConfiguration;
+  if (channel_blocks > 65535 || splits > 65535) return cudaErrorInvalidConfiguration;
   return dispatch_ks(g.kh, g.sh, [&](auto K, auto S) {
     constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
     if constexpr (kk >= 3) {
-      const dim3 grid(static_cast<unsigned>(channel_blocks), static_cast<unsigned>(wgrad_nhwc_groups(kk, VW)),
+      const dim3 grid(static_cast<unsigned>(wgrad_nhwc_groups(kk, VW)), static_cast<unsigned>(channel_blocks),
                       static_cast<unsigned>(splits));
       wgrad_nhwc_vec<T, kk, ss><<<grid, kThreads, 0, st>>>(dy, x, ws, counters, dw, db, a);
       return cudaGetLastError();
