@@ -360,21 +360,70 @@ def wgrad_nhwc_plan(sh: Shape, sms: int = SMS) -> WgradNhwcPlan:
     )
 
 
+# Static sm_90 SASS (`python -m kernels.sass depthwise --filter 'wgrad_(nhwc_vec|partial)'`, no GPU), stride 1,
+# by (k, dtype bytes): wgrad_nhwc_vec (one row-loop iteration, an item's own work outside it) and the
+# generic NHWC kernel (wgrad_partial<..., true, true>: one position's loop body, one channel).
+WGRAD_NHWC_VEC_SASS: dict[tuple[int, int], tuple[int, int]] = {
+    (3, 4): (113, 56),
+    (5, 4): (168, 55),
+    (3, 2): (193, 62),
+    (5, 2): (236, 61),
+}
+WGRAD_PARTIAL_NHWC_SASS: dict[tuple[int, int], int] = {(3, 4): 203, (5, 4): 445, (3, 2): 213, (5, 2): 475}
+# wgrad_nhwc_vec's sm_90 registers (ptxas -v, stride 1) by (k, dtype bytes); its shared memory is the
+# reduction's 8 warps x 8 lanes x (taps of a group + bias) x VW floats.
+WGRAD_NHWC_VEC_REGS = {(3, 4): 91, (5, 4): 122, (3, 2): 150, (5, 2): 156}
+
+
+def wgrad_nhwc_instr_per_output(sh: Shape, vec: bool) -> float:
+    """Instructions a thread executes per output (position x channel) of the weight grad, stride 1:
+    the vector kernel's row loop over an item for every kernel-row group, or one generic position."""
+    key = (sh.k, sh.dtype_bytes)
+    if not vec:
+        return float(WGRAD_PARTIAL_NHWC_SASS[key])
+    plan = wgrad_nhwc_plan(sh)
+    per_iter, per_item = WGRAD_NHWC_VEC_SASS[key]
+    rows = plan.iters_per_item - (-(-plan.rows // sh.s) - 1)  # output rows of an item, on average
+    return plan.groups * (plan.iters_per_item * per_iter + per_item) / (rows * plan.vw)
+
+
+def _wgrad_nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
+    """W3's channels_last weight grad: one launch; each thread's items are its rounds (one round per
+    row-loop iteration: a dy vector and k x vectors issued together); the generic NHWC kernel's fitted
+    issue figure scaled by the static instructions per output of the two. The groups of a channel
+    block are adjacent in the grid, so x and dy are read from DRAM once."""
+    plan = wgrad_nhwc_plan(sh)
+    scale = wgrad_nhwc_instr_per_output(sh, True) / wgrad_nhwc_instr_per_output(sh, False)
+    nv = plan.rows * sh.k * plan.vw + plan.vw
+    occ = _occupancy(WGRAD_NHWC_VEC_REGS[sh.k, sh.dtype_bytes], THREADS // 32 * WGRAD_NHWC_CT * nv * 4)
+    x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
+    rounds = math.ceil(plan.items_per_lane * plan.iters_per_item)
+    return Launch("wgrad_nhwc", x_and_dy, plan.blocks, rounds, occ, 1, taps, issue_scale=scale)
+
+
+def wgrad_nhwc_vec_applies(sh: Shape) -> bool:
+    """Whether W3 runs ``wgrad_nhwc_vec`` on a channels_last seed shape (aligned tensors assumed)."""
+    return sh.k in (3, 5, 7) and sh.s in (1, 2) and sh.c % (16 // sh.dtype_bytes) == 0
+
+
 def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:
     """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``);
     ``variant`` picks the NCHW tiled kernel (v2, the measured one, v3 or v4) or the weight grad (w1,
-    the measured one, or w2: one launch, and for NCHW the staged kernel)."""
+    the measured one, w2: one launch, and for NCHW the staged kernel, or w3: w2 with channels_last on
+    ``wgrad_nhwc_vec``)."""
     taps = sh.outputs * (sh.k * sh.k + 8)
     if phase == "weight_grad":
         cl = layout == "nhwc"
-        if variant == "w2" and not cl:
+        if variant in ("w2", "w3") and not cl:
             return _wgrad_tile_launch(sh, taps)
+        if variant == "w3" and wgrad_nhwc_vec_applies(sh):
+            return _wgrad_nhwc_vec_launch(sh, taps)
         splits, lanes = wgrad_splits(sh, cl)  # W2's generic kernel splits as W1 does
         blocks = -(-sh.c // (32 if cl else 1)) * splits
         per_split = -(-(sh.n * sh.ho * sh.ho) // splits)
         occ = _occupancy(32 if sh.k == 3 else 64)
         x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
-        launches = 1 if variant == "w2" else 2
+        launches = 2 if variant == "w1" else 1
         return Launch("wgrad_" + layout, x_and_dy, blocks, -(-per_split // lanes), occ, launches, taps)
     if layout == "nhwc":
         if variant == "v3" and sh.k in (3, 5, 7) and sh.s == 1 and sh.c % (16 // sh.dtype_bytes) == 0:
