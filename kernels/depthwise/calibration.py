@@ -317,7 +317,7 @@ def _nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
 # ---- W3 NHWC weight grad: wgrad_nhwc_vec (channel vectors walking strips), predicted before any GPU run ----
 WGRAD_NHWC_CT = 8  # kWgradNhwcCt: channel vectors per block
 WGRAD_NHWC_STRIP = 8  # kWgradNhwcStrip: output rows per item
-WGRAD_NHWC_ACC = 80  # kWgradNhwcAcc: tap-sum floats a kernel-row group is sized to
+WGRAD_NHWC_ACC = 104  # kWgradNhwcAcc: tap-sum floats a kernel-row group is sized to
 
 
 @dataclass(frozen=True)
@@ -360,19 +360,20 @@ def wgrad_nhwc_plan(sh: Shape, sms: int = SMS) -> WgradNhwcPlan:
     )
 
 
-# Static sm_90 SASS (`python -m kernels.sass depthwise --filter 'wgrad_(nhwc_vec|partial)'`, no GPU), stride 1,
-# by (k, dtype bytes): wgrad_nhwc_vec (one row-loop iteration, an item's own work outside it) and the
-# generic NHWC kernel (wgrad_partial<..., true, true>: one position's loop body, one channel).
+# Static sm_90 SASS (`python -m kernels.sass depthwise --filter 'wgrad_(nhwc_vec|partial)'`, no GPU),
+# stride 1, by (k, dtype bytes): wgrad_nhwc_vec (one row-loop iteration, an item's own work outside
+# it) and the generic NHWC kernel (wgrad_partial<..., true, true>: one position's loop body, one
+# channel).
 WGRAD_NHWC_VEC_SASS: dict[tuple[int, int], tuple[int, int]] = {
     (3, 4): (113, 56),
-    (5, 4): (168, 55),
+    (5, 4): (218, 61),
     (3, 2): (193, 62),
     (5, 2): (236, 61),
 }
 WGRAD_PARTIAL_NHWC_SASS: dict[tuple[int, int], int] = {(3, 4): 203, (5, 4): 445, (3, 2): 213, (5, 2): 475}
 # wgrad_nhwc_vec's sm_90 registers (ptxas -v, stride 1) by (k, dtype bytes); its shared memory is the
 # reduction's 8 warps x 8 lanes x (taps of a group + bias) x VW floats.
-WGRAD_NHWC_VEC_REGS = {(3, 4): 91, (5, 4): 122, (3, 2): 150, (5, 2): 156}
+WGRAD_NHWC_VEC_REGS = {(3, 4): 91, (5, 4): 184, (3, 2): 150, (5, 2): 156}
 
 
 def wgrad_nhwc_instr_per_output(sh: Shape, vec: bool) -> float:

@@ -13,9 +13,10 @@
 // Weight grad: one pass over x and dy. A block owns a channel (NCHW) or 32 channels (NHWC) and a
 // slice of the positions; each thread keeps all KH*KW tap sums in registers (k = 7 in the generic
 // kernel: one filter row per pass), the block reduces them in a fixed order (warp shuffles, then warps
-// in index order), and the slices' partials are added in slice order: deterministic. W2 (the default)
-// stages input tiles for the NCHW tiled geometries, fuses the bias grad and adds the partials in the
-// block of a channel that finishes last (one launch); W1 adds them in a second kernel.
+// in index order), and the slices' partials are added in slice order: deterministic. W2 stages input
+// tiles for the NCHW tiled geometries, fuses the bias grad and adds the partials in the block of a
+// channel that finishes last (one launch); W1 adds them in a second kernel; W3 (the default) is W2
+// with channels_last k 3/5/7 on 16-byte channel vectors walking strips (wgrad_nhwc_vec).
 // (The native kernel re-reads x and dy once per tap, with one block per (c, kh, kw).)
 #include "depthwise.cuh"
 
@@ -1313,6 +1314,22 @@ __device__ __forceinline__ void ring_reset(float (&acc)[VW], const float* bv) {
   }
 }
 
+// Input row `ir` of a strip (image row ih) at columns iw0 .. iw0 + K - 1 of one channel vector (xs: the
+// sample's first pixel of it): the NHWC vector kernels' K 16-byte loads, all issued before any is
+// consumed; zeros outside the image and past the strip's `in_rows`. `a`: NhwcVecArgs, WgradNhwcArgs.
+template <typename T, int K, typename Args>
+__device__ __forceinline__ void load_row16(uint4 (&raw)[K], const T* xs, int ir, int in_rows, int ih, int iw0,
+                                           int row_elems, const Args& a) {
+  const bool row_ok = ir < in_rows && ih >= 0 && ih < a.h;
+  const T* row = xs + (row_ok ? ih * row_elems : 0);
+#pragma unroll
+  for (int kw = 0; kw < K; ++kw) {
+    const int iw = iw0 + kw;
+    const bool ok = row_ok && iw >= 0 && iw < a.w;
+    raw[kw] = ok ? load16(row + iw * a.c) : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
 // Iteration t of a thread's row loop reads input rows t*S .. t*S+S-1 of its strip; ring slot j holds
 // output row t - j (D = ceil(K/S) rows in flight), which takes filter row kh = j*S + u from input row
 // t*S + u. After the iteration, slot D-1 is complete: stored, and the ring shifts by one.
@@ -1370,16 +1387,8 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
 #pragma unroll
       for (int u = 0; u < S; ++u) {
         const int ir = t * S + u;
-        const int ih = ih0 + ir;
-        const bool row_ok = ir < in_rows && ih >= 0 && ih < a.h;
-        const T* row = xs + (row_ok ? ih * row_elems : 0);
-        uint4 raw[K];  // the row's K vectors, all loads issued before any is consumed
-#pragma unroll
-        for (int kw = 0; kw < K; ++kw) {
-          const int iw = iw0 + kw;
-          const bool ok = row_ok && iw >= 0 && iw < a.w;
-          raw[kw] = ok ? load16(row + iw * a.c) : make_uint4(0u, 0u, 0u, 0u);
-        }
+        uint4 raw[K];
+        load_row16<T, K>(raw, xs, ir, in_rows, ih0 + ir, iw0, row_elems, a);
 #pragma unroll
         for (int kw = 0; kw < K; ++kw) {
           float v[VW];
@@ -1673,7 +1682,7 @@ cudaError_t run_dgrad_s2(const T* dy, const T* w, T* dx, const Geom& g, bool cl,
 }
 
 // ---- weight grad --------------------------------------------------------------------------------
-// Two variants (WgradVariant, picked at run time so one process can A/B them):
+// Three variants (WgradVariant, picked at run time so one process can A/B them):
 // * W1 (wgrad_partial<..., false> + wgrad_finalize): per-position partial sums into a workspace the
 //   caller allocates, then a second launch sums them; the caller adds the bias grad. The position
 //   -> (n, oh, ow) decomposition is 4 runtime div/mod per position, the K*K x loads unstaged.
@@ -1682,6 +1691,7 @@ cudaError_t run_dgrad_s2(const T* dy, const T* w, T* dx, const Geom& g, bool cl,
 //   the forward; the others run wgrad_partial<..., true>. A block writes its partial sums, and the
 //   block of a channel that arrives last (an arrival counter per channel) sums every split's partials
 //   in split order: the result is bitwise the same whatever order the blocks run in.
+// * W3, the default: W2, with wgrad_nhwc_vec for channels_last where its 16-byte vectors apply.
 //
 // Slots of one channel in W2's partials: its taps, then the bias. Partials: (splits, C, slots).
 struct WgradArgs {
@@ -2021,9 +2031,12 @@ int wgrad_w2_splits(int64_t channel_blocks, int64_t items, int64_t min_items_per
 // splits x groups of a channel block (fixed split order: deterministic).
 constexpr int kWgradNhwcCt = 8;      // channel vectors per block: 8 x 16 B, one 128-byte line per pixel
 constexpr int kWgradNhwcStrip = 8;   // output rows per item: fwd_nhwc_vec's strip (the ring fills once)
-constexpr int kWgradNhwcAcc = 80;    // accumulator floats a kernel-row group is sized to (at most)
+// Tap-sum floats a kernel-row group is sized to (at most). 104 keeps fp32 k5 in one group (100 sums,
+// 184 registers, 1 block per SM): 84 static instructions per output where 80 (two groups of 3 rows,
+// 128 registers, 2 blocks) took 112, and the model predicts the k5 seed shapes 4-31 % faster.
+constexpr int kWgradNhwcAcc = 104;
 // Groups G and kernel rows per group KR (G*KR >= K; the last group's rows past K are skipped):
-// fp32 k3 1x3, k5 2x3, k7 4x2; 16-bit k3 1x3, k5 3x2, k7 7x1.
+// fp32 k3 1x3, k5 1x5, k7 3x3; 16-bit k3 1x3, k5 3x2, k7 7x1.
 constexpr int wgrad_nhwc_groups(int k, int vw) {
   const int kr_max = kWgradNhwcAcc / (k * vw) > 1 ? kWgradNhwcAcc / (k * vw) : 1;
   return (k + kr_max - 1) / kr_max;
@@ -2041,12 +2054,11 @@ struct WgradNhwcArgs {
 };
 
 // Resident 256-thread blocks per SM the instances are built for (ptxas -v, sm_80 and sm_90): 2 (<= 128
-// registers) for fp32 (k3 takes 88-101, so 2 either way; k5/k7 122-128) and 16-bit k7 (KR = 1: 56
-// sums); 16-bit k3 and k5 (72 / 80 sums and 8-float dy vectors) spilled 16-188 bytes at 2 and take
-// 140-166 registers at 1.
+// registers) for fp32 k3 (88-101 registers) and 16-bit k7 (KR = 1: 56 sums, 124-126); the others hold
+// 72-100 sums (16-bit k3 and k5 spilled 16-188 bytes at 2) and take 140-184 registers at 1.
 template <typename T, int K, int S>
 constexpr int wgrad_nhwc_min_blocks() {
-  return sizeof(T) == 4 || K == 7 ? 2 : 1;
+  return (sizeof(T) == 4 && K == 3) || (sizeof(T) == 2 && K == 7) ? 2 : 1;
 }
 
 template <typename T, int K, int S>
@@ -2112,15 +2124,8 @@ __global__ void __launch_bounds__(kThreads, wgrad_nhwc_min_blocks<T, K, S>())
 #pragma unroll
         for (int u = 0; u < S; ++u) {
           const int ir = t * S + u;
-          const int ih = ih0 + ir;
-          const bool row_ok = ir < in_rows && ih >= 0 && ih < a.h;
-          const T* row = xs + (row_ok ? ih * row_elems : 0);
-          uint4 raw[K];  // the row's K vectors, all loads issued before any is consumed
-#pragma unroll
-          for (int kw = 0; kw < K; ++kw) {
-            const int iw = iw0 + kw;
-            raw[kw] = row_ok && iw >= 0 && iw < a.w ? load16(row + iw * a.c) : make_uint4(0u, 0u, 0u, 0u);
-          }
+          uint4 raw[K];
+          load_row16<T, K>(raw, xs, ir, in_rows, ih0 + ir, iw0, row_elems, a);
 #pragma unroll
           for (int kw = 0; kw < K; ++kw) {
             float v[VW];

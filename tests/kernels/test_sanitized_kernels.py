@@ -173,11 +173,11 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         _dw(_dwp(n=2, c=35, h=9, w=7, kernel=(3, 3), padding=(1, 1), layout="nhwc")),
     ),
     # W3's NHWC weight grad (wgrad_nhwc_vec, the default w3 of every variant but v1) with 2 splits:
-    # fp32 k5 (2 kernel-row groups, a partial channel block) and bf16 k7 stride 2 (7 groups).
+    # fp32 k7 (3 kernel-row groups, a partial channel block) and bf16 k7 stride 2 (7 groups).
     (
         "depthwise",
-        "wgrad-w3-nhwc-vec-fp32-k5-splits",
-        _dw(_dwp(n=2, c=12, h=13, w=9, kernel=(5, 5), padding=(2, 2), layout="nhwc", bias=True)),
+        "wgrad-w3-nhwc-vec-fp32-k7-splits",
+        _dw(_dwp(n=2, c=12, h=13, w=9, kernel=(7, 7), padding=(3, 3), layout="nhwc")),
     ),
     (
         "depthwise",
@@ -510,14 +510,12 @@ def _wgrad_nhwc_call(emu: Emulation, c: int, hw: tuple[int, int], k: int) -> Non
 
 
 def test_asan_catches_planted_wgrad_nhwc_halo_overread() -> None:
-    """wgrad_nhwc_vec's column test one pixel too wide (``iw <= a.w``): the right halo of the last row
-    of the last sample reads one 16-byte vector past x, and ASan names the kernel and the load."""
+    """The NHWC vector kernels' column test one pixel too wide (``iw <= a.w`` in ``load_row16``, as
+    NHWC_VEC_DEFECTS plants it for the forward), run by the weight grad: the right halo of the last
+    row of the last sample reads one 16-byte vector past x, and ASan names wgrad_nhwc_vec and the load."""
     cu = family_source("depthwise")
-    text = _mutate(
-        cu.read_text(),
-        "raw[kw] = row_ok && iw >= 0 && iw < a.w ? load16(row + iw * a.c)",
-        "raw[kw] = row_ok && iw >= 0 && iw <= a.w ? load16(row + iw * a.c)",
-    )
+    old, new, *_ = NHWC_VEC_DEFECTS["halo-read"]
+    text = _mutate(cu.read_text(), old, new)
     line = _line_of(text, "return *reinterpret_cast<const uint4*>(p);")
     with pytest.raises(SanitizerError) as err:
         _wgrad_nhwc_call(emulation("depthwise", "asan", text), 8, (5, 6), 3)
