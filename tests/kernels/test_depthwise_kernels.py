@@ -263,7 +263,8 @@ def test_cuda_w3_nhwc_weight_grad_against_w2_and_fp64(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, k: int, s: int
 ) -> None:
     """channels_last: W3 (``wgrad_nhwc_vec``) and W2 (the generic kernel it replaces) in one process,
-    both against the fp64 weight and bias grads, and W3 bitwise repeatable."""
+    both against the fp64 weight and bias grads; W3 bitwise repeatable, and a repeated call allocates
+    only its two outputs (the workspace is the binding's cached one)."""
     from torch.nn import grad as nn_grad
 
     ops.ensure_loaded()
@@ -280,7 +281,10 @@ def test_cuda_w3_nhwc_weight_grad_against_w2_and_fp64(
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for variant in ("w2", "w3", "w3"):
         monkeypatch.setenv("CONVPERF_DEPTHWISE_WGRAD", variant)
+        allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
         dw, db = torch.ops.convperf_depthwise.weight_bias_grad(gy, x, [k, k], [s, s], [p, p], [1, 1])
+        if variant in seen:
+            assert torch.cuda.memory_stats()["allocation.all.allocated"] - allocs == 2  # dw and db
         torch.testing.assert_close(dw.double(), want, rtol=tol, atol=tol)
         torch.testing.assert_close(db.double(), gy.double().sum(dim=(0, 2, 3)), rtol=tol, atol=tol)
         if variant in seen:  # the second w3 call: bitwise the first
