@@ -1330,6 +1330,33 @@ __device__ __forceinline__ void load_row16(uint4 (&raw)[K], const T* xs, int ir,
   }
 }
 
+// Step t of the NHWC vector kernels' walk down a strip: input rows t*S .. t*S+S-1 (load_row16), each
+// vector unpacked once and handed to body(j, kr, kw, v) for every ring slot j the row feeds: slot j is
+// output row t - j and takes kernel row kr = j*S + u (compile-time after unrolling). Slots before the
+// strip (the ring filling) or past its `rows` (draining) and kernel rows >= KR are skipped.
+template <typename T, int K, int S, int D, int KR, typename Args, typename Body>
+__device__ __forceinline__ void nhwc_step(const T* xs, int t, int rows, int in_rows, int ih0, int iw0,
+                                          int row_elems, const Args& a, Body&& body) {
+  constexpr int VW = 16 / sizeof(T);
+#pragma unroll
+  for (int u = 0; u < S; ++u) {
+    const int ir = t * S + u;
+    uint4 raw[K];
+    load_row16<T, K>(raw, xs, ir, in_rows, ih0 + ir, iw0, row_elems, a);
+#pragma unroll
+    for (int kw = 0; kw < K; ++kw) {
+      float v[VW];
+      unpack16<T>(raw[kw], v);
+#pragma unroll
+      for (int j = 0; j < D; ++j) {
+        const int kr = j * S + u;
+        if (kr >= KR || t - j < 0 || t - j >= rows) continue;
+        body(j, kr, kw, v);
+      }
+    }
+  }
+}
+
 // Iteration t of a thread's row loop reads input rows t*S .. t*S+S-1 of its strip; ring slot j holds
 // output row t - j (D = ceil(K/S) rows in flight), which takes filter row kh = j*S + u from input row
 // t*S + u. After the iteration, slot D-1 is complete: stored, and the ring shifts by one.
@@ -1384,32 +1411,18 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
 #pragma unroll 1
     for (int t = 0; t < rows + D - 1; ++t) {
       const float* wv = nhwc_w + threadIdx.x * VW + t * a.zero;
+      nhwc_step<T, K, S, D, K>(xs, t, rows, in_rows, ih0, iw0, row_elems, a,
+                               [&](int j, int kh, int kw, const float (&v)[VW]) {
+                                 const float* wp = wv + (kh * K + kw) * COLS;
 #pragma unroll
-      for (int u = 0; u < S; ++u) {
-        const int ir = t * S + u;
-        uint4 raw[K];
-        load_row16<T, K>(raw, xs, ir, in_rows, ih0 + ir, iw0, row_elems, a);
-#pragma unroll
-        for (int kw = 0; kw < K; ++kw) {
-          float v[VW];
-          unpack16<T>(raw[kw], v);
-#pragma unroll
-          for (int j = 0; j < D; ++j) {
-            const int kh = j * S + u;  // compile-time
-            // slot j is output row t - j: skip rows before the strip (filling) and past it (draining)
-            if (kh >= K || t - j < 0 || t - j >= rows) continue;
-            const float* wp = wv + (kh * K + kw) * COLS;
-#pragma unroll
-            for (int e4 = 0; e4 < VW; e4 += 4) {
-              const float4 w4 = *reinterpret_cast<const float4*>(wp + e4);
-              acc[j][e4 + 0] = fmaf(w4.x, v[e4 + 0], acc[j][e4 + 0]);
-              acc[j][e4 + 1] = fmaf(w4.y, v[e4 + 1], acc[j][e4 + 1]);
-              acc[j][e4 + 2] = fmaf(w4.z, v[e4 + 2], acc[j][e4 + 2]);
-              acc[j][e4 + 3] = fmaf(w4.w, v[e4 + 3], acc[j][e4 + 3]);
-            }
-          }
-        }
-      }
+                                 for (int e4 = 0; e4 < VW; e4 += 4) {
+                                   const float4 w4 = *reinterpret_cast<const float4*>(wp + e4);
+                                   acc[j][e4 + 0] = fmaf(w4.x, v[e4 + 0], acc[j][e4 + 0]);
+                                   acc[j][e4 + 1] = fmaf(w4.y, v[e4 + 1], acc[j][e4 + 1]);
+                                   acc[j][e4 + 2] = fmaf(w4.z, v[e4 + 2], acc[j][e4 + 2]);
+                                   acc[j][e4 + 3] = fmaf(w4.w, v[e4 + 3], acc[j][e4 + 3]);
+                                 }
+                               });
       const int done = t - (D - 1);  // the output row slot D-1 holds, now complete
       if (done >= 0) *reinterpret_cast<uint4*>(ys + done * out_row) = pack16<T>(acc[D - 1]);
 #pragma unroll
@@ -2121,28 +2134,16 @@ __global__ void __launch_bounds__(kThreads, wgrad_nhwc_min_blocks<T, K, S>())
 #pragma unroll
           for (int e = 0; e < VW; ++e) acc[NT + e] += d[0][e];
         }
+        // slot jj of the dy ring feeds kernel row j of the group; the last group's rows past K add nothing
+        nhwc_step<T, K, S, D, KR>(xs, t, rows, in_rows, ih0, iw0, row_elems, a,
+                                  [&](int jj, int j, int kw, const float (&v)[VW]) {
+                                    if (G > 1 && kh0 + j >= K) return;
 #pragma unroll
-        for (int u = 0; u < S; ++u) {
-          const int ir = t * S + u;
-          uint4 raw[K];
-          load_row16<T, K>(raw, xs, ir, in_rows, ih0 + ir, iw0, row_elems, a);
-#pragma unroll
-          for (int kw = 0; kw < K; ++kw) {
-            float v[VW];
-            unpack16<T>(raw[kw], v);
-#pragma unroll
-            for (int jj = 0; jj < D; ++jj) {
-              const int j = jj * S + u;  // compile-time: the kernel row (within the group) slot jj takes
-              // slot jj is output row t - jj: skip rows before the strip (filling) and past it (draining),
-              // and the last group's rows past K
-              if (j >= KR || t - jj < 0 || t - jj >= rows || (G > 1 && kh0 + j >= K)) continue;
-#pragma unroll
-              for (int e = 0; e < VW; ++e) {
-                acc[(j * K + kw) * VW + e] = fmaf(d[jj][e], v[e], acc[(j * K + kw) * VW + e]);
-              }
-            }
-          }
-        }
+                                    for (int e = 0; e < VW; ++e) {
+                                      acc[(j * K + kw) * VW + e] =
+                                          fmaf(d[jj][e], v[e], acc[(j * K + kw) * VW + e]);
+                                    }
+                                  });
       }
     }
   }
