@@ -375,6 +375,16 @@ GATES: dict[str, tuple[Gate, ...]] = {
             why="NHWC forward / stride-1 input grad (v3, channel vectors)",
         ),
         Gate(pattern=r"wgrad_tile_nchw<", no_local=True, why="NCHW staged weight grad (W2)"),
+        # W3's NHWC weight grad: item -> (n, strip, ow) by FastDiv, the reduction's slot decode by
+        # compile-time divisors; every instance loads 16-byte channel vectors (C % VW == 0 is its
+        # precondition) and keeps its tap sums in registers
+        Gate(
+            pattern=r"wgrad_nhwc_vec<",
+            vector_when=r"wgrad_nhwc_vec<",
+            vector_bits=128,
+            no_local=True,
+            why="NHWC weight grad (W3, channel vectors)",
+        ),
         Gate(pattern=r"dgrad_s2<", no_local=True, why="stride-2 input grad (parity phases)"),
         # W2's generic weight grad: the per-block channel/split decode may divide, the loops may not
         Gate(pattern=r"wgrad_partial<[^>]*, true>", int_div_scope="loops", why="generic weight grad (W2)"),

@@ -178,14 +178,16 @@ at::Tensor input_grad_cuda(const at::Tensor& grad_output, const at::Tensor& weig
 }
 
 // Which weight-grad kernel runs, read per call so one process can A/B them:
-// CONVPERF_DEPTHWISE_WGRAD=w1 (two launches, a workspace per call, the bias grad a separate sum) or
-// w2 (the default: one launch, bias fused, a cached workspace).
+// CONVPERF_DEPTHWISE_WGRAD=w1 (two launches, a workspace per call, the bias grad a separate sum), w2
+// (one launch, bias fused, a cached workspace; channels_last on the generic kernel) or w3 (the
+// default: w2 with channels_last k 3/5/7 on the channel-vector kernel wgrad_nhwc_vec).
 convperf_dw::WgradVariant wgrad_variant_from_env() {
   const char* v = std::getenv("CONVPERF_DEPTHWISE_WGRAD");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "w2") == 0) return convperf_dw::WgradVariant::W2;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "w3") == 0) return convperf_dw::WgradVariant::W3;
+  if (std::strcmp(v, "w2") == 0) return convperf_dw::WgradVariant::W2;
   TORCH_CHECK(std::strcmp(v, "w1") == 0, "convperf_depthwise: CONVPERF_DEPTHWISE_WGRAD=", v,
-              " is not a weight-grad variant; set it to w1 (two launches) or w2 (default: one launch, bias "
-              "fused), or unset it");
+              " is not a weight-grad variant; set it to w1 (two launches), w2 (one launch, bias fused, "
+              "generic NHWC kernel) or w3 (default: w2 with the NHWC channel-vector kernel), or unset it");
   return convperf_dw::WgradVariant::W1;
 }
 
@@ -244,7 +246,7 @@ std::tuple<at::Tensor, at::Tensor> weight_grads(const at::Tensor& grad_output, c
   const bool w1 = variant == convperf_dw::WgradVariant::W1;
   at::Tensor db = bias && !w1 ? at::empty({g.c}, input.options()) : at::Tensor();
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const convperf_dw::WgradPlan plan = convperf_dw::weight_grad_plan(g, cl, sms, variant);
+  const convperf_dw::WgradPlan plan = convperf_dw::weight_grad_plan(g, cl, sms, variant, dtype_of(x));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   float* partial = nullptr;
   unsigned* counters = nullptr;

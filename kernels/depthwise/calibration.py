@@ -166,6 +166,13 @@ def wgrad_splits(sh: Shape, channels_last: bool) -> tuple[int, int]:
 WGRAD_TILE_REGS = (40, 63)
 
 
+def w2_splits(channel_blocks: int, items: int, min_items: int, sms: int = SMS) -> int:
+    """Mirror of ``wgrad_w2_splits``: blocks per channel block for about 4 waves of 256-thread blocks,
+    never more splits than ``items`` allow at ``min_items`` a split."""
+    splits = -(-4 * max(sms, 1) // channel_blocks)
+    return max(1, min(splits, -(-items // min_items), 65535))
+
+
 def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     """W2's staged NCHW weight grad (``wgrad_tile_nchw``, mirrored): a channel's N planes cut into the
     forward's tiles, ``splits`` blocks per channel walking their tiles one after another; per tile one
@@ -173,7 +180,7 @@ def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     per_channel = Shape(1, sh.n, sh.hw, sh.k, sh.s, sh.dtype_bytes)  # planes = N
     _, _, pl, tiles_w, tiles_h, in_rows, in_cols = _geometry_v2(per_channel)
     units = -(-sh.n // pl) * tiles_w * tiles_h
-    splits = max(1, min(-(-4 * SMS // sh.c), units, 65535))
+    splits = w2_splits(sh.c, units, 1)
     per_split = -(-units // splits)
     rounds = per_split * (-(-(pl * in_rows * in_cols) // (STAGE_BATCH_V3_SCALAR * THREADS)) + 1)
     occ = _occupancy(WGRAD_TILE_REGS[0 if sh.k <= 3 else 1], pl * in_rows * in_cols * 4)
@@ -233,12 +240,12 @@ def nhwc_vec_ct_max(k: int, dtype_bytes: int) -> int:
 #   one row-loop iteration: S input rows of k LDG.128, the ring's taps (FFMA + LDS.128), a store, a shift);
 # fwd_rows_nhwc: (one item's body outside the kh loop, one kh iteration); an item is 4 outputs.
 NHWC_VEC_SASS: dict[tuple[int, int], tuple[int, int, int, int]] = {
-    (3, 4): (169, 26, 45, 179),
-    (5, 4): (173, 26, 53, 249),
-    (7, 4): (154, 25, 65, 408),
-    (3, 2): (170, 27, 57, 269),
-    (5, 2): (174, 27, 73, 518),
-    (7, 2): (178, 27, 89, 900),
+    (3, 4): (169, 26, 45, 175),
+    (5, 4): (173, 26, 53, 237),
+    (7, 4): (154, 25, 65, 388),
+    (3, 2): (170, 27, 57, 261),
+    (5, 2): (174, 27, 73, 502),
+    (7, 2): (178, 27, 89, 876),
 }
 NHWC_ROWS_SASS: dict[tuple[int, int], tuple[int, int]] = {
     (3, 4): (165, 141),
@@ -307,21 +314,117 @@ def _nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
     return Launch("nhwc", sh.bytes, plan.blocks, plan.rounds, occ, 1, taps, issue_scale=scale)
 
 
+# ---- W3 NHWC weight grad: wgrad_nhwc_vec (channel vectors walking strips), predicted before any GPU run ----
+WGRAD_NHWC_CT = 8  # kWgradNhwcCt: channel vectors per block
+WGRAD_NHWC_STRIP = 8  # kWgradNhwcStrip: output rows per item
+WGRAD_NHWC_ACC = 104  # kWgradNhwcAcc: tap-sum floats a kernel-row group is sized to
+
+
+@dataclass(frozen=True)
+class WgradNhwcPlan:
+    """``depthwise.cu``'s launch of ``wgrad_nhwc_vec`` (mirrored): vector width, kernel-row groups and
+    rows per group, items (strips of a column), splits, blocks, and per thread the items it walks and
+    the row-loop iterations of one item (each one round: a dy vector and S rows of k x vectors)."""
+
+    vw: int
+    groups: int
+    rows: int
+    items: int
+    splits: int
+    blocks: int
+    items_per_lane: int
+    iters_per_item: float
+
+
+def wgrad_nhwc_groups(k: int, vw: int) -> tuple[int, int]:
+    """Mirror of ``wgrad_nhwc_groups`` / ``wgrad_nhwc_rows``: (groups, kernel rows per group)."""
+    kr_max = max(1, WGRAD_NHWC_ACC // (k * vw))
+    groups = -(-k // kr_max)
+    return groups, -(-k // groups)
+
+
+def wgrad_nhwc_plan(sh: Shape, sms: int = SMS) -> WgradNhwcPlan:
+    """Mirror of ``weight_grad_plan`` (W3, channels_last) and ``run_wgrad_nhwc`` (square maps)."""
+    vw = 16 // sh.dtype_bytes
+    groups, rows = wgrad_nhwc_groups(sh.k, vw)
+    channel_blocks = -(-(sh.c // vw) // WGRAD_NHWC_CT)
+    strips = -(-sh.ho // WGRAD_NHWC_STRIP)
+    items = sh.n * strips * sh.ho
+    lanes = THREADS // WGRAD_NHWC_CT
+    splits = w2_splits(channel_blocks * groups, items, lanes, sms)
+    per_split = -(-items // splits)
+    d = -(-rows // sh.s)  # the dy ring: output rows one input row feeds
+    iters = sh.ho / strips + d - 1
+    return WgradNhwcPlan(
+        vw, groups, rows, items, splits, channel_blocks * groups * splits, -(-per_split // lanes), iters
+    )
+
+
+# Static sm_90 SASS (`python -m kernels.sass depthwise --filter 'wgrad_(nhwc_vec|partial)'`, no GPU),
+# stride 1, by (k, dtype bytes): wgrad_nhwc_vec (one row-loop iteration, an item's own work outside
+# it) and the generic NHWC kernel (wgrad_partial<..., true, true>: one position's loop body, one
+# channel).
+WGRAD_NHWC_VEC_SASS: dict[tuple[int, int], tuple[int, int]] = {
+    (3, 4): (113, 56),
+    (5, 4): (218, 61),
+    (3, 2): (193, 62),
+    (5, 2): (236, 61),
+}
+WGRAD_PARTIAL_NHWC_SASS: dict[tuple[int, int], int] = {(3, 4): 203, (5, 4): 445, (3, 2): 213, (5, 2): 475}
+# wgrad_nhwc_vec's sm_90 registers (ptxas -v, stride 1) by (k, dtype bytes); its shared memory is the
+# reduction's 8 warps x 8 lanes x (taps of a group + bias) x VW floats.
+WGRAD_NHWC_VEC_REGS = {(3, 4): 91, (5, 4): 184, (3, 2): 150, (5, 2): 156}
+
+
+def wgrad_nhwc_instr_per_output(sh: Shape, vec: bool) -> float:
+    """Instructions a thread executes per output (position x channel) of the weight grad, stride 1:
+    the vector kernel's row loop over an item for every kernel-row group, or one generic position."""
+    key = (sh.k, sh.dtype_bytes)
+    if not vec:
+        return float(WGRAD_PARTIAL_NHWC_SASS[key])
+    plan = wgrad_nhwc_plan(sh)
+    per_iter, per_item = WGRAD_NHWC_VEC_SASS[key]
+    rows = plan.iters_per_item - (-(-plan.rows // sh.s) - 1)  # output rows of an item, on average
+    return plan.groups * (plan.iters_per_item * per_iter + per_item) / (rows * plan.vw)
+
+
+def _wgrad_nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
+    """W3's channels_last weight grad: one launch; each thread's items are its rounds (one round per
+    row-loop iteration: a dy vector and k x vectors issued together); the generic NHWC kernel's fitted
+    issue figure scaled by the static instructions per output of the two. The groups of a channel
+    block are adjacent in the grid, so x and dy are read from DRAM once."""
+    plan = wgrad_nhwc_plan(sh)
+    scale = wgrad_nhwc_instr_per_output(sh, True) / wgrad_nhwc_instr_per_output(sh, False)
+    nv = plan.rows * sh.k * plan.vw + plan.vw
+    occ = _occupancy(WGRAD_NHWC_VEC_REGS[sh.k, sh.dtype_bytes], THREADS // 32 * WGRAD_NHWC_CT * nv * 4)
+    x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
+    rounds = math.ceil(plan.items_per_lane * plan.iters_per_item)
+    return Launch("wgrad_nhwc", x_and_dy, plan.blocks, rounds, occ, 1, taps, issue_scale=scale)
+
+
+def wgrad_nhwc_vec_applies(sh: Shape) -> bool:
+    """Whether W3 runs ``wgrad_nhwc_vec`` on a channels_last seed shape (aligned tensors assumed)."""
+    return sh.k in (3, 5, 7) and sh.s in (1, 2) and sh.c % (16 // sh.dtype_bytes) == 0
+
+
 def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch:
     """The launch geometry of our kernel for a stride-1 seed shape (mirrors ``depthwise.cu``);
     ``variant`` picks the NCHW tiled kernel (v2, the measured one, v3 or v4) or the weight grad (w1,
-    the measured one, or w2: one launch, and for NCHW the staged kernel)."""
+    the measured one, w2: one launch, and for NCHW the staged kernel, or w3: w2 with channels_last on
+    ``wgrad_nhwc_vec``)."""
     taps = sh.outputs * (sh.k * sh.k + 8)
     if phase == "weight_grad":
         cl = layout == "nhwc"
-        if variant == "w2" and not cl:
+        if variant in ("w2", "w3") and not cl:
             return _wgrad_tile_launch(sh, taps)
+        if variant == "w3" and wgrad_nhwc_vec_applies(sh):
+            return _wgrad_nhwc_vec_launch(sh, taps)
         splits, lanes = wgrad_splits(sh, cl)  # W2's generic kernel splits as W1 does
         blocks = -(-sh.c // (32 if cl else 1)) * splits
         per_split = -(-(sh.n * sh.ho * sh.ho) // splits)
         occ = _occupancy(32 if sh.k == 3 else 64)
         x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
-        launches = 1 if variant == "w2" else 2
+        launches = 2 if variant == "w1" else 1
         return Launch("wgrad_" + layout, x_and_dy, blocks, -(-per_split // lanes), occ, launches, taps)
     if layout == "nhwc":
         if variant == "v3" and sh.k in (3, 5, 7) and sh.s == 1 and sh.c % (16 // sh.dtype_bytes) == 0:

@@ -13,9 +13,10 @@
 // Weight grad: one pass over x and dy. A block owns a channel (NCHW) or 32 channels (NHWC) and a
 // slice of the positions; each thread keeps all KH*KW tap sums in registers (k = 7 in the generic
 // kernel: one filter row per pass), the block reduces them in a fixed order (warp shuffles, then warps
-// in index order), and the slices' partials are added in slice order: deterministic. W2 (the default)
-// stages input tiles for the NCHW tiled geometries, fuses the bias grad and adds the partials in the
-// block of a channel that finishes last (one launch); W1 adds them in a second kernel.
+// in index order), and the slices' partials are added in slice order: deterministic. W2 stages input
+// tiles for the NCHW tiled geometries, fuses the bias grad and adds the partials in the block of a
+// channel that finishes last (one launch); W1 adds them in a second kernel; W3 (the default) is W2
+// with channels_last k 3/5/7 on 16-byte channel vectors walking strips (wgrad_nhwc_vec).
 // (The native kernel re-reads x and dy once per tap, with one block per (c, kh, kw).)
 #include "depthwise.cuh"
 
@@ -1313,6 +1314,49 @@ __device__ __forceinline__ void ring_reset(float (&acc)[VW], const float* bv) {
   }
 }
 
+// Input row `ir` of a strip (image row ih) at columns iw0 .. iw0 + K - 1 of one channel vector (xs: the
+// sample's first pixel of it): the NHWC vector kernels' K 16-byte loads, all issued before any is
+// consumed; zeros outside the image and past the strip's `in_rows`. `a`: NhwcVecArgs, WgradNhwcArgs.
+template <typename T, int K, typename Args>
+__device__ __forceinline__ void load_row16(uint4 (&raw)[K], const T* xs, int ir, int in_rows, int ih, int iw0,
+                                           int row_elems, const Args& a) {
+  const bool row_ok = ir < in_rows && ih >= 0 && ih < a.h;
+  const T* row = xs + (row_ok ? ih * row_elems : 0);
+#pragma unroll
+  for (int kw = 0; kw < K; ++kw) {
+    const int iw = iw0 + kw;
+    const bool ok = row_ok && iw >= 0 && iw < a.w;
+    raw[kw] = ok ? load16(row + iw * a.c) : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Step t of the NHWC vector kernels' walk down a strip: input rows t*S .. t*S+S-1 (load_row16), each
+// vector unpacked once and handed to body(j, kr, kw, v) for every ring slot j the row feeds: slot j is
+// output row t - j and takes kernel row kr = j*S + u (compile-time after unrolling). Slots before the
+// strip (the ring filling) or past its `rows` (draining) and kernel rows >= KR are skipped.
+template <typename T, int K, int S, int D, int KR, typename Args, typename Body>
+__device__ __forceinline__ void nhwc_step(const T* xs, int t, int rows, int in_rows, int ih0, int iw0,
+                                          int row_elems, const Args& a, Body&& body) {
+  constexpr int VW = 16 / sizeof(T);
+#pragma unroll
+  for (int u = 0; u < S; ++u) {
+    const int ir = t * S + u;
+    uint4 raw[K];
+    load_row16<T, K>(raw, xs, ir, in_rows, ih0 + ir, iw0, row_elems, a);
+#pragma unroll
+    for (int kw = 0; kw < K; ++kw) {
+      float v[VW];
+      unpack16<T>(raw[kw], v);
+#pragma unroll
+      for (int j = 0; j < D; ++j) {
+        const int kr = j * S + u;
+        if (kr >= KR || t - j < 0 || t - j >= rows) continue;
+        body(j, kr, kw, v);
+      }
+    }
+  }
+}
+
 // Iteration t of a thread's row loop reads input rows t*S .. t*S+S-1 of its strip; ring slot j holds
 // output row t - j (D = ceil(K/S) rows in flight), which takes filter row kh = j*S + u from input row
 // t*S + u. After the iteration, slot D-1 is complete: stored, and the ring shifts by one.
@@ -1367,40 +1411,18 @@ __global__ void __launch_bounds__(kThreads, nhwc_vec_min_blocks<T, K, S>())
 #pragma unroll 1
     for (int t = 0; t < rows + D - 1; ++t) {
       const float* wv = nhwc_w + threadIdx.x * VW + t * a.zero;
+      nhwc_step<T, K, S, D, K>(xs, t, rows, in_rows, ih0, iw0, row_elems, a,
+                               [&](int j, int kh, int kw, const float (&v)[VW]) {
+                                 const float* wp = wv + (kh * K + kw) * COLS;
 #pragma unroll
-      for (int u = 0; u < S; ++u) {
-        const int ir = t * S + u;
-        const int ih = ih0 + ir;
-        const bool row_ok = ir < in_rows && ih >= 0 && ih < a.h;
-        const T* row = xs + (row_ok ? ih * row_elems : 0);
-        uint4 raw[K];  // the row's K vectors, all loads issued before any is consumed
-#pragma unroll
-        for (int kw = 0; kw < K; ++kw) {
-          const int iw = iw0 + kw;
-          const bool ok = row_ok && iw >= 0 && iw < a.w;
-          raw[kw] = ok ? load16(row + iw * a.c) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int kw = 0; kw < K; ++kw) {
-          float v[VW];
-          unpack16<T>(raw[kw], v);
-#pragma unroll
-          for (int j = 0; j < D; ++j) {
-            const int kh = j * S + u;  // compile-time
-            // slot j is output row t - j: skip rows before the strip (filling) and past it (draining)
-            if (kh >= K || t - j < 0 || t - j >= rows) continue;
-            const float* wp = wv + (kh * K + kw) * COLS;
-#pragma unroll
-            for (int e4 = 0; e4 < VW; e4 += 4) {
-              const float4 w4 = *reinterpret_cast<const float4*>(wp + e4);
-              acc[j][e4 + 0] = fmaf(w4.x, v[e4 + 0], acc[j][e4 + 0]);
-              acc[j][e4 + 1] = fmaf(w4.y, v[e4 + 1], acc[j][e4 + 1]);
-              acc[j][e4 + 2] = fmaf(w4.z, v[e4 + 2], acc[j][e4 + 2]);
-              acc[j][e4 + 3] = fmaf(w4.w, v[e4 + 3], acc[j][e4 + 3]);
-            }
-          }
-        }
-      }
+                                 for (int e4 = 0; e4 < VW; e4 += 4) {
+                                   const float4 w4 = *reinterpret_cast<const float4*>(wp + e4);
+                                   acc[j][e4 + 0] = fmaf(w4.x, v[e4 + 0], acc[j][e4 + 0]);
+                                   acc[j][e4 + 1] = fmaf(w4.y, v[e4 + 1], acc[j][e4 + 1]);
+                                   acc[j][e4 + 2] = fmaf(w4.z, v[e4 + 2], acc[j][e4 + 2]);
+                                   acc[j][e4 + 3] = fmaf(w4.w, v[e4 + 3], acc[j][e4 + 3]);
+                                 }
+                               });
       const int done = t - (D - 1);  // the output row slot D-1 holds, now complete
       if (done >= 0) *reinterpret_cast<uint4*>(ys + done * out_row) = pack16<T>(acc[D - 1]);
 #pragma unroll
@@ -1673,7 +1695,7 @@ cudaError_t run_dgrad_s2(const T* dy, const T* w, T* dx, const Geom& g, bool cl,
 }
 
 // ---- weight grad --------------------------------------------------------------------------------
-// Two variants (WgradVariant, picked at run time so one process can A/B them):
+// Three variants (WgradVariant, picked at run time so one process can A/B them):
 // * W1 (wgrad_partial<..., false> + wgrad_finalize): per-position partial sums into a workspace the
 //   caller allocates, then a second launch sums them; the caller adds the bias grad. The position
 //   -> (n, oh, ow) decomposition is 4 runtime div/mod per position, the K*K x loads unstaged.
@@ -1682,6 +1704,7 @@ cudaError_t run_dgrad_s2(const T* dy, const T* w, T* dx, const Geom& g, bool cl,
 //   the forward; the others run wgrad_partial<..., true>. A block writes its partial sums, and the
 //   block of a channel that arrives last (an arrival counter per channel) sums every split's partials
 //   in split order: the result is bitwise the same whatever order the blocks run in.
+// * W3, the default: W2, with wgrad_nhwc_vec for channels_last where its 16-byte vectors apply.
 //
 // Slots of one channel in W2's partials: its taps, then the bias. Partials: (splits, C, slots).
 struct WgradArgs {
@@ -1696,31 +1719,38 @@ struct WgradArgs {
 // The weight grads' fixed-order block reduction of every thread's acc[NV], in two halves around a
 // __syncthreads(): warp_partials writes each warp's shuffle-tree sums to red[warp * NV + t], then
 // sum_warp_partials adds slot t's warp sums in warp order. The result does not depend on scheduling.
-template <int NV>
+// GROUP > 1 (wgrad_nhwc_vec): lanes l, l + GROUP, l + 2 GROUP, ... of a warp hold summands of the
+// same values (GROUP channel vectors side by side), so the tree stops at offset GROUP and lanes
+// 0..GROUP-1 write red[(warp * GROUP + lane) * NV + t]; sum_warp_partials then takes a lane's slots.
+template <int NV, int GROUP = 1>
 __device__ __forceinline__ void warp_partials(const float (&acc)[NV], float* red, unsigned tid) {
+  static_assert(GROUP >= 1 && GROUP <= 32 && (GROUP & (GROUP - 1)) == 0, "GROUP: a power of two");
   const int lane = tid % 32, warp = tid / 32;
 #pragma unroll
   for (int t = 0; t < NV; ++t) {
     float v = acc[t];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) red[warp * NV + t] = v;
+    for (int off = 16; off >= GROUP; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane < GROUP) red[(warp * GROUP + lane) * NV + t] = v;
   }
 }
 
-template <int NV>
-__device__ __forceinline__ float sum_warp_partials(const float* red, int t) {
+template <int NV, int GROUP = 1>
+__device__ __forceinline__ float sum_warp_partials(const float* red, int t, int lane = 0) {
   float sum = 0.f;
-  for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[wi * NV + t];
+  for (int wi = 0; wi < kThreads / 32; ++wi) sum += red[(wi * GROUP + lane) * NV + t];
   return sum;
 }
 
+// `arrivals`: the blocks that write those channels' slots (splits, or splits x kernel-row groups when
+// each group's blocks write only its rows' taps: wgrad_nhwc_vec); 1-D blocks only.
 template <typename T>
 __device__ __forceinline__ void wgrad_finish(const float* partial, unsigned* counters, int* last, T* dw, T* db,
-                                             int counter, int splits, int64_t c0, int cw, int64_t C, int taps) {
+                                             int counter, int splits, int64_t c0, int cw, int64_t C, int taps,
+                                             int arrivals) {
   __threadfence();  // this thread's partial writes are visible before the block's arrival is
   __syncthreads();
-  if (threadIdx.x == 0) last[0] = atomicAdd(counters + counter, 1u) == static_cast<unsigned>(splits - 1);
+  if (threadIdx.x == 0) last[0] = atomicAdd(counters + counter, 1u) == static_cast<unsigned>(arrivals - 1);
   __syncthreads();
   if (last[0] == 0) return;
   __threadfence();
@@ -1869,7 +1899,7 @@ __global__ void __launch_bounds__(kThreads)
   if (W2 && splits > 1) {
     const int64_t c0 = cb * CB;
     wgrad_finish<T>(partial, counters, last, dw, db, static_cast<int>(cb), splits, c0,
-                    static_cast<int>(min(static_cast<int64_t>(CB), g.c - c0)), g.c, taps);
+                    static_cast<int>(min(static_cast<int64_t>(CB), g.c - c0)), g.c, taps, splits);
   }
 }
 
@@ -1961,7 +1991,7 @@ __global__ void __launch_bounds__(kThreads)
   if (tid < NV) {
     wgrad_store<T, true>(partial, dw, db, split, wa.splits, c, a.c, NT, tid, sum_warp_partials<NV>(red, tid));
   }
-  if (wa.splits > 1) wgrad_finish<T>(partial, counters, last, dw, db, c, wa.splits, c, 1, a.c, NT);
+  if (wa.splits > 1) wgrad_finish<T>(partial, counters, last, dw, db, c, wa.splits, c, 1, a.c, NT, wa.splits);
 }
 
 // W2's tile plan for channel-wise tiles of an NCHW tiled geometry; false when it has none (the
@@ -1998,6 +2028,199 @@ int wgrad_w2_splits(int64_t channel_blocks, int64_t items, int64_t min_items_per
   if (splits > most) splits = most;
   if (splits > 65535) splits = 65535;  // gridDim.y of wgrad_tile_nchw
   return static_cast<int>(splits < 1 ? 1 : splits);
+}
+
+// ---- W3, channels_last: wgrad_nhwc_vec --------------------------------------------------------
+// A thread owns one 16-byte vector of channels (4 fp32 / 8 fp16 or bf16) and walks items: an item is
+// a strip of up to kWgradNhwcStrip output rows down one column (n, ow) of one sample. Down the strip
+// it loads each dy vector once and each input row's K vectors once (S rows per step), and a ring of
+// the dy vectors of the D output rows still using the current input row feeds every tap: per output
+// 1 dy load and about S*K x loads (16-byte, coalesced over 8 channel vectors of a 128-byte line)
+// instead of W2 generic's K*K scalar ones. The tap sums of the thread's kernel rows and the bias sum
+// stay in registers over all its items. The kernel rows are cut into G groups of KR rows (a grid
+// dimension) so the sums fit registers: K*K*VW floats would be 200 (fp32 k7) or 400 (16-bit k7).
+// Blocks of (channel block, group, split) reduce through W2's machinery: warp_partials over the
+// position lanes, wgrad_store, and wgrad_finish in the block that arrives last among the
+// splits x groups of a channel block (fixed split order: deterministic).
+constexpr int kWgradNhwcCt = 8;      // channel vectors per block: 8 x 16 B, one 128-byte line per pixel
+constexpr int kWgradNhwcStrip = 8;   // output rows per item: fwd_nhwc_vec's strip (the ring fills once)
+// Tap-sum floats a kernel-row group is sized to (at most). 104 keeps fp32 k5 in one group (100 sums,
+// 184 registers, 1 block per SM): 84 static instructions per output where 80 (two groups of 3 rows,
+// 128 registers, 2 blocks) took 112, and the model predicts the k5 seed shapes 4-31 % faster.
+constexpr int kWgradNhwcAcc = 104;
+// Groups G and kernel rows per group KR (G*KR >= K; the last group's rows past K are skipped):
+// fp32 k3 1x3, k5 1x5, k7 3x3; 16-bit k3 1x3, k5 3x2, k7 7x1.
+constexpr int wgrad_nhwc_groups(int k, int vw) {
+  const int kr_max = kWgradNhwcAcc / (k * vw) > 1 ? kWgradNhwcAcc / (k * vw) : 1;
+  return (k + kr_max - 1) / kr_max;
+}
+constexpr int wgrad_nhwc_rows(int k, int vw) { return (k + wgrad_nhwc_groups(k, vw) - 1) / wgrad_nhwc_groups(k, vw); }
+
+struct WgradNhwcArgs {
+  int c, h, w, ho, wo, ph, pw;
+  int cv;         // C / VW channel vectors
+  int strips;     // ceil(ho / kWgradNhwcStrip)
+  int items;      // N * strips * wo
+  int per_split;  // items per split
+  int splits;
+  FastDiv by_wo, by_strips;  // item -> (n, strip, ow), once per item
+};
+
+// Resident 256-thread blocks per SM the instances are built for (ptxas -v, sm_80 and sm_90): 2 (<= 128
+// registers) for fp32 k3 (88-101 registers) and 16-bit k7 (KR = 1: 56 sums, 124-126); the others hold
+// 72-100 sums (16-bit k3 and k5 spilled 16-188 bytes at 2) and take 140-184 registers at 1.
+template <typename T, int K, int S>
+constexpr int wgrad_nhwc_min_blocks() {
+  return (sizeof(T) == 4 && K == 3) || (sizeof(T) == 2 && K == 7) ? 2 : 1;
+}
+
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads, wgrad_nhwc_min_blocks<T, K, S>())
+    wgrad_nhwc_vec(const T* __restrict__ dy, const T* __restrict__ x, float* __restrict__ partial,
+                   unsigned* __restrict__ counters, T* __restrict__ dw, T* __restrict__ db, WgradNhwcArgs a) {
+  constexpr int VW = 16 / sizeof(T);
+  constexpr int CT = kWgradNhwcCt;
+  constexpr int LANES = kThreads / CT;  // position lanes per block
+  constexpr int G = wgrad_nhwc_groups(K, VW);
+  constexpr int KR = wgrad_nhwc_rows(K, VW);
+  constexpr int D = (KR + S - 1) / S;  // output rows one input row feeds (within the group)
+  constexpr int NT = KR * K * VW;      // tap sums: [j][kw][e], kernel row kh0 + j, channel e
+  constexpr int NV = NT + VW;          // and the bias sums
+  __shared__ float red[kThreads / 32 * CT * NV];
+  __shared__ int last[1];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int cl = tid % CT, lane = tid / CT;  // 1-D block (wgrad_finish): channel lanes fastest
+  // grid (groups, channel blocks, splits): a channel block's groups run side by side and share its x
+  // and dy lines in L2 (one DRAM read for all G)
+  const int kg = static_cast<int>(blockIdx.x);
+  const int cb = static_cast<int>(blockIdx.y);
+  const int split = static_cast<int>(blockIdx.z);
+  const int kh0 = kg * KR;
+  const int cvec = cb * CT + cl;
+  const int row_elems = a.w * a.c, out_row = a.wo * a.c;
+
+  float acc[NV];
+#pragma unroll
+  for (int t = 0; t < NV; ++t) acc[t] = 0.f;
+  const int end = min(a.items, (split + 1) * a.per_split);
+  if (cvec < a.cv) {
+#pragma unroll 1
+    for (int q = split * a.per_split + lane; q < end; q += LANES) {
+      const int sq = fdiv(q, a.by_wo);
+      const int ow = q - sq * a.wo;
+      const int n = fdiv(sq, a.by_strips);
+      const int oh0 = (sq - n * a.strips) * kWgradNhwcStrip;
+      const int rows = min(kWgradNhwcStrip, a.ho - oh0);  // output rows of this item
+      const int in_rows = (rows - 1) * S + KR;           // input rows the group's taps read
+      const int ih0 = oh0 * S - a.ph + kh0, iw0 = ow * S - a.pw;
+      // 32-bit offsets inside one sample (< 2^31 elements, the binding checks)
+      const T* xs = x + static_cast<int64_t>(n) * a.h * row_elems + cvec * VW;
+      const T* dys = dy + (static_cast<int64_t>(n) * a.ho + oh0) * out_row + ow * a.c + cvec * VW;
+      float d[D][VW];  // ring slot jj: dy of output row t - jj
+#pragma unroll
+      for (int jj = 0; jj < D; ++jj) {
+#pragma unroll
+        for (int e = 0; e < VW; ++e) d[jj][e] = 0.f;
+      }
+#pragma unroll 1
+      for (int t = 0; t < rows + D - 1; ++t) {
+#pragma unroll
+        for (int jj = D - 1; jj > 0; --jj) {
+#pragma unroll
+          for (int e = 0; e < VW; ++e) d[jj][e] = d[jj - 1][e];
+        }
+        if (t < rows) {
+          unpack16<T>(load16(dys + t * out_row), d[0]);
+#pragma unroll
+          for (int e = 0; e < VW; ++e) acc[NT + e] += d[0][e];
+        }
+        // slot jj of the dy ring feeds kernel row j of the group; the last group's rows past K add nothing
+        nhwc_step<T, K, S, D, KR>(xs, t, rows, in_rows, ih0, iw0, row_elems, a,
+                                  [&](int jj, int j, int kw, const float (&v)[VW]) {
+                                    if (G > 1 && kh0 + j >= K) return;
+#pragma unroll
+                                    for (int e = 0; e < VW; ++e) {
+                                      acc[(j * K + kw) * VW + e] =
+                                          fmaf(d[jj][e], v[e], acc[(j * K + kw) * VW + e]);
+                                    }
+                                  });
+      }
+    }
+  }
+
+  warp_partials<NV, CT>(acc, red, tid);
+  __syncthreads();
+  const int64_t c0 = static_cast<int64_t>(cb) * CT * VW;
+  for (int i = tid; i < CT * NV; i += kThreads) {
+    const int l = i / NV;  // compile-time divisors: a multiply and a shift
+    const int t = i - l * NV;
+    if (cb * CT + l >= a.cv) continue;
+    const int e = t % VW;
+    int slot = K * K;  // the bias
+    if (t < NT) {
+      const int j = t / VW / K, kw = t / VW - j * K;
+      if (kh0 + j >= K) continue;
+      slot = (kh0 + j) * K + kw;
+    } else if (kg != 0) {
+      continue;  // the bias sum is group 0's
+    }
+    wgrad_store<T, true>(partial, dw, db, split, a.splits, c0 + l * VW + e, a.c, K * K, slot,
+                         sum_warp_partials<NV, CT>(red, t, l));
+  }
+  if (a.splits > 1) {
+    const int cw = static_cast<int>(min(static_cast<int64_t>(CT * VW), static_cast<int64_t>(a.c) - c0));
+    wgrad_finish<T>(partial, counters, last, dw, db, cb, a.splits, c0, cw, a.c, K * K, a.splits * G);
+  }
+}
+
+// Whether W3's NHWC kernel takes a call: square k 3/5/7, stride 1 or 2 (both ways), dilation 1, C a
+// multiple of the vector width (dtype bytes `eb`), channel blocks within grid.y, N * strips * Wo and
+// one sample within int32.
+bool wgrad_nhwc_geometry(const Geom& g, int eb) {
+  const int vw = 16 / eb;
+  const int64_t strips = (g.ho + kWgradNhwcStrip - 1) / kWgradNhwcStrip;
+  return g.kh == g.kw && (g.kh == 3 || g.kh == 5 || g.kh == 7) && g.sh == g.sw && (g.sh == 1 || g.sh == 2) &&
+         g.dh == 1 && g.dw == 1 && g.c % vw == 0 && g.c / vw / kWgradNhwcCt < 65535 &&
+         g.n * strips * g.wo < 0x7fffffffLL - kThreads &&
+         g.c * g.h * g.w < 0x7fffffffLL && g.c * g.ho * g.wo < 0x7fffffffLL;
+}
+
+// Splits of wgrad_nhwc_vec: wgrad_w2_splits over its (channel block, group) blocks, at least one item
+// per position lane per split.
+int wgrad_nhwc_splits(const Geom& g, int eb, int num_sms) {
+  const int vw = 16 / eb;
+  const int64_t channel_blocks = (g.c / vw + kWgradNhwcCt - 1) / kWgradNhwcCt;
+  const int64_t items = g.n * ((g.ho + kWgradNhwcStrip - 1) / kWgradNhwcStrip) * g.wo;
+  return wgrad_w2_splits(channel_blocks * wgrad_nhwc_groups(g.kh, vw), items, kThreads / kWgradNhwcCt, num_sms);
+}
+
+template <typename T>
+cudaError_t run_wgrad_nhwc(const T* dy, const T* x, T* dw, T* db, float* ws, unsigned* counters, int splits,
+                           const Geom& g, cudaStream_t st) {
+  constexpr int VW = 16 / sizeof(T);
+  WgradNhwcArgs a{};
+  a.c = static_cast<int>(g.c);
+  set_tile_sizes(a, g);
+  a.cv = a.c / VW;
+  a.strips = (g.ho + kWgradNhwcStrip - 1) / kWgradNhwcStrip;
+  a.items = static_cast<int>(g.n * a.strips * g.wo);
+  a.splits = splits;
+  a.per_split = (a.items + splits - 1) / splits;
+  a.by_wo = make_fastdiv(static_cast<uint32_t>(g.wo));
+  a.by_strips = make_fastdiv(static_cast<uint32_t>(a.strips));
+  const int64_t channel_blocks = (a.cv + kWgradNhwcCt - 1) / kWgradNhwcCt;
+  if (channel_blocks > 65535 || splits > 65535) return cudaErrorInvalidConfiguration;
+  return dispatch_ks(g.kh, g.sh, [&](auto K, auto S) {
+    constexpr int kk = decltype(K)::value, ss = decltype(S)::value;
+    if constexpr (kk >= 3) {
+      const dim3 grid(static_cast<unsigned>(wgrad_nhwc_groups(kk, VW)), static_cast<unsigned>(channel_blocks),
+                      static_cast<unsigned>(splits));
+      wgrad_nhwc_vec<T, kk, ss><<<grid, kThreads, 0, st>>>(dy, x, ws, counters, dw, db, a);
+      return cudaGetLastError();
+    } else {
+      return cudaErrorInvalidValue;  // wgrad_nhwc_geometry: k 3/5/7 only
+    }
+  });
 }
 
 template <typename T, int K, bool CL>
@@ -2065,9 +2288,15 @@ cudaError_t run_wgrad_tile(const T* dy, const T* x, T* dw, T* db, float* ws, uns
 template <typename T, bool CL>
 cudaError_t dispatch_wgrad(const T* dy, const T* x, T* dw, T* db, float* ws, unsigned* counters,
                            const WgradPlan& plan, const Geom& g, WgradVariant v, cudaStream_t st) {
-  if (v == WgradVariant::W2 && !CL) {
+  if (v != WgradVariant::W1 && !CL) {
     Tile2Args a;
     if (plan_wgrad_tile(a, g)) return run_wgrad_tile<T>(dy, x, dw, db, ws, counters, plan.splits, g, a, st);
+  }
+  // W3: the channel-vector kernel where its 16-byte loads are legal; W2's generic kernel (planned
+  // with the same splits and enough counters) on a misaligned tensor.
+  if (v == WgradVariant::W3 && CL && wgrad_nhwc_geometry(g, sizeof(T)) &&
+      reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0) {
+    return run_wgrad_nhwc<T>(dy, x, dw, db, ws, counters, plan.splits, g, st);
   }
   const int k = g.kh == g.kw ? g.kh : 0;
   auto run = [&](auto K) {
@@ -2193,7 +2422,7 @@ int weight_grad_splits(const Geom& g, bool channels_last, int num_sms) {
   return static_cast<int>(splits);
 }
 
-WgradPlan weight_grad_plan(const Geom& g, bool channels_last, int num_sms, WgradVariant variant) {
+WgradPlan weight_grad_plan(const Geom& g, bool channels_last, int num_sms, WgradVariant variant, DType dtype) {
   const int64_t taps = static_cast<int64_t>(g.kh) * g.kw;
   if (variant == WgradVariant::W1) {
     const int splits = weight_grad_splits(g, channels_last, num_sms);
@@ -2202,8 +2431,12 @@ WgradPlan weight_grad_plan(const Geom& g, bool channels_last, int num_sms, Wgrad
   int splits;
   int64_t counters = g.c;
   Tile2Args a;
+  const int eb = dtype == DType::F32 ? 4 : 2;
   if (!channels_last && plan_wgrad_tile(a, g)) {
     splits = wgrad_w2_splits(g.c, a.planes_units, 1, num_sms);
+  } else if (channels_last && variant == WgradVariant::W3 && wgrad_nhwc_geometry(g, eb)) {
+    splits = wgrad_nhwc_splits(g, eb, num_sms);
+    counters = (g.c + 31) / 32;  // W2's generic kernel's channel blocks: its fallback takes this plan
   } else {
     const int64_t cb = channels_last ? 32 : 1;
     const int64_t channel_blocks = (g.c + cb - 1) / cb;

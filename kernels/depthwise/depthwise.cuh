@@ -51,8 +51,11 @@ cudaError_t launch_input_grad(DType dtype, const void* dy, const void* w, void* 
 // Which weight-grad kernel runs: W1 (per-position partial sums into a caller's workspace, then a
 // finalize launch; the bias grad is the caller's; kept so one process can A/B it) or W2 (the default:
 // staged input tiles for the NCHW tiled geometries, bias grad fused, one launch; the last block of a
-// channel sums the per-split partials in split order, so the result is deterministic).
-enum class WgradVariant : int { W1 = 1, W2 = 2 };
+// channel sums the per-split partials in split order, so the result is deterministic), or W3 (the
+// default: W2, and channels_last with square k 3/5/7, stride 1/2, C a multiple of 16 / sizeof(T) and
+// 16-byte aligned tensors runs wgrad_nhwc_vec, 16-byte channel vectors walking strips down a column;
+// W2 keeps W2's generic NHWC kernel there, the A/B baseline).
+enum class WgradVariant : int { W1 = 1, W2 = 2, W3 = 3 };
 
 // Number of position splits of the W1 reduction (workspace = splits * C * KH * KW floats).
 int weight_grad_splits(const Geom& g, bool channels_last, int num_sms);
@@ -66,7 +69,9 @@ struct WgradPlan {
   int64_t floats;
   int64_t counters;
 };
-WgradPlan weight_grad_plan(const Geom& g, bool channels_last, int num_sms, WgradVariant variant);
+// `dtype` sizes W3's channel vectors (its NHWC splits depend on it).
+WgradPlan weight_grad_plan(const Geom& g, bool channels_last, int num_sms, WgradVariant variant,
+                           DType dtype = DType::F32);
 
 // dw (C,1,KH,KW) from dy and x, and with W2 db (C) when `db` is not null (W1 takes db == null).
 // `partial` / `counters` hold plan.floats / plan.counters elements (null when 0).

@@ -421,7 +421,7 @@ extern "C" int dw_nhwc_vec_plan(void* const* b, const int64_t* i, const double*)
 extern "C" int dw_weight_grad(void* const* b, const int64_t* i, const double*) {
   const convperf_dw::Geom g = dw_geom(i + 4);
   const auto v = convperf_dw::WgradVariant(i[3]);
-  const convperf_dw::WgradPlan plan = convperf_dw::weight_grad_plan(g, i[1] != 0, int(i[2]), v);
+  const convperf_dw::WgradPlan plan = convperf_dw::weight_grad_plan(g, i[1] != 0, int(i[2]), v, DType(i[0]));
   std::vector<float> ws(size_t(plan.floats), std::nanf(""));
   std::vector<unsigned> counters(size_t(plan.counters), 0u);
   const int err = int(convperf_dw::launch_weight_grad(DType(i[0]), b[0], b[1], b[2], b[3],
@@ -432,10 +432,12 @@ extern "C" int dw_weight_grad(void* const* b, const int64_t* i, const double*) {
     if (c != 0) return 1000;
   return err;
 }
-// The plan of a weight-grad call into b[0] (3 int64): splits, workspace floats, counters.
+// The plan of a weight-grad call into b[0] (3 int64): splits, workspace floats, counters (ints:
+// channels_last, SMs, WgradVariant, geometry, dtype).
 extern "C" int dw_wgrad_plan(void* const* b, const int64_t* i, const double*) {
   const convperf_dw::Geom g = dw_geom(i + 3);
-  const auto p = convperf_dw::weight_grad_plan(g, i[0] != 0, int(i[1]), convperf_dw::WgradVariant(i[2]));
+  const auto p = convperf_dw::weight_grad_plan(g, i[0] != 0, int(i[1]), convperf_dw::WgradVariant(i[2]),
+                                               DType(i[17]));
   const int64_t v[3] = {p.splits, p.floats, p.counters};
   std::memcpy(b[0], v, sizeof(v));
   return 0;
@@ -758,8 +760,9 @@ def geometry(x_shape: tuple[int, ...], k: tuple[int, int], s: tuple[int, int], p
 # The kernel variants ``depthwise.cuh`` names (``Variant``): the NCHW tiled forward / input grad, and
 # with v3 and v4 the NHWC vector kernel (``fwd_nhwc_vec``) where it applies.
 VARIANTS = {"v1": 1, "v2": 2, "v3": 3, "v4": 4}
-# The weight-grad variants (``WgradVariant``): w1 (two launches, the caller sums the bias), w2 (one).
-WGRAD_VARIANTS = {"w1": 1, "w2": 2}
+# The weight-grad variants (``WgradVariant``): w1 (two launches, the caller sums the bias), w2 (one),
+# w3 (w2 with channels_last k 3/5/7 on ``wgrad_nhwc_vec``; the default).
+WGRAD_VARIANTS = {"w1": 1, "w2": 2, "w3": 3}
 
 
 class EmulatedDepthwise:
@@ -770,9 +773,9 @@ class EmulatedDepthwise:
     def __init__(self, emu: Emulation, variant: str = "v2", wgrad: str | None = None) -> None:
         self.emu = emu
         self.variant = VARIANTS[variant]
-        # By default v1 (the A/B baselines) pairs with w1 and every newer variant with w2, so a test
+        # By default v1 (the A/B baselines) pairs with w1 and every newer variant with w3, so a test
         # parametrised over VARIANTS covers both weight grads.
-        self.wgrad = WGRAD_VARIANTS[wgrad or ("w1" if variant == "v1" else "w2")]
+        self.wgrad = WGRAD_VARIANTS[wgrad or ("w1" if variant == "v1" else "w3")]
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, s: tuple[int, int],
                 p: tuple[int, int], d: tuple[int, int], channels_last: bool) -> torch.Tensor:  # fmt: skip
@@ -823,14 +826,14 @@ class EmulatedDepthwise:
     def weight_grad(self, dy: torch.Tensor, x: torch.Tensor, k: tuple[int, int], s: tuple[int, int],
                     p: tuple[int, int], d: tuple[int, int], channels_last: bool, bias: bool = False,
                     sms: int = 3) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
-        """(dw, db): db from the kernel (w2) or a sum over dy here (w1, as the binding does); None
+        """(dw, db): db from the kernel (w2, w3) or a sum over dy here (w1, as the binding does); None
         without ``bias``."""
         g = geometry(tuple(x.shape), k, s, p, d)
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         x = x.contiguous(memory_format=fmt)
         dy = dy.contiguous(memory_format=fmt)
         dw = torch.full((g[1], 1, *k), float("nan"), dtype=x.dtype)
-        fused = bias and self.wgrad == WGRAD_VARIANTS["w2"]
+        fused = bias and self.wgrad != WGRAD_VARIANTS["w1"]
         db = torch.full((g[1],), float("nan"), dtype=x.dtype) if fused else None
         err = self.emu.call(
             "dw_weight_grad", [dy, x, dw, db], [DTYPE_CODES[x.dtype], int(channels_last), sms, self.wgrad, *g]
@@ -840,10 +843,11 @@ class EmulatedDepthwise:
             db = dy.sum(dim=(0, 2, 3), dtype=torch.float32).to(dy.dtype)
         return dw, db
 
-    def wgrad_plan(self, g: Sequence[int], channels_last: bool, sms: int = 3) -> tuple[int, int, int]:
+    def wgrad_plan(self, g: Sequence[int], channels_last: bool, sms: int = 3,
+                   dtype: torch.dtype = torch.float32) -> tuple[int, int, int]:  # fmt: skip
         """(splits, workspace floats, counters) of a weight-grad call (``weight_grad_plan``)."""
         out = torch.zeros(3, dtype=torch.int64)
-        self.emu.call("dw_wgrad_plan", [out], [int(channels_last), sms, self.wgrad, *g])
+        self.emu.call("dw_wgrad_plan", [out], [int(channels_last), sms, self.wgrad, *g, DTYPE_CODES[dtype]])
         a, b, c = out.tolist()
         return a, b, c
 

@@ -34,6 +34,15 @@ def assert_close_fp64(out: torch.Tensor, ref: torch.Tensor, terms: int, what: st
     torch.testing.assert_close(out.double(), ref.double(), rtol=tol, atol=tol, msg=lambda m: f"{what}: {m}")
 
 
+def misaligned(x: torch.Tensor) -> torch.Tensor:
+    """The same values (any dense layout) one element past a 16-byte boundary (a dense view, offset 1):
+    what the vector kernels' alignment checks must send to their scalar fallbacks."""
+    flat = torch.empty(x.numel() + 1, dtype=x.dtype)
+    out = flat[1:].as_strided(x.shape, x.stride())
+    out.copy_(x)
+    return out
+
+
 # ---- im2col_gemm ---------------------------------------------------------------------------------
 I2C_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int8: 3}
 

@@ -257,6 +257,42 @@ def test_cuda_weight_grad_is_deterministic(layout: str) -> None:
 
 
 @needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(("k", "s"), [(3, 1), (5, 1), (7, 2)])
+def test_cuda_w3_nhwc_weight_grad_against_w2_and_fp64(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, k: int, s: int
+) -> None:
+    """channels_last: W3 (``wgrad_nhwc_vec``) and W2 (the generic kernel it replaces) in one process,
+    both against the fp64 weight and bias grads; W3 bitwise repeatable, and a repeated call allocates
+    only its two outputs (the workspace is the binding's cached one)."""
+    from torch.nn import grad as nn_grad
+
+    ops.ensure_loaded()
+    c, p = 64, k // 2
+    gen = torch.Generator(device="cuda").manual_seed(k)
+    x = torch.randn(4, c, 29, 30, device="cuda", generator=gen).to(dtype)
+    x = x.contiguous(memory_format=torch.channels_last)
+    ho, wo = (29 + 2 * p - k) // s + 1, (30 + 2 * p - k) // s + 1
+    gy = torch.randn(4, c, ho, wo, device="cuda", generator=gen).to(dtype)
+    gy = gy.contiguous(memory_format=torch.channels_last)
+    want = nn_grad.conv2d_weight(x.double(), (c, 1, k, k), gy.double(), s, p, 1, c)  # type: ignore[no-untyped-call]
+    eps = torch.finfo(dtype).eps
+    tol = 4 * eps * (4 * ho * wo) ** 0.5 + eps
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for variant in ("w2", "w3", "w3"):
+        monkeypatch.setenv("CONVPERF_DEPTHWISE_WGRAD", variant)
+        allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
+        dw, db = torch.ops.convperf_depthwise.weight_bias_grad(gy, x, [k, k], [s, s], [p, p], [1, 1])
+        if variant in seen:
+            assert torch.cuda.memory_stats()["allocation.all.allocated"] - allocs == 2  # dw and db
+        torch.testing.assert_close(dw.double(), want, rtol=tol, atol=tol)
+        torch.testing.assert_close(db.double(), gy.double().sum(dim=(0, 2, 3)), rtol=tol, atol=tol)
+        if variant in seen:  # the second w3 call: bitwise the first
+            assert torch.equal(dw, seen[variant][0]) and torch.equal(db, seen[variant][1])
+        seen[variant] = (dw, db)
+
+
+@needs_gpu
 @pytest.mark.parametrize("name", ["noop", "wrong_border", "wrong_odd_stride2"])
 def test_cuda_controls_are_caught(name: str) -> None:
     from kernels._controls import ops as controls

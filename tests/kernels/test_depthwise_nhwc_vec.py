@@ -22,7 +22,7 @@ from kernels.depthwise import calibration
 from kernels.depthwise.model import Shape
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
 from tests.kernels.cuda_emulation import EmulatedDepthwise, Emulation, geometry
-from tests.kernels.emulated_families import assert_close_fp64
+from tests.kernels.emulated_families import assert_close_fp64, misaligned
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 VECTOR = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}
@@ -78,14 +78,6 @@ def test_nhwc_vec_matches_oracle(emulated_lib: Emulation, k: int, s: int, h: int
     )
 
 
-def _misaligned(x: torch.Tensor) -> torch.Tensor:
-    """The same channels_last values one element past a 16-byte boundary (a dense view, offset 1)."""
-    flat = torch.empty(x.numel() + 1, dtype=x.dtype)
-    out = flat[1:].as_strided(x.shape, x.stride())
-    out.copy_(x)
-    return out
-
-
 @pytest.mark.parametrize(
     ("variant", "c", "misalign", "kernel"),
     [
@@ -106,7 +98,7 @@ def test_variant_picks_the_vector_kernel_where_it_applies(
     k, s, p = 3, 1, 1
     x, wt, b = _inputs(2, c, 9, 7, k, t, seed=c)
     if misalign:
-        x = _misaligned(x)
+        x = misaligned(x)
         assert x.data_ptr() % 16 != 0
     emu = EmulatedDepthwise(emulated_lib, variant)
     y = emu.forward(x, wt, b, (s, s), (p, p), (1, 1), True)

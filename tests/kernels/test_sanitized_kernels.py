@@ -172,6 +172,30 @@ CASES: list[tuple[str, str, Callable[[Emulation], None]]] = [
         "wgrad-w2-nhwc-splits",
         _dw(_dwp(n=2, c=35, h=9, w=7, kernel=(3, 3), padding=(1, 1), layout="nhwc")),
     ),
+    # W3's NHWC weight grad (wgrad_nhwc_vec, the default w3 of every variant but v1) with 2 splits:
+    # fp32 k7 (3 kernel-row groups, a partial channel block) and bf16 k7 stride 2 (7 groups).
+    (
+        "depthwise",
+        "wgrad-w3-nhwc-vec-fp32-k7-splits",
+        _dw(_dwp(n=2, c=12, h=13, w=9, kernel=(7, 7), padding=(3, 3), layout="nhwc")),
+    ),
+    (
+        "depthwise",
+        "wgrad-w3-nhwc-vec-bf16-k7-s2-splits",
+        _dw(
+            _dwp(
+                n=2,
+                c=16,
+                h=25,
+                w=21,
+                kernel=(7, 7),
+                stride=(2, 2),
+                padding=(3, 3),
+                layout="nhwc",
+                dtype="bf16",
+            )
+        ),
+    ),
     ("im2col_gemm", "im2col-nlk-fp32", lambda e: fam.check_im2col(e, X, (3, 3), ONE, ONE, ONE, 0, 7, "nlk")),
     (
         "im2col_gemm",
@@ -473,3 +497,48 @@ def test_asan_catches_planted_v4_staging_overread() -> None:
     msg = str(err.value).splitlines()[0]
     assert "heap-buffer-overflow" in msg and "in kernel fwd_tile_nchw_v4" in msg, msg
     assert f"depthwise/{cu.name}:{line}" in msg, msg
+
+
+def _wgrad_nhwc_call(emu: Emulation, c: int, hw: tuple[int, int], k: int) -> None:
+    """W3's NHWC weight grad (with the bias) through the entry point directly (the oracle would wrap
+    a sanitizer report), stride 1, padding k // 2, 2 samples, 3 SMs (more than one split)."""
+    gen = torch.Generator().manual_seed(c)
+    x = torch.randn(2, c, *hw, generator=gen).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(2, c, *hw, generator=gen).contiguous(memory_format=torch.channels_last)
+    p = (k // 2, k // 2)
+    EmulatedDepthwise(emu, "v2", "w3").weight_grad(dy, x, (k, k), ONE, p, ONE, True, bias=True)
+
+
+def test_asan_catches_planted_wgrad_nhwc_halo_overread() -> None:
+    """The NHWC vector kernels' column test one pixel too wide (``iw <= a.w`` in ``load_row16``, as
+    NHWC_VEC_DEFECTS plants it for the forward), run by the weight grad: the right halo of the last
+    row of the last sample reads one 16-byte vector past x, and ASan names wgrad_nhwc_vec and the load."""
+    cu = family_source("depthwise")
+    old, new, *_ = NHWC_VEC_DEFECTS["halo-read"]
+    text = _mutate(cu.read_text(), old, new)
+    line = _line_of(text, "return *reinterpret_cast<const uint4*>(p);")
+    with pytest.raises(SanitizerError) as err:
+        _wgrad_nhwc_call(emulation("depthwise", "asan", text), 8, (5, 6), 3)
+    msg = str(err.value).splitlines()[0]
+    assert "heap-buffer-overflow" in msg and "in kernel wgrad_nhwc_vec" in msg, msg
+    assert f"depthwise/{cu.name}:{line}" in msg, msg
+
+
+def test_tsan_catches_planted_missing_barrier_in_wgrad_nhwc() -> None:
+    """wgrad_nhwc_vec without the barrier between the warps writing their partial sums and the block
+    reading them (``warp_partials`` then ``sum_warp_partials``): TSan names the kernel and the racing
+    write and read of the reduction buffer."""
+    cu = family_source("depthwise")
+    text = _mutate(
+        cu.read_text(),
+        "warp_partials<NV, CT>(acc, red, tid);\n  __syncthreads();",
+        "warp_partials<NV, CT>(acc, red, tid);",
+    )
+    write = _line_of(text, "if (lane < GROUP) red[(warp * GROUP + lane) * NV + t] = v;")
+    read = _line_of(text, "sum += red[(wi * GROUP + lane) * NV + t];")
+    with pytest.raises(SanitizerError) as err:
+        _wgrad_nhwc_call(emulation("depthwise", "tsan", text), 8, (9, 7), 3)
+    msg = str(err.value).splitlines()[0]
+    assert "data race" in msg and "in kernel wgrad_nhwc_vec" in msg, msg
+    lines = {int(n) for n in re.findall(rf"depthwise/{re.escape(cu.name)}:(\d+)", msg)}
+    assert {write, read} <= lines, f"{msg}: expected the write (line {write}) and the read (line {read})"
