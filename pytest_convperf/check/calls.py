@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytest_convperf.check.context import Candidate
-from pytest_convperf.check.faults import device_errors
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
 from pytest_convperf.correctness.oracle import describe
@@ -293,11 +292,13 @@ class PhaseCalls:
     def measurement(self) -> Iterator[tuple[Workload, Workload, dict[str, Any]]]:
         """The two workloads of one paired measurement, under the perf settings (their facts
         yielded); on exit the check's own input values are put back and the candidate's last
-        timed call is kept in ``last`` (integrity, the confirm)."""
-        problem, sets, device = self.ctx.problem, self.sets, self.ctx.device
+        timed call is kept in ``last`` (integrity, the confirm). Errors of the timed calls become
+        clear failures in the caller's :func:`~pytest_convperf.check.faults.device_errors`, as for
+        :func:`phase_calls` (the pipeline's around the whole check, its confirm included; ``measure()``'s)."""
+        problem, sets = self.ctx.problem, self.sets
         for kept in sets.kept:  # only this measurement's calls: not the facts' or the determinism's
             kept[0][0] = kept[1][0] = None
-        with device_errors(device, self.ctx.nodeid, problem.id), self.settings() as settings:
+        with self.settings() as settings:
             cand = Workload(
                 "candidate", sets.calls[0][0], sets.rotation(0), problem.min_bytes, sets.refresh(0)
             )
