@@ -23,6 +23,7 @@ import torch
 from pytest_convperf.check.context import Candidate
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import ConvInputs
+from pytest_convperf.correctness.integrity import check_output
 from pytest_convperf.correctness.oracle import describe
 from pytest_convperf.measure.parallel import timing_slot
 from pytest_convperf.measure.profiling import profile_kernels
@@ -53,22 +54,25 @@ def phase_call(
     ``grad_out``: the check's (``CheckContext.grad_out``, the one correctness checked gradients
     with), None for ``forward``.
     ``keep`` (forward): each call stores its output in ``keep[0]``, so the last timed call's
-    output can be checked after timing (``integrity``); one store, on both sides alike.
+    output can be checked after timing (``integrity``); one store, on both sides alike. Each forward
+    call refuses an output that is not exactly ``torch.Tensor`` (``integrity.check_output``: a
+    subclass can defer its work past the timed region), on both sides alike.
     """
     args = problem.conv_args()
     if phase == "forward":
         x, w, b = inputs
+        kind = x.device.type
         if keep is not None:
             held = keep
 
             def forward_kept() -> object:
-                held[0] = out = fn(x, w, b, *args)
+                held[0] = out = check_output(fn(x, w, b, *args), kind, full=False)
                 return out
 
             return forward_kept
 
         def forward() -> object:
-            return fn(x, w, b, *args)
+            return check_output(fn(x, w, b, *args), kind, full=False)
 
         return forward
     x = inputs.input.detach().requires_grad_(phase in ("input_grad", "backward"))

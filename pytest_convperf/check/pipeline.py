@@ -25,13 +25,14 @@ from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.judgement import judge_and_record
-from pytest_convperf.check.pairing import time_pair
+from pytest_convperf.check.pairing import ImplausibleTime, time_pair
 from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.correctness.integrity import Finding, after_timing
 from pytest_convperf.correctness.oracle import check_conv
 from pytest_convperf.measure.profiling import profile_facts
 from pytest_convperf.measure.rounds import StopRule
+from pytest_convperf.measure.rule import TimingTrick
 from pytest_convperf.reports import journal
 
 if TYPE_CHECKING:
@@ -130,61 +131,71 @@ def run_check(
                 # A correctness failure is recorded without a judgement: there is no timing to judge.
                 verdict = Verdict.CORRECTNESS_FAIL if not report.ok else None
                 failed(facts, Finding("", report.message(), tuple(report.candidate_errors), verdict))
-            # Every phase call of the check, built once, and the facts measured before timing.
-            progress.at("the first measurement")
-            calls = phase_calls(ctx)
-            if deterministic:
-                progress.at("the determinism check")
-                with calls.settings():
-                    found = nondeterminism(calls.candidate_call, problem, phase, ctx.seed)
-                failed(facts, found)
+            # A trick or a time no kernel can reach, caught while timing (the determinism check, the
+            # facts' calls, a measurement or its confirm), is the check's failure with its row, as
+            # an integrity finding is: never judged, never a baseline (issue 37 item 2).
+            try:
+                # Every phase call of the check, built once, and the facts measured before timing.
                 progress.at("the first measurement")
-            timed = time_pair(ctx, calls, stored_mode=ctx.stored_mode)  # auto: time as stored
-            comparison = timed.first
-            if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
-                progress.at("the integrity check after timing")
-                with correctness_settings():
-                    found = after_timing(
-                        candidate, problem, ctx.inputs, timed.last_output, ctx.seed, device, oracle
+                calls = phase_calls(ctx)
+                if deterministic:
+                    progress.at("the determinism check")
+                    with calls.settings():
+                        found = nondeterminism(calls.candidate_call, problem, phase, ctx.seed)
+                    failed(facts, found)
+                    progress.at("the first measurement")
+                timed = time_pair(ctx, calls, stored_mode=ctx.stored_mode)  # auto: time as stored
+                comparison = timed.first
+                if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
+                    progress.at("the integrity check after timing")
+                    with correctness_settings():
+                        found = after_timing(
+                            candidate, problem, ctx.inputs, timed.last_output, ctx.seed, device, oracle
+                        )
+                    failed(facts, found)
+                # Which kernels ran (updating, or the stored entry has a table) and --convperf-trace.
+                kernels = cfg.updating or (ctx.entry is not None and bool(ctx.entry.kernels))
+                if kernels or cfg.trace:
+                    if kernels:
+                        progress.at("the kernel table")
+                    sides = (("candidate", calls.candidate_call), ("reference", calls.reference_call))
+                    comparison = comparison.with_facts(
+                        profile_facts(
+                            calls.candidate_call if kernels else None,
+                            sides,
+                            device,
+                            calls.settings,
+                            trace_dir=session.trace_dir() if cfg.trace else None,
+                            nodeid=nodeid,
+                            label=f"{problem.id}-{phase}",
+                        )
                     )
-                failed(facts, found)
-            # Which kernels ran (updating, or the stored entry has a table) and --convperf-trace.
-            kernels = cfg.updating or (ctx.entry is not None and bool(ctx.entry.kernels))
-            if kernels or cfg.trace:
-                if kernels:
-                    progress.at("the kernel table")
-                sides = (("candidate", calls.candidate_call), ("reference", calls.reference_call))
-                comparison = comparison.with_facts(
-                    profile_facts(
-                        calls.candidate_call if kernels else None,
-                        sides,
-                        device,
-                        calls.settings,
-                        trace_dir=session.trace_dir() if cfg.trace else None,
-                        nodeid=nodeid,
-                        label=f"{problem.id}-{phase}",
-                    )
+                facts.update({k: v for k, v in comparison.facts.items() if k in ROW_FACTS})
+                # Plugins that time more around the check (the A/B of --convperf-against): facts for the row.
+                for extra in config.hook.pytest_convperf_check_timed(
+                    convperf=convperf, context=ctx, comparison=comparison
+                ):
+                    facts.update(extra or {})
+                progress.at("the judgement (its confirm measurement)")
+                return judge_and_record(
+                    session,
+                    nodeid,
+                    ctx.slot,
+                    device,
+                    comparison,
+                    name=problem.id,
+                    phase=phase,
+                    errors=report.candidate_errors,
+                    confirm=timed.confirm,
+                    facts=facts,
+                    extra_metrics=extra_metrics,
                 )
-            facts.update({k: v for k, v in comparison.facts.items() if k in ROW_FACTS})
-            # Plugins that time more around the check (the A/B of --convperf-against): facts for the row.
-            for extra in config.hook.pytest_convperf_check_timed(
-                convperf=convperf, context=ctx, comparison=comparison
-            ):
-                facts.update(extra or {})
-            progress.at("the judgement (its confirm measurement)")
-            return judge_and_record(
-                session,
-                nodeid,
-                ctx.slot,
-                device,
-                comparison,
-                name=problem.id,
-                phase=phase,
-                errors=report.candidate_errors,
-                confirm=timed.confirm,
-                facts=facts,
-                extra_metrics=extra_metrics,
-            )
+            except (TimingTrick, ImplausibleTime) as exc:
+                if len(session.pending.get(nodeid, [])) != recorded:  # judged already: its row stands
+                    raise
+                message = str(exc) if isinstance(exc, TimingTrick) else f"IMPLAUSIBLE TIME: {exc}"
+                failed(facts, Finding.of(message))
+                raise  # not reached: failed() ends the test
     except CheckTimeout as exc:
         if len(session.pending.get(nodeid, [])) == recorded:  # not judged yet: its row
             session.record(nodeid, timeout_row(str(exc)))

@@ -19,6 +19,13 @@ compute during timing. After the first timed measurement :func:`after_timing` ch
 The check's input values are restored afterwards (the confirm run times them again). Forward
 phase only: a gradient phase's timed call returns gradients that step 1 cannot compare without
 the forward (its correctness was checked before timing).
+
+Every timed forward call's output must be a plain dense tensor (issue 37 item 2): exactly
+``torch.Tensor``, not a subclass. A subclass can defer its work until its values are read (a lazy
+tensor computed on first use, returned only when a timing frame is on the stack), and every read
+comes after the timed region. :func:`lazy_output` is checked in each timed call (the exact type,
+cheap enough to leave in the timed region of both sides) and, in full (strided layout, the input's
+device, a storage, no Python dispatch), on the last timed call's output after timing.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.core.results import ErrorStats, Verdict
 from pytest_convperf.correctness.case import Candidate, build_case
+from pytest_convperf.measure.rule import TimingTrick
 
 # The fresh values' seed: far from the check's own seed and from graph mode's seed + i sets.
 FRESH_SEED_OFFSET = 0x5EED5
@@ -59,6 +67,44 @@ def _worst(errors: Sequence[ErrorStats]) -> str:
     return f"max abs error {e.max_abs:.3g} (allowed {e.atol:.3g} + {e.rtol:.3g} x |expected|)"
 
 
+def lazy_output(out: object, device_type: str, full: bool = True) -> str | None:
+    """Why ``out`` is not a plain dense tensor on ``device_type`` (a ``LAZY OUTPUT:`` message), else
+    None. ``full=False``: the exact type only (the check inside each timed call)."""
+    if type(out) is torch.Tensor:
+        if not full:
+            return None
+        why = None
+        if out.layout is not torch.strided or out.is_nested:
+            why = f"a {out.layout} tensor{' (nested)' if out.is_nested else ''}, not a dense strided one"
+        elif out.device.type != device_type:
+            why = f"a tensor on device {out.device.type!r}, not on the inputs' {device_type!r}"
+        elif torch._C._dispatch_keys(out).has(torch._C.DispatchKey.Python):
+            why = "a tensor whose operations run Python code (a subclass in disguise)"
+        else:
+            try:
+                out.untyped_storage().data_ptr()
+            except (RuntimeError, NotImplementedError):
+                why = "a tensor without a storage of its own (a wrapper)"
+        if why is None:
+            return None
+    else:
+        name = f"{type(out).__module__}.{type(out).__qualname__}"[:200]
+        why = f"a torch.Tensor subclass ({name})" if isinstance(out, torch.Tensor) else f"a {name}"
+    return (
+        f"LAZY OUTPUT: a timed call returned {why}: its values need not exist when the call returns (a "
+        "subclass can compute them on first use, after the timed region). Return a plain dense "
+        "torch.Tensor (exactly torch.Tensor) holding the finished result."
+    )
+
+
+def check_output(out: object, device_type: str, full: bool = True) -> object:
+    """``out`` itself when it is a plain dense tensor (:func:`lazy_output`), else :class:`TimingTrick`."""
+    why = lazy_output(out, device_type, full)
+    if why is not None:
+        raise TimingTrick(why)
+    return out
+
+
 def after_timing(
     candidate: Candidate,
     problem: Conv2dProblem,
@@ -74,6 +120,10 @@ def after_timing(
     fresh = problem.make_inputs(seed + FRESH_SEED_OFFSET, device)
     snap: torch.Tensor | None = None
     last_out: torch.Tensor | None = None
+    if last is not None:
+        lazy = lazy_output(last[1], torch.device(device).type)
+        if lazy is not None:
+            return Finding.of(lazy)
     if last is not None and isinstance(last[1], torch.Tensor):
         last_inputs, last_out = last[0], last[1]
         if last_out.device.type == "cuda":

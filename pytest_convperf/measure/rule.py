@@ -18,6 +18,13 @@ class TimedCallError(RuntimeError):
     """A timed callable (or the device under it) raised during warm-up or rounds."""
 
 
+class TimingTrick(TimedCallError):
+    """A timed call did its work where the timer cannot see it (another thread or process, more
+    threads), returned an output that is not computed yet, or changed the timer's clock. The
+    message opens with the trick's name (``LAZY OUTPUT:``, ``CLOCK CHANGED:``, ...): a check records
+    it as its integrity finding."""
+
+
 @dataclass(frozen=True)
 class StopRule:
     """Warm-up and stopping parameters. Defaults are docs/design.md §5's numbers.

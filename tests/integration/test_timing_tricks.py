@@ -9,6 +9,7 @@ measured with it too, as a ratio in one run.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -102,3 +103,30 @@ def test_trick(convperf):
     result = pytester.runpytest_subprocess(*cpu_plugin_args, "--convperf", "-p", "no:xdist")
     result.stdout.fnmatch_lines([words])
     result.assert_outcomes(failed=1)
+
+
+def test_a_time_under_the_roofline_is_a_failed_check_with_its_row(
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
+) -> None:
+    # Issue 37 item 2: the check failed but its row was missing from rows.json and the summary.
+    _fake_conftest(pytester, {"candidate": 1e-12, "reference": 1e-3})
+    pytester.makepyfile(
+        test_fast=PROBLEM_SRC
+        + """
+@pytest.mark.convperf
+def test_fast(convperf):
+    convperf.check(F.conv2d, P)
+"""
+    )
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf", "--convperf-report=report")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*IMPLAUSIBLE TIME: candidate median*under half the roofline floor*did not do its work*",
+            "*CORRECTNESS_FAIL (1)*",
+            "*test_fast*",
+        ]
+    )
+    (row,) = json.loads((pytester.path / "report" / "rows.json").read_text())
+    assert row["verdict"] == "CORRECTNESS_FAIL" and row["facts"]["integrity"] == "IMPLAUSIBLE TIME"
+    assert row["comparison"] is None and "test_fast" in (pytester.path / "report" / "report.md").read_text()

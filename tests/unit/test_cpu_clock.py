@@ -14,6 +14,7 @@ from pytest_convperf.core.device import resolve_device
 from pytest_convperf.core.entry import MEASURED_MODES
 from pytest_convperf.measure.cpu import CpuTimer
 from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.rule import TimingTrick
 from pytest_convperf.measure.timers import make_timer
 
 
@@ -81,3 +82,74 @@ def test_calibration_folds_the_runs_robustly_and_keeps_their_load() -> None:
     assert check["noise"] < 0.05
     assert check["time_ratio"] == pytest.approx(math.exp(0.005))
     assert check["load_max"] == 9.0
+
+
+# ---- issue 37 item 2: waiting elsewhere, a changed clock, a lazy output ----
+
+
+def _rounds(timer: CpuTimer, jobs: list[Job], n: int) -> None:
+    with timer.pinned():
+        timer.warmed_up()
+        for _ in range(n):
+            timer.run_round(jobs)
+
+
+def test_a_side_that_waits_for_work_done_elsewhere_is_refused() -> None:
+    timer = CpuTimer(resolve_device("cpu"))
+    honest = timer.job("reference", lambda: _spin(0.002), "cold")
+    # A candidate that spins a little and waits on another process's work: a sleep to the thread.
+    waits = timer.job("candidate", lambda: (_spin(0.0002), time.sleep(0.002)), "cold")
+    with pytest.raises(TimingTrick, match=r"^WORK ELSEWHERE: candidate's timed calls waited off the CPU"):
+        _rounds(timer, [waits, honest], 10)
+    assert timer.waited_share()["candidate"] > 5 and timer.waited_share()["reference"] < 0.5
+
+
+def test_two_honest_sides_pass_beside_busy_threads_and_their_waiting_is_a_fact() -> None:
+    timer = CpuTimer(resolve_device("cpu"))
+    a = timer.job("candidate", lambda: _spin(0.001), "cold")
+    b = timer.job("reference", lambda: _spin(0.001), "cold")
+    _rounds(timer, [a, b], 20)  # no trick raised
+    facts = timer.facts()["waited_share"]
+    assert set(facts) == {"candidate", "reference"} and max(facts.values()) < 0.5
+
+
+def test_a_replaced_thread_clock_is_refused_as_a_changed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_convperf.measure.cpu as cpu
+
+    real = time.thread_time_ns
+    hidden = [0]
+    monkeypatch.setattr(time, "thread_time_ns", lambda: real() - hidden[0])
+    patched = cpu._call_timer()  # what a candidate reaching into the closure gets: the clock replaced
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu, "_time_call", patched)
+
+    def cheat() -> None:
+        t0 = real()
+        _spin(0.001)
+        hidden[0] += (real() - t0) * 9 // 10
+
+    timer = CpuTimer(resolve_device("cpu"))
+    jobs = [timer.job("candidate", cheat, "cold"), timer.job("reference", lambda: _spin(0.001), "cold")]
+    with pytest.raises(TimingTrick, match=r"^CLOCK CHANGED: during candidate.s timed calls"):
+        _rounds(timer, jobs, 10)
+
+
+def test_only_a_plain_dense_tensor_is_an_output() -> None:
+    from pytest_convperf.correctness.integrity import check_output, lazy_output
+
+    class Sub(torch.Tensor):
+        pass
+
+    plain = torch.ones(2, 3)
+    assert lazy_output(plain, "cpu") is None and check_output(plain, "cpu") is plain
+    for out, words in (
+        (plain.as_subclass(Sub), "a torch.Tensor subclass (tests.unit.test_cpu_clock."),
+        (plain.to_sparse(), "torch.sparse_coo tensor, not a dense strided one"),
+        (torch.empty(2, device="meta"), "on device 'meta', not on the inputs' 'cpu'"),
+        ((plain,), "a builtins.tuple"),
+    ):
+        why = lazy_output(out, "cpu")
+        assert why is not None and why.startswith("LAZY OUTPUT: a timed call returned") and words in why, why
+    assert lazy_output(plain.to_sparse(), "cpu", full=False) is None  # inside timed calls: the type only
+    with pytest.raises(TimingTrick, match=r"^LAZY OUTPUT"):
+        check_output(plain.as_subclass(Sub), "cpu", full=False)
