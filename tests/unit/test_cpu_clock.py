@@ -113,6 +113,13 @@ def test_two_honest_sides_pass_beside_busy_threads_and_their_waiting_is_a_fact()
     assert set(facts) == {"candidate", "reference"} and max(facts.values()) < 0.5
 
 
+def test_no_op_calls_are_not_a_changed_clock() -> None:
+    # The twin's two nested reads are all of a no-op call's time: 63 % of it, before they were allowed.
+    timer = CpuTimer(resolve_device("cpu"))
+    jobs = [timer.job("candidate", lambda: None, "cold"), timer.job("reference", lambda: None, "cold")]
+    _rounds(timer, jobs, 200)
+
+
 def test_a_replaced_thread_clock_is_refused_as_a_changed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     import pytest_convperf.measure.cpu as cpu
 
