@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.resultsdb.db import Refused
 
 DEFAULT_FILE = "convperf.sqlite"
 PENDING = "store.pending.jsonl"
@@ -104,6 +105,11 @@ class ResultsWriter:
         if self.engine is not None:
             self.engine.dispose()
 
+    # trylast: after the built-in reports (plugin.py's, trylast too, registered before this
+    # plugin: pluggy calls the later-registered of two trylast implementations last). A store
+    # that is locked or slow kept history.jsonl, report.md and rows.json waiting, and a kill then
+    # left only the journal (issue 37.5); the local files come first, then the shared store.
+    @pytest.hookimpl(trylast=True)
     def pytest_convperf_write_report(
         self,
         rows: Sequence[CheckRow],
@@ -144,7 +150,10 @@ class ResultsWriter:
         try:
             found = new_store_change_points(self.url, {str(r.get("machine") or "unknown") for r in records})
             objects, _ = read_objects(self.report_dir / "history.jsonl")
-            here = [rec for _, rec in objects if record_problem(rec) is None] + list(records)
+            here = [rec for _, rec in objects if record_problem(rec) is None]
+            # Tonight's records, unless the built-in report (which runs first) appended them already.
+            written = {rec.get("session_id") for rec in here}
+            here += [rec for rec in records if rec.get("session_id") not in written]
             known = {(c.machine, c.key) for c in recent_change_points(series_from_records(here)) if c.new}
         except Exception as exc:  # never costs the night's reports
             return [f"results store: change points not computed: {type(exc).__name__}: {exc}"]
@@ -156,7 +165,9 @@ class ResultsWriter:
 
     def write(self, records: list[dict[str, Any]], session_id: str) -> list[str]:
         """Tonight's records in one transaction, then any a failed write left; a write that fails
-        keeps its records in the pending file, and one note says where."""
+        keeps its records in the pending file, and one note says where. A record the store refuses
+        (a key over its bound, a value the engine refuses) is named in a note and not kept: it
+        would fail every later night too, and its line is in history.jsonl."""
         from pytest_convperf.resultsdb.db import write
 
         assert self.engine is not None
@@ -164,27 +175,36 @@ class ResultsWriter:
         left, skipped = read_objects(pending) if pending.exists() else ([], [])
         notes = [f"{PENDING}: {line}" for line in summary(skipped)]
         try:
-            write(self.engine, records, source=str(self.report_dir), session_id=session_id)
+            done = write(self.engine, records, source=str(self.report_dir), session_id=session_id)
         except Exception as exc:
             end_cut_line(pending)
             with open(pending, "a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(rec, default=str, sort_keys=True) + "\n" for rec in records)
             return [*notes, self._not_written(exc, len(records) + len(left), pending)]
+        notes += self._refused(done.refused)
         if left:
             try:
-                write(self.engine, [rec for _, rec in left], source=str(pending))
+                done = write(self.engine, [rec for _, rec in left], source=str(pending))
             except Exception as exc:
                 return [*notes, self._not_written(exc, len(left), pending)]
             pending.unlink()
             notes.append(f"results store: {len(left)} record(s) a failed write had left in {pending} stored")
+            notes += self._refused(done.refused)
         return notes
 
-    def _not_written(self, exc: Exception, kept: int, pending: Path) -> str:
+    def _refused(self, refused: Sequence[Refused]) -> list[str]:
         from pytest_convperf.resultsdb.db import shown
 
-        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return [
+            f"results store {shown(self.url)} refused one record, the others stored: {r.line()}"
+            for r in refused
+        ]
+
+    def _not_written(self, exc: Exception, kept: int, pending: Path) -> str:
+        from pytest_convperf.resultsdb.db import failure, shown
+
         return (
-            f"results store {shown(self.url)} NOT written ({type(exc).__name__}: {why}); {kept} record(s) "
+            f"results store {shown(self.url)} NOT written ({failure(exc)}); {kept} record(s) "
             f"kept in {pending}: the next session stores them, or python -m pytest_convperf store import "
             f"{self.report_dir} --store URL"
         )
@@ -229,7 +249,7 @@ def import_dir(url: str, directory: Path) -> tuple[list[str], int]:
     """``store import DIR``: every ``history.jsonl`` (and ``store.pending.jsonl``) under DIR into the
     store; a record already there (same digest) is not added again; unusable lines are named."""
     from pytest_convperf.night.history import read_history_records
-    from pytest_convperf.resultsdb.db import StoreUnavailable, open_store, shown, write
+    from pytest_convperf.resultsdb.db import StoreUnavailable, failure, fix_for, open_store, shown, write
 
     files = (
         sorted([*directory.rglob("history.jsonl"), *directory.rglob(PENDING)]) if directory.is_dir() else []
@@ -241,19 +261,28 @@ def import_dir(url: str, directory: Path) -> tuple[list[str], int]:
     except StoreUnavailable as exc:
         return [f"store import: {exc}"], 2
     lines: list[str] = []
-    total = new = 0
+    total = new = refused = 0
     try:
         for file in files:
             good, skipped = read_history_records(file)
-            added = write(engine, good, source=str(file))
-            total, new = total + len(good), new + added
+            done = write(engine, good, source=str(file))
+            total, new, refused = total + len(good), new + done.new, refused + len(done.refused)
             skipped.sort(key=_line)
             lines += [f"store import: {line}" for line in summary(skipped)]
-            lines.append(f"store import: {file}: {len(good)} records, {added} new")
+            lines += [f"store import: {file}: refused {r.line()}" for r in done.refused]
+            lines.append(f"store import: {file}: {len(good)} records, {done.new} new")
+    except Exception as exc:  # the store itself failed (connection, lock, disk): one line, not a traceback
+        lines.append(
+            f"store import: results store {shown(url)} NOT written ({failure(exc)}); {fix_for(url, exc)}"
+        )
+        return lines, 1
     finally:
         engine.dispose()
-    lines.append(f"store import: {new} of {total} records new in {shown(url)}")
-    return lines, 0
+    lines.append(
+        f"store import: {new} of {total} records new in {shown(url)}"
+        + (f"; {refused} refused (named above), the others stored" if refused else "")
+    )
+    return lines, 1 if refused else 0
 
 
 def _line(skipped: Skipped) -> int:

@@ -75,8 +75,8 @@ def test_records_round_trip_and_an_import_adds_nothing_twice(url: str) -> None:
     assert versions == (0, schema.VERSION)
     session_id = uuid.uuid4().hex
     records = [dict(record(i), session_id=session_id) for i in range(5)]  # as a session writes them
-    assert db.write(engine, records, source="t", session_id=session_id) == 5
-    assert db.write(engine, records, source="again") == 0  # same digests: nothing new
+    assert db.write(engine, records, source="t", session_id=session_id).new == 5
+    assert db.write(engine, records, source="again").new == 0  # same digests: nothing new
     back = db.read_records(
         engine, columns=("key", "commit", "ln_ratio", "ci_low", "noise", "timing_mode", "record")
     )
@@ -95,11 +95,11 @@ def test_two_sessions_with_equal_results_in_one_second_are_both_stored(url: str)
     one_second = [record(i, when="2026-01-01T00:00:00+00:00") for i in range(3)]
     first, second = uuid.uuid4().hex, uuid.uuid4().hex
     engine, _ = db.open_store(url)
-    assert db.write(engine, one_second, source="t", session_id=first) == 3
-    assert db.write(engine, one_second, source="t", session_id=second) == 3
+    assert db.write(engine, one_second, source="t", session_id=first).new == 3
+    assert db.write(engine, one_second, source="t", session_id=second).new == 3
     assert db.count(engine) == 6
     history = [dict(rec, session_id=s) for s in (first, second) for rec in one_second]
-    assert db.write(engine, history, source="history.jsonl") == 0
+    assert db.write(engine, history, source="history.jsonl").new == 0
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(schema.runs)).scalar_one() == 2
     engine.dispose()
@@ -112,11 +112,11 @@ def test_an_import_of_a_report_folder_whose_session_wrote_live_adds_nothing(url:
     live = [dict(record(i, key=f"test_{i}@p"), session_id=session_id) for i in range(3)]
     history = [{k: v for k, v in rec.items() if k not in ("ratio_ci", "noise", "kernels")} for rec in live]
     engine, _ = db.open_store(url)
-    assert db.write(engine, live, source="session", session_id=session_id) == 3
-    assert db.write(engine, history, source="history.jsonl") == 0
+    assert db.write(engine, live, source="session", session_id=session_id).new == 3
+    assert db.write(engine, history, source="history.jsonl").new == 0
     assert db.count(engine) == 3
     other = uuid.uuid4().hex  # another session's equal lines are its own run
-    assert db.write(engine, [dict(rec, session_id=other) for rec in history], source="history.jsonl") == 3
+    assert db.write(engine, [dict(rec, session_id=other) for rec in history], source="history.jsonl").new == 3
     assert db.count(engine) == 6
     engine.dispose()
 
@@ -124,13 +124,15 @@ def test_an_import_of_a_report_folder_whose_session_wrote_live_adds_nothing(url:
 def test_a_nan_in_a_record_is_stored(url: str) -> None:
     engine, _ = db.open_store(url)
     rec = dict(record(1), se=float("nan"), us={"candidate": float("inf")})
-    assert db.write(engine, [rec], source="t") == 1
+    assert db.write(engine, [rec], source="t").new == 1
     (back,) = db.read_records(engine, columns=("se", "record"))
     assert back["se"] is None and back["record"]["us"] == {"candidate": "inf"}
     engine.dispose()
 
 
 def test_an_older_store_is_migrated_in_order_and_a_newer_one_refused(url: str) -> None:
+    # Schema 3 (TEXT columns) came after this test was written: the store at schema 1 now climbs
+    # to VERSION, and "newer" is VERSION + 1 (the premise, migrations in order, is unchanged).
     engine = db.engine_for(url)
     with engine.begin() as conn:
         assert schema.migrate(conn, target=1) == (0, 1)
@@ -140,7 +142,7 @@ def test_an_older_store_is_migrated_in_order_and_a_newer_one_refused(url: str) -
         }
     engine.dispose()
     engine, versions = db.open_store(url)
-    assert versions == (1, 2)
+    assert versions == (1, schema.VERSION)
     with engine.connect() as conn:
         names = {i["name"] for i in sa.inspect(conn).get_indexes("convperf_results")}
         assert {"convperf_results_series", "convperf_results_when"} <= names
@@ -148,9 +150,89 @@ def test_an_older_store_is_migrated_in_order_and_a_newer_one_refused(url: str) -
         conn.execute(sa.update(schema.schema_table).values(version=schema.VERSION + 1))
     engine.dispose()
     with pytest.raises(
-        db.StoreUnavailable, match=r"schema version 3 is newer than .*upgrade pytest-convperf"
+        db.StoreUnavailable,
+        match=rf"schema version {schema.VERSION + 1} is newer than .*upgrade pytest-convperf",
     ):
         db.open_store(url)
+
+
+LONG_ID = "test_conv@" + "x" * 890  # a 900-character parametrize id (issue 37.3)
+
+
+def _lengths(conn: sa.Connection) -> dict[str, int | None]:
+    return {
+        c["name"]: getattr(c["type"], "length", None)
+        for c in sa.inspect(conn).get_columns("convperf_results")
+    }
+
+
+def test_a_schema_2_store_takes_a_900_character_id_after_its_migration(url: str) -> None:
+    # Schema 1 created VARCHAR(800) keys, which PostgreSQL enforces: one such id failed the whole
+    # night (DataError, 0 rows). Migration 3 makes the text columns TEXT in place.
+    engine = db.engine_for(url)
+    with engine.begin() as conn:
+        assert schema.migrate(conn, target=2) == (0, 2)
+    with engine.connect() as conn:
+        assert _lengths(conn)["key"] == 800 and _lengths(conn)["check_id"] == 1000
+    engine.dispose()
+    engine, versions = db.open_store(url)
+    assert versions == (2, schema.VERSION)
+    with engine.connect() as conn:
+        lengths = _lengths(conn)
+    if engine.dialect.name == "postgresql":  # SQLite keeps the declared VARCHAR(n), never enforced
+        assert lengths["key"] is None and lengths["check_id"] is None and lengths["machine"] is None
+    done = db.write(engine, [record(1, key=LONG_ID), record(2)], source="t", session_id=uuid.uuid4().hex)
+    assert done == db.Written(2)
+    assert [r["key"] for r in db.read_records(engine, columns=("key",))] == [LONG_ID, "test_x@p"]
+    engine.dispose()
+
+
+def test_one_bad_record_is_refused_by_name_and_costs_no_other(url: str) -> None:
+    # A 900-character id (stored), a test file name that is not UTF-8 (a lone surrogate: stored,
+    # escaped), a NUL, and an id over the store's bound (refused by name): every other record of
+    # the night is stored, in this write and the next.
+    engine, _ = db.open_store(url)
+    huge = "test_conv@" + "y" * (db.MAX_KEY_BYTES + 10)
+    records = [
+        record(1),
+        record(2, key=LONG_ID),
+        dict(record(3, key="test_q@p"), module="test_\udcff_mod"),
+        record(4, key="test_nul\x00@p"),
+        record(5, key=huge),
+        record(6, key="test_z@p"),
+    ]
+    done = db.write(engine, records, source="t", session_id=uuid.uuid4().hex)
+    assert done.new == 5
+    (refused,) = done.refused
+    assert (
+        refused.check.startswith("test_mod::test_conv@yyyy")
+        and f"({len(huge) + 10} characters)" in refused.check
+    )
+    assert f"its key is {len(huge)} bytes, over the store's {db.MAX_KEY_BYTES}" in refused.why
+    assert "\n" not in refused.line() and len(refused.line()) < 400
+    back = db.read_records(engine, columns=("check_id", "key", "record"))
+    assert sorted(r["key"] for r in back) == sorted(
+        ["test_x@p", LONG_ID, "test_q@p", "test_nul\\x00@p", "test_z@p"]
+    )
+    assert "test_\\udcff_mod::test_q@p" in {r["check_id"] for r in back}
+    later = db.write(engine, [record(7, key="test_later@p")], source="t", session_id=uuid.uuid4().hex)
+    assert later == db.Written(1)
+    engine.dispose()
+
+
+def test_a_value_the_engine_refuses_costs_no_other_record(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever slips past the checks above (here: no bound, and a value the driver cannot bind),
+    # the engine's refusal of one row is that row's alone: its savepoint is rolled back, the
+    # chunk is retried row by row, and the transaction keeps the others.
+    monkeypatch.setattr(db, "_text", lambda value: value if isinstance(value, str) else str(value))
+    engine, _ = db.open_store(url)
+    bad = dict(record(2, key="test_bad@p"), module="test_\udcff")
+    done = db.write(engine, [record(1), bad, record(3, key="test_ok@p")], source="t", session_id="s1")
+    assert done.new == 2
+    (refused,) = done.refused
+    assert refused.check.startswith("test_\\udcff::test_bad@p") and "the store refused it" in refused.why
+    assert sorted(r["key"] for r in db.read_records(engine, columns=("key",))) == ["test_ok@p", "test_x@p"]
+    engine.dispose()
 
 
 def test_an_unreachable_postgresql_names_the_url_without_its_password_and_the_fix(tmp_path: Path) -> None:
