@@ -152,8 +152,8 @@ class ResultsWriter:
             objects, _ = read_objects(self.report_dir / "history.jsonl")
             here = [rec for _, rec in objects if record_problem(rec) is None]
             # Tonight's records, unless the built-in report (which runs first) appended them already.
-            written = {rec.get("session_id") for rec in here}
-            here += [rec for rec in records if rec.get("session_id") not in written]
+            written = {rec["session_id"] for rec in here if rec.get("session_id")}
+            here += [rec for rec in records if not rec.get("session_id") or rec["session_id"] not in written]
             known = {(c.machine, c.key) for c in recent_change_points(series_from_records(here)) if c.new}
         except Exception as exc:  # never costs the night's reports
             return [f"results store: change points not computed: {type(exc).__name__}: {exc}"]

@@ -15,7 +15,7 @@ import pytest
 import pytest_convperf.session as session_module
 from pytest_convperf.__main__ import main
 from pytest_convperf.reports.results_writer import have_sqlalchemy
-from tests.integration._lifecycle import REPO, Suite
+from tests.integration._lifecycle import MACHINE, REPO, Suite
 
 # Every test but the one about its absence (which runs with or without it).
 needs_store = pytest.mark.skipif(
@@ -38,10 +38,12 @@ def _stored(db: Path) -> list[tuple[str, str, float]]:
 
 @needs_store
 def test_a_session_appends_its_rows_to_the_default_store(suite: Suite) -> None:
+    from pytest_convperf.resultsdb import schema
+
     result = suite.run("--convperf-report=report")
     result.assert_outcomes(passed=2)
     db = suite.pytester.path / "report" / "convperf.sqlite"
-    result.stdout.fnmatch_lines([f"convperf: results store sqlite:///{db} (schema v2)"])
+    result.stdout.fnmatch_lines([f"convperf: results store sqlite:///{db} (schema v{schema.VERSION})"])
     rows = _stored(db)
     assert [(k.split("[")[0], v, r) for k, v, r in rows] == [("test_a", "NEW", 0.5), ("test_b", "NEW", 0.5)]
     with sqlite3.connect(db) as conn:
@@ -218,3 +220,87 @@ def test_the_nights_change_points_from_the_store_once(suite: Suite, ephemeral: b
     from_file = out.count("note: change point new in this run: test_")
     assert (from_store, from_file) == ((2, 0) if ephemeral else (0, 2)), out
     assert "step +20.0 %" in out
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def _keys(url: str) -> list[str]:
+    from pytest_convperf.resultsdb import db
+
+    engine = db.engine_for(url)
+    try:
+        return sorted(str(r["key"]).split("[")[0] for r in db.read_records(engine, columns=("key",)))
+    finally:
+        engine.dispose()
+
+
+@needs_store
+def test_a_pending_record_the_store_refuses_costs_no_later_night(suite: Suite, store_url: str) -> None:
+    # Records a failed write left: one with a 900-character id (PostgreSQL's VARCHAR(800) refused
+    # it, and the retry failed every later night with the night's own records: issue 37.3) and one
+    # over the store's bound. The first is stored, the second refused by name; tonight's records
+    # and the other pending one are stored, and the pending file is gone (no night retries it).
+    from pytest_convperf.resultsdb import db
+
+    report = suite.pytester.path / "report"
+    report.mkdir()
+    base = {"when": "2026-01-01T00:00:00+00:00", "machine": MACHINE, "module": "m", "verdict": "PASS"}
+    long_id, huge = "test_long@" + "x" * 890, "test_huge@" + "y" * db.MAX_KEY_BYTES
+    pending = [dict(base, key="test_old@p"), dict(base, key=long_id), dict(base, key=huge)]
+    (report / "store.pending.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pending))
+    result = suite.run("--convperf-report=report", f"--convperf-store={store_url}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "note: results store: 3 record(s) a failed write had left in * stored",
+            f"note: results store * refused one record, the others stored: m::test_huge@yyy*"
+            f"its key is {len(huge)} bytes, over the store's {db.MAX_KEY_BYTES}*",
+        ]
+    )
+    assert _keys(store_url) == sorted(["test_a", "test_b", "test_old@p", long_id])
+    assert not (report / "store.pending.jsonl").exists()
+    suite.run("--convperf-report=report", f"--convperf-store={store_url}").assert_outcomes(passed=2)
+    assert len(_keys(store_url)) == 6
+
+
+# Records, when the store's write starts, which of the built-in reports are on disk already.
+SEE_REPORTS_AT_STORE_WRITE = """
+import json
+from pathlib import Path
+
+from pytest_convperf.resultsdb import db
+
+_write = db.write
+
+
+def _seeing(engine, records, **kw):
+    report = Path("report")
+    seen = {name: (report / name).exists() for name in ("history.jsonl", "report.md", "rows.json")}
+    Path("seen.json").write_text(json.dumps(seen))
+    return _write(engine, records, **kw)
+
+
+def pytest_configure(config):
+    db.write = _seeing
+
+
+def pytest_unconfigure(config):
+    db.write = _write
+"""
+
+
+@needs_store
+def test_the_local_reports_are_written_before_the_store(suite: Suite) -> None:
+    # A locked or slow store kept history.jsonl, report.md and rows.json waiting (58 s), and a
+    # kill in that wait left only the journal (issue 37.5): they are on disk before the store write.
+    suite.pytester.makeconftest(SEE_REPORTS_AT_STORE_WRITE)
+    db = suite.pytester.path / "store.sqlite"
+    suite.run("--convperf-report=report", f"--convperf-store=sqlite:///{db}").assert_outcomes(passed=2)
+    seen = json.loads((suite.pytester.path / "seen.json").read_text())
+    assert seen == {"history.jsonl": True, "report.md": True, "rows.json": True}
+    assert len(_stored(db)) == 2

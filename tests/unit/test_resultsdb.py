@@ -8,10 +8,8 @@ sets it; ``.ci/postgres.sh start DIR`` does it by hand) and skip, saying so, wit
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +18,6 @@ import pytest
 sa = pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy: pip install '.[store]'")
 
 from pytest_convperf.resultsdb import db, schema  # noqa: E402
-
-PG_ENV = "CONVPERF_TEST_POSTGRES_URL"
 
 
 def record(i: int, *, key: str = "test_x@p", when: str | None = None, machine: str = "box") -> dict[str, Any]:
@@ -40,27 +36,6 @@ def record(i: int, *, key: str = "test_x@p", when: str | None = None, machine: s
         "timing": {"mode": "warm"},
         "kernels": [{"name": "k", "calls": 1.0, "share": 1.0}],
     }
-
-
-def _pg_url() -> str:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"no PostgreSQL: set ${PG_ENV} (.ci/run starts one: .ci/postgres.sh start DIR)")
-    return url
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database per test on the cluster (tests run in parallel under xdist)."""
-    base = sa.make_url(_pg_url())
-    name = f"convperf_t{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    yield base.set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
