@@ -265,3 +265,81 @@ def test_eight_concurrent_writers_lose_nothing(url: str) -> None:
     keys = [r["key"] for r in db.read_records(engine, columns=("key",))]
     assert {k: keys.count(k) for k in set(keys)} == {f"w{n}": ROWS for n in range(WRITERS)}
     engine.dispose()
+
+
+def _in_thread(call: Any, limit_s: float) -> tuple[float, BaseException | None]:
+    """(seconds, what ``call`` raised) when it ends within ``limit_s``; fails the test otherwise
+    (the daemon thread is left to end when the test releases what it waits for)."""
+    import threading
+
+    box: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            box.append(None)
+        except BaseException as exc:
+            box.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(limit_s)
+    assert box, f"still waiting after {limit_s} s, with no message"
+    return time.monotonic() - start, box[0]
+
+
+def test_a_held_migration_lock_is_a_bounded_wait_that_names_its_holder(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another connection held the advisory lock: the session hung with no output until killed
+    # at 120 s (issue 37.4). Now it gives up after MIGRATION_LOCK_WAIT_S, naming the holder.
+    monkeypatch.setattr(schema, "MIGRATION_LOCK_WAIT_S", 1.0)
+    holder = sa.create_engine(
+        sa.make_url(pg_url).set(drivername="postgresql+psycopg"),
+        connect_args={"application_name": "stuck-runner"},
+    )
+    with holder.connect() as conn:
+        pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": schema._PG_LOCK})
+        try:
+            seconds, error = _in_thread(lambda: db.open_store(pg_url), 30)
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock_all()"))
+    holder.dispose()
+    assert isinstance(error, db.StoreUnavailable), error
+    message = str(error)
+    assert "waited 1 s for the migration lock" in message and f"pid {pid} 'stuck-runner'" in message
+    assert "\n" not in message and seconds < 15
+    engine, _ = db.open_store(pg_url)  # released: the store opens
+    engine.dispose()
+
+
+def test_a_server_that_never_answers_is_a_bounded_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A TCP listener that accepts and never speaks held a session 134 s (libpq waits forever by
+    # default): now the connect timeout ends it, and the message says that is what it waited for.
+    import socket
+
+    pytest.importorskip("psycopg", reason="PostgreSQL's driver: pip install '.[store]'")
+    monkeypatch.setattr(db, "CONNECT_TIMEOUT_S", 2)  # libpq's smallest
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        seconds, error = _in_thread(lambda: db.open_store(f"postgresql://u@127.0.0.1:{port}/db"), 30)
+    assert isinstance(error, db.StoreUnavailable), error
+    assert "did not answer within the connect timeout (2 s)" in str(error) and seconds < 15
+
+
+def test_a_file_that_is_not_a_database_gets_the_fix_that_matches(tmp_path: Path) -> None:
+    # "file is not a database" was followed by "create the file's folder and make it writable"
+    # (issue 37.13): the folder exists and is writable; the file is something else.
+    path = tmp_path / "notes.sqlite"
+    path.write_text("these are my notes, not a database\n" * 100)
+    with pytest.raises(db.StoreUnavailable) as info:
+        db.open_store(f"sqlite:///{path}")
+    message = str(info.value)
+    assert "file is not a database" in message and "is not an SQLite database" in message
+    assert "create the file's folder" not in message
+    with pytest.raises(db.StoreUnavailable, match="is not an SQLite database"):
+        db.open_reader(f"sqlite:///{path}")
