@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -304,3 +305,136 @@ def test_the_local_reports_are_written_before_the_store(suite: Suite) -> None:
     seen = json.loads((suite.pytester.path / "seen.json").read_text())
     assert seen == {"history.jsonl": True, "report.md": True, "rows.json": True}
     assert len(_stored(db)) == 2
+
+
+READERS = (
+    ["dashboard", "{url}", "--out", "{out}"],
+    ["history", "{url}", "--no-plot"],
+    ["export", "--format", "bmf", "{url}", "-o", "{out}/bmf.json"],
+)
+
+
+def _read(url: str, out: Path) -> list[tuple[int, str]]:
+    """Each read-only command on ``url``: (exit code, stderr)."""
+    import contextlib
+    import io
+
+    done = []
+    for argv in READERS:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main([a.format(url=url, out=out) for a in argv])
+        done.append((code, err.getvalue()))
+    return done
+
+
+@needs_store
+def test_a_read_only_command_never_creates_a_store(tmp_path: Path) -> None:
+    # A mistyped store path: dashboard exited 0 with an empty page and created an empty database
+    # there (issue 38.7). Each reader now says in one line that there is no store, and creates none.
+    path = tmp_path / "mistyped.sqlite"
+    for code, err in _read(f"sqlite:///{path}", tmp_path / "site"):
+        assert code == 2, err
+        assert "does not exist, and a read-only command never creates a store" in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert not path.exists() and not list(tmp_path.glob("mistyped*"))
+
+
+def _old_store(url: str) -> None:
+    """A store at schema 1 (as the first release made it) with a few nights of one check."""
+    from pytest_convperf.resultsdb import db, schema
+
+    engine = db.engine_for(url)
+    with engine.begin() as conn:
+        schema.migrate(conn, target=1)
+    records = [
+        {
+            "when": f"2026-01-0{i}T00:00:00+00:00",
+            "machine": "box",
+            "module": "m",
+            "key": "test_a@p",
+            "commit": f"c{i}",
+            "verdict": "PASS",
+            "time_ratio": 0.5,
+            "ln_ratio": -0.693,
+        }
+        for i in range(1, 4)
+    ]
+    db.write(engine, records, source="t")
+    engine.dispose()
+
+
+def _version(url: str) -> int:
+    from pytest_convperf.resultsdb import db, schema
+
+    engine = db.engine_for(url)
+    with engine.connect() as conn:
+        version = schema.version_of(conn)
+    engine.dispose()
+    return version
+
+
+@needs_store
+def test_reading_a_store_never_migrates_it(store_url: str, tmp_path: Path) -> None:
+    # dashboard, export and history migrated the store before reading it (issue 37.6): reading
+    # wrote. An older store is read as it is and left at its schema.
+    _old_store(store_url)
+    for code, err in _read(store_url, tmp_path / "site"):
+        assert code == 0, err
+    assert _version(store_url) == 1
+    assert json.loads((tmp_path / "site" / "bmf.json").read_text())
+
+
+@needs_store
+def test_a_store_on_a_read_only_mount_can_be_read(suite: Suite, tmp_path: Path) -> None:
+    # A store a session wrote (WAL journal), on a read-only mount: every reader failed
+    # ("attempt to write a readonly database") as it migrated first (issue 37.6).
+    import shutil
+    import subprocess
+    import sys
+
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    suite.run(f"--convperf-report={src}").assert_outcomes(passed=2)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind -o ro {src} {mnt} && ! touch {mnt}/x"],
+        capture_output=True,
+        check=False,
+    )
+    if shutil.which("unshare") is None or probe.returncode != 0:
+        pytest.skip(f"no read-only bind mount here (needs unshare -m as root): {probe.stderr[:200]!r}")
+    url = f"sqlite:///{mnt / 'convperf.sqlite'}"
+    for argv in READERS:
+        command = " ".join(a.format(url=url, out=tmp_path / "site") for a in argv)
+        script = f"mount --bind -o ro {src} {mnt} && exec {sys.executable} -m pytest_convperf {command}"
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert proc.returncode == 0, (argv[0], proc.stderr[-600:])
+    assert (tmp_path / "site" / "index.html").is_file() and (tmp_path / "site" / "bmf.json").is_file()
+
+
+@needs_store
+def test_store_import_refuses_one_record_by_name_and_stores_the_others(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 900-character id stopped `store import` into PostgreSQL with a traceback, nothing stored
+    # (issue 37.3). It is stored; an id over the store's bound is refused by name (exit 1).
+    from pytest_convperf.resultsdb import db
+
+    base = {"when": "2026-01-01T00:00:00+00:00", "machine": "box", "module": "m", "verdict": "PASS"}
+    long_id, huge = "test_long@" + "x" * 890, "test_huge@" + "y" * db.MAX_KEY_BYTES
+    lines = [dict(base, key=k, commit=f"c{i}") for i, k in enumerate(["test_a@p", long_id, huge, "test_b@p"])]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert main(["store", "import", str(tmp_path), "--store", store_url]) == 1
+    err = capsys.readouterr().err
+    assert "refused m::test_huge@yyy" in err and f"its key is {len(huge)} bytes" in err
+    assert (
+        "store import: 3 of 4 records new in " in err and "1 refused (named above), the others stored" in err
+    )
+    assert _keys(store_url) == sorted(["test_a@p", "test_b@p", long_id])
