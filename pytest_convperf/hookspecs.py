@@ -121,6 +121,24 @@ def pytest_convperf_session_results(
 
 
 @pytest.hookspec
+def pytest_convperf_store_results(
+    rows: Sequence[CheckRow],
+    machine_info: Mapping[str, Any],
+    commit_info: Mapping[str, Any],
+    when: str,
+    session_id: str,
+) -> list[str] | None:
+    """The session's final rows into a store shared beyond this run (the results store,
+    ``reports/results_writer.py``); return notes.
+
+    Called once, on the controller, at session end, with or without ``--convperf-report``, after
+    every local file (``session_results``, ``write_report``): a store that is locked or slow never
+    keeps the local reports waiting, and a kill in that wait leaves them written (issue 37.5).
+    ``session_id`` is the one the history records carry.
+    """
+
+
+@pytest.hookspec
 def pytest_convperf_write_report(
     rows: Sequence[CheckRow],
     report_dir: Path,

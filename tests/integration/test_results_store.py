@@ -100,10 +100,31 @@ def test_an_unreachable_store_stops_the_session_before_any_test(suite: Suite, tm
 
 
 @needs_store
-def test_a_store_needs_the_report_folder(suite: Suite, tmp_path: Path) -> None:
+def test_a_store_needs_no_report_folder(suite: Suite, tmp_path: Path) -> None:
+    # --convperf-store without --convperf-report was a usage error (issue 38.9): it is enough.
     result = suite.run(f"--convperf-store=sqlite:///{tmp_path / 's.sqlite'}")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --convperf-store=sqlite:///* needs --convperf-report=DIR*"])
+    result.assert_outcomes(passed=2)
+    assert [k.split("[")[0] for k, _, _ in _stored(tmp_path / "s.sqlite")] == ["test_a", "test_b"]
+
+
+@needs_store
+def test_without_a_report_folder_the_default_store_is_the_projects_own(suite: Suite) -> None:
+    # No flag at all: the session's rows go to <rootdir>/.convperf/convperf.sqlite, which its own
+    # .gitignore keeps out of git (as .pytest_cache); the next session appends. Off: no store.
+    home = suite.pytester.path / ".convperf"
+    result = suite.run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"convperf: results store sqlite:///{home / 'convperf.sqlite'} (schema v*)"])
+    assert (home / ".gitignore").read_text().splitlines()[-1] == "*"
+    suite.run().assert_outcomes(passed=2)
+    assert len(_stored(home / "convperf.sqlite")) == 4
+    result = suite.run("--convperf-store=off", "--convperf-report=r")
+    result.assert_outcomes(passed=2)
+    assert (
+        "results store" not in result.stdout.str()
+        and not (suite.pytester.path / "r" / "convperf.sqlite").exists()
+    )
+    assert len(_stored(home / "convperf.sqlite")) == 4
 
 
 # The end write fails: the session's last hook (after the store was checked at the start) hides
@@ -179,8 +200,8 @@ def test_without_sqlalchemy_the_default_store_is_off_and_says_so(
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "convperf: results store off (SQLAlchemy is not installed: pip install 'pytest-convperf[store]');"
-            " history.jsonl as before"
+            "convperf: results store off (SQLAlchemy is not installed: pip install SQLAlchemy, or install"
+            " pytest-convperf with its dependencies); history.jsonl as before"
         ]
     )
     report = suite.pytester.path / "report"
@@ -192,6 +213,11 @@ def test_without_sqlalchemy_the_default_store_is_off_and_says_so(
     result.stderr.fnmatch_lines(
         ["ERROR: --convperf-store=sqlite:///* needs SQLAlchemy, which is not installed*"]
     )
+    # No report folder (the default store would be .convperf/): the session runs, says it once.
+    result = suite.pytester.runpytest_subprocess(*suite.plugin_args, *args)
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("results store off (SQLAlchemy is not installed") == 1
+    assert not (suite.pytester.path / ".convperf").exists()
 
 
 @needs_store
