@@ -18,7 +18,7 @@ import torch._inductor  # noqa: F401
 # (re-imported, its compiled parts fail: "'InternalTraversal' object is not callable").
 try:
     import pytest_convperf.resultsdb.db  # noqa: F401
-except ImportError:  # installed without the [store] extra: the store is off
+except ImportError:  # installed with --no-deps (the GPU machine): no SQLAlchemy, the store is off
     pass
 
 

@@ -20,7 +20,8 @@ from tests.integration._lifecycle import MACHINE, REPO, Suite
 
 # Every test but the one about its absence (which runs with or without it).
 needs_store = pytest.mark.skipif(
-    not have_sqlalchemy(), reason="the results store needs SQLAlchemy: pip install '.[store]'"
+    not have_sqlalchemy(),
+    reason="the store needs SQLAlchemy (absent after pip install --no-deps): pip install SQLAlchemy",
 )
 
 

@@ -88,7 +88,10 @@ def test_the_nights_new_change_points_search_each_checks_last_window_runs(
 def test_the_stores_notes_leave_out_the_reports_over_the_same_window(
     tmp_path: Path, searched: list[int]
 ) -> None:
-    pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy: pip install '.[store]'")
+    pytest.importorskip(
+        "sqlalchemy",
+        reason="the store needs SQLAlchemy (absent after pip install --no-deps): pip install SQLAlchemy",
+    )
     from pytest_convperf.reports.results_writer import ResultsWriter
     from pytest_convperf.resultsdb import db
 

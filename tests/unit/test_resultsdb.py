@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-sa = pytest.importorskip("sqlalchemy", reason="the results store needs SQLAlchemy: pip install '.[store]'")
+sa = pytest.importorskip(
+    "sqlalchemy",
+    reason="the store needs SQLAlchemy (absent after pip install --no-deps): pip install SQLAlchemy",
+)
 
 from pytest_convperf.resultsdb import db, schema  # noqa: E402
 
