@@ -15,6 +15,8 @@ plugin name                 object                              hooks it impleme
 ``convperf-progress``       ``reports.progress.ProgressPlugin``  ``row_recorded``
 ``convperf-cliffs``         ``check.cliff_search.CliffPins``    ``cliff_changes`` (and pytest's report
                                                                 hooks, which carry them to the controller)
+``convperf-results-store``  ``reports.results_writer.``          ``store_results`` (and pytest's
+                            ``ResultsWriter``                   ``sessionstart``: connect, migrate)
 ==========================  ==================================  ========================================
 
 Process: under pytest-xdist a check runs in a worker and its row reaches the controller on the

@@ -246,7 +246,9 @@ def open_reader(url: str) -> sa.Engine:
         ) from None
     problem = None
     if version == 0:
-        problem = "holds no convperf results (no convperf_schema table); give the store sessions write to"
+        problem = (
+            "holds no convperf results (no convperf_schema table): give the store that sessions write to"
+        )
     elif version > VERSION:
         problem = (
             f"schema version {version} is newer than this pytest-convperf's {VERSION}; "
