@@ -14,9 +14,11 @@ import pytest
 import torch
 import torch._inductor  # noqa: F401
 
-# The same for SQLAlchemy, which every session with a report folder loads for the results store
+# The same for SQLAlchemy (and its PostgreSQL dialect), which every session loads for the results store
 # (re-imported, its compiled parts fail: "'InternalTraversal' object is not callable").
 try:
+    import sqlalchemy.dialects.postgresql  # noqa: F401  # re-imported: "already registered" warnings
+
     import pytest_convperf.resultsdb.db  # noqa: F401
 except ImportError:  # installed with --no-deps (the GPU machine): no SQLAlchemy, the store is off
     pass
