@@ -15,6 +15,8 @@ plugin name                 object                              hooks it impleme
 ``convperf-progress``       ``reports.progress.ProgressPlugin``  ``row_recorded``
 ``convperf-cliffs``         ``check.cliff_search.CliffPins``    ``cliff_changes`` (and pytest's report
                                                                 hooks, which carry them to the controller)
+``convperf-results-store``  ``reports.results_writer.``          ``store_results`` (and pytest's
+                            ``ResultsWriter``                   ``sessionstart``: connect, migrate)
 ==========================  ==================================  ========================================
 
 Process: under pytest-xdist a check runs in a worker and its row reaches the controller on the
@@ -117,6 +119,24 @@ def pytest_convperf_session_results(
 
     Called once, on the controller, at session end, with or without ``--convperf-report``, after the
     rows are final (fresh confirm, false-alarm control) and before ``pytest_convperf_write_report``.
+    """
+
+
+@pytest.hookspec
+def pytest_convperf_store_results(
+    rows: Sequence[CheckRow],
+    machine_info: Mapping[str, Any],
+    commit_info: Mapping[str, Any],
+    when: str,
+    session_id: str,
+) -> list[str] | None:
+    """The session's final rows into a store shared beyond this run (the results store,
+    ``reports/results_writer.py``); return notes.
+
+    Called once, on the controller, at session end, with or without ``--convperf-report``, after
+    every local file (``session_results``, ``write_report``): a store that is locked or slow never
+    keeps the local reports waiting, and a kill in that wait leaves them written (issue 37.5).
+    ``session_id`` is the one the history records carry.
     """
 
 

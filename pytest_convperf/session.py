@@ -334,15 +334,22 @@ class ConvperfSession:
                 self.notes += notes or []
         except OSError as exc:
             self._not_written(session, "the session's result files", exc)
-        if cfg.report_dir is None:
-            return
+        if cfg.report_dir is not None:
+            try:
+                for notes in self.config.hook.pytest_convperf_write_report(
+                    rows=rows, report_dir=cfg.report_dir, night=self.night(), session_id=session_id, **about
+                ):
+                    self.notes += notes or []
+            except OSError as exc:
+                self._not_written(session, f"the reports in {cfg.report_dir}", exc)
+        # The shared store last: the local files above never wait for it (issue 37.5).
         try:
-            for notes in self.config.hook.pytest_convperf_write_report(
-                rows=rows, report_dir=cfg.report_dir, night=self.night(), session_id=session_id, **about
+            for notes in self.config.hook.pytest_convperf_store_results(
+                rows=rows, session_id=session_id, **about
             ):
                 self.notes += notes or []
         except OSError as exc:
-            self._not_written(session, f"the reports in {cfg.report_dir}", exc)
+            self._not_written(session, "the results store's pending records", exc)
 
     def _not_written(self, session: pytest.Session, what: str, exc: OSError) -> None:
         """A session-end write the disk refused: one note instead of a traceback, and the session fails."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 import pytest
@@ -11,11 +14,13 @@ import pytest
 import torch
 import torch._inductor  # noqa: F401
 
-# The same for SQLAlchemy, which every session with a report folder loads for the results store
+# The same for SQLAlchemy (and its PostgreSQL dialect), which every session loads for the results store
 # (re-imported, its compiled parts fail: "'InternalTraversal' object is not callable").
 try:
+    import sqlalchemy.dialects.postgresql  # noqa: F401  # re-imported: "already registered" warnings
+
     import pytest_convperf.resultsdb.db  # noqa: F401
-except ImportError:  # installed without the [store] extra: the store is off
+except ImportError:  # installed with --no-deps (the GPU machine): no SQLAlchemy, the store is off
     pass
 
 
@@ -42,3 +47,26 @@ def cpu_plugin_args(plugin_args: tuple[str, ...]) -> tuple[str, ...]:
     the RSS memory source or the CPU's timer mode must say so or it tests the GPU there.
     """
     return (*plugin_args, "--convperf-device=cpu")
+
+
+PG_ENV = "CONVPERF_TEST_POSTGRES_URL"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database per test on the PostgreSQL cluster of ``$CONVPERF_TEST_POSTGRES_URL``
+    (``.ci/run`` starts one: ``.ci/postgres.sh start DIR``); the test skips, saying so, without it."""
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL: set ${PG_ENV} (.ci/run starts one: .ci/postgres.sh start DIR)")
+    import sqlalchemy as sa
+
+    base = sa.make_url(url)
+    name = f"convperf_t{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    yield base.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()

@@ -111,7 +111,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "convperf-store",
         "results store every session appends its rows to: sqlite:///PATH or postgresql://USER@HOST/DB "
-        "(default: sqlite in the --convperf-report folder, convperf.sqlite); needs --convperf-report",
+        "(default: convperf.sqlite in the --convperf-report folder, else in <rootdir>/.convperf/); off: none",
         metavar="URL",
     ),
     OptionSpec(

@@ -129,9 +129,9 @@ def is_store_url(target: str | Path) -> bool:
 def read_store_history(url: str) -> tuple[Series, list[str]]:
     """Series per (machine, key) from a results store (:mod:`pytest_convperf.resultsdb`), and the
     stored results left out (named by the store and row id), as :func:`read_history` does for a file."""
-    from pytest_convperf.resultsdb.db import open_store, read_records, shown
+    from pytest_convperf.resultsdb.db import open_reader, read_records, shown
 
-    engine, _ = open_store(url)
+    engine = open_reader(url)  # reading never writes: no migration, no new file
     try:
         stored = read_records(
             engine, columns=("id", "machine", "key", "when", "commit", "verdict", "ln_ratio")

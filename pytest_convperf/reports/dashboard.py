@@ -42,9 +42,9 @@ TEMPLATE = "dashboard.html"
 def load_records(source: str) -> tuple[list[dict[str, Any]], list[str], str]:
     """(records, lines skipped, what was read) from a store URL or a report folder's history.jsonl."""
     if is_store_url(source):
-        from pytest_convperf.resultsdb.db import open_store, read_records, shown
+        from pytest_convperf.resultsdb.db import open_reader, read_records, shown
 
-        engine, _ = open_store(source)
+        engine = open_reader(source)  # reading never writes: no migration, no new file
         try:
             stored = read_records(engine, columns=("id", "record"))
         finally:

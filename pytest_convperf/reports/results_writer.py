@@ -28,11 +28,19 @@ if TYPE_CHECKING:
 
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.resultsdb.db import Refused
 
 DEFAULT_FILE = "convperf.sqlite"
 PENDING = "store.pending.jsonl"
 PLUGIN_NAME = "convperf-results-store"
-INSTALL_HINT = "pip install 'pytest-convperf[store]'"
+# Without --convperf-report the store's folder: beside pytest's own .pytest_cache, in the rootdir.
+HOME = ".convperf"
+_GITIGNORE = "# created by pytest-convperf: the local results store, never committed\n*\n"
+# SQLAlchemy is a dependency; an install with --no-deps (the GPU machine's) lacks it.
+INSTALL_HINT = "pip install SQLAlchemy, or install pytest-convperf with its dependencies"
+PG_INSTALL_HINT = "pip install 'pytest-convperf[store]'"
+# ``--convperf-store=off``: no store (a read-only checkout, or a run that must leave nothing behind).
+OFF = "off"
 
 
 def have_sqlalchemy() -> bool:
@@ -44,43 +52,68 @@ def have_sqlalchemy() -> bool:
     return True
 
 
+def _have_psycopg() -> bool:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) -> None:
-    """Register the writer on the controller of a ``--convperf`` session that has a store."""
+    """Register the writer on the controller of a ``--convperf`` session (not with ``--convperf-store=off``).
+
+    The store's folder (its SQLite file by default, and the records a failed write keeps) is the
+    report folder, or without ``--convperf-report`` ``<rootdir>/.convperf/`` (git-ignored by its own
+    ``.gitignore``, as ``.pytest_cache`` is): the project's own results, kept between sessions.
+    """
     if not cfg.enabled or confirm_run or hasattr(config, "workerinput"):
         return
     url = cfg.store_url or ""
-    if url and cfg.report_dir is None:
-        raise pytest.UsageError(
-            f"--convperf-store={url} needs --convperf-report=DIR: a write the store refuses at the end "
-            "keeps the rows in that folder (add --convperf-report=convperf-report)"
-        )
-    if cfg.report_dir is None:
+    if url.lower() == OFF:
         return
     if url and not have_sqlalchemy():
         raise pytest.UsageError(
-            f"--convperf-store={url} needs SQLAlchemy, which is not installed: "
-            f"{INSTALL_HINT} (or drop --convperf-store)"
+            f"--convperf-store={url} needs SQLAlchemy, which is not installed: {INSTALL_HINT} "
+            "(or drop --convperf-store)"
         )
-    default = f"sqlite:///{(cfg.report_dir / DEFAULT_FILE).resolve()}"
+    if url.startswith("postgres") and not _have_psycopg():
+        raise pytest.UsageError(
+            f"--convperf-store={url} needs psycopg (PostgreSQL's driver), which is not installed: "
+            f"{PG_INSTALL_HINT}"
+        )
+    home = cfg.report_dir if cfg.report_dir is not None else cfg.rootdir / HOME
+    default = f"sqlite:///{(home / DEFAULT_FILE).resolve()}"
     config.pluginmanager.register(
-        ResultsWriter(url or default, cfg.report_dir, explicit=bool(url)), PLUGIN_NAME
+        ResultsWriter(url or default, home, explicit=bool(url), own_home=cfg.report_dir is None), PLUGIN_NAME
     )
 
 
 class ResultsWriter:
     """The controller's side of the store: check at session start, one write at session end."""
 
-    def __init__(self, url: str, report_dir: Path, *, explicit: bool) -> None:
+    def __init__(self, url: str, report_dir: Path, *, explicit: bool, own_home: bool = False) -> None:
         self.url = url
-        self.report_dir = report_dir
+        self.report_dir = report_dir  # the report folder, or .convperf/ (own_home)
         self.explicit = explicit
+        self.own_home = own_home
         self.off = None if have_sqlalchemy() else "SQLAlchemy is not installed"
         self.engine: sa.Engine | None = None
         self.versions = (0, 0)
 
+    def home(self) -> Path:
+        """The store's folder, made on first use; ``.convperf/`` with its ``.gitignore``."""
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        ignore = self.report_dir / ".gitignore"
+        if self.own_home and not ignore.exists():
+            ignore.write_text(_GITIGNORE, encoding="utf-8")
+        return self.report_dir
+
     def pytest_report_header(self) -> list[str]:
         if self.off:  # resultsdb imports SQLAlchemy: not here
-            return [f"convperf: results store off ({self.off}: {INSTALL_HINT}); history.jsonl as before"]
+            hint = f": {INSTALL_HINT}" if not have_sqlalchemy() else ""
+            rest = "" if self.own_home else "; history.jsonl as before"
+            return [f"convperf: results store off ({self.off}{hint}){rest}"]
         from pytest_convperf.resultsdb.db import shown
 
         before, after = self.versions
@@ -91,10 +124,15 @@ class ResultsWriter:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.off:
             return
+        from pytest_convperf.core.files import unwritable
         from pytest_convperf.resultsdb.db import StoreUnavailable, open_store
 
         if not self.explicit:
-            self.report_dir.mkdir(parents=True, exist_ok=True)
+            why = unwritable(self.report_dir)
+            if why is not None and self.own_home:  # a default nobody asked for: off, said once
+                self.off = f"{self.report_dir}: {why}; --convperf-store=URL or --convperf-report=DIR"
+                return
+            self.home()
         try:
             self.engine, self.versions = open_store(self.url)
         except StoreUnavailable as exc:
@@ -104,10 +142,9 @@ class ResultsWriter:
         if self.engine is not None:
             self.engine.dispose()
 
-    def pytest_convperf_write_report(
+    def pytest_convperf_store_results(
         self,
         rows: Sequence[CheckRow],
-        report_dir: Path,
         machine_info: Mapping[str, Any],
         commit_info: Mapping[str, Any],
         when: str,
@@ -144,7 +181,10 @@ class ResultsWriter:
         try:
             found = new_store_change_points(self.url, {str(r.get("machine") or "unknown") for r in records})
             objects, _ = read_objects(self.report_dir / "history.jsonl")
-            here = [rec for _, rec in objects if record_problem(rec) is None] + list(records)
+            here: list[Mapping[str, Any]] = [rec for _, rec in objects if record_problem(rec) is None]
+            # Tonight's records, unless the built-in report (which runs first) appended them already.
+            written = {rec["session_id"] for rec in here if rec.get("session_id")}
+            here += [rec for rec in records if not rec.get("session_id") or rec["session_id"] not in written]
             known = {(c.machine, c.key) for c in recent_change_points(series_from_records(here)) if c.new}
         except Exception as exc:  # never costs the night's reports
             return [f"results store: change points not computed: {type(exc).__name__}: {exc}"]
@@ -156,7 +196,9 @@ class ResultsWriter:
 
     def write(self, records: list[dict[str, Any]], session_id: str) -> list[str]:
         """Tonight's records in one transaction, then any a failed write left; a write that fails
-        keeps its records in the pending file, and one note says where."""
+        keeps its records in the pending file, and one note says where. A record the store refuses
+        (a key over its bound, a value the engine refuses) is named in a note and not kept: it
+        would fail every later night too, and its line is in history.jsonl."""
         from pytest_convperf.resultsdb.db import write
 
         assert self.engine is not None
@@ -164,27 +206,37 @@ class ResultsWriter:
         left, skipped = read_objects(pending) if pending.exists() else ([], [])
         notes = [f"{PENDING}: {line}" for line in summary(skipped)]
         try:
-            write(self.engine, records, source=str(self.report_dir), session_id=session_id)
+            done = write(self.engine, records, source=str(self.report_dir), session_id=session_id)
         except Exception as exc:
+            self.home()
             end_cut_line(pending)
             with open(pending, "a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(rec, default=str, sort_keys=True) + "\n" for rec in records)
             return [*notes, self._not_written(exc, len(records) + len(left), pending)]
+        notes += self._refused(done.refused)
         if left:
             try:
-                write(self.engine, [rec for _, rec in left], source=str(pending))
+                done = write(self.engine, [rec for _, rec in left], source=str(pending))
             except Exception as exc:
                 return [*notes, self._not_written(exc, len(left), pending)]
             pending.unlink()
             notes.append(f"results store: {len(left)} record(s) a failed write had left in {pending} stored")
+            notes += self._refused(done.refused)
         return notes
 
-    def _not_written(self, exc: Exception, kept: int, pending: Path) -> str:
+    def _refused(self, refused: Sequence[Refused]) -> list[str]:
         from pytest_convperf.resultsdb.db import shown
 
-        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return [
+            f"results store {shown(self.url)} refused one record, the others stored: {r.line()}"
+            for r in refused
+        ]
+
+    def _not_written(self, exc: Exception, kept: int, pending: Path) -> str:
+        from pytest_convperf.resultsdb.db import failure, shown
+
         return (
-            f"results store {shown(self.url)} NOT written ({type(exc).__name__}: {why}); {kept} record(s) "
+            f"results store {shown(self.url)} NOT written ({failure(exc)}); {kept} record(s) "
             f"kept in {pending}: the next session stores them, or python -m pytest_convperf store import "
             f"{self.report_dir} --store URL"
         )
@@ -229,7 +281,7 @@ def import_dir(url: str, directory: Path) -> tuple[list[str], int]:
     """``store import DIR``: every ``history.jsonl`` (and ``store.pending.jsonl``) under DIR into the
     store; a record already there (same digest) is not added again; unusable lines are named."""
     from pytest_convperf.night.history import read_history_records
-    from pytest_convperf.resultsdb.db import StoreUnavailable, open_store, shown, write
+    from pytest_convperf.resultsdb.db import StoreUnavailable, failure, fix_for, open_store, shown, write
 
     files = (
         sorted([*directory.rglob("history.jsonl"), *directory.rglob(PENDING)]) if directory.is_dir() else []
@@ -241,19 +293,28 @@ def import_dir(url: str, directory: Path) -> tuple[list[str], int]:
     except StoreUnavailable as exc:
         return [f"store import: {exc}"], 2
     lines: list[str] = []
-    total = new = 0
+    total = new = refused = 0
     try:
         for file in files:
             good, skipped = read_history_records(file)
-            added = write(engine, good, source=str(file))
-            total, new = total + len(good), new + added
+            done = write(engine, good, source=str(file))
+            total, new, refused = total + len(good), new + done.new, refused + len(done.refused)
             skipped.sort(key=_line)
             lines += [f"store import: {line}" for line in summary(skipped)]
-            lines.append(f"store import: {file}: {len(good)} records, {added} new")
+            lines += [f"store import: {file}: refused {r.line()}" for r in done.refused]
+            lines.append(f"store import: {file}: {len(good)} records, {done.new} new")
+    except Exception as exc:  # the store itself failed (connection, lock, disk): one line, not a traceback
+        lines.append(
+            f"store import: results store {shown(url)} NOT written ({failure(exc)}); {fix_for(url, exc)}"
+        )
+        return lines, 1
     finally:
         engine.dispose()
-    lines.append(f"store import: {new} of {total} records new in {shown(url)}")
-    return lines, 0
+    lines.append(
+        f"store import: {new} of {total} records new in {shown(url)}"
+        + (f"; {refused} refused (named above), the others stored" if refused else "")
+    )
+    return lines, 1 if refused else 0
 
 
 def _line(skipped: Skipped) -> int:

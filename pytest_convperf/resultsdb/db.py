@@ -12,23 +12,41 @@ record's digest is its identity, and two sessions with equal results in one seco
 SQLite: every transaction starts with ``BEGIN IMMEDIATE`` (the write lock up front, so two writers
 never both hold a read lock and deadlock on the upgrade) and waits up to ``BUSY_TIMEOUT_S`` for
 it; the journal is WAL, so readers (the dashboard) do not block writers.
+
+Every wait is bounded and its error names what it waited for: PostgreSQL's connect
+(``CONNECT_TIMEOUT_S``, a listener that never answers), lock waits (``LOCK_TIMEOUT_S``), the
+migration lock (``schema.MIGRATION_LOCK_WAIT_S``); SQLite's write lock (``BUSY_TIMEOUT_S``).
+Readers (:func:`open_reader`: history, dashboard, export) open the store read-only and never
+migrate nor create it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from pytest_convperf.resultsdb.schema import migrate, results, runs
+from pytest_convperf.resultsdb.schema import READABLE_FROM, VERSION, migrate, results, runs, version_of
 
 BUSY_TIMEOUT_S = 120
+# PostgreSQL: a server that accepts the TCP connection and never answers held a session 134 s
+# (libpq's default is to wait forever); a lock another transaction holds, at most this long.
+CONNECT_TIMEOUT_S = 10
+LOCK_TIMEOUT_S = 60
+# The most UTF-8 bytes of a record's key, and of its machine: PostgreSQL's B-tree index holds an
+# entry of at most about 2,700 bytes, and the series index is (machine, key, when). A record over
+# it is refused by name (its rows stay in history.jsonl); the others are stored.
+MAX_KEY_BYTES = 2000
+MAX_MACHINE_BYTES = 300
 # Rows per INSERT statement and per "which of these are stored already" query.
 CHUNK = 500
 
@@ -45,9 +63,10 @@ def shown(url: str) -> str:
         return url.split("@")[-1] if "@" in url else url
 
 
-def engine_for(url: str) -> sa.Engine:
+def engine_for(url: str, *, read_only: bool = False) -> sa.Engine:
     """An engine for ``url``; ``postgresql://`` uses psycopg 3. A URL of another kind raises
-    :class:`StoreUnavailable`."""
+    :class:`StoreUnavailable`. ``read_only``: PostgreSQL's transactions are read-only, SQLite's file
+    is opened ``mode=ro`` (never created; a missing file is a :class:`StoreUnavailable`)."""
     try:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError:
@@ -58,13 +77,19 @@ def engine_for(url: str) -> sa.Engine:
     if backend == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
-        return sa.create_engine(parsed, pool_pre_ping=True)
+        # The URL's own connect_timeout (?connect_timeout=N) wins.
+        args = {} if "connect_timeout" in parsed.query else {"connect_timeout": CONNECT_TIMEOUT_S}
+        engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=args)
+        _pg_session_settings(engine, read_only=read_only)
+        return engine
     if backend == "sqlite":
         if not parsed.database or parsed.database == ":memory:":
             raise StoreUnavailable(
                 f"--convperf-store={url}: a store must be a file other processes can open; "
                 "use sqlite:///PATH (three slashes, then the path)"
             )
+        if read_only:
+            return _sqlite_reader(url, Path(parsed.database))
         engine = sa.create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_S})
         _immediate_transactions(engine)
         return engine
@@ -72,6 +97,50 @@ def engine_for(url: str) -> sa.Engine:
         f"--convperf-store={shown(url)}: {backend} is not a supported store; use sqlite:///PATH or "
         "postgresql://USER@HOST/DB"
     )
+
+
+def _pg_session_settings(engine: sa.Engine, *, read_only: bool) -> None:
+    """Each connection waits for a lock at most ``LOCK_TIMEOUT_S``; a reader's are read-only."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
+            if read_only:
+                cursor.execute("SET default_transaction_read_only = on")
+        dbapi_connection.commit()  # a SET in a transaction rolled back would be undone
+
+
+def _sqlite_reader(url: str, path: Path) -> sa.Engine:
+    """A read-only engine on an existing SQLite file: ``mode=ro`` never creates the file nor writes
+    it; on a read-only folder without the WAL's ``-shm`` file, ``immutable=1`` (nothing can write
+    there, and SQLite could not open the WAL index it would otherwise need)."""
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise StoreUnavailable(
+            f"results store {shown(url)}: {path} {what}, and a read-only command never creates a store; "
+            "check the path (sqlite:///ABSOLUTE/PATH has four slashes), or write one with "
+            "pytest --convperf --convperf-report=DIR (DIR/convperf.sqlite)"
+        )
+    base = f"file:{quote(str(path.resolve()))}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(base, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return conn
+        except sqlite3.OperationalError as exc:
+            if "unable to open" not in str(exc) or _writable(path.parent):
+                raise
+        return sqlite3.connect(base + "&immutable=1", uri=True, check_same_thread=False)
+
+    return sa.create_engine("sqlite://", creator=connect)
+
+
+def _writable(folder: Path) -> bool:
+    import os
+
+    return os.access(folder, os.W_OK) and not os.statvfs(folder).f_flag & os.ST_RDONLY
 
 
 def _immediate_transactions(engine: sa.Engine) -> None:
@@ -109,40 +178,114 @@ def _wal(cursor: Any) -> None:
             time.sleep(0.05)
 
 
-def fix_for(url: str) -> str:
-    """What to do about a store that cannot be reached, by engine."""
+def fix_for(url: str, exc: BaseException | None = None) -> str:
+    """What to do about a store that cannot be used, by engine and by what the error says."""
+    why = str(getattr(exc, "orig", None) or exc or "").lower()
     if sa.make_url(url).get_backend_name() == "postgresql":
+        if "timeout expired" in why or "timed out" in why:
+            return (
+                f"the server did not answer within the connect timeout ({CONNECT_TIMEOUT_S} s): check host "
+                "and port in the URL (psql URL checks it), or drop --convperf-store to use the SQLite file"
+            )
+        if "lock timeout" in why:
+            return f"another connection held a lock on the store's tables for {LOCK_TIMEOUT_S} s; try again"
         return (
             "start the database or fix host, port, user, password or database name in the URL "
             "(psql URL checks it), or drop --convperf-store to use the report folder's SQLite file"
         )
+    if "not a database" in why or "malformed" in why:
+        return "that file is not an SQLite database: give a new path (sqlite:///PATH) or move the file away"
+    if "locked" in why:
+        return f"another process held the store's write lock for {BUSY_TIMEOUT_S} s: try again when it ends"
+    if "readonly" in why or "read-only" in why:
+        return "the file or its folder is read-only: make both writable, or give another path: sqlite:///PATH"
+    if "disk is full" in why or "no space" in why:
+        return "the disk is full: free space there, or give another path: sqlite:///PATH"
     return "create the file's folder and make it writable, or give another path: sqlite:///PATH"
+
+
+def failure(exc: BaseException) -> str:
+    """An error's first line, bounded, as messages print it."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
 def open_store(url: str) -> tuple[sa.Engine, tuple[int, int]]:
     """Connect and migrate; (engine, (schema version before, after)). Any failure is a
     :class:`StoreUnavailable` naming the URL and the fix: a session checks this at its start, so a
     store that cannot be reached never costs a night that was measured."""
-    from pytest_convperf.resultsdb.schema import SchemaTooNew
+    from pytest_convperf.resultsdb.schema import MigrationLocked, SchemaTooNew
 
     engine = engine_for(url)
     try:
         with engine.begin() as conn:
             versions = migrate(conn)
-    except SchemaTooNew as exc:
+    except (SchemaTooNew, MigrationLocked) as exc:
         engine.dispose()
         raise StoreUnavailable(f"results store {shown(url)}: {exc}") from None
     except Exception as exc:
         engine.dispose()
-        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300]
         raise StoreUnavailable(
-            f"results store {shown(url)} cannot be used ({type(exc).__name__}: {why}); {fix_for(url)}"
+            f"results store {shown(url)} cannot be used ({failure(exc)}); {fix_for(url, exc)}"
         ) from None
     return engine, versions
 
 
+def open_reader(url: str) -> sa.Engine:
+    """A read-only engine on an existing store (history, dashboard, export): never created, never
+    migrated, nothing written (a read-only mount can be read). A missing store, one that is not a
+    results store, or a schema this code cannot read is a :class:`StoreUnavailable`."""
+    engine = engine_for(url, read_only=True)
+    try:
+        with engine.connect() as conn:
+            version = version_of(conn)
+    except Exception as exc:
+        engine.dispose()
+        raise StoreUnavailable(
+            f"results store {shown(url)} cannot be read ({failure(exc)}); {fix_for(url, exc)}"
+        ) from None
+    problem = None
+    if version == 0:
+        problem = (
+            "holds no convperf results (no convperf_schema table): give the store that sessions write to"
+        )
+    elif version > VERSION:
+        problem = (
+            f"schema version {version} is newer than this pytest-convperf's {VERSION}; "
+            "upgrade pytest-convperf"
+        )
+    elif version < READABLE_FROM:
+        problem = (
+            f"schema version {version} is older than this reader reads ({READABLE_FROM}); a session or "
+            "store import with write access migrates it"
+        )
+    if problem is not None:
+        engine.dispose()
+        raise StoreUnavailable(f"results store {shown(url)}: {problem}")
+    return engine
+
+
 def digest(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """One record the store refused: its check (bounded, as messages print it) and why."""
+
+    check: str
+    why: str
+
+    def line(self) -> str:
+        return f"{self.check}: {self.why}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What :func:`write` did: how many records were new, and those refused (the others stored)."""
+
+    new: int
+    refused: tuple[Refused, ...] = ()
 
 
 def _number(value: Any) -> float | None:
@@ -150,6 +293,20 @@ def _number(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _text(value: Any) -> str:
+    """``value`` as text either engine stores: a lone surrogate (a test file name that is not
+    UTF-8) backslash-escaped, as report files write it, and NUL (PostgreSQL's text refuses it)
+    as ``\\x00``. Without it one such record failed the whole transaction, on SQLite too."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
 
 
 def _columns(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,15 +317,15 @@ def _columns(record: Mapping[str, Any]) -> dict[str, Any]:
     module = record.get("module")
     n_rounds = record.get("n_rounds")
     return {
-        "check_id": f"{module}::{record['key']}" if module else str(record["key"]),
-        "module": module,
-        "key": str(record["key"]),
-        "machine": str(record.get("machine") or "unknown"),
-        "device_kind": record.get("device_kind"),
-        "commit": record.get("commit"),
-        "when": str(record.get("when") or ""),
-        "verdict": record.get("verdict"),
-        "timing_mode": timing.get("mode") if isinstance(timing, Mapping) else None,
+        "check_id": _text(f"{module}::{record['key']}" if module else record["key"]),
+        "module": _optional_text(module),
+        "key": _text(record["key"]),
+        "machine": _text(record.get("machine") or "unknown"),
+        "device_kind": _optional_text(record.get("device_kind")),
+        "commit": _optional_text(record.get("commit")),
+        "when": _text(record.get("when") or ""),
+        "verdict": _optional_text(record.get("verdict")),
+        "timing_mode": _optional_text(timing.get("mode")) if isinstance(timing, Mapping) else None,
         "time_ratio": _number(record.get("time_ratio")),
         "ln_ratio": _number(record.get("ln_ratio")),
         "ci_low": _number(low),
@@ -183,16 +340,53 @@ def _columns(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """``value`` as strict JSON: a non-finite float becomes its text (JSON has no NaN, and
-    PostgreSQL's json type refuses one), anything else not JSON its ``str``."""
+    PostgreSQL's json type refuses one), text as :func:`_text` stores it, anything else not JSON
+    its ``str``."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {_text(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, str):
+        return _text(value)
+    if value is None or isinstance(value, (int, float, bool)):
         return value
-    return str(value)
+    return _text(value)
+
+
+def named(check_id: str) -> str:
+    """A check as messages print it: repr-escaped (no newline, no control character) and bounded."""
+    text = ascii(check_id)[1:-1]
+    return text if len(text) <= 160 else f"{text[:150]}... ({len(check_id)} characters)"
+
+
+def record_problem(columns: Mapping[str, Any]) -> str | None:
+    """Why the store refuses a record (its columns, :func:`_columns`), or None: a key or machine
+    longer than PostgreSQL's index holds (checked on both engines, so a record is in both or
+    neither)."""
+    for name, most in (("key", MAX_KEY_BYTES), ("machine", MAX_MACHINE_BYTES)):
+        size = len(str(columns[name]).encode("utf-8"))
+        if size > most:
+            return (
+                f"its {name} is {size} bytes, over the store's {most}; shorten it "
+                + ("(pytest.param(..., id=...))" if name == "key" else "(--convperf-machine)")
+                + " - the record stays in history.jsonl"
+            )
+    return None
+
+
+def _record_fault(exc: BaseException) -> bool:
+    """Whether a failed INSERT was about its rows (a value the engine refuses), not the store (a
+    dropped connection, a lock timeout, a full disk): only the first is refused record by record;
+    the second fails the whole write, whose records are then kept for the next session."""
+    orig = getattr(exc, "orig", None) or exc
+    if isinstance(orig, (UnicodeError, ValueError, TypeError, OverflowError)):
+        return True
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str):  # PostgreSQL: data exception, integrity, program limit (index size)
+        return sqlstate[:2] in ("22", "23", "54")
+    return isinstance(orig, (sqlite3.DataError, sqlite3.IntegrityError)) or "too big" in str(orig)
 
 
 def _insert(conn: sa.Connection, table: sa.Table) -> Any:
@@ -209,24 +403,53 @@ def _insert(conn: sa.Connection, table: sa.Table) -> Any:
 def _run_id(conn: sa.Connection, ident: str, first: Mapping[str, Any], source: str) -> int:
     conn.execute(
         _insert(conn, runs).values(
-            ident=ident,
-            when=str(first.get("when") or ""),
-            commit=first.get("commit"),
-            machine=first.get("machine"),
-            source=source[:400],
+            ident=_text(ident),
+            when=_text(first.get("when") or ""),
+            commit=_optional_text(first.get("commit")),
+            machine=_optional_text(first.get("machine")),
+            source=_text(source[:400]),
         )
     )
-    return int(conn.execute(sa.select(runs.c.id).where(runs.c.ident == ident)).scalar_one())
+    return int(conn.execute(sa.select(runs.c.id).where(runs.c.ident == _text(ident))).scalar_one())
+
+
+def _insert_results(conn: sa.Connection, rows: list[dict[str, Any]]) -> tuple[int, list[Refused]]:
+    """The rows in chunks, each under a savepoint; a chunk the engine refuses for its values is
+    retried row by row, so one bad row is refused by name and costs no other (a failed statement
+    otherwise aborts PostgreSQL's whole transaction). Returns (rows stored, rows refused)."""
+    stored, refused = 0, []
+    for i in range(0, len(rows), CHUNK):
+        chunk = rows[i : i + CHUNK]
+        try:
+            with conn.begin_nested():
+                conn.execute(_insert(conn, results), chunk)
+            stored += len(chunk)
+            continue
+        except Exception as exc:
+            if not _record_fault(exc):
+                raise
+        for row in chunk:
+            try:
+                with conn.begin_nested():
+                    conn.execute(_insert(conn, results), [row])
+                stored += 1
+            except Exception as exc:
+                if not _record_fault(exc):
+                    raise
+                refused.append(Refused(named(row["check_id"]), f"the store refused it ({failure(exc)})"))
+    return stored, refused
 
 
 def write(
     engine: sa.Engine, records: Sequence[Mapping[str, Any]], *, source: str, session_id: str | None = None
-) -> int:
+) -> Written:
     """Append ``records`` in one transaction; returns how many were new (a record already stored,
-    the same digest, or a check its session's run already holds, is left out). A session's records
-    are one run, each stamped with the ``session_id`` (so equal results of two sessions are two
-    records); an import's are grouped
-    into runs by their own ``session_id``, or by (when, machine, commit) in records older than it."""
+    the same digest, or a check its session's run already holds, is left out) and those refused,
+    by name (:func:`record_problem`, or a value the engine refuses): a refused record costs no other.
+    A session's records are one run, each stamped with the ``session_id`` (so equal results of two
+    sessions are two records); an import's are grouped into runs by their own ``session_id``, or by
+    (when, machine, commit) in records older than it. A failure of the store itself (connection,
+    lock, disk) raises, and nothing of the write is kept."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for rec in records:
         if session_id and rec.get("session_id") != session_id:
@@ -239,9 +462,17 @@ def write(
         )
         groups.setdefault(ident, []).append(rec)
     new = 0
+    refused: list[Refused] = []
     with engine.begin() as conn:
         for ident, group in groups.items():
-            values = {digest(rec): _columns(rec) for rec in group}
+            values: dict[str, dict[str, Any]] = {}
+            for rec in group:
+                columns = _columns(rec)
+                problem = record_problem(columns)
+                if problem is None:
+                    values[digest(rec)] = columns
+                else:
+                    refused.append(Refused(named(columns["check_id"]), problem))
             stored = _stored(conn, list(values))
             checks = _session_checks(conn, ident)
             fresh = [
@@ -251,11 +482,14 @@ def write(
             ]
             if not fresh:  # an import of records already stored adds no empty run either
                 continue
-            run_id = _run_id(conn, ident, group[0], source)
-            for i in range(0, len(fresh), CHUNK):
-                conn.execute(_insert(conn, results), [dict(v, run_id=run_id) for v in fresh[i : i + CHUNK]])
-            new += len(fresh)
-    return new
+            with conn.begin_nested() as group_savepoint:
+                run_id = _run_id(conn, ident, group[0], source)
+                added, bad = _insert_results(conn, [dict(v, run_id=run_id) for v in fresh])
+                if not added:  # every record refused: no empty run either
+                    group_savepoint.rollback()
+            new += added
+            refused += bad
+    return Written(new, tuple(refused))
 
 
 def _session_checks(conn: sa.Connection, ident: str) -> set[str]:
@@ -266,7 +500,9 @@ def _session_checks(conn: sa.Connection, ident: str) -> set[str]:
     if not ident.startswith("session:"):
         return set()
     query = (
-        sa.select(results.c.check_id).join(runs, results.c.run_id == runs.c.id).where(runs.c.ident == ident)
+        sa.select(results.c.check_id)
+        .join(runs, results.c.run_id == runs.c.id)
+        .where(runs.c.ident == _text(ident))
     )
     return set(conn.execute(query).scalars())
 
