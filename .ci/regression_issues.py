@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote
 # The plugin's escaping (stdlib only; importing pytest_convperf imports nothing heavy): this job
 # runs from the checkout, with no install.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pytest_convperf.core.markdown_safe import bounded, code_block, code_span  # noqa: E402
+from pytest_convperf.core.markdown_safe import bounded, code_block, code_span
 
 LABEL = "convperf-regression"
 MARK = re.compile(r"<!-- convperf-check: (.+?) \| (.+?) -->")
@@ -111,11 +111,8 @@ def plan(
         issue = open_by_check.get(check)
         if row.get("verdict") == "FAIL":
             # A title is plain text on GitHub (no mention, no link): bounded, on one line.
-            title = " ".join(
-                bounded(f"convperf regression: {check.split(' | ', 1)[1]} [{row.get('machine')}]", TITLE_LIMIT)
-                .replace("\r", "\n")
-                .split("\n")
-            )
+            title = f"convperf regression: {check.split(' | ', 1)[1]} [{row.get('machine')}]"
+            title = " ".join(bounded(title, TITLE_LIMIT).replace("\r", "\n").split("\n"))
             body = _report(row, commit, run_url)
             if issue is None:
                 actions.append(Action("open", check, title, f"{marker(check)}\n\n{body}"))

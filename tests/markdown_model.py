@@ -11,7 +11,7 @@ import string
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _RUN = re.compile(r"`+")
 # What renders when it stands outside code.
-ACTIVE = re.compile(r"@\w|#\d|\[|\]\(|!\[|<[a-zA-Z!/?]|https?://|www\.|-->")
+ACTIVE = re.compile(r"@\w|#\d|\]\(|\]\[|!\[|<[a-zA-Z!/?]|https?://|www\.|-->")
 
 
 def outside_code(markdown: str) -> str:
@@ -20,10 +20,10 @@ def outside_code(markdown: str) -> str:
     fence: str | None = None
     for line in markdown.split("\n"):
         if fence is not None:
-            stripped = line.lstrip(" ")
-            if len(line) - len(stripped) <= 3 and stripped.rstrip(" ") == fence[0] * len(stripped.rstrip(" ")):
-                if len(stripped.rstrip(" ")) >= len(fence):
-                    fence = None
+            run = line.strip(" ")
+            closes = len(line) - len(line.lstrip(" ")) <= 3 and run == fence[0] * len(run)
+            if closes and len(run) >= len(fence):
+                fence = None
             continue
         opened = _FENCE_OPEN.match(line)
         if opened:

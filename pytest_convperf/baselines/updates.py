@@ -288,7 +288,7 @@ def apply_updates(
         plan = row.update
         if plan is None:
             continue
-        label = f"`{row.key}` ({row.module}): {plan.why}"
+        label = f"{row.key} ({row.module}): {plan.why}"  # update_record puts it in a code span
         if plan.action == "keep":
             kept.append(label)
         elif plan.action == "refused":
