@@ -182,12 +182,24 @@ def _families(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# Inside <script>, the HTML parser still looks for ``</script`` and, after ``<!--``, for ``<script``
+# (the "script data double escaped" state, which swallowed the whole app: issue 37.7). JSON has
+# these characters only inside strings, where ``\uXXXX`` means the same: with no ``<``, ``>`` or ``&``
+# left, no id can end or re-open the element; U+2028/9 end a line in older JavaScript.
+_SCRIPT_SAFE = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON that is inert inside an HTML ``<script>`` element."""
+    return json.dumps(data, default=str, allow_nan=False).translate(_SCRIPT_SAFE)
+
+
 def render(data: Mapping[str, Any]) -> str:
-    """The page with ``data`` inlined (``</`` escaped so no string in it can end the script)."""
+    """The page with ``data`` inlined (:func:`script_json`: no string in it can end the script)."""
     template = (
         resources.files("pytest_convperf.reports").joinpath("assets").joinpath(TEMPLATE).read_text("utf-8")
     )
-    payload = json.dumps(data, default=str, allow_nan=False).replace("</", "<\\/")
+    payload = script_json(data)
     if DATA_MARK not in template:
         raise RuntimeError(f"{TEMPLATE} lost its data mark {DATA_MARK!r}")
     return template.replace(DATA_MARK, payload)
