@@ -69,8 +69,8 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
 class AliasRefused(yaml.constructor.ConstructorError):
     """The text holds an anchor (``&name``) or an alias (``*name``), first at ``line`` (1-based)."""
 
-    def __init__(self, kind: str, name: str, mark: yaml.Mark) -> None:
-        self.line = mark.line + 1
+    def __init__(self, kind: str, name: str, mark: Any) -> None:
+        self.line = mark.line + 1 if mark is not None else 0
         super().__init__(
             None, None, f"a YAML {kind} ({'&' if kind == 'anchor' else '*'}{name[:40]}) at line {self.line}"
         )
