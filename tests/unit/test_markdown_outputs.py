@@ -75,6 +75,12 @@ def test_session_and_cliff_sections() -> None:
     _check("\n".join(render_md([change], REASON)))
 
 
+def test_orphans_section(tmp_path: Path) -> None:
+    from pytest_convperf.baselines.orphans import render_md as orphans_md
+
+    _check("\n".join(orphans_md({("box", "test_m"): [ID, "@octocat"]}, tmp_path)))
+
+
 def test_nightly_job_summary() -> None:
     nightly = load_script(ROOT / ".ci" / "nightly_verdicts.py")
     md = nightly.markdown(
