@@ -69,6 +69,11 @@ def _encode(text: str) -> str:
     return quote(text, safe=_MARK_SAFE)
 
 
+def _title(text: str) -> str:
+    """An issue title: plain text on GitHub (no mention, no link), so only bounded, on one line."""
+    return " ".join(bounded(text, TITLE_LIMIT).replace("\r", "\n").split("\n"))
+
+
 def check_of(row: dict[str, Any]) -> str:
     return f"{row.get('machine') or 'unknown'} | {row.get('module')}::{row.get('key')}"
 
@@ -110,12 +115,10 @@ def plan(
     for check, row in sorted(ran.items()):
         issue = open_by_check.get(check)
         if row.get("verdict") == "FAIL":
-            # A title is plain text on GitHub (no mention, no link): bounded, on one line.
             title = f"convperf regression: {check.split(' | ', 1)[1]} [{row.get('machine')}]"
-            title = " ".join(bounded(title, TITLE_LIMIT).replace("\r", "\n").split("\n"))
             body = _report(row, commit, run_url)
             if issue is None:
-                actions.append(Action("open", check, title, f"{marker(check)}\n\n{body}"))
+                actions.append(Action("open", check, _title(title), f"{marker(check)}\n\n{body}"))
             else:
                 actions.append(
                     Action("comment", check, title, f"Still failing.\n\n{body}", int(issue["number"]))

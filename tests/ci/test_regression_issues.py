@@ -62,15 +62,6 @@ def test_open_comment_close_and_leave_alone() -> None:
     assert [(a.kind, a.number) for a in again] == [("comment", 11)]
 
 
-def test_the_cli_prints_the_plan(tmp_path: Path, capsys: Any) -> None:
-    (tmp_path / "rows.json").write_text(json.dumps([row("x", "FAIL")]))
-    (tmp_path / "issues.json").write_text("[]")
-    args = ["--report", str(tmp_path), "--issues", str(tmp_path / "issues.json"), "--run-url", "u"]
-    assert issues_script.main(args) == 0
-    (line,) = capsys.readouterr().out.splitlines()
-    assert json.loads(line)["kind"] == "open"
-
-
 HOSTILE = "test_x[a --> @octocat #1 [l](https://e.example) ![i](https://e.example/i.png)\n| ```]"
 
 
@@ -102,3 +93,12 @@ def test_a_hostile_id_renders_inert_and_finds_its_issue_the_next_night() -> None
 def test_an_issue_title_is_bounded() -> None:
     (opened,) = issues_script.plan([row("k" * 5000, "FAIL")], [], commit="c", run_url="u")
     assert len(opened.title) <= 256
+
+
+def test_the_cli_prints_the_plan(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "rows.json").write_text(json.dumps([row("x", "FAIL")]))
+    (tmp_path / "issues.json").write_text("[]")
+    args = ["--report", str(tmp_path), "--issues", str(tmp_path / "issues.json"), "--run-url", "u"]
+    assert issues_script.main(args) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["kind"] == "open"
