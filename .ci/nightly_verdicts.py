@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+# The plugin's Markdown escaping (stdlib only; importing pytest_convperf imports nothing heavy).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pytest_convperf.core.markdown_safe import code_span
+
 FAILING_VERDICTS = ("FAIL", "CORRECTNESS_FAIL")
 EXIT_MEANINGS = {
     "0": "all tests passed",
@@ -77,7 +81,7 @@ def night_section(night: dict[str, Any]) -> list[str]:
     cleared = night.get("cleared") or []
     if cleared:
         lines += [f"SUSPECT (slower by its own rule, not significant across the night): {len(cleared)}", ""]
-        lines += [f"- `{_cell(c)}`" for c in cleared] + [""]
+        lines += [f"- {_cell(c)}" for c in cleared] + [""]
     cps = night.get("change_points_new") or []
     lines += [f"Change points new tonight: {len(cps)}", ""]
     lines += [f"- {_cell(c)}" for c in cps]
@@ -85,7 +89,8 @@ def night_section(night: dict[str, Any]) -> list[str]:
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text from test code (ids, messages) as a code span: no ping, link or broken row."""
+    return code_span(text, table=True)
 
 
 def markdown(
@@ -101,7 +106,7 @@ def markdown(
         lines += [f"pytest exit code **{exit_code}**: {meaning}.", ""]
     if failures:
         lines += [f"### {len(failures)} failed test(s)", "", "| test | kind | message |", "|---|---|---|"]
-        lines += [f"| `{_cell(t)}` | {k} | {_cell(m)} |" for t, k, m in failures]
+        lines += [f"| {_cell(t)} | {k} | {_cell(m)} |" for t, k, m in failures]
         lines.append("")
     if checks:
         lines += [
@@ -112,7 +117,7 @@ def markdown(
         ]
         for row in checks:
             where = row.get("nodeid") or row.get("key") or "?"
-            lines.append(f"| `{_cell(where)}` | {row.get('verdict')} | {_cell(row.get('message', ''))} |")
+            lines.append(f"| {_cell(where)} | {row.get('verdict')} | {_cell(row.get('message', ''))} |")
         lines.append("")
     if not failures and not checks:
         lines += ["No test failed.", ""]

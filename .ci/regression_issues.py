@@ -3,7 +3,8 @@
 From the report's ``rows.json`` (a FAIL the night's false-alarm control kept is ``FAIL`` there; one
 it cleared is ``SUSPECT``) and the open issues labelled ``convperf-regression`` (``gh issue list
 --json number,title,body``), each check is one issue, found by the marker line in its body
-(``<!-- convperf-check: <machine> | <check id> -->``):
+(``<!-- convperf-check: <machine> | <check id> -->``, both percent-encoded, so no id can end the
+comment early and each night finds the issue again):
 
 - a FAIL without an open issue opens one (title, speedup with CI, commit, the FAIL's message,
   which names the kernels that moved, and a link to the run, whose artifacts hold the dashboard);
@@ -15,6 +16,10 @@ it cleared is ``SUSPECT``) and the open issues labelled ``convperf-regression`` 
     python .ci/regression_issues.py --report report --issues issues.json --run-url "$RUN_URL" [--apply]
 
 Without ``--apply`` it prints the plan (one JSON object per action); with it, it runs ``gh``.
+
+Ids, machine names, commits and messages come from test code and go into Markdown that GitHub
+renders: each is a code span or a fenced block (``pytest_convperf.core.markdown_safe``), so none
+pings a person, links an issue or shows a link or an image.
 """
 
 from __future__ import annotations
@@ -27,9 +32,17 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
+
+# The plugin's escaping (stdlib only; importing pytest_convperf imports nothing heavy): this job
+# runs from the checkout, with no install.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pytest_convperf.core.markdown_safe import bounded, code_block, code_span
 
 LABEL = "convperf-regression"
 MARK = re.compile(r"<!-- convperf-check: (.+?) \| (.+?) -->")
+# GitHub refuses an issue title over 256 characters.
+TITLE_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,26 @@ class Action:
     title: str
     body: str
     number: int | None = None
+
+
+def marker(check: str) -> str:
+    """The hidden line that finds a check's issue, machine and id percent-encoded where they could
+    end it (``<``, ``>``: no ``-->``), split it (``|``), break its line, or not read back (``%``)."""
+    machine, _, ident = check.partition(" | ")
+    return f"<!-- convperf-check: {_encode(machine)} | {_encode(ident)} -->"
+
+
+# Printable ASCII stays readable (an issue's marker of ``test_dw::test_a[n8-c64]`` is that text).
+_MARK_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in "%<>|")
+
+
+def _encode(text: str) -> str:
+    return quote(text, safe=_MARK_SAFE)
+
+
+def _title(text: str) -> str:
+    """An issue title: plain text on GitHub (no mention, no link), so only bounded, on one line."""
+    return " ".join(bounded(text, TITLE_LIMIT).replace("\r", "\n").split("\n"))
 
 
 def check_of(row: dict[str, Any]) -> str:
@@ -61,8 +94,9 @@ def _numbers(row: dict[str, Any]) -> str:
 
 def _report(row: dict[str, Any], commit: str, run_url: str) -> str:
     return (
-        f"**{row.get('verdict')}** at commit `{commit}` on `{row.get('machine')}`: {_numbers(row)}.\n\n"
-        f"```\n{(row.get('message') or '').strip()}\n```\n\n"
+        f"**{code_span(row.get('verdict'))}** at commit {code_span(commit)} on "
+        f"{code_span(row.get('machine'))}: {_numbers(row)}.\n\n"
+        f"{code_block((row.get('message') or '').strip())}\n\n"
         f"Run, report and dashboard (artifacts `convperf-report-*`, `convperf-dashboard-*`): {run_url}\n"
     )
 
@@ -75,7 +109,7 @@ def plan(
     for issue in issues:
         found = MARK.search(str(issue.get("body") or ""))
         if found:
-            open_by_check.setdefault(f"{found.group(1)} | {found.group(2)}", issue)
+            open_by_check.setdefault(f"{unquote(found.group(1))} | {unquote(found.group(2))}", issue)
     ran = {check_of(r): r for r in rows}
     actions = []
     for check, row in sorted(ran.items()):
@@ -84,14 +118,15 @@ def plan(
             title = f"convperf regression: {check.split(' | ', 1)[1]} [{row.get('machine')}]"
             body = _report(row, commit, run_url)
             if issue is None:
-                actions.append(Action("open", check, title, f"<!-- convperf-check: {check} -->\n\n{body}"))
+                actions.append(Action("open", check, _title(title), f"{marker(check)}\n\n{body}"))
             else:
                 actions.append(
                     Action("comment", check, title, f"Still failing.\n\n{body}", int(issue["number"]))
                 )
         elif issue is not None:
             body = (
-                f"Passes again: **{row.get('verdict')}** at commit `{commit}`, {_numbers(row)}. {run_url}\n"
+                f"Passes again: **{code_span(row.get('verdict'))}** at commit {code_span(commit)}, "
+                f"{_numbers(row)}. {run_url}\n"
             )
             actions.append(Action("close", check, str(issue.get("title") or ""), body, int(issue["number"])))
     return actions

@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_convperf.ab.rule import ABResult
 from pytest_convperf.core.files import atomic_write
+from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import CheckRow
 
 
@@ -56,7 +57,8 @@ def markdown(rows: Sequence[CheckRow]) -> str:
     lines = [
         "## A/B",
         "",
-        f"A = {first['a']}; REF = {first['ref']}. t_A/t_REF > 1: A is slower. Verdicts use the gate's "
+        f"A = {code_span(first['a'])}; REF = {code_span(first['ref'])}. t_A/t_REF > 1: A is slower. "
+        "Verdicts use the gate's "
         f"rules (noise floor {first['result']['noise']:.1%}, tolerance {first['result']['tolerance']:.1%}, "
         "screen then confirm).",
         "",
@@ -67,7 +69,8 @@ def markdown(rows: Sequence[CheckRow]) -> str:
         res: ABResult = r["result"]
         ab = r["ab"]
         lines.append(
-            f"| `{r['key']}` | {res.verdict} | {res.ratio:.3f} [{res.ci[0]:.3f}, {res.ci[1]:.3f}] | "
+            f"| {code_span(r['key'], table=True)} | {res.verdict} | "
+            f"{res.ratio:.3f} [{res.ci[0]:.3f}, {res.ci[1]:.3f}] | "
             f"{res.change:+.1%} | {_speedup(ab.get('a_speedup'), ab.get('a_speedup_ci'))} | "
             f"{_speedup(ab.get('ref_speedup'), ab.get('ref_speedup_ci'))} | {res.n_rounds} |"
         )

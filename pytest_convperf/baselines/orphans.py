@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_convperf.baselines.store import Store
+from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import CheckRow
 
 PRUNE = "prune"
@@ -109,5 +110,6 @@ def render_md(orphans: Mapping[tuple[str, str], Sequence[str]], store_root: Path
         "",
     ]
     for (machine, module), keys in sorted(orphans.items()):
-        lines += [f"- {Store(store_root, machine).path(module)}: " + ", ".join(f"`{k}`" for k in keys)]
+        path = code_span(Store(store_root, machine).path(module))
+        lines += [f"- {path}: " + ", ".join(code_span(k) for k in keys)]  # ids: code (core.markdown_safe)
     return [*lines, ""]

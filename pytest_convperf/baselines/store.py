@@ -12,9 +12,12 @@ entry) and replace it atomically, so concurrent processes lose nothing.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,6 +25,7 @@ import yaml
 from pytest_convperf.baselines import baseline_yaml
 from pytest_convperf.core.entry import Entry, InvalidEntry, parse_entry
 from pytest_convperf.core.files import atomic_write, lock_for
+from pytest_convperf.core.markdown_safe import bounded
 from pytest_convperf.core.slugs import resolve_machine, slugify
 
 __all__ = [
@@ -58,10 +62,16 @@ class BaselineFile:
     entries: Mapping[str, Entry]
 
 
+# A message names a value from the file; a file can hold megabytes in one value, so every part of
+# the message is cut (issue 37.10).
+MESSAGE_PART_LIMIT = 300
+
+
 def _usage(path: Path, err: InvalidEntry) -> pytest.UsageError:
-    where = f"entry {err.entry!r}: " if err.entry else ""
+    where = f"entry {bounded(repr(err.entry), MESSAGE_PART_LIMIT)}: " if err.entry else ""
     return pytest.UsageError(
-        f"convperf baseline file {path}: {where}{err.problem}. Fix: {err.fix}. The file was left unchanged."
+        f"convperf baseline file {path}: {where}{bounded(err.problem, MESSAGE_PART_LIMIT)}. "
+        f"Fix: {err.fix}. The file was left unchanged."
     )
 
 
@@ -70,6 +80,17 @@ def parse_text(text: str, path: Path, expected_machine: str | None = None) -> Ba
     machine_dir = expected_machine if expected_machine is not None else path.parent.name
     try:
         data = baseline_yaml.load(text)
+    except baseline_yaml.AliasRefused as exc:
+        raise _usage(
+            path,
+            InvalidEntry(
+                None,
+                f"holds {exc.problem}; baseline files hold no anchors or aliases (the writer writes "
+                "none, and expanding nested ones can exhaust memory)",
+                "write the values out in full, or delete the file and re-record with "
+                "pytest --convperf --convperf-update-baselines",
+            ),
+        ) from None
     except baseline_yaml.DuplicateKeyError as exc:
         raise _usage(
             path,
@@ -145,10 +166,40 @@ def dump_text(machine: str, entries: Mapping[str, Entry]) -> str:
     return HEADER + baseline_yaml.dump(body)
 
 
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def read_text(path: Path) -> str:
-    """A baseline file's text: ``UsageError`` above :data:`MAX_FILE_BYTES` (known from its size, before
-    reading) or when it is not UTF-8."""
-    size = path.stat().st_size
+    """A baseline file's text: ``UsageError`` when it is not a regular file (a FIFO would block the
+    session for good: it is opened non-blocking and its type read from the open file, issue 37.12),
+    above :data:`MAX_FILE_BYTES` (known from its size, before reading) or when it is not UTF-8."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise _usage(
+            path,
+            InvalidEntry(
+                None,
+                f"is {_kind(info.st_mode)}, not a baseline file",
+                f"remove it (a baseline file is a plain YAML file, {path.name})",
+            ),
+        )
+    with os.fdopen(fd, "rb") as fh:
+        return _decode(path, info.st_size, fh)
+
+
+def _decode(path: Path, size: int, fh: Any) -> str:
     if size > MAX_FILE_BYTES:
         raise _usage(
             path,
@@ -159,7 +210,7 @@ def read_text(path: Path) -> str:
                 "move a file that is not a baseline out of the baselines folder, or split the test module",
             ),
         )
-    data = path.read_bytes()
+    data: bytes = fh.read()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -180,13 +231,47 @@ def read_file(path: Path, expected_machine: str | None = None) -> BaselineFile:
     return parse_text(read_text(path), path, expected_machine)
 
 
-def merge_into(path: Path, machine: str, updates: Mapping[str, Entry], remove: Iterable[str] = ()) -> bool:
+class LinkOutside(OSError):
+    """A baselines folder is a symbolic link to a place outside the repository: nothing is written
+    through it (the message names the link, its target and the fix)."""
+
+
+def refuse_links_outside(root: Path, path: Path, rootdir: Path) -> None:
+    """:class:`LinkOutside` when ``root``, a folder between it and ``path``, or ``path`` itself is a
+    symbolic link that resolves outside ``rootdir``: an update would write entries and its lock
+    folder there (issue 37.11). A link inside the repository is fine; a ``root`` given outside it
+    on purpose (``--convperf-baselines=/elsewhere``) is no link and is fine too."""
+    repo = rootdir.resolve()
+    parts = path.relative_to(root).parts
+    for link in [root] + [root.joinpath(*parts[: i + 1]) for i in range(len(parts))]:
+        if link.is_symlink():
+            target = link.resolve()
+            if not target.is_relative_to(repo):
+                raise LinkOutside(
+                    f"{link} is a symbolic link to {target}, outside the repository {repo}; baselines "
+                    "are written only inside it: replace the link with a folder, or give the real "
+                    "folder with --convperf-baselines"
+                )
+
+
+def merge_into(
+    path: Path,
+    machine: str,
+    updates: Mapping[str, Entry],
+    remove: Iterable[str] = (),
+    *,
+    root: Path | None = None,
+    rootdir: Path | None = None,
+) -> bool:
     """Under the file's lock: re-read, overlay ``updates`` by key, drop the ``remove`` keys, write if
     anything changed.
 
     Returns whether the file was written. Entries neither updated nor named in ``remove`` (a
-    retired cliff, reviewed in ``convperf-update.md``) are kept as they are.
+    retired cliff, reviewed in ``convperf-update.md``) are kept as they are. With ``root`` and
+    ``rootdir``, a link out of the repository is refused first (:func:`refuse_links_outside`).
     """
+    if root is not None and rootdir is not None:
+        refuse_links_outside(root, path, rootdir)
     with lock_for(path):
         current = read_file(path, machine)
         merged = dict(current.entries)
@@ -231,9 +316,10 @@ def refuse_shared_keys(nodeids: Iterable[str]) -> None:
 class Store:
     """The baselines of one machine class, loaded lazily per test module and cached."""
 
-    def __init__(self, root: Path, machine: str) -> None:
+    def __init__(self, root: Path, machine: str, *, rootdir: Path | None = None) -> None:
         self.root = root
         self.machine = machine
+        self.rootdir = rootdir  # the repository: writes never go through a link out of it
         self._cache: dict[str, BaselineFile] = {}
 
     def path(self, module: str) -> Path:
@@ -250,7 +336,9 @@ class Store:
     def write(self, module: str, updates: Mapping[str, Entry], remove: Iterable[str] = ()) -> bool:
         """Merge ``updates`` into the module's file and drop ``remove`` (locked, atomic); drop the cache."""
         self._cache.pop(module, None)
-        return merge_into(self.path(module), self.machine, updates, remove)
+        return merge_into(
+            self.path(module), self.machine, updates, remove, root=self.root, rootdir=self.rootdir
+        )
 
 
 def merge_files(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pytest_convperf.baselines.store import Store
 from pytest_convperf.core.entry import Entry
+from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import CheckRow, ratio_text
 
 if TYPE_CHECKING:
@@ -48,9 +49,12 @@ def _entry_line(key: str, new: Entry, row: CheckRow | None) -> str:
         us = f"cand {new_y['us']['candidate']} us, ref {new_y['us']['reference']} us"
         env = ", ".join(f"{k} {v}" for k, v in new_y["env"].items())
     reason = (new.updated or {}).get("reason", "")
+    # The key, the env values and the reason come from test code, the command line and the old file:
+    # code spans (core.markdown_safe), so none pings, links or breaks the row.
     return (
-        f"| `{key}` | {row.verdict if row is not None else 'cliff'} | {change} | {us} | {env} | "
-        f"{reason.replace('|', '/') if reason else ''} |"
+        f"| {code_span(key, table=True)} | {row.verdict if row is not None else 'cliff'} | {change} | "
+        f"{us} | {code_span(env, table=True)} | "
+        f"{code_span(reason, table=True) if reason else ''} |"
     )
 
 
@@ -64,12 +68,12 @@ def render_update_md(
     """``convperf-update.md``: per written file, old -> new of every entry; then kept and refused checks."""
     lines = ["# convperf baseline update", ""]
     if cfg.reason:
-        lines += [f"Reason: {cfg.reason}", ""]
+        lines += [f"Reason: {code_span(cfg.reason)}", ""]
     if commit:
-        lines += [f"Measured at commit {commit}", ""]
+        lines += [f"Measured at commit {code_span(commit)}", ""]
     for (machine, module), entries in sorted(per_file.items()):
         lines += [
-            f"## {Store(cfg.baselines_dir, machine).path(module)}",
+            f"## {code_span(Store(cfg.baselines_dir, machine).path(module))}",
             "",
             "| check | verdict | time_ratio (speedup): old -> new, delta, CI | us | env | reason |",
             "|---|---|---|---|---|---|",
@@ -80,11 +84,12 @@ def render_update_md(
     if not per_file:
         lines += ["No entry was written.", ""]
     if kept:
-        lines += ["## Left as they are (inside their noise band)", ""] + [f"- {k}" for k in kept] + [""]
+        lines += ["## Left as they are (inside their noise band)", ""]
+        lines += [f"- {code_span(k)}" for k in kept] + [""]
     if refused:
         lines += (
             ["## Refused (slower, or implausibly faster, without --convperf-reason)", ""]
-            + [f"- {k}" for k in refused]
+            + [f"- {code_span(k)}" for k in refused]
             + [""]
         )
     return "\n".join(lines)

@@ -288,7 +288,7 @@ def apply_updates(
         plan = row.update
         if plan is None:
             continue
-        label = f"`{row.key}` ({row.module}): {plan.why}"
+        label = f"{row.key} ({row.module}): {plan.why}"  # update_record puts it in a code span
         if plan.action == "keep":
             kept.append(label)
         elif plan.action == "refused":
@@ -340,7 +340,7 @@ def apply_updates(
     failed: list[str] = list(bad)
     for machine, module in targets:
         entries = per_file.get((machine, module), {})
-        store = Store(cfg.baselines_dir, machine)
+        store = Store(cfg.baselines_dir, machine, rootdir=cfg.rootdir)
         try:
             store.write(module, {k: e for k, (e, _) in entries.items()}, retired.get((machine, module), ()))
         except OSError as exc:

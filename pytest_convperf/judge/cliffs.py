@@ -24,6 +24,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pytest_convperf.core.markdown_safe import code_span
+
 CLIFF_KIND = "cliffs"  # the --convperf-update-baselines kind that pins and retires cliffs
 CLIFFS_PROPERTY = "convperf_cliffs"  # the cliff changes of one test, on its report
 
@@ -142,8 +144,9 @@ def render_md(changes: Sequence[CliffChange], reason: str | None) -> list[str]:
     for c in sorted(changes, key=lambda c: (ACTIONS.index(c.action), c.module, c.key)):
         why = c.why + (f"; reason: {reason}" if reason and c.action in ("pin", "retire") else "")
         lines.append(
-            f"| {c.action} | `{c.key}` ({c.machine}/{c.module}.yaml) | {c.family} | `{c.problem}` "
-            f"| {c.speedup:.3f}x | {c.floor:g}x | {why.replace('|', '/')} |"
+            f"| {c.action} | {code_span(f'{c.key} ({c.machine}/{c.module}.yaml)', table=True)} | "
+            f"{code_span(c.family, table=True)} | {code_span(c.problem, table=True)} "
+            f"| {c.speedup:.3f}x | {c.floor:g}x | {code_span(why, table=True)} |"
         )
     return [*lines, ""]
 

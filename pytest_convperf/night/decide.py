@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_convperf.core.config import ConvperfConfig, Method
+from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Verdict
 from pytest_convperf.judge.verdict import CONFIRM_Q
 from pytest_convperf.night.multiplicity import NightControl, check_id, checks_from_rows, control
@@ -110,16 +111,16 @@ def night_markdown(night: Mapping[str, Any] | None, change_points: Sequence[str]
     if night:
         lines += [str(night.get("summary", "")), ""]
         for ident in night.get("fails") or []:
-            lines.append(f"- speed FAIL kept: `{ident}` (adjusted p {night['adjusted'][ident]:.3g})")
+            lines.append(f"- speed FAIL kept: {code_span(ident)} (adjusted p {night['adjusted'][ident]:.3g})")
         for ident in night.get("cleared") or []:
             lines.append(
-                f"- SUSPECT (not significant across the session): `{ident}` "
+                f"- SUSPECT (not significant across the session): {code_span(ident)} "
                 f"(adjusted p {night['adjusted'][ident]:.3g})"
             )
         if night.get("fails") or night.get("cleared"):
             lines.append("")
     lines += [f"Change points new in this run: {len(change_points)}", ""]
-    lines += [f"- {line}" for line in change_points]
+    lines += [f"- {code_span(line)}" for line in change_points]  # a line names its check's id
     return "\n".join(lines).rstrip() + "\n"
 
 

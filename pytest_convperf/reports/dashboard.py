@@ -3,10 +3,13 @@
 One file, ``OUT/index.html``: the page (``assets/dashboard.html``, its script and style inline) with
 the data inlined as JSON, so it opens from disk or any artifact viewer with no server and no
 network. The data: per machine and check the runs in time order (speedup, its 95 % CI, commit,
-verdict, kernel table), the change points of :mod:`pytest_convperf.night.history` (the same rule
-as the ``history`` subcommand and the night's notes), the last night's FAILs and new change points,
-and a summary per family (test module). Kernel tables are stored once each and referred to by
-index: they change with the code, rarely with the night. See docs/dashboard.md.
+verdict, kernel table, the baseline's speedup and the gate's tolerance), the change points of
+:mod:`pytest_convperf.night.history` (the same rule as the ``history`` subcommand and the night's
+notes), the last night's FAILs and change points (taken from the very change points the charts
+draw, so the two cannot disagree), and a summary per family (test module). A step is told in one
+number everywhere on the page: the relative change of the speedup, with "slower" or "faster".
+Kernel tables are stored once each and referred to by index: they change with the code, rarely
+with the night. See docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -77,6 +80,38 @@ def _ci(rec: Mapping[str, Any]) -> tuple[float | None, float | None]:
     return None, None
 
 
+def _tolerance(rec: Mapping[str, Any]) -> float | None:
+    tol = rec.get("tolerance")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)):
+        return None
+    return float(tol) if math.isfinite(tol) and 0 <= tol < 10 else None
+
+
+def step_words(c: ChangePoint) -> dict[str, Any]:
+    """A change point as the page tells it, in one number: the relative change of the speedup
+    (``change``, -0.2: the speedup fell 20 %, the check got slower), its 95 % CI, a short ``label``
+    for the chart and a ``text`` for the lists. ``ChangePoint.step`` is the time ratio's change
+    (+25 % time is -20 % speedup); the page never shows that one, so no step reads two ways."""
+    before, after = 1.0 / c.ratio_before, 1.0 / c.ratio_after
+    change = after / before - 1.0
+    low, high = 1.0 / (1.0 + c.ci[1]) - 1.0, 1.0 / (1.0 + c.ci[0]) - 1.0
+    direction = "slower" if change < 0 else "faster"
+    label = f"{direction}: speedup {change * 100:+.1f} %"
+    text = (
+        f"{label} ({before:.3f}x -> {after:.3f}x, 95 % CI {low * 100:+.1f} .. {high * 100:+.1f} %) "
+        f"from commit {c.commit or 'unknown'} on {c.when[:10] or 'an unknown date'}; "
+        f"{c.n_before} runs before, {c.n_after} since"
+    )
+    return {
+        "change": change,
+        "ci": [low, high],
+        "before": before,
+        "after": after,
+        "label": label,
+        "text": text,
+    }
+
+
 def page_data(
     records: Sequence[Mapping[str, Any]], *, source: str, persist: int = PERSIST, window: int = WINDOW
 ) -> dict[str, Any]:
@@ -106,24 +141,17 @@ def page_data(
                 if k == len(kernel_tables):
                     kernel_tables.append(kernels)
             lo, hi = _ci(rec)
-            out_points.append([p.when, p.commit, p.verdict, 1.0 / math.exp(p.ln_ratio), lo, hi, k])
+            base = _speedup(rec.get("baseline_ratio"))
+            out_points.append(
+                [p.when, p.commit, p.verdict, 1.0 / math.exp(p.ln_ratio), lo, hi, k, base, _tolerance(rec)]
+            )
         checks.append(
             {
                 "machine": machine,
                 "key": key,
                 "family": str(module or key.split("::")[0]),
                 "points": out_points,
-                "change_points": [
-                    {
-                        "index": c.index,
-                        "step": -c.step / (1 + c.step),
-                        "commit": c.commit,
-                        "when": c.when,
-                        "new": c.new,
-                        "text": c.line(),
-                    }
-                    for c in by_check.get((machine, key), [])
-                ],
+                "change_points": [_change_point(c) for c in by_check.get((machine, key), [])],
             }
         )
     return {
@@ -134,18 +162,34 @@ def page_data(
         "machines": sorted({c["machine"] for c in checks}),
         "kernels": kernel_tables,
         "checks": checks,
-        "last_night": _last_night(records),
+        "last_night": _last_night(records, checks),
         "families": _families(checks),
     }
 
 
-def _last_night(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per machine: the latest run's date and its FAILs (every record of that run, unusable ones too)."""
+def _change_point(c: ChangePoint) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": c.index, "commit": c.commit, "when": c.when, "new": c.new}
+    out.update(step_words(c))
+    return out
+
+
+def _last_night(records: Sequence[Mapping[str, Any]], checks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per machine: the latest run's date and its FAILs (every record of that run, unusable ones
+    too); the change points new in it and the others, taken from ``checks``' own (the charts'), so
+    the box cannot say "no change point" beside a charted step."""
     latest: dict[str, str] = {}
     for rec in records:
         machine, when = str(rec.get("machine") or "unknown"), str(rec.get("when") or "")
         latest[machine] = max(latest.get(machine, ""), when)
-    out: dict[str, Any] = {m: {"when": w, "fails": []} for m, w in latest.items()}
+    out: dict[str, Any] = {
+        m: {"when": w, "fails": [], "new_steps": [], "older_steps": []} for m, w in latest.items()
+    }
+    for c in checks:
+        for cp in c["change_points"]:
+            step = {"key": c["key"], "index": cp["index"], "text": cp["text"], "when": cp["when"]}
+            out[c["machine"]]["new_steps" if cp["new"] else "older_steps"].append(step)
+    for night in out.values():
+        night["older_steps"].sort(key=lambda s: s["when"], reverse=True)  # the latest first
     for rec in records:
         machine = str(rec.get("machine") or "unknown")
         if rec.get("when") == latest[machine] and rec.get("verdict") in ("FAIL", "CORRECTNESS_FAIL"):
@@ -169,6 +213,7 @@ def _families(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         speedups = [p[3] for p in last if p[3] and p[3] > 0]
         gmean = math.exp(statistics.fmean(math.log(s) for s in speedups)) if speedups else None
         moved = sum(1 for c in members if any(cp["new"] for cp in c["change_points"]))
+        changed = sum(1 for c in members if c["change_points"])
         out.append(
             {
                 "machine": machine,
@@ -176,18 +221,31 @@ def _families(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "checks": len(members),
                 "verdicts": verdicts,
                 "geomean_speedup": gmean,
+                "changed": changed,
                 "new_change_points": moved,
             }
         )
     return out
 
 
+# Inside <script>, the HTML parser still looks for ``</script`` and, after ``<!--``, for ``<script``
+# (the "script data double escaped" state, which swallowed the whole app: issue 37.7). JSON has
+# these characters only inside strings, where ``\uXXXX`` means the same: with no ``<``, ``>`` or ``&``
+# left, no id can end or re-open the element; U+2028/9 end a line in older JavaScript.
+_SCRIPT_SAFE = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON that is inert inside an HTML ``<script>`` element."""
+    return json.dumps(data, default=str, allow_nan=False).translate(_SCRIPT_SAFE)
+
+
 def render(data: Mapping[str, Any]) -> str:
-    """The page with ``data`` inlined (``</`` escaped so no string in it can end the script)."""
+    """The page with ``data`` inlined (:func:`script_json`: no string in it can end the script)."""
     template = (
         resources.files("pytest_convperf.reports").joinpath("assets").joinpath(TEMPLATE).read_text("utf-8")
     )
-    payload = json.dumps(data, default=str, allow_nan=False).replace("</", "<\\/")
+    payload = script_json(data)
     if DATA_MARK not in template:
         raise RuntimeError(f"{TEMPLATE} lost its data mark {DATA_MARK!r}")
     return template.replace(DATA_MARK, payload)
@@ -208,6 +266,8 @@ def build(source: str, out: Path, *, persist: int = PERSIST, window: int = WINDO
     atomic_write(page, render(data))
     lines = [f"dashboard: {line}" for line in summary(skipped)]
     n_points = sum(len(c["points"]) for c in data["checks"])
+    if not n_points:
+        lines.append(f"dashboard: {shown} holds no usable run: the page says so")
     lines.append(
         f"dashboard: wrote {page} ({len(data['checks'])} checks, {n_points} runs, "
         f"{sum(len(c['change_points']) for c in data['checks'])} change points) in "

@@ -15,6 +15,7 @@ newest record). See docs/dashboard.md ("Exports").
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 FORMATS = ("bmf", "gab")
+# Bencher refuses a benchmark name over 1,024 characters (counted here in UTF-8 bytes, the stricter).
+BMF_NAME_LIMIT = 1024
 
 
 def latest(
@@ -71,6 +74,17 @@ def max_abs_error(rec: Mapping[str, Any]) -> float | None:
     return max(found) if found else None
 
 
+def bmf_name(ident: str, limit: int = BMF_NAME_LIMIT) -> str:
+    """``ident`` when Bencher takes it, else its start and a digest of the whole id: the same id
+    gives the same name every night (its history stays one series), two long ids that share a start
+    give two names."""
+    raw = ident.encode("utf-8", "surrogatepass")  # a non-UTF-8 file name's id still has a name
+    if len(raw) <= limit:
+        return ident
+    tag = f"~{hashlib.sha256(raw).hexdigest()[:16]}"
+    return raw[: limit - len(tag)].decode("utf-8", "ignore") + tag
+
+
 def bmf(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {}
     for rec in records:
@@ -85,7 +99,7 @@ def bmf(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, f
         error = max_abs_error(rec)
         if error is not None:
             measures["correctness-max-abs"] = {"value": error}
-        out[check_id(rec)] = measures
+        out[bmf_name(check_id(rec))] = measures
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import CheckRow, Verdict
 from pytest_convperf.reports.cells import cells, fmt_time, ratio_x, roofline_note, speedup_text
 from pytest_convperf.reports.report_row import NOT_WRITTEN, ReportRow, fake_timed, grouped
@@ -165,9 +166,10 @@ def markdown(
                 note = f"quality {r.quality}. {note}".strip()
             if r.update:
                 note = f"update: {r.update}. {note}".strip()
-            lines.append(
-                "| " + " | ".join(c[k].replace("|", "\\|") for k in cols) + f" | {note.replace('|', '/')} |"
-            )
+            # The id and the note (a message naming ids, a reason) come from test code: code spans,
+            # so no id pings, links or breaks the row (core.markdown_safe); the numbers as they are.
+            shown = [code_span(c[k], table=True) if k == "check" else c[k] for k in cols]
+            lines.append("| " + " | ".join(shown) + f" | {code_span(note, table=True) if note else ''} |")
         lines.append("")
     return "\n".join(lines)
 

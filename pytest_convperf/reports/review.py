@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from pytest_convperf.baselines import baseline_yaml
+from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import ratio_text
 
 ROOT = "baselines"
@@ -87,13 +88,15 @@ def _env_change(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) ->
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell of text from a baseline file (a key, a reason, env values): a code span, so no
+    key or reason pings, links or breaks the table (:mod:`pytest_convperf.core.markdown_safe`)."""
+    return code_span(text, table=True) if text not in ("", "-") else str(text)
 
 
 def file_section(path: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
     """The table of one file: added, removed and changed entries (unchanged ones are left out)."""
     old, new = old or {}, new or {}
-    lines = [f"### `{path}`", ""]
+    lines = [f"### {code_span(path)}", ""]
     rows: list[str] = []
     for key in sorted({*old, *new}):
         a, b = old.get(key), new.get(key)
@@ -111,7 +114,7 @@ def file_section(path: str, old: dict[str, Any] | None, new: dict[str, Any] | No
             change = "changed"
         reason = ((b or {}).get("updated") or {}).get("reason", "")
         rows.append(
-            f"| `{_cell(key)}` | {_fmt(ra)} | {_fmt(rb)} | {change} | {_cell(_env_change(a, b))} "
+            f"| {_cell(key)} | {_fmt(ra)} | {_fmt(rb)} | {change} | {_cell(_env_change(a, b))} "
             f"| {_cell(reason)} |"
         )
     if not rows:
@@ -144,10 +147,10 @@ def review(base: str, head: str | None) -> str:
         old, old_err = load(old_rev, path)
         new, new_err = load(head, path)
         if old_err or new_err:
-            lines += [f"### `{path}`", "", f"Could not read it: {old_err or new_err}", ""]
+            lines += [f"### {code_span(path)}", "", f"Could not read it: {code_span(old_err or new_err)}", ""]
             continue
         if new is None:
-            lines += [f"### `{path}`", "", f"**File removed** ({len(old or {})} entries).", ""]
+            lines += [f"### {code_span(path)}", "", f"**File removed** ({len(old or {})} entries).", ""]
             continue
         lines += file_section(path, old, new)
     return "\n".join(lines)

@@ -62,6 +62,39 @@ def test_open_comment_close_and_leave_alone() -> None:
     assert [(a.kind, a.number) for a in again] == [("comment", 11)]
 
 
+HOSTILE = "test_x[a --> @octocat #1 [l](https://e.example) ![i](https://e.example/i.png)\n| ```]"
+
+
+def test_a_hostile_id_renders_inert_and_finds_its_issue_the_next_night() -> None:
+    # Issue 37.8: ``-->`` ended the hidden marker early, so the mention, reference, link and image
+    # after it rendered, and the next night opened a second issue instead of commenting.
+    from tests.markdown_model import assert_inert
+
+    bad = row(HOSTILE, "FAIL", machine="h100 @ops")
+    bad["message"] = "FAIL: slower\n```\n@octocat see #2 ![i](https://e.example/i.png)"
+    (opened,) = issues_script.plan([bad], [], commit="abc`@x", run_url="u")
+    marker, _, rest = opened.body.partition("\n")
+    assert marker.startswith("<!-- ") and marker.endswith(" -->") and marker.count("-->") == 1
+    assert "\n" not in opened.title and "\r" not in opened.title
+    assert_inert(rest)
+    again = issues_script.plan(
+        [bad], [{"number": 5, "title": opened.title, "body": opened.body}], commit="d", run_url="u"
+    )
+    assert [(a.kind, a.number) for a in again] == [("comment", 5)]
+    assert_inert(again[0].body)
+    passed = dict(bad, verdict="PASS")
+    (closed,) = issues_script.plan(
+        [passed], [{"number": 5, "title": opened.title, "body": opened.body}], commit="e", run_url="u"
+    )
+    assert closed.kind == "close"
+    assert_inert(closed.body)
+
+
+def test_an_issue_title_is_bounded() -> None:
+    (opened,) = issues_script.plan([row("k" * 5000, "FAIL")], [], commit="c", run_url="u")
+    assert len(opened.title) <= 256
+
+
 def test_the_cli_prints_the_plan(tmp_path: Path, capsys: Any) -> None:
     (tmp_path / "rows.json").write_text(json.dumps([row("x", "FAIL")]))
     (tmp_path / "issues.json").write_text("[]")

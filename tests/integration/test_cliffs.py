@@ -110,7 +110,7 @@ def test_a_cliff_is_shrunk_pinned_rechecked_and_retired(
     # An update that does not select cliffs pins nothing and says so in the review file.
     _run(pytester, "--convperf-update-baselines").assert_outcomes(failed=1)
     assert _entries(pytester) == {}
-    assert f"| unpinned | `{KEY}`" in _review(pytester)
+    assert f"| unpinned | ` {KEY} (" in _review(pytester)
 
     # (2) Pinned by the explicit kind, listed for review with its shape, speedup, floor and reason.
     _run(pytester, "--convperf-update-baselines=cliffs", "--convperf-reason=known k3 cliff").assert_outcomes(
@@ -121,7 +121,8 @@ def test_a_cliff_is_shrunk_pinned_rechecked_and_retired(
     assert entry["time_ratio"] == pytest.approx(4.0)
     review = _review(pytester)
     assert (
-        f"| pin | `{KEY}` ({MACHINE}/test_inner.yaml) | toy | `{CLIFF}` | 0.250x | 0.5x | new cliff" in review
+        f"| pin | ` {KEY} ({MACHINE}/test_inner.yaml) ` | ` toy ` | ` {CLIFF} ` | 0.250x | 0.5x | ` new cliff"
+        in review
     )
     assert "reason: known k3 cliff" in review
 
@@ -142,10 +143,10 @@ def test_a_cliff_is_shrunk_pinned_rechecked_and_retired(
     monkeypatch.setenv("CLIFF_SLOW_FROM", "0")
     _run(pytester, "--convperf-update-baselines").assert_outcomes(passed=1)
     assert KEY in _entries(pytester)
-    assert f"| keep | `{KEY}`" in _review(pytester) and "retire it with" in _review(pytester)
+    assert f"| keep | ` {KEY} (" in _review(pytester) and "retire it with" in _review(pytester)
     _run(pytester, "--convperf-update-baselines=cliffs").assert_outcomes(passed=1)
     assert KEY not in _entries(pytester)
-    assert f"| retire | `{KEY}`" in _review(pytester) and "fixed: 1.000x" in _review(pytester)
+    assert f"| retire | ` {KEY} (" in _review(pytester) and "fixed: 1.000x" in _review(pytester)
 
 
 def test_pins_and_retirements_travel_from_xdist_workers(
@@ -162,4 +163,4 @@ def test_pins_and_retirements_travel_from_xdist_workers(
         *_args(plugin_args, "-n", "1", "--convperf-update-baselines=cliffs")
     )
     retire.assert_outcomes(passed=1)
-    assert KEY not in _entries(pytester) and f"| retire | `{KEY}`" in _review(pytester)
+    assert KEY not in _entries(pytester) and f"| retire | ` {KEY} (" in _review(pytester)

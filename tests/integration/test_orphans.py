@@ -35,4 +35,4 @@ def test_orphans_are_named_then_pruned(
     pruned.stdout.fnmatch_lines(["*1 orphaned baseline entry*removed by --convperf-update-baselines=prune*"])
     assert gone not in suite.entries() and suite.key("test_a") in suite.entries()
     review = (pytester.path / "convperf-update.md").read_text()
-    assert "Removed: orphaned entries" in review and f"`{gone}`" in review
+    assert "Removed: orphaned entries" in review and f"` {gone} `" in review

@@ -106,7 +106,7 @@ def test_report_data_is_grouped_most_urgent_first() -> None:
     assert "speedup 1.667x [1.639, 1.695]  baseline 2.000x  delta +20.0 % [+15.0, +25.0]" in lines[1]
     assert lines[2].strip() == "FAIL (confirmed): slower"
     assert (
-        "| test_m::test_x[p] | 1.667x [1.639, 1.695] | 2.000x | +20.0 % [+15.0, +25.0] | 600.0 | 1000 "
+        "| ` test_m::test_x[p] ` | 1.667x [1.639, 1.695] | 2.000x | +20.0 % [+15.0, +25.0] | 600.0 | 1000 "
         "| 8.0% |" in (markdown(rows))
     )
 

@@ -292,4 +292,4 @@ def test_review_reads_baseline_files_like_the_store(tmp_path: Path, monkeypatch:
     path.write_text(path.read_text().replace("noise: 0.007", "noise: 0.007\n    noise: 0.5"))
     assert "duplicate key 'noise' (line 6 and line 7)" in review.review("HEAD", None)
     path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
-    assert "Could not read it: not UTF-8" in review.review("HEAD", None)
+    assert "Could not read it: ` not UTF-8" in review.review("HEAD", None)  # a code span (issue 37.8)

@@ -130,12 +130,14 @@ def test_changes_travel_as_dicts_and_become_file_writes_and_removals() -> None:
     assert pins == {("testbox", "test_dw"): {WHERE[2]: RAW}}
     assert retired == {("testbox", "test_dw"): {"test_search@n1-ci7"}}
     md = "\n".join(render_md(changes, "known cliff"))
-    # Each change is listed with its shape, speedup, floor and why; the reason only where the file changes.
+    # Each change is listed with its shape, speedup, floor and why; the reason only where the file
+    # changes. Ids and texts from test code are code spans (issue 37.8: no ping, link or broken row).
     assert (
-        "| pin | `test_search@n1-ci5` (testbox/test_dw.yaml) | depthwise | `n1-ci5` | 0.300x | 0.8x |" in md
+        "| pin | ` test_search@n1-ci5 (testbox/test_dw.yaml) ` | ` depthwise ` | ` n1-ci5 ` | 0.300x | 0.8x |"
+        in md
     )
     assert "new cliff; reason: known cliff" in md
-    assert "| retire | `test_search@n1-ci7`" in md and "fixed: 1.000x is at or above the floor 0.8x" in md
+    assert "| retire | ` test_search@n1-ci7" in md and "fixed: 1.000x is at or above the floor 0.8x" in md
     assert "| keep |" in md and "still under the floor" in md and md.count("reason: known cliff") == 2
     assert render_md([], "x") == []
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_convperf.__main__ import main
-from pytest_convperf.reports.exports import bmf, gab, latest
+from pytest_convperf.reports.exports import bmf, bmf_name, gab, latest
 
 
 def rec(key: str, when: str, ratio: float, *, machine: str = "h100", ci: bool = True) -> dict[str, Any]:
@@ -53,6 +53,7 @@ def assert_bmf(doc: Any) -> None:
     assert isinstance(doc, dict) and doc
     for name, measures in doc.items():
         assert isinstance(name, str) and name and isinstance(measures, dict) and measures
+        assert len(name.encode("utf-8", "surrogatepass")) <= 1024, "Bencher's name limit"
         for slug, metric in measures.items():
             assert isinstance(slug, str) and slug == slug.lower() and " " not in slug
             assert isinstance(metric, dict) and "value" in metric
@@ -122,3 +123,18 @@ def test_the_export_command_writes_the_file(tmp_path: Path, capsys: pytest.Captu
     assert_gab(json.loads(capsys.readouterr().out))
     assert main(["export", "--format", "gab", str(tmp_path), "--machine", "nope"]) == 2
     assert "no timed check on machine nope" in capsys.readouterr().err
+
+
+def test_bmf_names_over_benchers_limit_are_shortened_stably() -> None:
+    # Issue 37.9: a long parametrize id made a name Bencher refuses (1,024 characters).
+    long_a, long_b = "test_dw::test_a[" + "é" * 900 + "a]", "test_dw::test_a[" + "é" * 900 + "b]"
+    records = [
+        rec(long_a[len("test_dw::") :], "2026-01-01", 0.4),
+        rec(long_b[len("test_dw::") :], "2026-01-01", 0.5),
+    ]
+    doc = bmf(records)
+    assert_bmf(doc)
+    assert len(doc) == 2 and all(name.startswith("test_dw::test_a[é") for name in doc)
+    assert bmf_name(long_a) in doc and bmf_name(long_a) == bmf(records[:1]).popitem()[0]  # stable
+    assert bmf_name("test_dw::test_a") == "test_dw::test_a"  # a usual id is unchanged
+    assert len(bmf_name("x\udce9" * 600).encode("utf-8", "surrogatepass")) <= 1024

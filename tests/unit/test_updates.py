@@ -98,8 +98,8 @@ def test_apply_updates_writes_entries_and_renders_the_review(tmp_path: Path) -> 
     assert stored is not None and stored.time_ratio == 0.5
     assert stored.updated is not None and stored.updated["reason"] == "first record"
     text = path.read_text()
-    assert "Reason: first record" in text and "`test_x` | NEW | (new) -> 0.5 (speedup 2x)" in text
-    assert "## Left as they are" in text and "`test_y` (test_mod): in band" in text
+    assert "Reason: ` first record `" in text and "` test_x ` | NEW | (new) -> 0.5 (speedup 2x)" in text
+    assert "## Left as they are" in text and "- ` test_y (test_mod): in band `" in text
     assert apply_updates(_cfg(tmp_path, set()), [check_row(row) for row in rows], tmp_path) is None
 
 
