@@ -96,8 +96,9 @@ def spatial(stride: IntPair, padding: Padding, dilation: IntPair, kernel: tuple[
     return Spatial(s, (top, left), d, None)
 
 
-def check_output(hw: tuple[int, int], kernel: tuple[int, int], padding: tuple[int, int],
-                 dilation: tuple[int, int]) -> None:  # fmt: skip
+def check_output(
+    hw: tuple[int, int], kernel: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int]
+) -> None:
     """``ValueError`` when the dilated kernel does not fit the padded input (an empty output)."""
     span = (dilation[0] * (kernel[0] - 1) + 1, dilation[1] * (kernel[1] - 1) + 1)
     if hw[0] + 2 * padding[0] < span[0] or hw[1] + 2 * padding[1] < span[1]:
