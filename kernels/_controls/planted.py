@@ -100,39 +100,35 @@ def extra_work(run: Callable[[torch.Tensor], object], args: DepthwiseArgs, weigh
         run(share_of(args, weight, share))
 
 
-def forward(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: Padding = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
-) -> torch.Tensor:
-    """``kernels.depthwise.ops.forward``, after the planted extra work when the switch is on."""
-    if fraction() is not None:  # off (the A/B's REF side): not even the argument check runs twice
-        a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
-        op = ops.Prepared(list(a.stride), list(a.padding), list(a.dilation))  # the op, no Python checks
-        extra_work(lambda x: op(x, weight, bias), a, weight)
-    return ops.forward(input, weight, bias, stride, padding, dilation, groups)
+def _twin(plain: Candidate, name: str) -> Candidate:
+    """``plain`` (an ``F.conv2d``-signature forward) after :func:`extra_work`: ``plain`` itself on the
+    share of the input, with the call's own weight, bias and checked geometry. Named ``name`` in this
+    module, so the A/B finds REF's twin by name."""
+
+    def twin(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: IntPair = 1,
+        padding: Padding = 0,
+        dilation: IntPair = 1,
+        groups: int = 1,
+    ) -> torch.Tensor:
+        if fraction() is not None:  # off (the A/B's REF side): not even the argument check runs twice
+            a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
+            geometry = (a.stride, a.padding, a.dilation)
+            extra_work(lambda x: plain(x, weight, bias, *geometry, groups), a, weight)
+        return plain(input, weight, bias, stride, padding, dilation, groups)
+
+    twin.__module__, twin.__name__, twin.__qualname__ = __name__, name, name
+    twin.__doc__ = (
+        f"``{plain.__module__}.{plain.__qualname__}``, after the planted extra work when the switch is on."
+    )
+    return twin
 
 
-def reference_forward(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    stride: IntPair = 1,
-    padding: Padding = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
-) -> torch.Tensor:
-    """``kernels.depthwise.reference.forward``, after the planted extra work when the switch is on."""
-    if fraction() is not None:
-        a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
-        geometry = (a.stride, a.padding, a.dilation)
-        extra_work(lambda x: reference.forward(x, weight, bias, *geometry, groups), a, weight)
-    return reference.forward(input, weight, bias, stride, padding, dilation, groups)
-
+forward = _twin(ops.forward, "forward")
+reference_forward = _twin(reference.forward, "reference_forward")
 
 # Each plain candidate and its planted twin (module-level functions: the A/B finds REF's by name).
 _TWINS: dict[Candidate, Candidate] = {ops.forward: forward, reference.forward: reference_forward}
