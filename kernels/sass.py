@@ -12,7 +12,8 @@ lacks the vector global loads its layout allows, or (``tensor_cores``) issues no
 instruction.
 
 This is static analysis: counts are instructions in the binary, not issued instructions; the
-per-shape figures built on them (``kernels.depthwise.model``) are predictions, not measurements.
+per-shape figures built on them (``python -m kernels.model``: the depthwise cost model reads this
+module, never the other way) are predictions, not measurements.
 """
 
 from __future__ import annotations
@@ -30,12 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernels import _build
+from kernels import _build, h100
 
-SM90_REGS = 65536
-SM90_MAX_THREADS = 2048
-SM90_MAX_BLOCKS = 32
-REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256
 # SASS opcodes of the tensor cores: warp-level MMA (sm_80: HMMA fp16/bf16/tf32, IMMA int8) and
 # warpgroup MMA (sm_90 wgmma: HGMMA, IGMMA int8, QGMMA fp8).
 TENSOR_CORE_OPS = ("HMMA", "IMMA", "HGMMA", "IGMMA", "QGMMA")
@@ -175,12 +172,7 @@ class KernelSass:
 
     def blocks_per_sm(self, threads: int = 256, smem_bytes: int = 0) -> int:
         """Resident blocks per SM on sm_90 from registers, threads and shared memory."""
-        warps = -(-threads // 32)
-        per_warp = -(-max(self.registers, 1) * 32 // REG_ALLOC_UNIT) * REG_ALLOC_UNIT
-        by_regs = (SM90_REGS // per_warp) // warps
-        by_threads = SM90_MAX_THREADS // (warps * 32)
-        by_smem = (228 * 1024) // (smem_bytes + 1024) if smem_bytes else SM90_MAX_BLOCKS
-        return max(0, min(by_regs, by_threads, by_smem, SM90_MAX_BLOCKS))
+        return h100.resident_blocks(threads, self.registers, smem_bytes)
 
 
 _FUNC_RE = re.compile(r"^\s*Function : (\S+)")
@@ -456,7 +448,7 @@ def check(kernels: Sequence[KernelSass], gates: Sequence[Gate]) -> list[str]:
 def report(kernels: Sequence[KernelSass], arch: str) -> str:
     lines = []
     for k in kernels:
-        occ = k.blocks_per_sm() * 256 / SM90_MAX_THREADS if arch == "90" else float("nan")
+        occ = k.blocks_per_sm() * 256 / h100.MAX_THREADS_PER_SM if arch == "90" else float("nan")
         lines.append(f"{k.pretty[:150]}")
         lines.append(
             f"    regs {k.registers:3d}  occupancy(256-thread blocks, no smem) {occ:4.0%}  "
@@ -471,11 +463,6 @@ def report(kernels: Sequence[KernelSass], arch: str) -> str:
         for i, lp in enumerate(k.loops()):
             lines.append(f"    loop{i} {lp.mix.brief()}  [{lp.start:#x}..{lp.end:#x}]")
     return "\n".join(lines)
-
-
-# Families whose per-seed-shape figures (instructions per useful output, lanes wasted, predicted time)
-# come from a cost model module with ``table_for(kernels) -> str``.
-SHAPE_MODELS = {"depthwise": "kernels.depthwise.model"}
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -496,8 +483,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
         shown = [k for k in kernels if re.search(args.filter, k.pretty)]
         print(f"== {family} (sm_{args.arch}, {len(kernels)} kernels, static SASS: not a GPU measurement)")
         print(report(shown, args.arch))
-        if family in SHAPE_MODELS and args.arch == "90":
-            print(importlib.import_module(SHAPE_MODELS[family]).table_for(kernels))
         if args.gate and family in GATES:
             problems = check(kernels, GATES.get(family, ()))
             for p in problems:

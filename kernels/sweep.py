@@ -3,7 +3,7 @@
 The adaptive pytest suite answers "did this check regress"; tuning needs many variants measured in a
 30-minute GPU window, so this tool times each :class:`kernels.sweep_case.Case` of
 ``kernels/<family>/sweep_plan.py`` with a fixed number of cold repetitions (no adaptive stopping):
-per repetition the L2 is flushed by reading a 2 x L2 buffer (``pytest_convperf.measure.cuda.read_flush``,
+per repetition the L2 is flushed by reading a 2 x L2 buffer (``pytest_convperf.read_flush``,
 the suite's default flush) and the call is timed with CUDA events. Per problem it adds anchors:
 
 - ``copy``: a device-to-device copy moving the problem's bytes (read + write): what the memory
@@ -13,7 +13,7 @@ the suite's default flush) and the call is timed with CUDA events. Per problem i
 
 One CSV per family, ``DIR/<family>.csv``, columns :data:`COLUMNS`: ``median_us`` and ``spread``
 (IQR / median) over the repetitions; ``pct_hbm_spec`` is the time to move ``bytes`` at the GPU's
-datasheet bandwidth (``pytest_convperf.core.roofline``) over the median; ``reference_us`` is the cuDNN
+datasheet bandwidth (``pytest_convperf.spec_peak``) over the median; ``reference_us`` is the cuDNN
 anchor of the row's own dtype, layout and phase; ``note`` holds an error a case raised (its time
 columns are then empty). ``--dry-run`` lists the plan and its estimated GPU time without CUDA; without
 a GPU and without ``--dry-run`` the sweep stops, saying it needs one.
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from kernels._build import families as all_families
 from kernels.sweep_calls import conv_call
 from kernels.sweep_case import Call, Case
-from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf import Conv2dProblem, read_flush, resolve_device, spec_peak
 
 COLUMNS = (
     "family", "variant", "problem", "phase", "dtype", "reps", "median_us", "spread", "bytes",
@@ -190,8 +190,6 @@ def time_reps(call: Call, reps: int, device: str, *, nvtx: bool = False) -> list
             call()
             times.append((time.perf_counter() - start) * 1e6)
         return times
-    from pytest_convperf.measure.cuda import read_flush
-
     torch.cuda.synchronize()
     flush, sink = _flush_buffers()
     events = [(_CUDA.Event(enable_timing=True), _CUDA.Event(enable_timing=True)) for _ in range(reps)]
@@ -307,9 +305,6 @@ def write_csv(path: Path, rows: Sequence[dict[str, str]]) -> None:
 
 def machine_facts() -> tuple[str, float | None]:
     """The GPU's machine slug (as baselines/ and docs/sweeps/ name it) and its datasheet bandwidth."""
-    from pytest_convperf.core.device import resolve_device
-    from pytest_convperf.core.roofline import spec_peak
-
     info = resolve_device("cuda")
     peak = spec_peak(info.name, int(torch.cuda.get_device_properties(0).total_memory))
     return info.slug, peak.bytes_per_s if peak else None

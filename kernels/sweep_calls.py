@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from kernels.sweep_case import Call, Case
-from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf import Conv2dProblem
 
 ConvFn = Callable[..., torch.Tensor]
 PHASES = ("forward", "input_grad", "weight_grad", "backward")

@@ -22,15 +22,19 @@ Candidate = Callable[..., torch.Tensor]
 
 
 def depthwise_candidate(device_kind: str) -> Candidate:
-    """``ops.forward`` on CUDA (built and loaded here, once), ``reference.forward`` on a CPU."""
+    """``ops.forward`` on CUDA (built and loaded here, once), ``reference.forward`` on a CPU; their
+    planted twins (``kernels._controls.planted``) when ``CONVPERF_PLANTED_SLOWDOWN`` (or the window's
+    hard-wired switch) asks for the planted slowdown."""
+    from kernels._controls import planted
+
     if device_kind == "cuda":
         from kernels.depthwise import ops
 
         ops.ensure_loaded()
-        return ops.forward
+        return planted.candidate(ops.forward)
     from kernels.depthwise import reference
 
-    return reference.forward
+    return planted.candidate(reference.forward)
 
 
 def collection_device_kind(config: pytest.Config) -> str:

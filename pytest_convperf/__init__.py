@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from pytest_convperf.check.fixture import ConvperfFixture
     from pytest_convperf.check.pair_check import check_pair
     from pytest_convperf.check.pairing import ImplausibleTime
-    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.device import DeviceInfo, resolve_device
     from pytest_convperf.core.precision import ieee_fp32, tf32_enabled
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.core.results import Comparison, ErrorStats, Measurement, Verdict
+    from pytest_convperf.core.roofline import spec_peak
     from pytest_convperf.core.strategies import conv2d_problems, seeds
     from pytest_convperf.correctness.oracle import (
         CorrectnessReport,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         stable_seed,
     )
     from pytest_convperf.correctness.tolerance import Ruling, judge_against_stock
+    from pytest_convperf.measure.cuda import read_flush
     from pytest_convperf.measure.fake import FakeTimer
     from pytest_convperf.measure.memory import MemoryUsage, TrackMemory
     from pytest_convperf.measure.profiling import KernelRow, StartTrace, Trace
@@ -84,6 +86,11 @@ _EXPORTS: dict[str, str] = {
     "ImplausibleTime": "pytest_convperf.check.pairing",
     # the paired check of two arbitrary callables (whole models, fused blocks)
     "check_pair": "pytest_convperf.check.pair_check",
+    # for tools that time kernels outside pytest (kernels.sweep): the device's fingerprint, its
+    # datasheet bandwidth, the suite's L2 flush
+    "resolve_device": "pytest_convperf.core.device",
+    "spec_peak": "pytest_convperf.core.roofline",
+    "read_flush": "pytest_convperf.measure.cuda",
 }
 
 __all__ = [
@@ -116,8 +123,11 @@ __all__ = [
     "conv2d_problems",
     "ieee_fp32",
     "judge_against_stock",
+    "read_flush",
     "reproduce",
+    "resolve_device",
     "seeds",
+    "spec_peak",
     "stable_seed",
     "tf32_enabled",
 ]

@@ -506,7 +506,7 @@ def tree_files(root: Path) -> list[str]:
 
 def scratch_repo(root: Path, scratch: Path) -> tuple[str, str]:
     """A fresh git repository at ``scratch`` holding the checkout (commit ``base``) and a second commit
-    with the planted slowdown hard-wired in kernels/depthwise/planted.py; the user's checkout is only
+    with the planted slowdown hard-wired in kernels/_controls/planted.py; the user's checkout is only
     read. Returns ``(base, slow)`` commit hashes."""
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
@@ -518,7 +518,7 @@ def scratch_repo(root: Path, scratch: Path) -> tuple[str, str]:
     git(scratch, "add", "-A")
     git(scratch, *ident, "commit", "-q", "-m", "base: the checkout")
     base = git(scratch, "rev-parse", "HEAD")
-    planted = scratch / "kernels" / "depthwise" / "planted.py"
+    planted = scratch / "kernels" / "_controls" / "planted.py"
     text = planted.read_text()
     wired = "HARDWIRED: float | None = None"
     if wired not in text:

@@ -125,9 +125,8 @@ def make_repo(
     for k in range(1, n_commits + 1):
         slow = slow_from is not None and k >= slow_from
         (path / "kernels" / "depthwise" / "reference.py").write_text(reference_source(kind, slow))
-        if kind == "depthwise":  # the reference imports the planted-slowdown switch (off here)
-            planted = HERE / "kernels" / "depthwise" / "planted.py"
-            (path / "kernels" / "depthwise" / "planted.py").write_text(planted.read_text())
+        if kind == "depthwise":  # the reference parses its arguments with the kernels' shared module
+            (path / "kernels" / "conv_args.py").write_text((HERE / "kernels" / "conv_args.py").read_text())
         (path / "notes.txt").write_text(f"commit {k}\n")
         git(path, "add", "-A")
         git(path, "commit", "-q", "-m", f"commit {k}" + (" (slow)" if slow else ""))

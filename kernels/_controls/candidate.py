@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from kernels.depthwise.reference import DepthwiseArgs, IntPair, Padding, depthwise_args
+from kernels.conv_args import IntPair, Padding
+from kernels.depthwise.reference import DepthwiseArgs, depthwise_args
 
 Candidate = Callable[..., torch.Tensor]
 # body(args, weight, bias, groups) -> a batched (4-D) output

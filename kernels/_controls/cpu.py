@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from kernels._controls.candidate import Candidate, conv2d_candidate
+from kernels.conv_args import output_hw
 from kernels.depthwise import reference
-from kernels.depthwise.reference import DepthwiseArgs, output_hw
+from kernels.depthwise.reference import DepthwiseArgs
 
 
 def _noop(a: DepthwiseArgs, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> torch.Tensor:

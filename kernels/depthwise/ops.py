@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from kernels import _build
-from kernels.depthwise import planted
-from kernels.depthwise.reference import IntPair, Padding, depthwise_args, output_hw
+from kernels.conv_args import IntPair, Padding, output_hw
+from kernels.depthwise.reference import depthwise_args
 
 FAMILY = "depthwise"
 NAMESPACE = _build.namespace(FAMILY)
@@ -145,9 +145,7 @@ def forward(
             f"kernels.depthwise.ops.forward runs on CUDA tensors, but input is on {a.input.device}; "
             "use kernels.depthwise.reference.forward on the CPU"
         )
-    geometry = (list(a.stride), list(a.padding), list(a.dilation))
-    planted.extra_work(lambda x: _run_forward(x, weight, bias, *geometry), a, weight)  # off by default
-    out = _run_forward(a.input, weight, bias, *geometry)
+    out = _run_forward(a.input, weight, bias, list(a.stride), list(a.padding), list(a.dilation))
     return out.squeeze(0) if a.unbatched else out
 
 

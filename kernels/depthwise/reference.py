@@ -8,15 +8,12 @@ kernel does. Autograd differentiates it, so it is also the CPU candidate of the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from kernels.depthwise import planted
-
-IntPair = int | tuple[int, int] | list[int]
-Padding = IntPair | str
+from kernels.conv_args import IntPair, Padding, batched, check_output, output_hw, spatial
 
 
 @dataclass(frozen=True)
@@ -30,16 +27,6 @@ class DepthwiseArgs:
     unbatched: bool
 
 
-def _pair(value: IntPair, name: str) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value, value)
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return (int(value[0]), int(value[1]))
-    if isinstance(value, (tuple, list)) and len(value) == 1 and isinstance(value[0], int):
-        return (int(value[0]), int(value[0]))
-    raise ValueError(f"{name}={value!r} must be an int or a pair of ints")
-
-
 def depthwise_args(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -49,15 +36,12 @@ def depthwise_args(
     dilation: IntPair,
     groups: int,
 ) -> DepthwiseArgs:
-    """Check that the call is a depthwise conv2d and normalise its arguments.
+    """Check that the call is a depthwise conv2d and normalise its arguments (``kernels.conv_args``).
 
     Raises ``ValueError`` naming the problem: not depthwise (``groups != C_in``), a channel
     multiplier > 1, bad shapes, bad stride/padding/dilation, or ``padding='same'`` with stride > 1.
     """
-    if input.dim() not in (3, 4):
-        raise ValueError(f"input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {tuple(input.shape)}")
-    unbatched = input.dim() == 3
-    x = input.unsqueeze(0) if unbatched else input
+    x, unbatched = batched(input)
     c_in = x.shape[1]
     if weight.dim() != 4:
         raise ValueError(f"weight must be 4-D (C_out, 1, kh, kw), got shape {tuple(weight.shape)}")
@@ -80,54 +64,12 @@ def depthwise_args(
         raise ValueError(f"C_out={weight.shape[0]} must equal C_in={c_in} for a depthwise conv")
     if bias is not None and tuple(bias.shape) != (c_in,):
         raise ValueError(f"bias must have shape ({c_in},), got {tuple(bias.shape)}")
-    s = _pair(stride, "stride")
-    d = _pair(dilation, "dilation")
-    if min(s) < 1:
-        raise ValueError(f"stride={stride!r} must be >= 1")
-    if min(d) < 1:
-        raise ValueError(f"dilation={dilation!r} must be >= 1")
-    kh, kw = int(weight.shape[2]), int(weight.shape[3])
-    if isinstance(padding, str):
-        if padding == "valid":
-            p = (0, 0)
-        elif padding == "same":
-            if s != (1, 1):
-                raise ValueError("padding='same' is not supported for strided convolutions (as in F.conv2d)")
-            total_h, total_w = d[0] * (kh - 1), d[1] * (kw - 1)
-            top, left = total_h // 2, total_w // 2
-            if total_h % 2 or total_w % 2:
-                # Even effective kernels pad one more on the bottom/right, like F.conv2d.
-                x = F.pad(x, (left, total_w - left, top, total_h - top))
-                p = (0, 0)
-            else:
-                p = (top, left)
-        else:
-            raise ValueError(f"padding={padding!r} must be an int, a pair, 'valid' or 'same'")
-    else:
-        p = _pair(padding, "padding")
-        if min(p) < 0:
-            raise ValueError(f"padding={padding!r} must be >= 0")
-    h, w = x.shape[2] + 2 * p[0], x.shape[3] + 2 * p[1]
-    if h < d[0] * (kh - 1) + 1 or w < d[1] * (kw - 1) + 1:
-        raise ValueError(
-            f"input {tuple(x.shape[2:])} with padding {p} is smaller than the dilated kernel "
-            f"({d[0] * (kh - 1) + 1}, {d[1] * (kw - 1) + 1}); the output would be empty"
-        )
+    kernel = (int(weight.shape[2]), int(weight.shape[3]))
+    s, p, d, pad_input = spatial(stride, padding, dilation, kernel)
+    if pad_input is not None:  # even kernels under 'same' pad one more on the bottom/right, like F.conv2d
+        x = F.pad(x, pad_input)
+    check_output((x.shape[2], x.shape[3]), kernel, p, d)
     return DepthwiseArgs(x, s, p, d, unbatched)
-
-
-def output_hw(
-    hw: tuple[int, int],
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[int, int],
-    dilation: tuple[int, int],
-) -> tuple[int, int]:
-    """Output height and width of a conv2d (the F.conv2d formula)."""
-    return (
-        (hw[0] + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1,
-        (hw[1] + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1,
-    )
 
 
 def _accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -145,7 +87,6 @@ def forward(
 ) -> torch.Tensor:
     """Depthwise conv2d with ``F.conv2d``'s signature, as a sum over taps of shifted strided slices."""
     a = depthwise_args(input, weight, bias, stride, padding, dilation, groups)
-    planted.extra_work(lambda x: _sum_of_taps(replace(a, input=x), weight, bias), a, weight)  # off by default
     out = _sum_of_taps(a, weight, bias)
     return out.squeeze(0) if a.unbatched else out
 

@@ -7,7 +7,7 @@ nothing from the suite; ``perf_tests.shapes`` builds the suite's problems from t
 
 from __future__ import annotations
 
-from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf import Conv2dProblem
 
 # (N, C, H = W, k) in the seed's order.
 DEPTHWISE_SEED_SHAPES: tuple[tuple[int, int, int, int], ...] = (

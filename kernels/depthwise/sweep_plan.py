@@ -5,20 +5,20 @@ kernel, ``CONVPERF_DEPTHWISE_VARIANT=v1``) where the switch changes the kernel: 
 and input gradient; ``v3`` (issue 29) on the NCHW rows (batched 16-byte staging) and the NHWC rows
 (``fwd_nhwc_vec``: 16-byte channel vectors walking down a column), so one process times old (v2)
 against new (v3) in both layouts; ``v4`` (U x U outputs per thread from a register window, grids sized
-to the GPU; ``plan_v4.py``) on the NCHW rows (its NHWC kernel is v3's). The weight grad rows run ``w2``
-(one launch, staged NCHW tiles, the generic NHWC kernel) and on NCHW ``w1`` (two launches, the
-measured baseline), on NHWC ``w3`` (the default: ``wgrad_nhwc_vec``, channel vectors walking strips;
-on NCHW it is w2), switched by ``CONVPERF_DEPTHWISE_WGRAD``, so one process times the new NHWC weight
-grad against the old. Every row but v1 and the w2 NHWC weight grads carries the calibrated model's
-prediction (``calibration.py``, a cold call), written before a GPU measures it. A new variant adds
-its rows to :func:`cases`.
+to the GPU; ``kernels/model/plan_v4.py``) on the NCHW rows (its NHWC kernel is v3's). The weight grad
+rows run ``w2`` (one launch, staged NCHW tiles, the generic NHWC kernel) and on NCHW ``w1`` (two
+launches, the measured baseline), on NHWC ``w3`` (the default: ``wgrad_nhwc_vec``, channel vectors
+walking strips; on NCHW it is w2), switched by ``CONVPERF_DEPTHWISE_WGRAD``, so one process times the
+new NHWC weight grad against the old. Every row but v1 and the w2 NHWC weight grads carries the
+calibrated model's prediction (``kernels/model/calibration.py``, a cold call), written before a GPU
+measures it. A new variant adds its rows to :func:`cases`.
 """
 
 from __future__ import annotations
 
-from kernels.depthwise import calibration, ops
-from kernels.depthwise.model import Shape
+from kernels.depthwise import ops
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES, depthwise_seed_problem
+from kernels.model.calibration import predicted_us
 from kernels.sweep_calls import conv_case
 from kernels.sweep_case import Case
 
@@ -26,18 +26,8 @@ FAMILY = "depthwise"
 VARIANT_ENV = "CONVPERF_DEPTHWISE_VARIANT"
 WGRAD_ENV = "CONVPERF_DEPTHWISE_WGRAD"
 DTYPES = ("fp32", "fp16")
-DTYPE_BYTES = {"fp32": 4, "fp16": 2}
 LAYOUTS = ("nchw", "nhwc")
 PHASES = ("forward", "input_grad", "weight_grad")
-
-
-def predicted_us(
-    shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str, layout: str = "nchw"
-) -> float:
-    """The calibrated model's cold-call time of a seed row (``kernels/depthwise/calibration.py``)."""
-    n, c, hw, k = shape
-    launch = calibration.launch_of(Shape(n, c, hw, k, 1, DTYPE_BYTES[dtype]), layout, phase, variant)
-    return calibration.predict_launch(launch, "cold") * 1e6
 
 
 def _variants(layout: str, phase: str) -> list[tuple[str, dict[str, str], bool]]:

@@ -15,7 +15,7 @@ from kernels.depthwise import ops as depthwise_ops
 from kernels.edsr import ops
 from kernels.sweep_calls import ConvFn, conv_case
 from kernels.sweep_case import Case
-from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf import Conv2dProblem
 
 FAMILY = "edsr"
 CHANNELS = (16, 32, 64)  # what the fused kernel is built for

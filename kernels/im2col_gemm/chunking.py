@@ -18,11 +18,6 @@ class Chunk(NamedTuple):
     r1: int
 
 
-def out_size(size: int, k: int, s: int, p: int, d: int) -> int:
-    """Output length of one spatial dimension of a conv."""
-    return (size + 2 * p - d * (k - 1) - 1) // s + 1
-
-
 def plan_chunks(
     n: int, ho: int, wo: int, k_total: int, element_size: int, workspace_bytes: int
 ) -> list[Chunk]:

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from kernels.conv_args import ConvArgs, geometry
 from kernels.im2col_gemm.chunking import plan_chunks
-from kernels.im2col_gemm.conv_args import ConvArgs, geometry
 
 LAYOUTS = ("nkl", "knl", "nlk")
 

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape
+from kernels.conv_args import ConvArgs, conv_shape
 
 INT32_LIMIT = 2**31 - 1
 # 128 pixels x 64 channels per CTA (EDSR's 64 output channels in one tile), K in steps of 16.

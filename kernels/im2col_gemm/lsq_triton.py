@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape
+from kernels.conv_args import ConvArgs, conv_shape
 from kernels.quant import qrange
 
 K_ALIGN = 32  # int8 MMAs take K in steps of 32

@@ -25,9 +25,9 @@ import torch
 
 from kernels import _build
 from kernels._weight_cache import WeightCache
+from kernels.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry, out_size
 from kernels.im2col_gemm import columns, variants
-from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, out_size, plan_chunks
-from kernels.im2col_gemm.conv_args import FLOAT_DTYPES, ConvArgs, conv2d_entry, geometry
+from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES, input_rows, plan_chunks
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step, step_tensor
 
 FAMILY = "im2col_gemm"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from kernels.im2col_gemm.conv_args import normalize
+from kernels.conv_args import normalize
 from kernels.im2col_gemm.variants import pruned_weight
 from kernels.quant import inv_step, qrange, quantize_codes, step_tensor
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from kernels.conv_args import ConvArgs, conv2d_entry, with_bias
 from kernels.im2col_gemm import variants
 from kernels.im2col_gemm.chunking import DEFAULT_WORKSPACE_BYTES
 from kernels.im2col_gemm.columns import col2im, conv_gemm, im2col
-from kernels.im2col_gemm.conv_args import ConvArgs, conv2d_entry, with_bias
 from kernels.quant import Step, lsq_fake_quant, lsq_init_step
 
 

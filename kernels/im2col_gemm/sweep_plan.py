@@ -23,7 +23,7 @@ from kernels.im2col_gemm import variants as sparse_variants
 from kernels.quant import lsq_init_step
 from kernels.sweep_calls import ConvFn, conv_case
 from kernels.sweep_case import Call, Case
-from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf import Conv2dProblem
 
 FAMILY = "im2col_gemm"
 PHASES = ("forward", "backward")

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from kernels._weight_cache import WeightCache
+from kernels.conv_args import ConvArgs, conv_shape, with_bias
 from kernels.im2col_gemm.chunking import plan_chunks
 from kernels.im2col_gemm.columns import Im2ColFn, conv_gemm
-from kernels.im2col_gemm.conv_args import ConvArgs, conv_shape, with_bias
 from kernels.quant import Step, qrange, quantize_codes
 
 PATTERNS = ("2:4", "filter")

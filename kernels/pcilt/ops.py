@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
 
 import torch
 
 from kernels import _build
 from kernels._weight_cache import WeightCache
-from kernels.im2col_gemm.chunking import out_size
-from kernels.im2col_gemm.conv_args import normalize
+from kernels.conv_args import IntPair, normalize, out_size
 from kernels.pcilt.reference import output_scale
 from kernels.pcilt.tables import PCILTTables, check_bits, check_tables, default_act_step, memory_report
 from kernels.pcilt.tables import build_tables as _build_tables
@@ -31,7 +29,6 @@ from kernels.quant import inv_step
 
 FAMILY = "pcilt"
 CACHE_SIZE = 8
-IntPair = int | Sequence[int]
 # Kernel choice bits of the lut_conv op (pcilt.cu's kLut*).
 NAIVE, DENSE, WHOLE_TABLES, TILED_V2 = 1, 2, 4, 8
 KERNELS = {-1: "depthwise", 0: "naive"}  # lut_conv_kernel's answer; a channel block (> 0) is "tiled"

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from kernels.im2col_gemm.chunking import out_size
-from kernels.im2col_gemm.conv_args import normalize
+from kernels.conv_args import IntPair, normalize, out_size
 from kernels.pcilt.tables import (
     PCILTTables,
     activation_codes,
@@ -22,8 +21,6 @@ from kernels.pcilt.tables import (
     default_act_step,
 )
 from kernels.quant import qrange
-
-IntPair = int | Sequence[int]
 
 
 def lut_conv(

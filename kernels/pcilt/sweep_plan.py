@@ -11,11 +11,12 @@ import torch
 
 from kernels.depthwise import ops as depthwise_ops
 from kernels.depthwise import sweep_plan as depthwise_plan
+from kernels.model.calibration import predicted_us
 from kernels.pcilt import ops
 from kernels.pcilt.tables import default_act_step
 from kernels.sweep_calls import ConvFn, conv_case
 from kernels.sweep_case import Case
-from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf import Conv2dProblem
 
 FAMILY = "pcilt"
 SEED_CASE = Conv2dProblem(n=1, c_in=64, h=224, w=224, c_out=128, kernel=(3, 3), padding=(1, 1))
@@ -58,7 +59,7 @@ def depthwise_predicted_us(problem: Conv2dProblem) -> float:
     kernel's calibrated time scaled by the bytes each moves (both memory-bound: the 9 shared-memory
     lookups an output are ~8 us of LDS issue on the larger shape, under its ~11 us of HBM traffic)."""
     k = problem.kernel[0]
-    fp32_us = depthwise_plan.predicted_us((problem.n, problem.c_in, problem.h, k), "fp32", "forward", "v2")
+    fp32_us = predicted_us((problem.n, problem.c_in, problem.h, k), "fp32", "forward", "v2")
     return fp32_us * depthwise_bytes(problem, packed=True) / depthwise_bytes(problem, packed=False)
 
 

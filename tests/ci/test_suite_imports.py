@@ -1,7 +1,7 @@
-"""The suite (``perf_tests/``) uses the plugin through its public face: ``from pytest_convperf import
-<name in __all__>``, plus at most the internal modules allowed below (the timing harness's
-self-benchmark measures the engine itself). Every import counts: module level, ``TYPE_CHECKING``
-blocks and imports inside functions."""
+"""The suite (``perf_tests/``) and the kernels (``kernels/``) use the plugin through its public face:
+``from pytest_convperf import <name in __all__>``; the suite also the internal modules allowed below
+(the timing harness's self-benchmark measures the engine itself), the kernels none. Every import
+counts: module level, ``TYPE_CHECKING`` blocks and imports inside functions."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def plugin_imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def violations(folder: Path) -> list[str]:
+def violations(folder: Path, allowed: frozenset[str] = ALLOWED_INTERNAL) -> list[str]:
     public = set(pytest_convperf.__all__)
     bad = []
     for path in sorted(folder.rglob("*.py")):
@@ -47,7 +47,7 @@ def violations(folder: Path) -> list[str]:
                     bad.append(f"{where}: {what.split(':', 1)[1]} is not in pytest_convperf.__all__")
             elif what == TOP:
                 continue  # ``import pytest_convperf``
-            elif what not in ALLOWED_INTERNAL:
+            elif what not in allowed:
                 bad.append(f"{where}: {what} is internal")
     return bad
 
@@ -66,6 +66,15 @@ def test_the_suite_imports_only_the_public_face() -> None:
     assert TOP in used and len(used) <= 3, sorted(used)
 
 
+def test_the_kernels_import_only_the_public_face() -> None:
+    bad = violations(ROOT / "kernels", allowed=frozenset())
+    assert not bad, (
+        "kernels/ imports plugin internals; import the name from pytest_convperf (the public face) or do "
+        "without the plugin:\n" + "\n".join(bad)
+    )
+    assert modules_used(ROOT / "kernels") == {TOP}  # the parser sees the kernels' imports at all
+
+
 def test_an_internal_import_is_found(tmp_path: Path) -> None:
     # Negative control: internal modules imported at module level, in a function and by name.
     suite = tmp_path / "perf_tests"
@@ -78,6 +87,12 @@ def test_an_internal_import_is_found(tmp_path: Path) -> None:
     )
     assert violations(suite) == [
         "perf_tests/test_a.py:1: nope is not in pytest_convperf.__all__",
+        "perf_tests/test_a.py:5: pytest_convperf.judge.verdict is internal",
+        "perf_tests/test_a.py:4: pytest_convperf.check.fixture is internal",
+    ]
+    # The kernels may not use even the suite's allowed internals.
+    assert violations(suite, allowed=frozenset())[1:] == [
+        "perf_tests/test_a.py:2: pytest_convperf.core.stats is internal",
         "perf_tests/test_a.py:5: pytest_convperf.judge.verdict is internal",
         "perf_tests/test_a.py:4: pytest_convperf.check.fixture is internal",
     ]

@@ -1,4 +1,4 @@
-"""``kernels.depthwise.calibration``: the calibrated cost model, its fit and its CI check."""
+"""``kernels.model.calibration``: the calibrated cost model, its fit and its CI check."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels.depthwise import calibration as cal
-from kernels.depthwise import model
-from kernels.depthwise.model import Shape
+from kernels import h100
+from kernels.model import calibration as cal
+from kernels.model.__main__ import main
+from kernels.model.static import Shape
 
 H100 = Path(__file__).resolve().parents[2] / "baselines" / "nvidia-h100-80gb-hbm3"
 
@@ -41,9 +42,9 @@ def _write_baseline(tmp_path: Path, factor_for: dict[str, float]) -> Path:
 def test_check_exits_nonzero_when_the_model_misses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert model.main(["--check", str(H100)]) == 0
+    assert main(["--check", str(H100)]) == 0
     slow = _write_baseline(tmp_path, {"-forward]": 2.0})  # every forward twice as slow as measured
-    assert model.main(["--check", str(slow)]) == 1
+    assert main(["--check", str(slow)]) == 1
     assert "FAILED" in capsys.readouterr().out
 
 
@@ -86,8 +87,8 @@ def test_fewer_staging_rounds_predict_less_time_on_a_latency_bound_shape() -> No
 
 def test_a_partial_last_wave_costs_a_whole_wave() -> None:
     p = replace(cal.H100_FIT, issue_tile=0.0, launch_cold_s=0.0)
-    full = cal.Launch("tile", 0, cal.SMS * 4, 3, 4, 1, 0)
-    spill = replace(full, blocks=cal.SMS * 4 + 1)
+    full = cal.Launch("tile", 0, h100.SMS * 4, 3, 4, 1, 0)
+    spill = replace(full, blocks=h100.SMS * 4 + 1)
     assert cal.predict_launch(spill, "cold", p) == pytest.approx(2 * cal.predict_launch(full, "cold", p))
 
 

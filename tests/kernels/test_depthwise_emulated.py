@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.nn import grad as nn_grad
 
-from kernels.depthwise import model, plan_v4
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES, EFFICIENTNET_B0_STRIDE2
+from kernels.model import plan_v4
+from kernels.model import static as model
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.oracle import assert_conv_close
@@ -108,7 +109,7 @@ def test_emulated_vector_staging(emulated: EmulatedDepthwise, k: int, s: int, w4
 def test_cost_model_mirrors_the_v2_planner(
     emulated_lib: Emulation, shape: tuple[int, int, int, int], s: int
 ) -> None:
-    """``kernels.depthwise.model.plan_v2`` (the cost model's copy) picks what ``depthwise.cu`` picks."""
+    """``kernels.model.static.plan_v2`` (the cost model's copy) picks what ``depthwise.cu`` picks."""
     n, c, hw, k = shape
     g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
     out = EmulatedDepthwise(emulated_lib).plan_v2(g)
@@ -293,7 +294,7 @@ def test_emulated_stride2_input_grad_runs_the_parity_kernel(
 def test_v4_planner_mirrors_depthwise_cu(
     emulated_lib: Emulation, shape: tuple[int, int, int, int], s: int
 ) -> None:
-    """``kernels.depthwise.plan_v4`` (the planner the tests and the model read) is ``plan_tile_v4``."""
+    """``kernels.model.plan_v4`` (the planner the tests and the model read) is ``plan_tile_v4``."""
     n, c, hw, k = shape
     g = geometry((n, c, hw, hw), (k, k), (s, s), (k // 2, k // 2), (1, 1))
     out = EmulatedDepthwise(emulated_lib).plan_v4(g)

@@ -1,11 +1,11 @@
-"""``kernels.depthwise.model``: the tile-plan mirrors and the arithmetic of the cost model."""
+"""``kernels.model.static``: the tile-plan mirrors and the arithmetic of the cost model."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernels.depthwise import model
-from kernels.depthwise.model import KernelCounts, Shape
+from kernels.model import static as model
+from kernels.model.static import KernelCounts, Shape
 
 
 def test_v1_plan_wastes_lanes_on_7x2k_planes() -> None:

@@ -1,4 +1,4 @@
-"""The v4 planner (``kernels/depthwise/plan_v4.py``, the mirror of ``plan_tile_v4``): grids sized to
+"""The v4 planner (``kernels/model/plan_v4.py``, the mirror of ``plan_tile_v4``): grids sized to
 fill an H100, on EfficientNet-B0's stride-2 depthwise layers and the seed shapes. Pure Python; the
 emulator test ``test_v4_planner_mirrors_depthwise_cu`` checks the mirror against the C++ planner."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.depthwise import model
-from kernels.depthwise.calibration import _occupancy
-from kernels.depthwise.plan_v4 import MAX_SMEM, SMS, WAVE_TARGET, plan_v4, resident_blocks
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES, EFFICIENTNET_B0_STRIDE2
+from kernels.h100 import MAX_SMEM_PER_BLOCK, SMS, resident_blocks
+from kernels.model import static as model
+from kernels.model.plan_v4 import WAVE_TARGET, plan_v4
 
 # (N, C, H, k) -> (u, threads per block, blocks), stride 2: what plan_tile_v4 launches.
 S2_PLANS = {
@@ -25,7 +25,7 @@ def _v3_waves(sh: model.Shape) -> float:
     p = model.plan_v3(sh)
     blocks = -(-sh.planes // p.pl) * p.tiles
     regs = 65536 // (256 * ((6 if sh.k <= 3 else 4 if sh.k == 5 else 3) - (1 if sh.s == 2 else 0))) & ~7
-    return blocks / (SMS * _occupancy(regs, p.smem_bytes))
+    return blocks / (SMS * resident_blocks(256, regs, p.smem_bytes))
 
 
 @pytest.mark.parametrize("shape", EFFICIENTNET_B0_STRIDE2)
@@ -60,7 +60,7 @@ def test_plans_are_launchable(shape: tuple[int, int, int, int], s: int) -> None:
     n, c, hw, k = shape
     p = plan_v4(model.Shape(n, c, hw, k, s))
     assert p.threads % 32 == 0 and p.pl * p.tpr * p.trows <= p.threads <= 256
-    assert p.smem_bytes <= MAX_SMEM
+    assert p.smem_bytes <= MAX_SMEM_PER_BLOCK
     assert p.tpr * p.u >= p.wo and p.tiles_h * p.trows * p.u >= p.ho
     assert p.sw % 4 == 0
 

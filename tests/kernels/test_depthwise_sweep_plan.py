@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kernels.depthwise import sweep_plan
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
+from kernels.model.calibration import predicted_us
 from pytest_convperf.core.problem import Conv2dProblem
 
 
@@ -78,7 +79,7 @@ def test_w3_nhwc_weight_grad_rows_time_old_against_new() -> None:
     assert len(pids) == len(DEPTHWISE_SEED_SHAPES) * 2  # fp32, fp16
     for shape in DEPTHWISE_SEED_SHAPES:
         for dtype in sweep_plan.DTYPES:
-            w3 = sweep_plan.predicted_us(shape, dtype, "weight_grad", "w3", "nhwc")
-            assert w3 < sweep_plan.predicted_us(shape, dtype, "weight_grad", "w2", "nhwc"), (shape, dtype)
+            w3 = predicted_us(shape, dtype, "weight_grad", "w3", "nhwc")
+            assert w3 < predicted_us(shape, dtype, "weight_grad", "w2", "nhwc"), (shape, dtype)
     for pid in pids:
         assert {v for p, v in by if p == pid} == {"w2", "w3"}

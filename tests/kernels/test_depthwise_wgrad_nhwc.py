@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.nn import grad as nn_grad
 
-from kernels.depthwise import calibration
-from kernels.depthwise.model import Shape
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
+from kernels.model import calibration
+from kernels.model.static import Shape
 from tests.kernels.cuda_emulation import EmulatedDepthwise, Emulation, geometry
 from tests.kernels.emulated_families import assert_close_fp64, misaligned
 

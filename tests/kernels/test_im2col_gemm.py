@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 
+from kernels.conv_args import out_size
 from kernels.im2col_gemm import columns, ops, oracles, reference, variants
-from kernels.im2col_gemm.chunking import input_rows, out_size, plan_chunks
+from kernels.im2col_gemm.chunking import input_rows, plan_chunks
 from kernels.quant import lsq_fake_quant, quality, quantize_codes
 from perf_tests.fuzz import small_problems
 from pytest_convperf.core.problem import Conv2dProblem

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 
 pytest.importorskip("triton", reason="the Triton variants need triton (the suite extra)")
 
+from kernels.conv_args import ConvArgs
 from kernels.im2col_gemm import lsq_triton, ops
-from kernels.im2col_gemm.conv_args import ConvArgs
 from kernels.quant import quantize_codes, step_tensor
 from perf_tests.fuzz import small_problems
 from pytest_convperf.core.problem import Conv2dProblem

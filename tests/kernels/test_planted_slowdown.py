@@ -1,5 +1,6 @@
-"""The planted slowdown (kernels/depthwise/planted.py): off by default, a clear error on a bad value,
-and about the asked share of extra time, measured on the CPU reference as a ratio in one run."""
+"""The planted slowdown (kernels/_controls/planted.py): off by default, a clear error on a bad value,
+about the asked share of extra time (measured on the CPU reference's twin as a ratio in one run), and
+a control outside the kernels: their own forward calls never read the switch."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernels.depthwise import planted, reference
+from kernels._controls import planted
+from kernels.depthwise import ops, reference
 from kernels.depthwise.reference import depthwise_args
+from perf_tests.conftest import depthwise_candidate
 
 
 def _problem(n: int = 1, c: int = 32, hw: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,13 +39,49 @@ def test_off_by_default_and_on_with_the_variable(monkeypatch: pytest.MonkeyPatch
     xb, _ = _problem(n=16, hw=8)
     ab = depthwise_args(xb, w, None, 1, 1, 1, 32)
     assert tuple(planted.share_of(ab, w, 0.1).shape) == (2, 32, 8, 8)
-    assert torch.equal(reference.forward(xb, w, None, 1, 1, 1, 32), _unplanted(xb, w, monkeypatch))
+    assert torch.equal(planted.reference_forward(xb, w, None, 1, 1, 1, 32), _unplanted(xb, w, monkeypatch))
 
 
 def _unplanted(x: torch.Tensor, w: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> torch.Tensor:
     with monkeypatch.context() as m:
         m.delenv(planted.ENV, raising=False)
         return reference.forward(x, w, None, 1, 1, 1, x.shape[1])
+
+
+def test_the_kernels_never_read_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plain forwards are not on the switch's path: a value that makes every twin raise leaves
+    them alone (before the control moved out of ``kernels/depthwise``, both raised here)."""
+    monkeypatch.setenv(planted.ENV, "not a number")
+    x, w = _problem(hw=8)
+    reference.forward(x, w, None, 1, 1, 1, x.shape[1])
+    with pytest.raises(ValueError, match=r"reference\.forward"):  # ops' own error, not the switch's
+        ops.forward(x, w, None, 1, 1, 1, x.shape[1])
+    with pytest.raises(ValueError, match=planted.ENV):
+        planted.reference_forward(x, w, None, 1, 1, 1, x.shape[1])
+
+
+def test_the_suite_takes_the_twin_only_when_the_switch_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(planted.ENV, raising=False)
+    assert depthwise_candidate("cpu") is reference.forward
+    assert planted.candidate(ops.forward) is ops.forward
+    monkeypatch.setenv(planted.ENV, "0.1")
+    assert depthwise_candidate("cpu") is planted.reference_forward
+    assert planted.candidate(ops.forward) is planted.forward
+    with pytest.raises(ValueError, match=r"no twin of .*it has of kernels\.depthwise\.ops\.forward"):
+        planted.candidate(torch.nn.functional.conv2d)
+    # The window's A/B: HEAD's hard-wired twin is found at REF by module and name, and there (nothing
+    # hard-wired, no variable) it is the plain op.
+    monkeypatch.delenv(planted.ENV)
+    monkeypatch.setattr(planted, "HARDWIRED", 0.1)
+    twin = depthwise_candidate("cpu")
+    assert (twin.__module__, twin.__qualname__) == ("kernels._controls.planted", "reference_forward")
+    monkeypatch.setattr(planted, "HARDWIRED", None)
+    x, w = _problem(hw=8)
+    with _ElementsWritten() as plain, torch.no_grad():
+        reference.forward(x, w, None, 1, 1, 1, x.shape[1])
+    with _ElementsWritten() as off, torch.no_grad():
+        twin(x, w, None, 1, 1, 1, x.shape[1])
+    assert off.elements == plain.elements
 
 
 def test_rows_never_fewer_than_the_kernel_needs() -> None:
@@ -57,7 +96,9 @@ def test_a_bad_value_names_the_variable_and_the_fix(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(planted.ENV, value)
     x, w = _problem(hw=8)
     with pytest.raises(ValueError, match=rf"^{planted.ENV}=.* must be a fraction in \(0, 1\].*unset it"):
-        reference.forward(x, w, None, 1, 1, 1, x.shape[1])
+        planted.reference_forward(x, w, None, 1, 1, 1, x.shape[1])
+    with pytest.raises(ValueError, match=rf"^{planted.ENV}=.* must be a fraction"):
+        depthwise_candidate("cpu")
 
 
 class _ElementsWritten(TorchDispatchMode):
@@ -77,7 +118,7 @@ class _ElementsWritten(TorchDispatchMode):
 
 def _work(x: torch.Tensor, w: torch.Tensor) -> int:
     with _ElementsWritten() as mode:
-        reference.forward(x, w, None, 1, 1, 1, x.shape[1])
+        planted.reference_forward(x, w, None, 1, 1, 1, x.shape[1])
     return mode.elements
 
 
@@ -115,11 +156,11 @@ def test_the_switch_makes_the_call_slower_measured_as_a_ratio(monkeypatch: pytes
             monkeypatch.delenv(planted.ENV, raising=False)
         else:
             monkeypatch.setenv(planted.ENV, value)
-        reference.forward(x, w, None, 1, 1, 1, x.shape[1])  # the scratch copy, allocations settle
+        planted.reference_forward(x, w, None, 1, 1, 1, x.shape[1])  # the scratch copy, allocations settle
         times = []
         for _ in range(calls):
             start = time.thread_time()
-            reference.forward(x, w, None, 1, 1, 1, x.shape[1])
+            planted.reference_forward(x, w, None, 1, 1, 1, x.shape[1])
             times.append(time.thread_time() - start)
         return statistics.median(times)
 

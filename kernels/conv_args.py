@@ -1,4 +1,9 @@
-"""Argument handling shared by every entry point of the family (``F.conv2d`` conventions)."""
+"""``F.conv2d``'s arguments, parsed once for every family: the pairs, the padding strings, the output
+size, the checks that name the problem (``ValueError``), and the family-neutral entry point.
+
+Each family adds only its own rules on top: the depthwise shape (``kernels.depthwise.reference``),
+im2col's and PCILT's dtypes and groups (:func:`normalize`).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,11 @@ from typing import Any, NamedTuple
 
 import torch
 
-from kernels.im2col_gemm.chunking import out_size
-
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 REFERENCE_DTYPES = (*FLOAT_DTYPES, torch.float64)
+
+IntPair = int | Sequence[int]
+Padding = IntPair | str
 
 
 class ConvArgs(NamedTuple):
@@ -24,33 +30,105 @@ class ConvArgs(NamedTuple):
     groups: int
 
 
-def pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
-    """``3 -> (3, 3)``; ``(2, 1)`` stays; anything else is a ``ValueError`` naming ``name``."""
+def pair(value: IntPair, name: str) -> tuple[int, int]:
+    """``3 -> (3, 3)``; ``(2, 1)`` and ``[2]`` are pairs; else a ``ValueError`` naming ``name``."""
     if isinstance(value, int) and not isinstance(value, bool):
         return (value, value)
-    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
-        a, b = value
-        if isinstance(a, int) and isinstance(b, int):
-            return (int(a), int(b))
-    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 1:
-        return pair(value[0], name)
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) in (1, 2):
+        items = tuple(value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            return (int(items[0]), int(items[-1]))
     raise ValueError(f"{name}={value!r} must be an int or a pair of ints")
+
+
+def out_size(size: int, k: int, s: int, p: int, d: int) -> int:
+    """Output length of one spatial dimension of a conv (the ``F.conv2d`` formula)."""
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def output_hw(
+    hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> tuple[int, int]:
+    """Output height and width of a conv2d."""
+    return (
+        out_size(hw[0], kernel[0], stride[0], padding[0], dilation[0]),
+        out_size(hw[1], kernel[1], stride[1], padding[1], dilation[1]),
+    )
+
+
+class Spatial(NamedTuple):
+    """Parsed stride, padding and dilation. ``pad_input``: for ``padding='same'`` with an even dilated
+    kernel span, the asymmetric ``F.pad`` (left, right, top, bottom) the input needs first (then
+    ``padding`` is (0, 0)), as ``F.conv2d`` pads one more on the bottom/right; else None."""
+
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    pad_input: tuple[int, int, int, int] | None
+
+
+def spatial(stride: IntPair, padding: Padding, dilation: IntPair, kernel: tuple[int, int]) -> Spatial:
+    """Check and pair ``stride``, ``padding`` (ints, pairs, ``'valid'``, ``'same'``) and ``dilation``."""
+    s, d = pair(stride, "stride"), pair(dilation, "dilation")
+    if min(s) < 1:
+        raise ValueError(f"stride={stride!r} must be >= 1")
+    if min(d) < 1:
+        raise ValueError(f"dilation={dilation!r} must be >= 1")
+    if not isinstance(padding, str):
+        p = pair(padding, "padding")
+        if min(p) < 0:
+            raise ValueError(f"padding={padding!r} must be >= 0")
+        return Spatial(s, p, d, None)
+    if padding == "valid":
+        return Spatial(s, (0, 0), d, None)
+    if padding != "same":
+        raise ValueError(f"padding={padding!r} must be an int, a pair, 'valid' or 'same'")
+    if s != (1, 1):
+        raise ValueError("padding='same' is not supported for strided convolutions (as in F.conv2d)")
+    span_h, span_w = d[0] * (kernel[0] - 1), d[1] * (kernel[1] - 1)
+    top, left = span_h // 2, span_w // 2
+    if span_h % 2 or span_w % 2:
+        return Spatial(s, (0, 0), d, (left, span_w - left, top, span_h - top))
+    return Spatial(s, (top, left), d, None)
+
+
+def check_output(
+    hw: tuple[int, int], kernel: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int]
+) -> None:
+    """``ValueError`` when the dilated kernel does not fit the padded input (an empty output)."""
+    span = (dilation[0] * (kernel[0] - 1) + 1, dilation[1] * (kernel[1] - 1) + 1)
+    if hw[0] + 2 * padding[0] < span[0] or hw[1] + 2 * padding[1] < span[1]:
+        raise ValueError(
+            f"input {hw} with padding {padding} is smaller than the dilated kernel {span}; "
+            "the output would be empty"
+        )
+
+
+def batched(input: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The 4-D input (a batch of one for a 3-D one) and whether it was 3-D."""
+    if input.dim() not in (3, 4):
+        raise ValueError(f"input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {tuple(input.shape)}")
+    unbatched = input.dim() == 3
+    return (input.unsqueeze(0) if unbatched else input), unbatched
 
 
 def normalize(
     input: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
-    stride: int | Sequence[int],
-    padding: int | str | Sequence[int],
-    dilation: int | Sequence[int],
+    stride: IntPair,
+    padding: Padding,
+    dilation: IntPair,
     groups: int,
     *,
     dtypes: tuple[torch.dtype, ...] = REFERENCE_DTYPES,
 ) -> tuple[torch.Tensor, ConvArgs, bool]:
     """Validate ``F.conv2d`` arguments; return the 4-D input, the pairs, and whether it was 3-D."""
-    if input.dim() not in (3, 4):
-        raise ValueError(f"input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {tuple(input.shape)}")
+    x, unbatched = batched(input)
     if weight.dim() != 4:
         raise ValueError(f"weight must be 4-D (C_out, C_in/groups, kh, kw), got shape {tuple(weight.shape)}")
     if input.dtype not in dtypes or weight.dtype != input.dtype:
@@ -60,8 +138,6 @@ def normalize(
         )
     if input.device != weight.device or (bias is not None and bias.device != input.device):
         raise ValueError("input, weight and bias must be on the same device")
-    unbatched = input.dim() == 3
-    x = input.unsqueeze(0) if unbatched else input
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"groups={groups!r} must be an int >= 1")
     c_in = x.shape[1]
@@ -75,35 +151,13 @@ def normalize(
         )
     if bias is not None and tuple(bias.shape) != (c_out,):
         raise ValueError(f"bias must have shape ({c_out},), got {tuple(bias.shape)}")
-    s, d = pair(stride, "stride"), pair(dilation, "dilation")
-    if min(s) < 1 or min(d) < 1:
-        raise ValueError(f"stride={s} and dilation={d} must be >= 1")
-    if isinstance(padding, str):
-        if padding == "valid":
-            p = (0, 0)
-        elif padding == "same":
-            if s != (1, 1):
-                raise ValueError("padding='same' is not supported for strided convolutions")
-            spans = (d[0] * (kh - 1), d[1] * (kw - 1))
-            if spans[0] % 2 or spans[1] % 2:
-                raise ValueError(
-                    "padding='same' with an even dilated kernel span needs asymmetric padding, which this "
-                    "kernel does not support; pad the input with F.pad and use padding=0"
-                )
-            p = (spans[0] // 2, spans[1] // 2)
-        else:
-            raise ValueError(f"padding={padding!r} must be an int, a pair, 'same' or 'valid'")
-    else:
-        p = pair(padding, "padding")
-    if min(p) < 0:
-        raise ValueError(f"padding={p} must be >= 0")
-    ho = out_size(x.shape[2], kh, s[0], p[0], d[0])
-    wo = out_size(x.shape[3], kw, s[1], p[1], d[1])
-    if ho < 1 or wo < 1:
+    s, p, d, pad_input = spatial(stride, padding, dilation, (kh, kw))
+    if pad_input is not None:
         raise ValueError(
-            f"the dilated kernel ({kh}x{kw}, dilation {d}) is larger than the padded input "
-            f"{tuple(x.shape[2:])} with padding {p}: the output would be empty"
+            "padding='same' with an even dilated kernel span needs asymmetric padding, which this "
+            "kernel does not support; pad the input with F.pad and use padding=0"
         )
+    check_output((x.shape[2], x.shape[3]), (kh, kw), p, d)
     return x, ConvArgs((kh, kw), s, p, d, groups), unbatched
 
 
@@ -130,8 +184,7 @@ def conv_shape(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> ConvShape:
     n, c, h, w = x.shape
     cout = weight.shape[0]
     kh, kw = a.kernel
-    ho = out_size(h, kh, a.stride[0], a.padding[0], a.dilation[0])
-    wo = out_size(w, kw, a.stride[1], a.padding[1], a.dilation[1])
+    ho, wo = output_hw((h, w), a.kernel, a.stride, a.padding, a.dilation)
     return ConvShape(n, c, h, w, cout, a.groups, c // a.groups, cout // a.groups, kh, kw, ho, wo)
 
 
@@ -141,7 +194,6 @@ def geometry(x: torch.Tensor, weight: torch.Tensor, a: ConvArgs) -> tuple[int, i
     return s.ho, s.wo, s.cg * s.kh * s.kw, s.cog
 
 
-IntPair = int | Sequence[int]
 # ``body(x, weight, bias, args, **options)``: the conv on a batched input and normalized arguments.
 ConvBody = Callable[..., torch.Tensor]
 
@@ -164,7 +216,7 @@ def conv2d_entry(
     """
 
     def run(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: IntPair,
-            padding: IntPair | str, dilation: IntPair, groups: int,
+            padding: Padding, dilation: IntPair, groups: int,
             options: dict[str, Any]) -> torch.Tensor:  # fmt: skip
         x, a, unbatched = normalize(input, weight, bias, stride, padding, dilation, groups)
         if check is not None:
@@ -175,14 +227,14 @@ def conv2d_entry(
     if takes_bias:
 
         def entry(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  stride: IntPair = 1, padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1,
+                  stride: IntPair = 1, padding: Padding = 0, dilation: IntPair = 1, groups: int = 1,
                   **options: Any) -> torch.Tensor:  # fmt: skip
             return run(input, weight, bias, stride, padding, dilation, groups, options)
 
     else:
 
         def entry(input: torch.Tensor, weight: torch.Tensor, stride: IntPair = 1,  # type: ignore[misc]
-                  padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1,
+                  padding: Padding = 0, dilation: IntPair = 1, groups: int = 1,
                   **options: Any) -> torch.Tensor:  # fmt: skip
             return run(input, weight, None, stride, padding, dilation, groups, options)
 

@@ -1,6 +1,6 @@
 """The depthwise cost model calibrated on GPU measurements: launch cost, latency rounds, tail waves.
 
-``model.py`` predicts from SASS counts and had no latency, tail or fixed-cost term; the first H100
+``static.py`` predicts from SASS counts and had no latency, tail or fixed-cost term; the first H100
 run showed what that misses (60 % of the HBM spec where it said 84 %, fp16 as slow as fp32). This
 module models every measured depthwise kernel (the NCHW tiled forward and stride-1 input grad, the
 NHWC row kernel, the two-launch weight grad) from its launch geometry, mirrored from
@@ -33,9 +33,11 @@ from pathlib import Path
 
 import yaml
 
-from kernels.depthwise import plan_v4
-from kernels.depthwise.model import (
+from kernels.h100 import CLOCK_HZ, COPY_BPS, PEAK_BPS, SMS, resident_blocks
+from kernels.model import plan_v4
+from kernels.model.static import (
     STAGE_BATCH_V3_SCALAR,
+    THREADS,
     Shape,
     _geometry_v2,
     plan_v2,
@@ -43,10 +45,6 @@ from kernels.depthwise.model import (
     staging_rounds,
 )
 
-SMS = 132
-CLOCK_HZ = 1.755e9
-COPY_BPS = 3.0e12
-THREADS = 256
 GOAL_MEDIAN = 0.15  # issue 29: median absolute error <= 15 %
 GOAL_MAX = 0.40  # and none worse than 40 %
 BASELINE_FILE = "test_depthwise.yaml"
@@ -70,7 +68,7 @@ class Params:
         return float(getattr(self, "issue_" + ("tile" if kind == "wgrad_tile" else kind)))
 
 
-# Fitted on the H100 rows by `python -m kernels.depthwise.model --fit baselines/nvidia-h100-80gb-hbm3`.
+# Fitted on the H100 rows by `python -m kernels.model --fit baselines/nvidia-h100-80gb-hbm3`.
 H100_FIT = Params(
     launch_graph_s=3.16e-06,
     launch_cold_s=4.83e-06,
@@ -145,13 +143,6 @@ def load_rows(baseline_dir: Path) -> list[Row]:
     return rows
 
 
-def _occupancy(regs: int, smem: int = 0, threads: int = THREADS) -> int:
-    """Resident blocks per SM on an H100: 64 K registers (allocated per warp in 8s), 228 KB shared."""
-    by_regs = 65536 // (-(-regs // 8) * 8 * threads)
-    by_smem = (228 * 1024) // (smem + 1024) if smem else 32
-    return max(1, min(2048 // threads, by_regs, by_smem))
-
-
 def wgrad_splits(sh: Shape, channels_last: bool) -> tuple[int, int]:
     """Mirror of ``weight_grad_splits`` (132 SMs): (splits, lanes along positions per block)."""
     positions = sh.n * sh.ho * sh.ho
@@ -183,13 +174,13 @@ def _wgrad_tile_launch(sh: Shape, taps: int) -> Launch:
     splits = w2_splits(sh.c, units, 1)
     per_split = -(-units // splits)
     rounds = per_split * (-(-(pl * in_rows * in_cols) // (STAGE_BATCH_V3_SCALAR * THREADS)) + 1)
-    occ = _occupancy(WGRAD_TILE_REGS[0 if sh.k <= 3 else 1], pl * in_rows * in_cols * 4)
+    occ = resident_blocks(THREADS, WGRAD_TILE_REGS[0 if sh.k <= 3 else 1], pl * in_rows * in_cols * 4)
     x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
     return Launch("wgrad_tile", x_and_dy, sh.c * splits, rounds, occ, 1, taps)
 
 
 # v4's static SASS instructions per output over v2's (sm_90, fp32 v2; ``plan_v4.instr_per_output`` and
-# ``model.predict_tiled`` on ``python -m kernels.sass depthwise``'s instances), per seed shape and dtype
+# ``static.predict_tiled`` on ``python -m kernels.sass depthwise``'s instances), per seed shape and dtype
 # bytes: v4 borrows the tiled forward's fitted issue figure scaled by it (no v4 row is measured yet).
 V4_ISSUE_SCALE = {
     ("16x32x112-k3", 4): 48.3 / 77.3,
@@ -396,7 +387,8 @@ def _wgrad_nhwc_vec_launch(sh: Shape, taps: int) -> Launch:
     plan = wgrad_nhwc_plan(sh)
     scale = wgrad_nhwc_instr_per_output(sh, True) / wgrad_nhwc_instr_per_output(sh, False)
     nv = plan.rows * sh.k * plan.vw + plan.vw
-    occ = _occupancy(WGRAD_NHWC_VEC_REGS[sh.k, sh.dtype_bytes], THREADS // 32 * WGRAD_NHWC_CT * nv * 4)
+    smem = THREADS // 32 * WGRAD_NHWC_CT * nv * 4
+    occ = resident_blocks(THREADS, WGRAD_NHWC_VEC_REGS[sh.k, sh.dtype_bytes], smem)
     x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
     rounds = math.ceil(plan.items_per_lane * plan.iters_per_item)
     return Launch("wgrad_nhwc", x_and_dy, plan.blocks, rounds, occ, 1, taps, issue_scale=scale)
@@ -422,7 +414,7 @@ def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch
         splits, lanes = wgrad_splits(sh, cl)  # W2's generic kernel splits as W1 does
         blocks = -(-sh.c // (32 if cl else 1)) * splits
         per_split = -(-(sh.n * sh.ho * sh.ho) // splits)
-        occ = _occupancy(32 if sh.k == 3 else 64)
+        occ = resident_blocks(THREADS, 32 if sh.k == 3 else 64)
         x_and_dy = sh.planes * (sh.hw * sh.hw + sh.ho * sh.ho) * sh.dtype_bytes
         launches = 2 if variant == "w1" else 1
         return Launch("wgrad_" + layout, x_and_dy, blocks, -(-per_split // lanes), occ, launches, taps)
@@ -437,7 +429,7 @@ def launch_of(sh: Shape, layout: str, phase: str, variant: str = "v2") -> Launch
     plan = {"v2": plan_v2, "v3": plan_v3}[variant](sh)
     blocks = -(-sh.planes // plan.pl) * plan.tiles
     # sm_90 registers of the v2 instances; v3's __launch_bounds__ holds it to the same residency
-    occ = _occupancy(38 if sh.k == 3 else 56, plan.smem_bytes)
+    occ = resident_blocks(THREADS, 38 if sh.k == 3 else 56, plan.smem_bytes)
     return Launch("tile", sh.bytes, blocks, staging_rounds(plan), occ, 1, taps)
 
 
@@ -453,6 +445,19 @@ def predict_launch(launch: Launch, mode: str, p: Params = H100_FIT) -> float:
 
 def predict(row: Row, p: Params = H100_FIT) -> float:
     return predict_launch(launch_of(row.shape, row.layout, row.phase), row.mode, p)
+
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2}
+
+
+def predicted_us(
+    shape: tuple[int, int, int, int], dtype: str, phase: str, variant: str, layout: str = "nchw"
+) -> float:
+    """The calibrated model's cold-call time (us) of a stride-1 seed row ``(N, C, H = W, k)``: the
+    prediction each row of the depthwise sweep carries (``kernels/depthwise/sweep_plan.py``)."""
+    n, c, hw, k = shape
+    launch = launch_of(Shape(n, c, hw, k, 1, DTYPE_BYTES[dtype]), layout, phase, variant)
+    return predict_launch(launch, "cold") * 1e6
 
 
 def errors(rows: Sequence[Row], p: Params = H100_FIT) -> list[float]:
@@ -573,7 +578,7 @@ def variant_table(rows: Sequence[Row], variant: str, p: Params = H100_FIT) -> st
         t, t2 = predict_launch(launch_of(r.shape, r.layout, r.phase, variant), r.mode, p), predict(r, p)
         lines.append(
             f"| {r.label} | {r.mode} | {r.us:.2f} | {t2 * 1e6:.2f} | {t * 1e6:.2f} | "
-            f"{t / t2:.2f} | {r.shape.bytes / t / 3.35e12:.0%} |"
+            f"{t / t2:.2f} | {r.shape.bytes / t / PEAK_BPS:.0%} |"
         )
     return "\n".join(lines)
 
@@ -589,7 +594,7 @@ def goal_lines(rows: Sequence[Row], variant: str, p: Params = H100_FIT) -> list[
         return [r for r in rows if r.shape.dtype_bytes == dt and r.layout == layout and r.phase == phase]
 
     def spec(r: Row) -> float:
-        return r.shape.bytes / (t_us(r) * 1e-6) / 3.35e12
+        return r.shape.bytes / (t_us(r) * 1e-6) / PEAK_BPS
 
     out = []
     for phase, goal in (("forward", 0.80), ("input_grad", 0.70)):

@@ -1,9 +1,9 @@
 """Cost model of the NCHW depthwise forward on an H100 SXM: ours (v1, v2) against PyTorch's native kernel.
 
 Every figure here is a prediction from static facts (tile plans mirrored from ``depthwise.cu``, SASS
-instruction counts from ``kernels.sass``) and the stated hardware assumptions; none is a GPU
-measurement. ``docs/depthwise-model.md`` explains it; ``python -m kernels.depthwise.model`` prints
-the table. Calibrate ``H100`` (and ``NATIVE``) from the first GPU run as that document says.
+instruction counts from ``kernels.sass``) and the stated hardware assumptions (``kernels.h100``); none
+is a GPU measurement. ``docs/depthwise-model.md`` explains it; ``python -m kernels.model`` prints the
+table. The calibrated model (``calibration.py``) builds on the shapes and tile plans here.
 
 Time of one launch = max(DRAM, issue, MIO) + launch gap, where
 * DRAM: compulsory bytes (x read once, y written once, weights) at the measured copy bandwidth
@@ -19,25 +19,27 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernels import _build
+from kernels import h100
 from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
-from kernels.sass import KernelSass, analyze
+from kernels.sass import KernelSass
 
-THREADS = 256
+THREADS = 256  # kThreads: the block size of depthwise.cu's tiled kernels
 RPT = 4  # kRowsPerThread (v1)
 RPT_V2 = 8  # kRowsPerThreadV2
-MAX_SMEM = 48 * 1024
+MAX_SMEM = h100.MAX_SMEM_PER_BLOCK
 
 
 @dataclass(frozen=True)
 class Hardware:
-    sms: int = 132
-    clock_hz: float = 1.755e9  # sustained SM clock under a memory-bound load (boost is 1.98 GHz)
-    schedulers: int = 4  # warp instructions issued per clock per SM
-    mio_per_clk: float = 1.0  # L1/shared wavefronts per clock per SM
-    dram_bps: float = 3.0e12  # measured device copy bandwidth (spec peak 3.35e12)
-    peak_bps: float = 3.35e12
-    launch_s: float = 1.0e-6  # gap + ramp per back-to-back launch
+    """The machine a prediction is for (``kernels.h100``'s figures unless a test varies one)."""
+
+    sms: int = h100.SMS
+    clock_hz: float = h100.CLOCK_HZ
+    schedulers: int = h100.SCHEDULERS
+    mio_per_clk: float = h100.MIO_PER_CLK
+    dram_bps: float = h100.COPY_BPS
+    peak_bps: float = h100.PEAK_BPS
+    launch_s: float = h100.LAUNCH_S
 
 
 H100 = Hardware()
@@ -374,54 +376,3 @@ def table(rows: Sequence[dict[str, Prediction]]) -> str:
         f"\nPredicted geomean speedup over native: v1 {g1:.2f}x, v2 {g2:.2f}x (not a GPU measurement)."
     )
     return "\n".join(lines)
-
-
-def table_for(kernels: Sequence[KernelSass]) -> str:
-    """The seed-shape table from the SASS of ``depthwise.cu`` (``python -m kernels.sass`` prints it),
-    then v4's static instructions per output on the seed shapes and EfficientNet-B0's stride-2 layers."""
-    from kernels.depthwise import plan_v4  # plan_v4 imports this module
-    from kernels.depthwise.seed import EFFICIENTNET_B0_STRIDE2
-
-    s2 = [Shape(n, c, hw, k, 2) for n, c, hw, k in EFFICIENTNET_B0_STRIDE2]
-    return table(predict_all(kernels)) + "\n\n" + plan_v4.instr_table(kernels, [*SEED, *s2])
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """No arguments: the SASS-based table. ``--check DIR``: the calibrated model's error on the
-    measured rows of ``DIR`` (exit 1 when it misses the goal); ``--held-out`` adds the
-    leave-one-shape-out error; ``--fit DIR`` refits and prints the constants for ``calibration.py``."""
-    import argparse
-    from pathlib import Path
-
-    from kernels.depthwise import calibration as cal
-
-    ap = argparse.ArgumentParser(prog="python -m kernels.depthwise.model", description=main.__doc__)
-    ap.add_argument("--check", type=Path, metavar="DIR", help="a baselines/<machine> folder")
-    ap.add_argument("--held-out", action="store_true", help="with --check: refit without each seed shape")
-    ap.add_argument("--fit", type=Path, metavar="DIR", help="refit the calibrated constants on DIR's rows")
-    ap.add_argument(
-        "--predict", metavar="VARIANT", help="with --check: the variant's predicted rows (v3: NCHW and NHWC)"
-    )
-    args = ap.parse_args(argv)
-    if args.fit:
-        p = cal.fit(cal.load_rows(args.fit))
-        print(cal.report(cal.load_rows(args.fit), cal.errors(cal.load_rows(args.fit), p)))
-        print(cal.params_source(p))
-        return 0
-    if args.check:
-        rows = cal.load_rows(args.check)
-        errs = cal.errors(rows)
-        print(cal.report(rows, errs, cal.held_out(rows) if args.held_out else None))
-        if args.predict:
-            print(cal.variant_table(rows, args.predict))
-            print("\n".join(f"- {line}" for line in cal.goal_lines(rows, args.predict)))
-        if args.predict == "v3":  # v3 also switches NHWC to fwd_nhwc_vec
-            print(cal.nhwc_table(rows))
-            print("\n".join(f"- {line}" for line in cal.nhwc_goal_lines(rows)))
-        return 0 if cal.meets_goal(errs) else 1
-    print(table_for(analyze(_build.KERNELS_ROOT / "depthwise" / "depthwise.cu")))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,7 +7,8 @@ block (down to 64-thread blocks) while the grid covers fewer than ``WAVE_TARGET`
 blocks on an H100's 132 SMs. Stride 1 keeps ``u`` = 4 (the fewest SASS instructions per output on
 every seed shape); stride 2 (issue 29: grids sized to fill the GPU) takes the largest ``u`` whose grid
 covers ``WAVE_TARGET`` waves, else the plan with the most waves. Residency is computed at each instance's
-``__launch_bounds__`` register cap (an upper bound on its registers). Pure Python, no CUDA:
+``__launch_bounds__`` register cap (an upper bound on its registers; ``kernels.h100.resident_blocks``
+mirrors ``resident_blocks``). Pure Python, no CUDA:
 ``tests/kernels/test_depthwise_emulated.py`` checks it against the C++ planner in the emulator.
 """
 
@@ -16,14 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernels.depthwise.model import Shape
+from kernels import h100
+from kernels.model.static import MAX_SMEM, THREADS, Shape
 from kernels.sass import KernelSass
 
-SMS = 132  # kPlanSms
+SMS = h100.SMS  # kPlanSms: depthwise.cu plans for an H100 too
 WAVE_TARGET = 2  # kWaveTarget
 MIN_BLOCK_THREADS = 64  # kMinBlockThreads
-THREADS = 256
-MAX_SMEM = 48 * 1024
 US = (4, 2, 1)
 
 
@@ -38,16 +38,7 @@ def min_blocks(k: int, u: int) -> int:
 
 def reg_cap(k: int, u: int) -> int:
     """``v4_reg_cap``: the register cap ``__launch_bounds__(256, min_blocks)`` gives ptxas."""
-    return min(255, 65536 // (THREADS * min_blocks(k, u))) & ~7
-
-
-def resident_blocks(threads: int, regs: int, smem: int) -> int:
-    """``resident_blocks``: blocks per H100 SM by registers (per warp, units of 256), threads,
-    the 32-block limit and shared memory (228 KB, 1 KB reserved per block)."""
-    warps = -(-threads // 32)
-    per_warp = -(-regs * 32 // 256) * 256
-    by_smem = (228 * 1024) // (smem + 1024) if smem > 0 else 32
-    return max(1, min(32, 65536 // (warps * per_warp), 2048 // (warps * 32), by_smem))
+    return min(255, h100.REGS_PER_SM // (THREADS * min_blocks(k, u))) & ~7
 
 
 @dataclass(frozen=True)
@@ -75,7 +66,7 @@ class PlanV4:
 
     @property
     def resident(self) -> int:
-        return resident_blocks(self.threads, reg_cap(self.k, self.u), self.smem_bytes)
+        return h100.resident_blocks(self.threads, reg_cap(self.k, self.u), self.smem_bytes)
 
     sms: int = SMS  # the SMs the plan sizes its grid for
 
