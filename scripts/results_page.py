@@ -247,6 +247,19 @@ def build_page(title: str, reports: Sequence[Path], harness: Path | None, intro:
     return "\n".join(out).rstrip() + "\n"
 
 
+def replace_section(page: str, title: str, body: str) -> str:
+    """``page`` with its ``## title`` section (up to the next ``## ``) replaced by ``body``, or with the
+    section added after the intro (before the first ``## ``) when the page has none: a window's
+    section updates a page whose other sections came from an earlier session."""
+    section = f"## {title}\n\n{body.strip()}\n"
+    head, found, rest = page.partition(f"## {title}\n")
+    if found:
+        tail = rest.partition("\n## ")
+        return head + section + ("\n## " + tail[2] if tail[1] else "")
+    before, sep, after = page.partition("\n## ")
+    return before.rstrip() + "\n\n" + section + ("\n## " + after if sep else "")
+
+
 def _demote(markdown: str) -> str:
     """Nest a section's own headings under the page's ``##``."""
     return "\n".join("##" + line if line.startswith("#") else line for line in markdown.splitlines())
