@@ -247,17 +247,22 @@ def build_page(title: str, reports: Sequence[Path], harness: Path | None, intro:
     return "\n".join(out).rstrip() + "\n"
 
 
-def replace_section(page: str, title: str, body: str) -> str:
-    """``page`` with its ``## title`` section (up to the next ``## ``) replaced by ``body``, or with the
-    section added after the intro (before the first ``## ``) when the page has none: a window's
-    section updates a page whose other sections came from an earlier session."""
+def replace_section(page: str, title: str, body: str, *, after: str | None = None) -> str:
+    """``page`` with its ``## title`` section (up to the next ``## ``) replaced by ``body``; a page
+    without one gets it after the ``## after`` section when there is one, else after the intro
+    (before the first ``## ``): a window's section updates a page whose other sections came from an
+    earlier session."""
     section = f"## {title}\n\n{body.strip()}\n"
     head, found, rest = page.partition(f"## {title}\n")
     if found:
         tail = rest.partition("\n## ")
         return head + section + ("\n## " + tail[2] if tail[1] else "")
-    before, sep, after = page.partition("\n## ")
-    return before.rstrip() + "\n\n" + section + ("\n## " + after if sep else "")
+    if after is not None and f"## {after}\n" in page:
+        head, found, rest = page.partition(f"## {after}\n")
+        body_of_after, sep, tail = rest.partition("\n## ")
+        return head + found + body_of_after.rstrip() + "\n\n" + section + ("\n## " + tail if sep else "")
+    before, sep, tail = page.partition("\n## ")
+    return before.rstrip() + "\n\n" + section + ("\n## " + tail if sep else "")
 
 
 def _demote(markdown: str) -> str:

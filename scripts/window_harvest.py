@@ -168,6 +168,7 @@ def harvest(out: Path, docs: Path) -> Path:
         machine = str(proof["machine"])
         if not machine or machine == "?":
             raise SystemExit("window_harvest: the proof call detected no machine (see proof-summary.txt)")
+        docs.mkdir(parents=True, exist_ok=True)
         page = docs / f"results-{machine}.md"
         if page.exists():
             text = page.read_text()
@@ -185,7 +186,7 @@ def harvest(out: Path, docs: Path) -> Path:
             for path in found:
                 shutil.copy2(path, sweeps / path.name)
         csvs = sorted(sweeps.glob("*.csv"))
-        text = results_page.replace_section(text, "Sweep goals", sweep_goals(csvs))
+        text = results_page.replace_section(text, "Sweep goals", sweep_goals(csvs), after="Night proof")
         page.write_text(text)
     return page
 
