@@ -38,7 +38,6 @@ import results_page  # noqa: E402  (scripts/results_page.py: the page and its se
 
 from kernels.sweep_goals import GOALS, read_goal  # noqa: E402
 
-PLANTED_CHECKS = 16
 CHANGED = "kernels changed since the baseline"
 
 
@@ -90,9 +89,10 @@ def planted_line(night: Mapping[str, Any] | None, kernels: Sequence[str]) -> str
     )
     other = int(night["false_fails"])
     named = ", ".join(f"`{k}`" for k in kernels) or "**no kernel named**"
-    verdict = "caught" if len(caught) >= PLANTED_CHECKS and not night["missed"] else "**not caught**"
+    expected = len(caught) + len(night["missed"])  # 16 on a GPU (the seed forward checks), 1 in a dry run
+    verdict = "caught" if caught and not night["missed"] else "**not caught**"
     return (
-        f"| planted 10 % | {verdict}: {len(caught)} of {PLANTED_CHECKS} forward checks FAIL, "
+        f"| planted 10 % | {verdict}: {len(caught)} of {expected} forward checks FAIL, "
         f"{len(night['missed'])} missed; {fresh}; kernel named: {named}; other FAILs {other} |"
     )
 
