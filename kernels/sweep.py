@@ -1,7 +1,7 @@
 """A fixed-repetition sweep of every family's variants: ``python -m kernels.sweep FAMILY... --out DIR``.
 
 The adaptive pytest suite answers "did this check regress"; tuning needs many variants measured in a
-30-minute GPU window, so this tool times each :class:`kernels.sweep_case.Case` of
+few minutes of a GPU window, so this tool times each :class:`kernels.sweep_case.Case` of
 ``kernels/<family>/sweep_plan.py`` with a fixed number of cold repetitions (no adaptive stopping):
 per repetition the L2 is flushed by reading a 2 x L2 buffer (``pytest_convperf.measure.cuda.read_flush``,
 the suite's default flush) and the call is timed with CUDA events. Per problem it adds anchors:
@@ -11,7 +11,10 @@ the suite's default flush) and the call is timed with CUDA events. Per problem i
 - ``cudnn-<dtype>-<layout>``: ``F.conv2d`` (cuDNN) on the same problem and phase in fp16 NCHW, fp16
   channels_last, and the problem's own dtype in both layouts (fp32 where the problem is fp32).
 
-One CSV per family, ``DIR/<family>.csv``, columns :data:`COLUMNS`: ``median_us`` and ``spread``
+Rows are measured in :func:`order_by_goals`'s order: those that decide the 13 goals of
+docs/tuning-log.md (``kernels/sweep_goals.py``) first, so a sweep cut at its cap still decides them;
+the CSVs are rewritten every :data:`CHUNK_ROWS` rows. One CSV per family, ``DIR/<family>.csv``,
+columns :data:`COLUMNS`: ``median_us`` and ``spread``
 (IQR / median) over the repetitions; ``pct_hbm_spec`` is the time to move ``bytes`` at the GPU's
 datasheet bandwidth (``pytest_convperf.core.roofline``) over the median; ``reference_us`` is the cuDNN
 anchor of the row's own dtype, layout and phase; ``note`` holds an error a case raised (its time
