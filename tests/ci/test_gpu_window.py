@@ -364,3 +364,12 @@ def test_the_harvest_of_a_machine_without_a_page_starts_one(tmp_path: Path) -> N
 def test_the_harvest_without_a_proof_call_says_so(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no proof call came back"):
         harvest.harvest(tmp_path, tmp_path / "docs")
+
+
+def test_a_dry_run_gives_each_step_twice_its_cap(tmp_path: Path) -> None:
+    """A loaded CI box starts pytest slower than a GPU runs a check: a cut would fail the dry run."""
+    cap = gw.MIN_STEP_S - 5  # under the least a step starts with, unless doubled
+    dry = gw.Window("dry", tmp_path / "a", 100.0, dry_run=True)
+    assert dry.step("quick", [sys.executable, "-c", "pass"], cap_s=cap) == 0
+    wet = gw.Window("wet", tmp_path / "b", 100.0, dry_run=False)
+    assert wet.step("quick", [sys.executable, "-c", "pass"], cap_s=cap) is None
