@@ -1,7 +1,7 @@
 """A fixed-repetition sweep of every family's variants: ``python -m kernels.sweep FAMILY... --out DIR``.
 
 The adaptive pytest suite answers "did this check regress"; tuning needs many variants measured in a
-30-minute GPU window, so this tool times each :class:`kernels.sweep_case.Case` of
+few minutes of a GPU window, so this tool times each :class:`kernels.sweep_case.Case` of
 ``kernels/<family>/sweep_plan.py`` with a fixed number of cold repetitions (no adaptive stopping):
 per repetition the L2 is flushed by reading a 2 x L2 buffer (``pytest_convperf.read_flush``,
 the suite's default flush) and the call is timed with CUDA events. Per problem it adds anchors:
@@ -11,7 +11,10 @@ the suite's default flush) and the call is timed with CUDA events. Per problem i
 - ``cudnn-<dtype>-<layout>``: ``F.conv2d`` (cuDNN) on the same problem and phase in fp16 NCHW, fp16
   channels_last, and the problem's own dtype in both layouts (fp32 where the problem is fp32).
 
-One CSV per family, ``DIR/<family>.csv``, columns :data:`COLUMNS`: ``median_us`` and ``spread``
+Rows are measured in :func:`order_by_goals`'s order: those that decide the 13 goals of
+docs/tuning-log.md (``kernels/sweep_goals.py``) first, so a sweep cut at its cap still decides them;
+the CSVs are rewritten every :data:`CHUNK_ROWS` rows. One CSV per family, ``DIR/<family>.csv``,
+columns :data:`COLUMNS`: ``median_us`` and ``spread``
 (IQR / median) over the repetitions; ``pct_hbm_spec`` is the time to move ``bytes`` at the GPU's
 datasheet bandwidth (``pytest_convperf.spec_peak``) over the median; ``reference_us`` is the cuDNN
 anchor of the row's own dtype, layout and phase; ``note`` holds an error a case raised (its time
@@ -38,6 +41,7 @@ import torch.nn.functional as F
 from kernels._build import families as all_families
 from kernels.sweep_calls import conv_call
 from kernels.sweep_case import Call, Case
+from kernels.sweep_goals import goal_rank
 from pytest_convperf import Conv2dProblem, read_flush, resolve_device, spec_peak
 
 COLUMNS = (
@@ -147,6 +151,23 @@ def plan(
     return out
 
 
+def order_by_goals(planned: dict[str, list[Planned]]) -> list[Planned]:
+    """Every planned row in one list, the rows that decide the goals of docs/tuning-log.md first
+    (``kernels/sweep_goals.py``, by goal number: candidates and the references and anchors they are
+    compared with), then the rest in plan order: a sweep cut at its cap still decides the goals."""
+    flat = [row for rows in planned.values() for row in rows]
+    ranks = [goal_rank(r.case.family, r.case.variant, r.case.problem_id, r.case.phase) for r in flat]
+    order = sorted(range(len(flat)), key=lambda i: (ranks[i] is None, ranks[i] or 0, i))
+    return [flat[i] for i in order]
+
+
+def goal_rows(planned: Sequence[Planned]) -> int:
+    """How many of ``planned`` decide a goal."""
+    return sum(
+        goal_rank(r.case.family, r.case.variant, r.case.problem_id, r.case.phase) is not None for r in planned
+    )
+
+
 def _dtype_layout(case: Case) -> tuple[str, str]:
     problem = Conv2dProblem.from_id(case.problem_id)
     return problem.dtype, problem.layout
@@ -230,23 +251,32 @@ def measure(
     spec_bytes_per_s: float | None,
     *,
     nvtx: bool = False,
+    medians: dict[tuple[str, str, str], float] | None = None,
 ) -> list[dict[str, str]]:
     """Time every planned row; a case that raises gets a row with its error in ``note``.
 
     Ctrl-C (SIGINT: the window's cap) stops at the current row and returns the rows measured so far,
-    the last one noted ``interrupted``: a phase cut short still keeps what it measured.
+    the last one noted ``interrupted``: a phase cut short still keeps what it measured. ``medians``
+    (kept by the caller across calls) lets a row find an anchor measured in an earlier call.
     """
-    medians: dict[tuple[str, str, str], float] = {}
+    medians = {} if medians is None else medians
     rows: list[dict[str, str]] = []
     try:
         _measure_into(rows, medians, planned, reps, device, machine, spec_bytes_per_s, nvtx)
     except KeyboardInterrupt:
         rows.append({**dict.fromkeys(COLUMNS, ""), "note": "interrupted", "machine": machine})
+    fill_references(planned, rows, medians)
+    return rows
+
+
+def fill_references(
+    planned: Sequence[Planned], rows: Sequence[dict[str, str]], medians: dict[tuple[str, str, str], float]
+) -> None:
+    """Each variant row's ``reference_us``: its anchor's median, when measured (in any call)."""
     for item, row in zip(planned, rows):
         if item.reference is not None:
             ref = medians.get((item.case.problem_id, item.reference, item.case.phase))
             row["reference_us"] = _fmt(ref)
-    return rows
 
 
 def _measure_into(
@@ -347,17 +377,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     machine, spec = machine_facts()
-    for family, rows in planned.items():
-        start = time.monotonic()
-        measured = measure(rows, args.reps, "cuda", machine, spec, nvtx=args.nvtx)
-        write_csv(args.out / f"{family}.csv", measured)
-        failed = sum(bool(r["note"]) for r in measured)
+    return sweep_in_goal_order(planned, args.reps, args.out, machine, spec, nvtx=args.nvtx)
+
+
+CHUNK_ROWS = 16  # the CSVs are rewritten after every chunk: a sweep killed at its cap keeps its rows
+
+
+def sweep_in_goal_order(
+    planned: dict[str, list[Planned]],
+    reps: int,
+    out: Path,
+    machine: str,
+    spec: float | None,
+    *,
+    device: str = "cuda",
+    nvtx: bool = False,
+) -> int:
+    """Measure every row in :func:`order_by_goals`'s order, one CSV per family (rows in measured order)."""
+    flat = order_by_goals(planned)
+    print(f"kernels.sweep: {goal_rows(flat)} rows decide the goals of docs/tuning-log.md: measured first")
+    medians: dict[tuple[str, str, str], float] = {}
+    done: list[tuple[Planned, dict[str, str]]] = []
+    start = time.monotonic()
+    for begin in range(0, len(flat), CHUNK_ROWS):
+        chunk = flat[begin : begin + CHUNK_ROWS]
+        measured = measure(chunk, reps, device, machine, spec, nvtx=nvtx, medians=medians)
+        interrupted = bool(measured) and measured[-1]["note"] == "interrupted"
+        done += list(zip(chunk, measured[: len(measured) - interrupted]))
+        fill_references([p for p, _ in done], [r for _, r in done], medians)
+        for family in dict.fromkeys(p.case.family for p, _ in done):
+            write_csv(out / f"{family}.csv", [r for p, r in done if p.case.family == family])
+        failed = sum(bool(r["note"]) for _, r in done)
         print(
-            f"kernels.sweep: {family}: {len(measured) - failed} rows measured, {failed} failed, "
-            f"{time.monotonic() - start:.0f} s -> {args.out / f'{family}.csv'}",
+            f"kernels.sweep: {len(done)} of {len(flat)} rows, {failed} failed, "
+            f"{time.monotonic() - start:.0f} s -> {out}",
             flush=True,
         )
-        if measured and measured[-1]["note"] == "interrupted":
+        if interrupted:
             print("kernels.sweep: interrupted; the CSVs hold what was measured", file=sys.stderr)
             return 130
     return 0

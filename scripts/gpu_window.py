@@ -1,34 +1,37 @@
-"""The next GPU window, one device call per phase: ``scripts/gpu-window [--dry-run] PHASE [BUDGET_S]``.
+"""The GPU window in 15 minutes, on an H100 or an H200 (issue 35): two device calls, back to back.
 
-A window is 30 minutes of device time, each call at most 10 (issue 23); docs/gpu-window.md gives the
-minute plan (:data:`PHASES`, ``scripts/gpu-window plan`` prints it). Phases, in priority order:
+``scripts/gpu-window plan [--kind KIND]`` prints the minute plan (:func:`plan_rows`, docs/gpu-window.md);
+``scripts/gpu-window prepare`` builds the carried extensions here (:data:`CARRY`, torch 2.11, sm_90a);
+``scripts/gpu-window [--dry-run] proof|tune [--left S]`` runs one call; ``--dry-run all`` both (CI).
 
-- ``night``: install, prebuild (sm_90a), then ``pytest perf_tests/{depthwise,edsr,pcilt} --convperf``
-  against the committed ``baselines/<machine>/`` with the defaults (Holm 0.05, fresh confirm) on
-  unchanged code: every FAIL is a false alarm. ``scripts/night_summary.py`` writes the summary.
-- ``planted``: the depthwise fp32 seed checks with ``CONVPERF_PLANTED_SLOWDOWN=0.1`` (the forward
-  checks must FAIL, the gradients not); then ``--convperf-against`` on one seed shape in a scratch
-  repository: HEAD against itself (SAME) and a commit with the switch hard-wired (SLOWER).
-- ``sweep``: ``python -m kernels.sweep all`` (fixed cold repetitions) -> ``sweeps/<family>.csv``.
-- ``record``: the convperf tests without a baseline for this machine recorded; ncu on the best
-  variant of each family (from the sweep's CSVs); the EfficientNet-B0 diagnosis.
-- ``sanitize``: compute-sanitizer memcheck, racecheck, synccheck, initcheck over ``-m sanitize``.
+- ``proof`` (cap :data:`PROOF_CAP_S`): the environment line; the install; the carried extensions
+  copied into the build cache and loaded where their hash matches (else built); then a
+  self-contained night on whatever machine this is: the focused set (:data:`FOCUSED`) recorded into
+  a scratch baseline folder in one pytest process, the unchanged night against it in a fresh process
+  (every FAIL a false alarm), the planted 10 % night (the depthwise forward checks must FAIL and
+  survive the fresh confirm, their FAIL must name a depthwise forward kernel, nothing else may
+  FAIL), the A/B (HEAD against itself SAME, a commit with the slowdown hard-wired SLOWER); on an
+  H100 alone (the detected machine slug, not the kind asked for) the unchanged selection against
+  the committed ``baselines/nvidia-h100-80gb-hbm3/``, reported apart.
+- ``tune`` (cap :data:`TUNE_CAP_S`): ``python -m kernels.sweep all`` at fixed repetitions, the rows
+  deciding the 13 goals first (``kernels/sweep_goals.py``); compute-sanitizer memcheck on one small
+  shape per family only if time is left.
 
-Each phase spends at most its cap (and what BUDGET_S leaves), each step capped by the time left
-(SIGINT first, so pytest still writes its report), and always ends by packing ``$OUT/<phase>`` into
-``$OUT/<phase>.tar.gz`` with ``summary.txt`` (what it measured). Build outputs persist in
-``TORCH_EXTENSIONS_DIR`` while the machine stays warm, so a later phase's prebuild is a cache hit.
+Each step is capped by min(its cap, the call's time left - packing): SIGINT first (pytest still writes
+its report), SIGKILL 15 s later. A call writes ``$OUT/<call>-summary.txt`` as it goes (what comes back
+even when cut short), then packs ``$OUT/<call>-results.json`` (typed, what ``scripts/window_harvest.py``
+reads after the window) and ``$OUT/<call>.tar.gz`` (logs, CSVs, reports, junit; at most
+:data:`OUT_FILE_BYTES`): 3 files of the 8 the device tool returns.
 
-``--dry-run`` runs every phase on the CPU (CI, under 2 minutes): GPU-only steps (install,
-prebuild, ncu, compute-sanitizer) are logged, not run; pytest steps run one small check on the CPU;
-the planted A/B runs SLOWER for real on the CPU reference (which honours the switch); the tar and
-summaries are written as on the GPU.
+``--dry-run`` runs both calls on the CPU (under 2 minutes): GPU-only steps are logged; the pytest steps
+run one small CPU check (record, night, planted, the A/B's SLOWER side for real on the CPU reference,
+which honours the switch); the carry's load-or-build logic runs against the carry folder (absent in
+CI: every family would be built); the sweep lists its goal-ordered plan.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -38,135 +41,376 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_suite  # noqa: E402  (scripts/gpu_suite.py: the sanitize selection, one source)
 
-MACHINE = "nvidia-h100-80gb-hbm3"
-SM90A = "9.0a"  # -gencode=arch=compute_90a,code=sm_90a (kernels/_build.py), as the first window built
-SESSION_S = 1800  # the session's device time
-CALL_LIMIT_S = 600  # one device call
-PHASE_CAP_LIMIT_S = 540  # 9 minutes: a call's 10 less start-up, transfers and packing
-MACHINE_START_S = 120  # a fresh machine ("a minute or more", README of the device tool)
-CALL_OVERHEAD_S = 15  # per call: the working tree's transfer, $OUT's return
-MIN_RESERVE_S = 120
+KINDS = ("nvidia-h100-x1", "nvidia-h200")
+COMMITTED_MACHINE = "nvidia-h100-80gb-hbm3"  # the machine of the committed baselines/
+SM90A = "9.0a"  # -gencode=arch=compute_90a,code=sm_90a (kernels/_build.py); H100 and H200 are both sm_90
+DEVICE_TORCH = "2.11.0"  # the device image's torch (docs/results-nvidia-h100-80gb-hbm3.md)
+WINDOW_S = 900  # the session's device time: starts, calls, idle waits and the hand-back
+MIN_SPARE_S = 60
+SAFETY_S = 30  # kept back from a call's budget when the window runs late
+CALL_LIMIT_S = 600
+# The first window's figures (docs/results-nvidia-h100-80gb-hbm3.md, scripts/gpu-session.sh's logs):
+MACHINE_START_S = 120  # "one to two minutes": the upper end
+TRANSFER_S = 15  # per call: the working tree and the carry out, $OUT back
+HANDBACK_S = 10  # give_back right after the last call
+BUILD_S = 69  # every family for sm_90a, MAX_JOBS=16
+CHECK_S = 2  # recording: ~7.5 min for 217 checks
+PYTEST_START_S = 10  # interpreter, torch, the plugin and collection (assumed: not logged apart)
+INSTALL_S = 15
+LOAD_S = 10  # the carried libraries copied and loaded, no compiler
+REF_BUILD_S = 45  # the A/B's REF depthwise build (renamed namespace: never carried), about 2/3 of BUILD_S
+PROOF_CAP_S = 480
+TUNE_CAP_S = 240
 PACK_S = 20  # kept back from the last step for packing
 MIN_STEP_S = 15
-NIGHT_MODULES = ("perf_tests/test_depthwise.py", "perf_tests/test_edsr.py", "perf_tests/test_pcilt.py")
+CARRY = ROOT / ".gpu-carry"  # git-ignored; named in the device call's carry
+CARRY_LIMIT_BYTES = 64 * 2**20  # what a call's carry may hold in all
+OUT_FILE_BYTES = 16 * 2**20
 PLANTED_SHARE = "0.1"
-# The planted night: the depthwise fp32 seed checks (16 forward that must FAIL, 32 gradients that must
-# not); -forward] ends a forward check's test id.
-PLANTED_SELECTION = ("perf_tests/test_depthwise.py", "-k", "test_seed_shape and fp32")
-EXPECT_FAIL = "-forward]"
-AB_SELECTION = (
-    "perf_tests/test_depthwise.py",
-    "-k",
-    "test_seed_shape and 16x144x56-k3 and fp32 and nchw and forward",
+EXPECT_FAIL = "-forward]"  # ends a depthwise forward seed check's test id
+PLANTED_KERNEL = re.compile(r"\bfwd_(?:tile_nchw|nhwc_vec|rows_nhwc|direct)\w*")
+SWEEP_REPS = 100
+# A dry run's caps and budget are the GPU's times this: a CPU pytest start on a loaded CI box takes
+# longer than a GPU check, and a cut step fails the dry run.
+DRY_RUN_SLACK = 2
+
+
+def seed_forward_ids() -> list[str]:
+    """The 16 depthwise fp32 forward seed checks (8 seed shapes x NCHW/NHWC), as a GPU collects them."""
+    sys.path.insert(0, str(ROOT))
+    from kernels.depthwise.seed import DEPTHWISE_SEED_SHAPES
+
+    return [
+        f"perf_tests/test_depthwise.py::test_seed_shape[{n}x{c}x{hw}-k{k}-fp32-{layout}-forward]"
+        for n, c, hw, k in DEPTHWISE_SEED_SHAPES
+        for layout in ("nchw", "nhwc")
+    ]
+
+
+# One check each of EDSR (its own fused kernel: the planted depthwise slowdown must not touch it),
+# PCILT and im2col+GEMM.
+OTHER_FOCUSED = (
+    "perf_tests/test_edsr.py::test_fused_block_vs_unfused_pytorch_block",
+    "perf_tests/test_pcilt.py::test_tiled_vs_naive_kernel[4]",
+    "perf_tests/test_im2col_gemm.py::test_edsr[gemm-n16-ci64-h48-w48-co64-k3x3-s1-p1-d1-g1-fp32-nchw]",
 )
-# The CPU's stand-ins (dry run): one seed check at the CPU's batch 1.
-CPU_SELECTION = (
-    "perf_tests/test_depthwise.py",
-    "-k",
-    "test_seed_shape and 1x1152x7-k3 and fp32 and nchw and forward",
-)
-SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-SANITIZER_CAP_S = 60
-NCU_CAP_S = 60
-# Survives between calls while the machine stays warm ($OUT is emptied before each call); a dry run
-# keeps it under its --out instead.
-STATE = Path.home() / ".cache" / "convperf" / "window"
-ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+FOCUSED_CHECKS = 16 + len(OTHER_FOCUSED)
+AB_SELECTION = ("perf_tests/test_depthwise.py::test_seed_shape[16x144x56-k3-fp32-nchw-forward]",)
+# The CPU's stand-in (dry run): one seed check at the CPU's batch 1.
+CPU_SELECTION = ("perf_tests/test_depthwise.py::test_seed_shape[1x1152x7-k3-fp32-nchw-forward]",)
+
+
+# ---- the plan ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Phase:
+class Step:
     name: str
-    cap_s: int  # the most this phase's call spends, <= PHASE_CAP_LIMIT_S
-    estimate_s: int  # expected, from the first window's logs (docs/gpu-window.md)
+    estimate_s: int
+    cap_s: int
     what: str
+    h100_only: bool = False
 
 
-PHASES: tuple[Phase, ...] = (
-    Phase("night", 490, 400, "install 15 + prebuild sm_90a 69 + 3-module night ~280 + fresh confirm ~40"),
-    Phase(
-        "planted",
-        540,
-        320,
-        "install+cache 20 + 48 planted checks ~100 + confirm of 16 FAILs ~130 + A/B 2 x ~35",
-    ),
-    Phase("sweep", 360, 230, "install+cache 20 + kernels.sweep all (631 rows x 100 reps) ~207 estimated"),
-    Phase("record", 480, 260, "install+cache 20 + missing baselines ~90 + ncu 4 x <= 30 + EfficientNet ~30"),
-    Phase("sanitize", 480, 260, "install+cache 20 + 4 compute-sanitizer tools x <= 60"),
-)
+def _night_s(checks: int, confirmed: int = 0) -> int:
+    """A pytest night: start-up, each check at the recording rate, and a fresh confirm process that
+    measures each FAIL again (twice the rate: its own rounds)."""
+    confirm = PYTEST_START_S + 2 * CHECK_S * confirmed if confirmed else 0
+    return PYTEST_START_S + CHECK_S * checks + confirm
 
 
-def time_plan() -> list[tuple[str, int, int]]:
-    """``(item, estimate s, cap s)``: the machine's start, each phase's call, and the reserve."""
-    rows = [("machine start", MACHINE_START_S, MACHINE_START_S)]
-    rows += [
-        (f"{p.name} (+{CALL_OVERHEAD_S} s call)", p.estimate_s + CALL_OVERHEAD_S, p.cap_s) for p in PHASES
-    ]
-    used = sum(r[1] for r in rows)
-    rows.append(("reserve", SESSION_S - used, 0))
-    return rows
+def sweep_estimate_s() -> int:
+    """``kernels.sweep``'s own estimate of every row at :data:`SWEEP_REPS` (a model, not a measurement)."""
+    sys.path.insert(0, str(ROOT))
+    from kernels import sweep
+
+    _, _, est = sweep.describe(sweep.plan(sweep.kernel_families()), SWEEP_REPS)
+    return int(est + 0.5)
 
 
-def phase_budget(name: str, left_s: float) -> float:
-    """This call's seconds when ``left_s`` of the session's device time is left (status's
-    budget_left_s): the phase's cap, less what the phases after it are estimated to need (and their
-    calls) and a minute, so an overrun takes from the reserve and not from the phases after it."""
-    names = [p.name for p in PHASES]
-    later = PHASES[names.index(name) + 1 :]
-    return max(
-        0.0,
-        min(
-            PHASES[names.index(name)].cap_s, left_s - sum(p.estimate_s + CALL_OVERHEAD_S for p in later) - 60
+def proof_steps() -> tuple[Step, ...]:
+    n = FOCUSED_CHECKS
+    return (
+        Step("environment", 5, 20, "GPU, driver, torch, SM/memory clocks, free memory"),
+        Step("install", INSTALL_S, 60, "pip install --no-deps -e ."),
+        Step(
+            "extensions", LOAD_S, BUILD_S + 60, f"carried sm_90a libraries loaded (else built, {BUILD_S} s)"
         ),
+        Step("record", _night_s(n), 100, f"{n} focused checks recorded into a scratch baseline folder"),
+        Step("night", _night_s(n), 120, "unchanged night, fresh process: every FAIL a false alarm"),
+        Step("planted", _night_s(n, 16), 170, "CONVPERF_PLANTED_SLOWDOWN=0.1: 16 forward FAILs confirmed"),
+        Step("ab", REF_BUILD_S + 2 * _night_s(2), 140, "HEAD vs HEAD SAME, hard-wired commit SLOWER"),
+        Step("committed", _night_s(n), 100, f"the {n} against baselines/{COMMITTED_MACHINE}/", True),
     )
 
 
-def plan_markdown() -> str:
-    """The time plan as the table docs/gpu-window.md holds (a test keeps the two the same)."""
-    lines = ["| # | item | estimate (s) | cap (s) | cumulative (min) |", "|---|---|---:|---:|---:|"]
+SWEEP_CAP_S = TUNE_CAP_S - 30 - PACK_S  # the environment and the cache hit before it, packing after
+
+
+def sweep_what() -> str:
+    est = sweep_estimate_s()
+    cut = f"; cut at {SWEEP_CAP_S} s: the last rows, no goal's" if est > SWEEP_CAP_S else ""
+    return f"kernels.sweep all, the 13 goals' rows first; modelled {est} s{cut}"
+
+
+def tune_steps() -> tuple[Step, ...]:
+    return (
+        Step("environment", 5, 20, "as in proof"),
+        Step("extensions", LOAD_S, 60, "the proof call's cache on the warm machine"),
+        Step("sweep", min(sweep_estimate_s(), SWEEP_CAP_S), SWEEP_CAP_S, sweep_what()),
+        Step("memcheck", 0, 60, "compute-sanitizer memcheck, one small shape per family, if time is left"),
+    )
+
+
+def call_steps(call: str, kind: str) -> list[Step]:
+    steps = proof_steps() if call == "proof" else tune_steps()
+    return [s for s in steps if kind == "nvidia-h100-x1" or not s.h100_only]
+
+
+def plan_rows(kind: str) -> list[tuple[str, int, int]]:
+    """``(item, estimate s, cap s)``: the start, each call's steps and transfers, the hand-back, the
+    reserve. A call's cap is its own (the steps' caps are bounds within it)."""
+    if kind not in KINDS:
+        raise SystemExit(
+            f"gpu-window: --kind {kind!r} is not a kind the device tool lends; use one of {KINDS}"
+        )
+    rows = [("machine start", MACHINE_START_S, MACHINE_START_S)]
+    for call, cap in (("proof", PROOF_CAP_S), ("tune", TUNE_CAP_S)):
+        steps = call_steps(call, kind)
+        rows += [(f"{call}: {s.name} ({s.what})", s.estimate_s, s.cap_s) for s in steps]
+        rows.append((f"{call}: call total (cap) + transfers", TRANSFER_S, cap + TRANSFER_S))
+    rows.append(("hand-back", HANDBACK_S, HANDBACK_S))
+    used = sum(est for _, est, _ in rows)
+    rows.append(("reserve", WINDOW_S - used, 0))
+    return rows
+
+
+def cap_of(call: str, step: str) -> int:
+    """A step's cap, as the plan gives it (one source for the table and the run)."""
+    return next(s.cap_s for s in (proof_steps() if call == "proof" else tune_steps()) if s.name == step)
+
+
+def call_estimate_s(call: str, kind: str) -> int:
+    return sum(s.estimate_s for s in call_steps(call, kind))
+
+
+def caps_total_s() -> int:
+    """The window when both calls run to their caps."""
+    return MACHINE_START_S + PROOF_CAP_S + TUNE_CAP_S + 2 * TRANSFER_S + HANDBACK_S
+
+
+def plan_markdown(kind: str) -> str:
+    """The plan as docs/gpu-window.md holds it (a test keeps the two the same)."""
+    lines = [
+        f"| # | item ({kind}) | estimate (s) | cap (s) | cumulative (min) |",
+        "|---|---|---:|---:|---:|",
+    ]
     total = 0
-    for i, (item, est, cap) in enumerate(time_plan()):
+    for i, (item, est, cap) in enumerate(plan_rows(kind)):
         total += est
         lines.append(f"| {i} | {item} | {est} | {cap or '-'} | {total / 60:.1f} |")
     return "\n".join(lines)
 
 
-# ---- running a phase -------------------------------------------------------------------------
+def call_budget(call: str, left_s: float, kind: str) -> float:
+    """This call's seconds when ``left_s`` of device time is left (status's budget_left_s): its cap,
+    less what the calls after it are estimated to need, their transfers, the hand-back and
+    :data:`SAFETY_S` (a call still running when the device time ends brings nothing back)."""
+    later = ["tune"] if call == "proof" else []
+    need = sum(call_estimate_s(c, kind) + TRANSFER_S for c in later) + TRANSFER_S + HANDBACK_S + SAFETY_S
+    cap = PROOF_CAP_S if call == "proof" else TUNE_CAP_S
+    return max(0.0, min(float(cap), left_s - need))
+
+
+# ---- the carried extensions ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CarryReport:
+    """What the extensions step found: the carry's manifest against this machine's toolchain."""
+
+    carried: int  # libraries in the carry
+    copied: int  # copied into the build cache (not there yet)
+    matching: int  # carried libraries whose name (the loader's hash) this machine would load
+    families: int
+    carried_toolchain: str
+    toolchain: str
+    bytes: int
+
+    def line(self) -> str:
+        if not self.carried:
+            return f"carry: none at {CARRY.name}/: every family is built ({BUILD_S} s on the first window)"
+        same = (
+            "same toolchain"
+            if self.carried_toolchain == self.toolchain
+            else (f"toolchain differs (carried {self.carried_toolchain}; here {self.toolchain})")
+        )
+        return (
+            f"carry: {self.carried} libraries, {self.bytes / 2**20:.1f} MiB of "
+            f"{CARRY_LIMIT_BYTES / 2**20:.0f}; "
+            f"{self.matching} of {self.families} families match this machine's build hash ({same}), "
+            f"{self.copied} copied into the build cache; the rest are built"
+        )
+
+
+def carry_bytes(carry: Path) -> int:
+    return sum(p.stat().st_size for p in carry.rglob("*") if p.is_file()) if carry.is_dir() else 0
+
+
+def spec_names(archs: Sequence[str] = (SM90A,)) -> dict[str, str]:
+    """Per family, the extension name (and build hash) this machine's loader computes for ``archs``."""
+    sys.path.insert(0, str(ROOT))
+    from kernels import _build
+
+    return {f: _build.make_spec(f, archs=archs).name for f in _build.families()}
+
+
+def install_carry(carry: Path, cache: Path, names: Mapping[str, str], toolchain: str) -> CarryReport:
+    """Copy the carry's libraries (``torch_extensions/<name>/<name>.so`` and its ready marker) into the
+    build cache ``cache`` where absent; the loader then loads those whose name it computes itself and
+    builds the rest. Only the two files: a partial build folder would be built on, not loaded."""
+    manifest_file = carry / "manifest.json"
+    manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
+    carried = sorted(p.name for p in (carry / "torch_extensions").glob("*") if p.is_dir())
+    copied = 0
+    for name in carried:
+        target = cache / name
+        files = [carry / "torch_extensions" / name / f"{name}{suffix}" for suffix in (".so", ".ready")]
+        if all(f.is_file() for f in files) and not (target / f"{name}.ready").exists():
+            target.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                shutil.copy2(f, target / f.name)
+            copied += 1
+    return CarryReport(
+        carried=len(carried),
+        copied=copied,
+        matching=len(set(carried) & set(names.values())),
+        families=len(names),
+        carried_toolchain=str(manifest.get("toolchain", "?")),
+        toolchain=toolchain,
+        bytes=carry_bytes(carry),
+    )
+
+
+def prepare(carry: Path, python: str, cache: Path, limit: int = CARRY_LIMIT_BYTES) -> int:
+    """Build every family for sm_90a with ``python`` (a torch 2.11 environment: the device's), then
+    keep each library and its ready marker under ``carry`` with a manifest; refuse a carry over
+    ``limit``. Returns the exit status."""
+    env = os.environ | {"TORCH_CUDA_ARCH_LIST": SM90A, "TORCH_EXTENSIONS_DIR": str(cache)}
+    env["PYTHONPATH"] = str(ROOT)
+    env.setdefault("MAX_JOBS", "2")
+    probe = (
+        "import json, torch; from kernels import _build; "
+        "print(json.dumps({'torch': torch.__version__, 'toolchain': _build._toolchain(), "
+        f"'names': {{f: _build.make_spec(f, archs=({SM90A!r},)).name for f in _build.families()}}}}))"
+    )
+    probed = subprocess.run(
+        [python, "-c", probe], env=env, cwd=ROOT, check=True, capture_output=True, text=True
+    )
+    facts = json.loads(probed.stdout.strip().splitlines()[-1])
+    if not str(facts["torch"]).startswith(DEVICE_TORCH):
+        print(f"gpu-window prepare: {python} has torch {facts['torch']}, the device has {DEVICE_TORCH}: "
+              f"make a venv with `pip install torch=={DEVICE_TORCH} torchvision==0.26.0 ninja` and pass "
+              "--python", file=sys.stderr)  # fmt: skip
+        return 2
+    began = time.monotonic()
+    built = subprocess.run([python, "-m", "kernels._build", "--all"], env=env, cwd=ROOT, check=False)
+    if built.returncode:
+        return built.returncode
+    shutil.rmtree(carry, ignore_errors=True)
+    for name in facts["names"].values():
+        for suffix in (".so", ".ready"):
+            src = cache / name / f"{name}{suffix}"
+            (carry / "torch_extensions" / name).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, carry / "torch_extensions" / name / src.name)
+    manifest = {
+        "torch": facts["torch"], "toolchain": facts["toolchain"], "archs": [SM90A],
+        "libraries": facts["names"], "build_s": round(time.monotonic() - began, 1),
+    }  # fmt: skip
+    (carry / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return check_carry_size(carry, limit)
+
+
+def check_carry_size(carry: Path, limit: int = CARRY_LIMIT_BYTES) -> int:
+    size = carry_bytes(carry)
+    if size > limit:
+        print(f"gpu-window: the carry {carry} holds {size / 2**20:.1f} MiB, over the device tool's "
+              f"{limit / 2**20:.0f} MiB: carry fewer families (the rest build on the device)",
+              file=sys.stderr)  # fmt: skip
+        return 3
+    print(f"gpu-window: carry {carry}: {size / 2**20:.1f} MiB of {limit / 2**20:.0f} MiB")
+    return 0
+
+
+# ---- running a call ---------------------------------------------------------------------------
+
+
+@dataclass
+class StepResult:
+    name: str
+    rc: int | None  # None: skipped (no time) or logged (dry run)
+    seconds: float
+    cap_s: float
+    cut: bool = False
+    note: str = ""
+
+
+@dataclass
+class CallResult:
+    """``$OUT/<call>-results.json``: what scripts/window_harvest.py reads."""
+
+    call: str
+    dry_run: bool
+    machine: str = "?"
+    environment: str = ""
+    carry: str = ""
+    steps: list[StepResult] = field(default_factory=list)
+    nights: dict[str, Any] = field(default_factory=dict)  # name -> night_summary.py's JSON
+    planted_kernel: list[str] = field(default_factory=list)  # kernels the planted FAILs name
+    ab: dict[str, str] = field(default_factory=dict)  # side -> verdict counts
+    sweep_rows: int = 0
+    memcheck: str = ""
+    stopped: str = ""
 
 
 class Window:
-    """One phase's call: its folder under $OUT, its clock, its steps and its summary."""
+    """One device call: its work folder, its clock, its steps, its summary and its result."""
 
-    def __init__(self, phase: Phase, out: Path, budget_s: float, dry_run: bool) -> None:
-        self.phase = phase
+    def __init__(self, call: str, out: Path, budget_s: float, dry_run: bool) -> None:
+        self.call = call
         self.out = out
-        self.dir = out / phase.name
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.budget_s = min(float(phase.cap_s), budget_s)
+        out.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"convperf-window-{call}-"))
+        self.budget_s = budget_s
         self.start = time.monotonic()
         self.dry_run = dry_run
-        self.summary = self.dir / "summary.txt"
-        self.cut: set[str] = set()  # steps their cap stopped
-        self.state = out / "state" if dry_run else STATE
+        self.summary = out / f"{call}-summary.txt"
+        self.summary.write_text("")
+        self.result = CallResult(call, dry_run)
         self.env = dict(os.environ)
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.env.setdefault("MAX_JOBS", "16")
-        # Every step, not the prebuild alone: load() hashes the arch list, so the pytest runs find the
-        # prebuilt libraries only under the same list (kernels/_build.py default_archs).
+        # Every step: load() hashes the arch list, so each run finds the carried or prebuilt library.
         self.env.setdefault("TORCH_CUDA_ARCH_LIST", SM90A)
-        self.env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache/convperf/torch_extensions"))
-        self.note(f"# {phase.name} (dry_run={dry_run}) budget {self.budget_s:.0f} s: {phase.what}")
+        cache = (
+            Path.home()
+            / ".cache"
+            / "convperf"
+            / ("torch_extensions-dry-run" if dry_run else "torch_extensions")
+        )
+        self.env.setdefault("TORCH_EXTENSIONS_DIR", str(cache))
+        self.note(f"# {call} (dry_run={dry_run}) budget {budget_s:.0f} s")
 
     def left(self) -> float:
         return self.budget_s - (time.monotonic() - self.start)
@@ -176,26 +420,23 @@ class Window:
         with self.summary.open("a") as f:
             f.write(text + "\n")
 
-    def gpu_only(self, name: str, cmd: Sequence[str]) -> bool:
+    def logged(self, name: str, cmd: Sequence[str]) -> bool:
         """In a dry run, log a GPU-only step instead of running it (True: skip it)."""
         if self.dry_run:
             self.note(f"{name}: dry run, needs a GPU: {shlex.join(cmd)}")
+            self.result.steps.append(StepResult(name, None, 0.0, 0.0, note="dry run"))
         return self.dry_run
 
     def step(
-        self,
-        name: str,
-        cmd: Sequence[str],
-        cap_s: float,
-        *,
-        env: Mapping[str, str] | None = None,
+        self, name: str, cmd: Sequence[str], cap_s: float, *, env: Mapping[str, str] | None = None,
         cwd: Path = ROOT,
-    ) -> int | None:
+    ) -> int | None:  # fmt: skip
         """Run ``cmd`` (output in ``<name>.log``) for at most min(cap, time left - packing); SIGINT to
         its process group at the cap, SIGKILL 15 s later. None when there was no time to start it."""
-        limit = min(cap_s, self.left() - PACK_S)
+        limit = min(cap_s * (DRY_RUN_SLACK if self.dry_run else 1), self.left() - PACK_S)
         if limit < MIN_STEP_S:
             self.note(f"SKIP {name}: {self.left():.0f} s left")
+            self.result.steps.append(StepResult(name, None, 0.0, cap_s, note="no time left"))
             return None
         began = time.monotonic()
         with (self.dir / f"{name}.log").open("w") as log:
@@ -206,33 +447,48 @@ class Window:
                 start_new_session=True,
             )  # fmt: skip
             rc, cut = _wait_capped(proc, limit)
-        self.cut |= {name} if cut else set()
-        tail = " CUT at its cap" if cut else ""
-        self.note(f"{name}: rc={rc} {time.monotonic() - began:.0f} s (cap {limit:.0f} s){tail}")
+        seconds = time.monotonic() - began
+        self.result.steps.append(StepResult(name, rc, round(seconds, 1), round(limit), cut))
+        self.note(f"{name}: rc={rc} {seconds:.0f} s (cap {limit:.0f} s){' CUT at its cap' if cut else ''}")
         return rc
 
     def pytest(
-        self,
-        name: str,
-        args: Sequence[str],
-        cap_s: float,
-        *,
-        env: Mapping[str, str] | None = None,
+        self, name: str, args: Sequence[str], cap_s: float, *, env: Mapping[str, str] | None = None,
         cwd: Path = ROOT,
-    ) -> int | None:
+    ) -> int | None:  # fmt: skip
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", *args]
         cmd += ["--junitxml", str(self.dir / f"junit-{name}.xml")]
         if self.dry_run:
             cmd.append("--convperf-device=cpu")
         return self.step(name, cmd, cap_s, env=env, cwd=cwd)
 
-    def pack(self) -> Path:
-        """``$OUT/<phase>.tar.gz`` of the phase's folder (the device tool brings back 8 files)."""
+    def pack(self) -> list[Path]:
+        """``$OUT/<call>-results.json`` and ``$OUT/<call>.tar.gz`` (summary first, then logs, reports,
+        CSVs; a file that would take the archive over :data:`OUT_FILE_BYTES` is left out, named)."""
         self.note(f"packed after {time.monotonic() - self.start:.0f} s")
-        archive = self.out / f"{self.phase.name}.tar.gz"
+        results = self.out / f"{self.call}-results.json"
+        results.write_text(json.dumps(asdict(self.result), indent=1) + "\n")
+        archive = self.out / f"{self.call}.tar.gz"
+        files = sorted((p for p in self.dir.rglob("*") if p.is_file()), key=_pack_order)
+        total, left_out = 0, []
         with tarfile.open(archive, "w:gz") as tar:
-            tar.add(self.dir, arcname=self.phase.name)
-        return archive
+            tar.add(self.summary, arcname=f"{self.call}/{self.summary.name}")
+            for path in files:
+                size = path.stat().st_size
+                if total + size > OUT_FILE_BYTES - 2**20:  # compressed is smaller; a MiB kept for the rest
+                    left_out.append(f"{path.relative_to(self.dir)} ({size} bytes)")
+                    continue
+                total += size
+                tar.add(path, arcname=f"{self.call}/{path.relative_to(self.dir)}")
+        if left_out:
+            self.note("left out of the archive (over 16 MiB): " + ", ".join(left_out))
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return [self.summary, results, archive]
+
+
+def _pack_order(path: Path) -> tuple[int, str]:
+    rank = {".txt": 0, ".log": 1, ".csv": 2, ".md": 3, ".json": 4, ".xml": 5}  # traces (.json) last
+    return rank.get(path.suffix, 6), str(path)
 
 
 def _wait_capped(proc: subprocess.Popen[bytes], limit: float) -> tuple[int, bool]:
@@ -248,53 +504,119 @@ def _wait_capped(proc: subprocess.Popen[bytes], limit: float) -> tuple[int, bool
             return proc.wait(), True
 
 
-def install(w: Window) -> None:
-    """Install the plugin as on the GPU image, report the environment, prebuild every family for
-    sm_90a (``TORCH_CUDA_ARCH_LIST`` through kernels/_build.py; a cache hit on a warm machine)."""
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "-e", "."]
-    if not w.gpu_only("install", cmd):
-        w.step("install", cmd, 90)
-    env_report = (
-        "nvidia-smi; nvidia-smi -q -d CLOCK,PERFORMANCE; nvcc --version | tail -1; "
-        "compute-sanitizer --version | head -2; ncu --version | tail -1"
+ENV_PROBE = (
+    "import torch, subprocess\n"
+    "from pytest_convperf.core.device import resolve_device\n"
+    "info = resolve_device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+    "free = torch.cuda.mem_get_info()[0] / 2**30 if torch.cuda.is_available() else None\n"
+    "smi = subprocess.run(['nvidia-smi', '--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm',"
+    " '--format=csv,noheader'], capture_output=True, text=True).stdout.strip() if torch.cuda.is_available()"
+    " else 'no GPU'\n"
+    "free_text = f'{free:.1f} GiB' if free is not None else '-'\n"
+    "print(f'machine={info.slug} gpu={info.name} torch={torch.__version__} cuda={torch.version.cuda} "
+    "driver,sm,mem,max-sm MHz={smi} free={free_text}')\n"
+)
+
+
+def environment(w: Window) -> None:
+    """The environment line first: the GPU, driver, torch, SM/memory clocks, free memory; the machine
+    slug as the plugin detects it (what decides the committed-baseline night)."""
+    rc = w.step(
+        "environment",
+        [sys.executable, "-c", ENV_PROBE],
+        cap_of("proof", "environment"),
+        env={"PYTHONPATH": str(ROOT)},
     )
-    if not w.gpu_only("environment", ["bash", "-c", env_report]):
-        w.step("environment", ["bash", "-c", env_report], 30)
-    build = [sys.executable, "-m", "kernels._build", "--all"]
-    if not w.gpu_only("prebuild", build):
-        w.step("prebuild", build, 240)
+    log = w.dir / "environment.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    line = next((x for x in lines if x.startswith("machine=")), "")
+    w.result.environment = line
+    w.result.machine = line.split()[0].removeprefix("machine=") if line else "?"
+    w.note(f"environment: {line or f'no line (rc={rc}; see environment.log)'}")
 
 
-def summarize_night(w: Window, name: str, *expect_fail: str) -> None:
+def install(w: Window) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "-e", "."]
+    if not w.logged("install", cmd):
+        w.step("install", cmd, cap_of("proof", "install"))
+
+
+def extensions(w: Window, cap_s: float) -> None:
+    """The carried libraries into the build cache, then every family loaded (or built)."""
+    sys.path.insert(0, str(ROOT))
+    from kernels import _build
+
+    cache = Path(w.env["TORCH_EXTENSIONS_DIR"])
+    report = install_carry(CARRY, cache, spec_names(), _build._toolchain())
+    w.result.carry = report.line()
+    w.note(report.line())
+    cmd = [sys.executable, "-m", "kernels._build", "--all"]
+    if not w.logged("extensions", cmd):
+        w.step("extensions", cmd, cap_s, env={"PYTHONPATH": str(ROOT)})
+        log = w.dir / "extensions.log"
+        text = log.read_text() if log.exists() else ""
+        w.note(f"extensions: {text.count(': cached for')} loaded as built, {text.count(': built for')} built")
+
+
+def summarize_night(w: Window, name: str, *expect_fail: str) -> dict[str, Any]:
     cmd = [sys.executable, "scripts/night_summary.py", str(w.dir / f"report-{name}")]
     cmd += ["--log", str(w.dir / f"{name}.log"), "--junit", str(w.dir / f"junit-{name}.xml")]
     cmd += [f"--expect-fail={e}" for e in expect_fail] + ["--out", str(w.dir / f"{name}-summary.json")]
     rc = w.step(f"{name}-summary", cmd, 30)
-    log = w.dir / f"{name}-summary.log"
+    log, out = w.dir / f"{name}-summary.log", w.dir / f"{name}-summary.json"
     if rc is not None and log.exists():
         w.note("\n".join("    " + line for line in log.read_text().splitlines()[1:]))
+    summary: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    w.result.nights[name] = summary
+    return summary
 
 
-def phase_night(w: Window) -> None:
+def run_proof(w: Window) -> None:
+    environment(w)
     install(w)
-    selection = list(CPU_SELECTION if w.dry_run else NIGHT_MODULES)
+    extensions(w, cap_of("proof", "extensions"))
+    focused = list(CPU_SELECTION if w.dry_run else [*seed_forward_ids(), *OTHER_FOCUSED])
+    scratch = w.dir / "baselines"
+    base = ["--convperf", f"--convperf-baselines={scratch}"]
+    reason = "--convperf-reason=GPU window: the self-contained night's record"
+    record = [*focused, *base, "--convperf-update-baselines=all", reason]
+    w.pytest("record", [*record, f"--convperf-report={w.dir / 'report-record'}"], cap_of("proof", "record"))
     w.pytest(
-        "night", [*selection, "--convperf", f"--convperf-report={w.dir / 'report-night'}"], PHASE_CAP_LIMIT_S
+        "night", [*focused, *base, f"--convperf-report={w.dir / 'report-night'}"], cap_of("proof", "night")
     )
     summarize_night(w, "night")
-    new = night_new_tests(w.dir / "report-night")
-    w.state.mkdir(parents=True, exist_ok=True)
-    (w.state / "night-new.txt").write_text("".join(f"{t}\n" for t in new))
-    w.note(f"night: {len(new)} tests with NEW checks (no baseline) kept for the record phase")
-
-
-def phase_planted(w: Window) -> None:
-    install(w)
-    selection = list(CPU_SELECTION if w.dry_run else PLANTED_SELECTION)
-    args = [*selection, "--convperf", f"--convperf-report={w.dir / 'report-planted'}"]
-    w.pytest("planted", args, 300, env={"CONVPERF_PLANTED_SLOWDOWN": PLANTED_SHARE})
+    args = [*focused, *base, f"--convperf-report={w.dir / 'report-planted'}"]
+    # A CPU's planted FAIL is confirmed in the same process: one pytest start less in CI (the GPU's
+    # night keeps the default, a fresh process, which is what the proof is about).
+    args += ["--convperf-confirm=process"] if w.dry_run else []
+    w.pytest("planted", args, cap_of("proof", "planted"), env={"CONVPERF_PLANTED_SLOWDOWN": PLANTED_SHARE})
     summarize_night(w, "planted", EXPECT_FAIL)
-    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"convperf-window-ab-{os.getpid()}"
+    w.result.planted_kernel = planted_kernels(w.dir / "report-planted")
+    missing = "none (a CPU names no CUDA kernel)" if w.dry_run else "NONE: no FAIL named the kernel"
+    named = ", ".join(w.result.planted_kernel) or missing
+    w.note(f"planted: kernels its FAILs name: {named}")
+    run_ab(w)
+    if w.result.machine == COMMITTED_MACHINE and (ROOT / "baselines" / COMMITTED_MACHINE).is_dir():
+        args = [*focused, "--convperf", f"--convperf-report={w.dir / 'report-committed'}"]
+        w.pytest("committed", args, cap_of("proof", "committed"))
+        summarize_night(w, "committed")
+    else:
+        theirs = f"the committed baselines are {COMMITTED_MACHINE}'s (an H100's)"
+        w.note(f"committed: not run: this machine is {w.result.machine}, {theirs}")
+
+
+def planted_kernels(report: Path) -> list[str]:
+    """The depthwise forward kernels the planted night's FAIL messages name (their kernel diff)."""
+    rows_file = report / "rows.json"
+    rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
+    found = {
+        m for r in rows if r.get("verdict") == "FAIL" for m in PLANTED_KERNEL.findall(str(r.get("message")))
+    }
+    return sorted(found)
+
+
+def run_ab(w: Window) -> None:
+    scratch = Path(tempfile.gettempdir()) / f"convperf-window-ab-{os.getpid()}"
     try:
         base, slow = scratch_repo(ROOT, scratch)
         w.note(f"A/B scratch repository {scratch}: base {base[:10]}, hard-wired slowdown {slow[:10]}")
@@ -302,13 +624,16 @@ def phase_planted(w: Window) -> None:
         sides = (("same", base), ("slower", slow)) if not w.dry_run else (("slower", slow),)
         if w.dry_run:
             w.note("ab-same: dry run: the SLOWER side alone proves the A/B path on the CPU")
+        began = time.monotonic()
         for side, commit in sides:
             git(scratch, "checkout", "-q", commit)
+            cap = cap_of("proof", "ab") - (time.monotonic() - began)  # the sides share the step's cap
             report = w.dir / f"report-ab-{side}"
             args = [*ab, "--convperf", f"--convperf-against={base}", f"--convperf-report={report}"]
             # The scratch's own kernels/ (its HARDWIRED), not the checkout's: PYTHONPATH names it.
-            w.pytest(f"ab-{side}", args, 150, cwd=scratch, env={"PYTHONPATH": str(scratch)})
-            w.note(f"ab-{side}: {ab_verdicts(report)} (expected {side.upper()})")
+            w.pytest(f"ab-{side}", args, cap, cwd=scratch, env={"PYTHONPATH": str(scratch)})
+            w.result.ab[side] = ab_verdicts(report)
+            w.note(f"ab-{side}: {w.result.ab[side]} (expected {side.upper()})")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -323,153 +648,33 @@ def ab_verdicts(report: Path) -> str:
     return " ".join(f"{k}={v}" for k, v in counts.items() if v) or "no verdict in ab.md"
 
 
-def phase_sweep(w: Window) -> None:
-    install(w)
-    cmd = [sys.executable, "-m", "kernels.sweep", "all", "--out", str(w.dir / "sweeps")]
-    w.step("sweep", [*cmd, "--dry-run"] if w.dry_run else cmd, PHASE_CAP_LIMIT_S)
+def run_tune(w: Window) -> None:
+    environment(w)
+    extensions(w, cap_of("tune", "extensions"))
+    out = w.dir / "sweeps"
+    cmd = [sys.executable, "-m", "kernels.sweep", "all", "--reps", str(SWEEP_REPS), "--out", str(out)]
+    # The sweep's cap leaves the memcheck a minute at most: it runs only on what is left.
+    w.step(
+        "sweep",
+        [*cmd, "--dry-run"] if w.dry_run else cmd,
+        cap_of("tune", "sweep"),
+        env={"PYTHONPATH": str(ROOT)},
+    )
     log = w.dir / "sweep.log"
     if log.exists():
-        w.note("\n".join("    " + line for line in log.read_text().splitlines()[-8:]))
+        w.note("\n".join("    " + line for line in log.read_text().splitlines()[-4:]))
+    w.result.sweep_rows = sum(max(0, len(p.read_text().splitlines()) - 1) for p in out.glob("*.csv"))
+    w.note(f"sweep: {w.result.sweep_rows} rows in {len(list(out.glob('*.csv')))} CSVs")
+    tests = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+    tests += gpu_suite.sanitizer_args(gpu_suite.kernel_tests())
+    cmd = ["compute-sanitizer", "--tool=memcheck", "--error-exitcode=1", "--target-processes=all", *tests]
+    if not w.logged("memcheck", cmd):
+        rc = w.step("memcheck", cmd, 60, env={gpu_suite.SANITIZER_ENV: "1"})
+        w.result.memcheck = sanitizer_errors(w.dir / "memcheck.log", rc)
+    w.note(f"memcheck: {w.result.memcheck or 'not run (dry run)'}")
 
 
-def phase_record(w: Window) -> None:
-    install(w)
-    missing = missing_baselines(convperf_tests(), ROOT / "baselines" / MACHINE)
-    night_new = w.state / "night-new.txt"
-    partial = night_new.read_text().split() if night_new.exists() else []
-    failed = failed_last_window(ROOT / "docs" / f"results-{MACHINE}.md")
-    missing = sorted({*missing, *partial, *failed})
-    (w.dir / "missing.txt").write_text("".join(f"{m}\n" for m in missing))
-    kept = f"{len(partial)} NEW in the night" if night_new.exists() else "no night on this machine"
-    kept += f", {len(failed)} failed in the last window"
-    cpu = " (CPU ids: the scaled depthwise ids differ from the GPU's)" if w.dry_run else ""
-    w.note(f"missing baselines: {len(missing)} tests without a key in baselines/{MACHINE}/ ({kept}){cpu}")
-    if missing and w.dry_run:  # the night step proved the pytest path; nothing is recorded on a CPU
-        w.note(f"record: dry run, needs a GPU: pytest <{len(missing)} tests> --convperf-update-baselines=all")
-    elif missing:
-        report = f"--convperf-report={w.dir / 'report-record'}"
-        reason = "--convperf-reason=second GPU window: checks without a baseline"
-        w.pytest("record", [*missing, "--convperf", "--convperf-update-baselines=all", reason, report], 200)
-        shutil.copytree(ROOT / "baselines" / MACHINE, w.dir / "baselines", dirs_exist_ok=True)
-    for family, label in ncu_targets().items():
-        cmd = ncu_command(family, label, w.dir)
-        to_csv = f"{shlex.join(cmd)} > {shlex.quote(str(w.dir / f'ncu-{family}.csv'))}"
-        if not w.gpu_only(f"ncu-{family}", cmd):
-            w.step(f"ncu-{family}", ["bash", "-c", to_csv], NCU_CAP_S)
-    effnet = [sys.executable, "scripts/effnet_diagnosis.py", "--out", str(w.dir / "effnet.json")]
-    if not w.gpu_only("effnet", effnet):  # its CPU mode (--device=cpu) is for a manual look: 30 s here
-        w.step("effnet", effnet, 90)
-
-
-def convperf_tests() -> list[str]:
-    """Node ids of the perf_tests tests that make gated checks (they request the ``convperf``
-    fixture; the model tables, the cliff search and the harness store no baseline), as this machine
-    collects them."""
-    items = gpu_suite.collect_items(["perf_tests", "-m", "convperf"])
-    searches = "convperf_cliffs"  # a cliff search keeps its cliffs, not a baseline key
-    return [str(i["nodeid"]) for i in items if "convperf" in i["fixtures"] and searches not in i["fixtures"]]
-
-
-def failed_last_window(results_page: Path) -> list[str]:
-    """Node ids of the results page's 'Tests that failed in this session' (their checks have no
-    baseline; some of their tests recorded other checks, so no key check finds them)."""
-    text = results_page.read_text() if results_page.exists() else ""
-    section = text.partition("## Tests that failed in this session")[2].partition("\n## ")[0]
-    found = re.findall(r"^- `perf_tests\.(\w+)::([^`]+)`", section, flags=re.MULTILINE)
-    return [f"perf_tests/{module}.py::{name}" for module, name in found]
-
-
-def missing_baselines(nodeids: Iterable[str], baselines: Path) -> list[str]:
-    """The tests with no key in their module's baseline file (baselines/<machine>/<module>.yaml).
-
-    A key is ``<test name>[@problem][:phase]``; a test with a recorded check has a key equal to its
-    name (``test[params]``) or starting with it and ``@`` or ``:``. A test with some checks recorded
-    and others not is not found here: the night's NEW rows name those (:func:`night_new_tests`).
-    """
-    keys: dict[str, list[str]] = {}
-    out = []
-    for nodeid in nodeids:
-        path, _, name = nodeid.partition("::")
-        module = Path(path).stem
-        if module not in keys:
-            file = baselines / f"{module}.yaml"
-            data = yaml.safe_load(file.read_text()) if file.exists() else None
-            keys[module] = [str(k) for k in ((data or {}).get("benchmarks") or {})]
-        if not any(k == name or k.startswith((name + "@", name + ":")) for k in keys[module]):
-            out.append(nodeid)
-    return out
-
-
-def night_new_tests(report: Path) -> list[str]:
-    """The tests of the night's NEW rows (checks without a baseline), from its rows.json."""
-    rows_file = report / "rows.json"
-    rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
-    return sorted({str(r["nodeid"]) for r in rows if r.get("verdict") == "NEW"})
-
-
-def sweep_csvs() -> list[Path]:
-    """The sweep's CSVs: committed under docs/sweeps/<machine>/ (the session copies them there after
-    the sweep phase, so the next call carries them)."""
-    return sorted((ROOT / "docs" / "sweeps" / MACHINE).glob("*.csv"))
-
-
-def best_rows(csvs: Iterable[Path]) -> dict[str, str]:
-    """Per family, the ``variant@problem:phase`` of its measured variant row with the largest speedup
-    over its cuDNN anchor (reference_us / median_us); families without such a row are left out."""
-    best: dict[str, tuple[float, str]] = {}
-    for path in csvs:
-        with path.open() as f:
-            for row in csv.DictReader(f):
-                if not row["median_us"] or not row["reference_us"]:
-                    continue
-                speedup = float(row["reference_us"]) / float(row["median_us"])
-                label = f"{row['variant']}@{row['problem']}:{row['phase']}"
-                if speedup > best.get(row["family"], (0.0, ""))[0]:
-                    best[row["family"]] = (speedup, label)
-    return {family: label for family, (_, label) in sorted(best.items())}
-
-
-def ncu_targets() -> dict[str, str]:
-    """Per family the row ncu profiles: the sweep's best (:func:`best_rows`), else, for a family the
-    sweep did not measure, its plan's first case."""
-    sys.path.insert(0, str(ROOT))
-    from kernels import sweep
-
-    targets = best_rows(sweep_csvs())
-    for family in sweep.kernel_families():
-        targets.setdefault(family, sweep.row_label(sweep.family_cases(family)[0]))
-    return targets
-
-
-def ncu_command(family: str, label: str, out_dir: Path) -> list[str]:
-    """ncu over one sweep row (its NVTX range only): DRAM bytes, achieved occupancy, stall reasons
-    (WarpStateStats), as CSV on stdout."""
-    metrics = "dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
-    sweep = [sys.executable, "-m", "kernels.sweep", family, "--only", label, "--no-anchors", "--nvtx"]
-    sweep += ["--reps", "2", "--out", str(out_dir / f"ncu-sweep-{family}")]
-    ncu = ["ncu", "--nvtx", "--nvtx-include", "sweep-call/", "--metrics", metrics]
-    return [*ncu, "--section", "WarpStateStats", "--csv", "--page", "details", *sweep]
-
-
-def phase_sanitize(w: Window) -> None:
-    install(w)
-    pytest_args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
-    pytest_args += gpu_suite.sanitizer_args(gpu_suite.kernel_tests())
-    errors: dict[str, str] = {}
-    for tool in SANITIZER_TOOLS:
-        cmd = [
-            "compute-sanitizer",
-            f"--tool={tool}",
-            "--error-exitcode=1",
-            "--target-processes=all",
-            *pytest_args,
-        ]
-        if w.gpu_only(f"sanitizer-{tool}", cmd):
-            errors[tool] = "not run (dry run)"
-            continue
-        rc = w.step(f"sanitizer-{tool}", cmd, SANITIZER_CAP_S, env={gpu_suite.SANITIZER_ENV: "1"})
-        errors[tool] = sanitizer_errors(w.dir / f"sanitizer-{tool}.log", rc)
-    w.note("sanitizer errors: " + ", ".join(f"{t} {e}" for t, e in errors.items()))
+ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 
 
 def sanitizer_errors(log: Path, rc: int | None) -> str:
@@ -496,7 +701,7 @@ def tree_files(root: Path) -> list[str]:
     if (root / ".git").exists():
         listed = git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
         return [p for p in listed.split("\0") if p and (root / p).is_file()]
-    skip = {".git", "__pycache__", ".mypy_cache", ".ruff_cache", "gpu-window-out", "gpu-session-out"}
+    skip = {".git", "__pycache__", ".mypy_cache", ".ruff_cache", ".gpu-carry", "gpu-window-out"}
     return [
         str(p.relative_to(root))
         for p in root.rglob("*")
@@ -528,24 +733,36 @@ def scratch_repo(root: Path, scratch: Path) -> tuple[str, str]:
     return base, git(scratch, "rev-parse", "HEAD")
 
 
-RUNNERS = {
-    "night": phase_night,
-    "planted": phase_planted,
-    "sweep": phase_sweep,
-    "record": phase_record,
-    "sanitize": phase_sanitize,
-}
+RUNNERS = {"proof": run_proof, "tune": run_tune}
 
 
-def run_phase(phase: Phase, out: Path, budget_s: float, dry_run: bool) -> Path:
-    """Run one phase and pack it, even when a step raised or a signal stopped it."""
-    w = Window(phase, out, budget_s, dry_run)
+def run_call(call: str, out: Path, budget_s: float, dry_run: bool) -> tuple[list[Path], list[str]]:
+    """Run one call and pack it, even when a step raised or a signal stopped it; the files and
+    :func:`broken_steps`."""
+    w = Window(call, out, budget_s, dry_run)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        RUNNERS[phase.name](w)
+        RUNNERS[call](w)
     except (Exception, KeyboardInterrupt) as exc:
-        w.note(f"{phase.name}: stopped by {type(exc).__name__}: {exc}")
-    return w.pack()
+        w.result.stopped = f"{type(exc).__name__}: {exc}"
+        w.note(f"{call}: stopped by {w.result.stopped}")
+    broken = broken_steps(w.result)
+    w.note(f"{call}: broken steps: {'; '.join(broken)}" if broken else f"{call}: every step ran")
+    return w.pack(), broken
+
+
+def broken_steps(result: CallResult) -> list[str]:
+    """What makes a dry run fail CI: a step that crashed, was cut or found no arguments (pytest rc
+    2-5, a signal), a night that left no summary, an A/B that left no table, a call stopped by an
+    exception. Verdicts are not judged: a CPU's timing under load decides them, not the logic."""
+    out = [
+        f"{s.name}: rc={s.rc}{' (cut)' if s.cut else ''}" for s in result.steps if s.rc not in (None, 0, 1)
+    ]
+    out += [f"{s.name}: skipped, no time left" for s in result.steps if s.note == "no time left"]
+    ran = {s.name for s in result.steps}
+    out += [f"{n}: no summary" for n in ("night", "planted") if n in ran and not result.nights.get(n)]
+    out += [f"ab-{side}: {v}" for side, v in result.ab.items() if v.startswith("no ")]
+    return out + ([f"stopped: {result.stopped}"] if result.stopped else [])
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -554,31 +771,45 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/gpu-window", description=__doc__.split("\n")[0])
-    names = [p.name for p in PHASES]
-    parser.add_argument(
-        "phase", choices=[*names, "plan", "all"], help="a phase, plan (the time plan), all (dry run)"
-    )
-    parser.add_argument(
-        "budget_s", nargs="?", type=float, default=float(PHASE_CAP_LIMIT_S), help="this call's seconds"
-    )
+    parser.add_argument("what", choices=["proof", "tune", "all", "plan", "prepare"])
+    parser.add_argument("--kind", choices=KINDS, default=KINDS[0], help="plan: the machine kind lent")
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU or logged (CI)")
     parser.add_argument(
-        "--left", type=float, help="the session's device seconds left: BUDGET_S from the plan"
+        "--left", type=float, help="the session's device seconds left (status's budget_left_s)"
+    )
+    parser.add_argument(
+        "--budget", type=float, help="this call's seconds (default: from --left, else its cap)"
     )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "gpu-window-out")))
+    parser.add_argument(
+        "--python", default=sys.executable, help=f"prepare: a torch {DEVICE_TORCH} interpreter"
+    )
+    parser.add_argument("--cache", type=Path, help="prepare: its build cache (default: one of its own)")
     args = parser.parse_args(argv)
-    if args.phase == "plan":
-        print(plan_markdown())
+    if args.what == "plan":
+        print(plan_markdown(args.kind))
         return 0
-    if args.phase == "all" and not args.dry_run:
-        parser.error("all runs every phase in one call: only as --dry-run (a GPU call holds one phase)")
+    if args.what == "prepare":
+        cache = (
+            args.cache or Path.home() / ".cache" / "convperf" / f"torch_extensions-torch{DEVICE_TORCH}-sm90a"
+        )
+        return prepare(CARRY, args.python, cache)
+    if args.what == "all" and not args.dry_run:
+        parser.error("all runs both calls in one process: only as --dry-run (a device call holds one)")
     out = args.out.resolve()
-    for phase in PHASES:
-        if args.phase in ("all", phase.name):
-            budget = args.budget_s if args.left is None else phase_budget(phase.name, args.left)
-            archive = run_phase(phase, out, budget, args.dry_run)
-            print(f"gpu-window: {archive} ({archive.stat().st_size / 2**20:.2f} MiB)", flush=True)
-    return 0
+    failed = False
+    for call in ("proof", "tune"):
+        if args.what in ("all", call):
+            cap = float(PROOF_CAP_S if call == "proof" else TUNE_CAP_S) * (
+                DRY_RUN_SLACK if args.dry_run else 1
+            )
+            budget = args.budget or (call_budget(call, args.left, args.kind) if args.left else cap)
+            files, broken = run_call(call, out, budget, args.dry_run)
+            sizes = ", ".join(f"{p.name} {p.stat().st_size / 2**20:.2f} MiB" for p in files)
+            print(f"gpu-window: {call}: {sizes}", flush=True)
+            failed |= bool(broken)
+    # On a GPU the call's files are the answer whatever happened; a dry run is CI's test of the logic.
+    return 1 if failed and args.dry_run else 0
 
 
 if __name__ == "__main__":

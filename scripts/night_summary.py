@@ -39,6 +39,9 @@ class Fail:
     noise: float | None
     expected: bool
     message: str
+    # The FAIL's kernel diff line ("kernels changed since the baseline: ..."), "" when it has none: what
+    # names the planted kernel, and what sets a changed kernel apart from a false alarm.
+    kernel_diff: str = ""
 
 
 @dataclass
@@ -101,6 +104,7 @@ def summarize(
                     decision.get("noise"),
                     expected,
                     message.splitlines()[0] if message else "",
+                    next((x for x in message.splitlines() if x.startswith("kernels ")), ""),
                 )
             )
             false_fails += not expected

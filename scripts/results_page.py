@@ -168,20 +168,27 @@ def depthwise_goals(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str,
     ratios = [1.0 / float(r["comparison"]["time_ratio"]) for r in seeds]
     geomean = math.exp(statistics.fmean(math.log(x) for x in ratios))
 
-    largest = sorted(seeds, key=lambda r: -float(r["comparison"]["facts"]["roofline_spec_floor_us"]))[:2]
-    shares = [
-        float(r["comparison"]["facts"]["roofline_spec_floor_us"])
-        / (_us(r["comparison"]["candidate"]) or math.inf)
-        for r in largest
-    ]
     what = f"fp32 NCHW forward, {len(seeds)} seed shapes"
-    return [
+    goals = [
         (
             "depthwise (issue 19)",
             f"geomean speedup over PyTorch's native kernel, {what}: {geomean:.2f}x",
             f">= {DEPTHWISE_GEOMEAN_GOAL}x",
             "met" if geomean >= DEPTHWISE_GEOMEAN_GOAL else "not met",
-        ),
+        )
+    ]
+    # A CPU has no datasheet bandwidth: its rows carry no spec floor, and no bandwidth goal.
+    floored = [r for r in seeds if r["comparison"].get("facts", {}).get("roofline_spec_floor_us") is not None]
+    if not floored:
+        return goals
+    largest = sorted(floored, key=lambda r: -float(r["comparison"]["facts"]["roofline_spec_floor_us"]))[:2]
+    shares = [
+        float(r["comparison"]["facts"]["roofline_spec_floor_us"])
+        / (_us(r["comparison"]["candidate"]) or math.inf)
+        for r in largest
+    ]
+    return [
+        *goals,
         (
             "depthwise (issue 19)",
             "share of the HBM spec peak on the two largest seed shapes: "
@@ -245,6 +252,24 @@ def build_page(title: str, reports: Sequence[Path], harness: Path | None, intro:
         text = (report / name).read_text().strip()
         out += ["", f"## Suite section: {name}", "", _demote(text), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def replace_section(page: str, title: str, body: str, *, after: str | None = None) -> str:
+    """``page`` with its ``## title`` section (up to the next ``## ``) replaced by ``body``; a page
+    without one gets it after the ``## after`` section when there is one, else after the intro
+    (before the first ``## ``): a window's section updates a page whose other sections came from an
+    earlier session."""
+    section = f"## {title}\n\n{body.strip()}\n"
+    head, found, rest = page.partition(f"## {title}\n")
+    if found:
+        tail = rest.partition("\n## ")
+        return head + section + ("\n## " + tail[2] if tail[1] else "")
+    if after is not None and f"## {after}\n" in page:
+        head, found, rest = page.partition(f"## {after}\n")
+        body_of_after, sep, tail = rest.partition("\n## ")
+        return head + found + body_of_after.rstrip() + "\n\n" + section + ("\n## " + tail if sep else "")
+    before, sep, tail = page.partition("\n## ")
+    return before.rstrip() + "\n\n" + section + ("\n## " + tail if sep else "")
 
 
 def _demote(markdown: str) -> str:

@@ -103,3 +103,20 @@ def test_main_writes_the_json_and_names_a_missing_report(
     data = json.loads(out.read_text())
     assert data["checks"] == 7 and data["fresh_confirm"]["seconds"] == 41.5
     assert "test_depthwise: 3 checks, PASS=1 FAIL=1 SUSPECT=1" in capsys.readouterr().out
+
+
+def test_a_fail_keeps_its_kernel_diff_line() -> None:
+    """What names the planted kernel, and what sets a changed kernel apart from a false alarm (issue 35)."""
+    diff = "kernels changed since the baseline: fwd_tile_nchw_v2 calls 1 -> 2"
+    rows = [
+        _row(
+            "test_depthwise",
+            "t[a-forward]",
+            "FAIL",
+            delta=0.1,
+            message=f"FAIL: 10 % slower\nnoise ...\n{diff}",
+        ),
+        _row("test_depthwise", "t[b-forward]", "FAIL", delta=0.1, message="FAIL: 10 % slower"),
+    ]
+    fails = ns.summarize(rows, {}).modules[0].fails
+    assert [f.kernel_diff for f in fails] == [diff, ""]

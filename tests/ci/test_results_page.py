@@ -77,3 +77,28 @@ def test_page_has_every_check_the_goals_and_the_failures(tmp_path: Path) -> None
     assert "| pcilt.md | tiled vs naive / p1 | >= 5x | not met |" in page and "other / p2" not in page
     assert "1 of 3 goals met." in page
     assert "`perf_tests.test_edsr::test_x`: REFERENCE DEFECT: cuDNN grad_weight" in page
+
+
+def test_a_cpu_nights_seed_rows_have_no_bandwidth_goal(tmp_path: Path) -> None:
+    """A CPU's seed rows carry no spec floor (no datasheet bandwidth): the page still builds (the
+    harvest of a dry run's night, issue 35), with the geomean goal alone."""
+    page_mod = load_script(ROOT / "scripts" / "results_page.py")
+    row = _row(
+        "perf_tests/test_depthwise.py::test_seed_shape[a-fp32-nchw-forward]", 10e-6, 20e-6, (0.4, 0.6), 8.0
+    )
+    row["comparison"]["facts"]["roofline_spec_floor_us"] = None
+    goals = page_mod.depthwise_goals([row])
+    assert [g[1].split(":")[0] for g in goals] == [
+        "geomean speedup over PyTorch's native kernel, fp32 NCHW forward, 1 seed shapes"
+    ]
+
+
+def test_a_section_is_replaced_or_added_after_another(tmp_path: Path) -> None:
+    page_mod = load_script(ROOT / "scripts" / "results_page.py")
+    page = "# R\n\nintro\n\n## A\n\na\n\n## B\n\nb\n"
+    added = page_mod.replace_section(page, "N", "new")
+    assert added == "# R\n\nintro\n\n## N\n\nnew\n\n## A\n\na\n\n## B\n\nb\n"
+    after = page_mod.replace_section(added, "S", "s", after="A")
+    assert after == "# R\n\nintro\n\n## N\n\nnew\n\n## A\n\na\n\n## S\n\ns\n\n## B\n\nb\n"
+    assert page_mod.replace_section(after, "A", "a2") == after.replace("## A\n\na\n", "## A\n\na2\n")
+    assert page_mod.replace_section("# R\n", "N", "x") == "# R\n\n## N\n\nx\n"
