@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_convperf.ab.distinct import NotDistinct, OpLedger, library_collision, same_callable
 from pytest_convperf.ab.refimport import CandidateLookupError, ref_candidate
 from pytest_convperf.ab.revisions import Checkouts, RevisionError, repo_root, resolve, working_tree
 from pytest_convperf.ab.rule import ab_policy, decide_ab
@@ -50,6 +51,18 @@ class ABSession:
         self.config = config
         self.checkouts = Checkouts(self.repo)
         self.rows: list[CheckRow] = []  # on the controller at session end: the run's rows
+        self._ledger: OpLedger | None = None  # made with REF's worktree (its path names REF's side)
+
+    def _ledger_for(self, tree: Path) -> OpLedger:
+        if self._ledger is None:
+            self._ledger = OpLedger(self.repo, tree)
+        return self._ledger
+
+    def _distinct(self, ledger: OpLedger, when: str) -> None:
+        try:
+            ledger.note(when)
+        except NotDistinct as exc:
+            self._fail(str(exc))
 
     @property
     def tree(self) -> Path:
@@ -84,16 +97,27 @@ class ABSession:
                 f"revision {self.ref.label} has no {rel_test} (this test's file): the test is new since REF, "
                 "so there is nothing to compare; deselect it or pick a REF that has it"
             )
+        # Two implementations or no answer (issue 37 item 1): the ops each side registered are noted
+        # before REF's import, after REF's first call and after the timing (distinct.OpLedger).
+        ledger = self._ledger_for(tree)
+        self._distinct(ledger, "before REF's import")
         try:
             ref_fn = ref_candidate(candidate, self.repo, tree, self.ref.sha, self.ref.label)
         except CandidateLookupError as exc:
             self._fail(str(exc))
+        shared = same_callable(candidate, ref_fn, self.repo, tree)
+        if shared is not None:
+            self._fail(shared)
         device = ctx.device
         fixture.progress.at(f"REF {self.ref.label}'s candidate's first call (--convperf-against)")
         try:  # one call first: a REF kernel that does not build fails here, named, not mid-timing
             phase_call(ref_fn, inputs, problem, phase, ctx.grad_out)()
         except Exception as exc:
-            self._fail(f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}")
+            self._fail(
+                library_collision(str(exc))
+                or f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}"
+            )
+        self._distinct(ledger, "after REF's first call")
         # imports torch: not at plugin load
         from pytest_convperf.check.calls import phase_calls
         from pytest_convperf.check.pairing import time_pair
@@ -108,6 +132,7 @@ class ABSession:
         # REF's candidate in A's place, against the check's reference, on the check's inputs.
         ref_ctx = ctx.with_candidate(ref_fn)
         ref_vs_reference = time_pair(ref_ctx, phase_calls(ref_ctx)).first
+        self._distinct(ledger, "after the A/B's timing")
         ref_meas = first.reference
         return {
             "a": self.a.label,
