@@ -15,7 +15,7 @@ The contract, for any suite (the plugin knows nothing of any kernel):
    ``sys.modules`` key) *before their code runs*, so code that derives process-global names from
    ``__name__`` gets distinct names for REF at import time too: a kernel loader's op namespace
    (``kernels/_build.py``), ``torch.library.custom_op`` names built from it at decoration time, class
-   ``__module__``\ s. The working tree's modules keep their names. After the import REF's modules
+   ``__module__``. The working tree's modules keep their names. After the import REF's modules
    are reachable under the prefixed names only; imports REF's code runs later, inside functions,
    resolve to the working tree's modules: keep such imports at module level.
 
