@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.results import CheckRow, Comparison
 
-# The name the plugin object is registered under.
+# The names the plugin objects are registered under (``-p no:<name>`` leaves one out).
 PLUGIN_NAME = "convperf-ab"
+HINT_NAME = "convperf-ab-hint"
 
 
 class ABSession:
@@ -99,6 +100,7 @@ class ABSession:
             )
         # Two implementations or no answer (issue 37 item 1): the ops each side registered are noted
         # before REF's import, after REF's first call and after the timing (distinct.OpLedger).
+        fixture.progress.at(f"REF {self.ref.label}'s candidate: its import (--convperf-against)")
         ledger = self._ledger_for(tree)
         self._distinct(ledger, "before REF's import")
         try:
@@ -192,9 +194,30 @@ class ABSession:
         self.checkouts.close()
 
 
+class GateHint:
+    """Without ``--convperf-against``: a check ADVISORY against its stored baseline (the machine too
+    noisy between sessions for that gate) gets the other gate named in the summary: the A/B, which
+    pairs both revisions in one session and so gates on a shared or noisy machine (issue 36 item 3)."""
+
+    def pytest_convperf_summary_lines(self, rows: Sequence[CheckRow]) -> list[str]:
+        from pytest_convperf.core.results import Verdict
+
+        advisory = [row for row in rows if row.verdict == Verdict.ADVISORY]
+        if not advisory:
+            return []
+        return [
+            f"convperf: {len(advisory)} check(s) ADVISORY: too noisy between sessions for the stored "
+            "baseline to gate here; the A/B gate judges them in one session: run with "
+            "--convperf-against=auto (the pull request's merge base) or --convperf-against=REF"
+        ]
+
+
 def configure(config: pytest.Config, cfg: ConvperfConfig) -> None:
-    """Register the A/B plugin when ``--convperf-against`` is given (a clear UsageError for a bad REF)
-    and the run does not leave it out (``-p no:convperf-ab``)."""
-    if cfg.against is None or config.pluginmanager.is_blocked(PLUGIN_NAME):
+    """Register the A/B plugin when ``--convperf-against`` is given (a clear UsageError for a bad REF),
+    else the :class:`GateHint`; not the one the run leaves out (``-p no:convperf-ab[-hint]``)."""
+    if cfg.against is None:
+        if not config.pluginmanager.is_blocked(HINT_NAME):
+            config.pluginmanager.register(GateHint(), HINT_NAME)
         return
-    config.pluginmanager.register(ABSession(config, cfg.against), PLUGIN_NAME)
+    if not config.pluginmanager.is_blocked(PLUGIN_NAME):
+        config.pluginmanager.register(ABSession(config, cfg.against), PLUGIN_NAME)

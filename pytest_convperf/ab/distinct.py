@@ -114,16 +114,21 @@ def op_sides(repo: Path, tree: Path) -> dict[str, frozenset[str]]:
         return {}
     opdefs = dict(getattr(custom_ops, "OPDEFS", {}).items())
     entries = dict(getattr(getattr(simple_registry, "singleton", None), "_data", {}) or {})
+    side_of: dict[str, str | None] = {}  # per file: torch registers hundreds of ops from a few files
+
+    def side(file: str) -> str | None:
+        if file not in side_of:  # REF's tree first: it may sit inside the repository
+            side_of[file] = REF_SIDE if _inside(file, tree) else A_SIDE if _inside(file, repo) else None
+        return side_of[file]
+
     sides: dict[str, frozenset[str]] = {}
     for name in set(opdefs) | set(entries):
         found = set()
         for fn in _functions_of_op(opdefs.get(name), entries.get(name)):
-            code = _code_of(fn)
-            file = getattr(code, "co_filename", None)
-            if _inside(file, tree):  # first: REF's tree may sit inside the repository
-                found.add(REF_SIDE)
-            elif _inside(file, repo):
-                found.add(A_SIDE)
+            file = getattr(_code_of(fn), "co_filename", None)
+            where = side(file) if isinstance(file, str) else None
+            if where is not None:
+                found.add(where)
         if found:
             sides[name] = frozenset(found)
     return sides

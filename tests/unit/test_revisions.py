@@ -98,7 +98,8 @@ def test_ref_candidate_is_imported_under_a_distinct_name_with_its_own_imports(
         twin = ref_candidate(mod.fn, repo, tree, ref.sha, ref.label)
         nested = ref_candidate(mod.Box.get, repo, tree, ref.sha, ref.label)
     assert mod.fn() == 2 and twin() == 1 and nested() == 1
-    assert twin.__module__ == f"{PKG}.mod"  # functions keep their defining name; the module is renamed
+    # Named before REF's code ran (issue 37 item 1): its functions carry the prefixed module name too.
+    assert twin.__module__ == f"{alias_prefix(ref.sha)}.{PKG}.mod"
     assert sys.modules[f"{alias_prefix(ref.sha)}.{PKG}.mod"].__name__ == f"{alias_prefix(ref.sha)}.{PKG}.mod"
     assert sys.modules[f"{PKG}.mod"] is mod and sys.modules[f"{PKG}.helper"].VALUE == 2
     for name in [m for m in sys.modules if m.startswith(alias_prefix(ref.sha))]:
