@@ -15,8 +15,11 @@ revision's) need distinct namespaces, so :func:`namespace` derives it from this 
 ``__name__``: ``kernels._build`` (the working tree) keeps ``convperf_<family>``; a copy imported
 under another name (a revision's tree, renamed ``_convperf_ref_<sha>.kernels._build`` by
 ``pytest_convperf.ab.refimport``) gets ``convperf_<family>_<hash8 of its name>``, passed as
-``-DCONVPERF_NS=...`` and made part of the build hash. ``ops.py`` asks :func:`namespace` after
-:func:`load` instead of spelling the name.
+``-DCONVPERF_NS=...`` and made part of the build hash. ``ops.py`` asks :func:`namespace` instead of
+spelling the name, for every process-wide registration (CUDA ops, Python custom ops, fake and
+autograd rules); the A/B names REF's modules before their code runs, so a name computed at import
+time is REF's own too. A name spelled out in ``ops.py`` is one both checkouts share: the A/B
+refuses such a pair (``pytest_convperf/ab/distinct.py``) rather than time one side twice.
 
 CLI (used by CI and as the prebuild before a GPU run)::
 

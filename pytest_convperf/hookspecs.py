@@ -9,6 +9,8 @@ plugin name                 object                              hooks it impleme
 ==========================  ==================================  ========================================
 ``convperf-ab``             ``ab.ab_plugin.ABSession``          ``check_timed``, ``modify_rows``,
                             (only with ``--convperf-against``)  ``write_report`` (wrapper)
+``convperf-ab-hint``        ``ab.ab_plugin.GateHint``           ``summary_lines``
+                            (only without ``--convperf-against``)
 ``convperf-fresh-confirm``  ``night.fresh_confirm.FreshConfirm``  ``modify_rows`` (tryfirst)
 ``convperf-false-alarms``   ``night.decide.FalseAlarmControl``  ``modify_rows`` (trylast),
                                                                 ``summary_lines``

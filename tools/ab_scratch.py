@@ -11,10 +11,13 @@ times; commits ``k``.. (1-based) carry a slowdown:
 * ``kind="fake"``: the sleep candidate without the sleep; it logs its revision's cost (``FAST_S``
   or ``SLOW_S``) in ``costlog.COSTS`` and a conftest's fake timer replays it (with a 1 % wobble):
   the A/B and bisect logic end to end in seconds, for CI.
+* ``kind="slowed"``: this repository's ``kernels/`` copied whole, and a candidate ``cand.forward``:
+  the depthwise reference, from commit k spending 30 % more thread CPU time (``--fraction``);
+  issue 36's A/B gate measurement.
 
 CLI (the measurements in docs/ab.md)::
 
-    python tools/ab_scratch.py ab|self|bisect|baseline --runs N --out DIR
+    python tools/ab_scratch.py ab|self|bisect|baseline --runs N --out DIR [--kind depthwise|slowed]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,8 +33,10 @@ import time
 from pathlib import Path
 
 from pytest_convperf.ab.bisect import pytest_command
+from tools.cpu_false_alarm import CONFTEST as BANDWIDTH_CONFTEST
 
 HERE = Path(__file__).resolve().parent.parent
+_PYCACHE = shutil.ignore_patterns("__pycache__")
 PROBLEM = "Conv2dProblem(n=1, c_in=16, h=24, w=24, c_out=16, kernel=(3, 3), padding=(1, 1), groups=16)"
 FAST_S, SLOW_S = 0.002, 0.003
 # Extra tap products per output row: ~20 % more time for the 3x3 problem above (measured).
@@ -61,6 +67,34 @@ def forward(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     {action}
     return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
 """
+
+SLOWED_FRACTION = 0.3
+# The candidate spends ``fraction`` more of its own thread CPU time: exactly that much slower at any
+# shape (the control kernels._controls.cpu.slowed(0.3) redoes 30 % of the channels, which costs 55 %
+# at this shape: its extra call's fixed overhead is not 30 % of the work).
+CAND = """
+import time
+
+from kernels.depthwise import reference
+
+FRACTION = {fraction}
+
+
+def forward(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    start = time.thread_time()
+    out = reference.forward(input, weight, bias, stride, padding, dilation, groups)
+    end = time.thread_time() + FRACTION * (time.thread_time() - start)
+    while time.thread_time() < end:
+        pass
+    return out
+"""
+# tools/cpu_false_alarm.py's problem: big enough that the control's extra channels cost their share.
+PROBLEM_SLOWED = "Conv2dProblem(n=1, c_in=32, h=56, w=56, c_out=32, kernel=(3, 3), padding=(1, 1), groups=32)"
+TEST_SLOWED = (
+    TEST.replace("from kernels.depthwise import reference", "import cand")
+    .replace("reference.forward", "cand.forward")
+    .replace(PROBLEM, PROBLEM_SLOWED)
+)
 
 COSTLOG = "COSTS = []\n"
 FAKE_CONFTEST = """
@@ -108,7 +142,12 @@ def reference_source(kind: str, slow: bool) -> str:
 
 
 def make_repo(
-    path: Path, *, slow_from: int | None = 2, n_commits: int = 2, kind: str = "depthwise"
+    path: Path,
+    *,
+    slow_from: int | None = 2,
+    n_commits: int = 2,
+    kind: str = "depthwise",
+    fraction: float = SLOWED_FRACTION,
 ) -> list[str]:
     """Create the repository; return its commit hashes, oldest first."""
     path.mkdir(parents=True, exist_ok=True)
@@ -117,14 +156,20 @@ def make_repo(
     (path / "kernels" / "__init__.py").write_text("")
     (path / "kernels" / "depthwise" / "__init__.py").write_text("")
     (path / "pyproject.toml").write_text(PYPROJECT)
-    (path / "test_dw.py").write_text(TEST)
+    (path / "test_dw.py").write_text(TEST_SLOWED if kind == "slowed" else TEST)
+    if kind == "slowed":
+        shutil.copytree(HERE / "kernels", path / "kernels", dirs_exist_ok=True, ignore=_PYCACHE)
+        (path / "conftest.py").write_text(BANDWIDTH_CONFTEST)
     (path / "costlog.py").write_text(COSTLOG)
     if kind == "fake":
         (path / "conftest.py").write_text(FAKE_CONFTEST)
     shas = []
     for k in range(1, n_commits + 1):
         slow = slow_from is not None and k >= slow_from
-        (path / "kernels" / "depthwise" / "reference.py").write_text(reference_source(kind, slow))
+        if kind == "slowed":
+            (path / "cand.py").write_text(CAND.format(fraction=fraction if slow else 0.0))
+        else:
+            (path / "kernels" / "depthwise" / "reference.py").write_text(reference_source(kind, slow))
         if kind == "depthwise":  # the reference parses its arguments with the kernels' shared module
             (path / "kernels" / "conv_args.py").write_text((HERE / "kernels" / "conv_args.py").read_text())
         (path / "notes.txt").write_text(f"commit {k}\n")
@@ -148,6 +193,8 @@ def _main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("ab", "self", "bisect", "baseline", "twoproc"))
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--kind", choices=("depthwise", "slowed"), default="depthwise")
+    ap.add_argument("--fraction", type=float, default=SLOWED_FRACTION, help="kind slowed: the control's")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     out: Path = args.out
@@ -200,7 +247,8 @@ def _main() -> int:
             print(json.dumps(results[-1]), flush=True)
     else:
         repo = out / "repo"
-        make_repo(repo, slow_from=2 if args.what != "self" else None, n_commits=2)
+        slow_from = 2 if args.what != "self" else None
+        make_repo(repo, slow_from=slow_from, n_commits=2, kind=args.kind, fraction=args.fraction)
         for i in range(args.runs):
             report = out / f"r{i}"
             extra = ["--convperf-against=HEAD~1"] if args.what in ("ab", "self") else []

@@ -33,5 +33,7 @@ def conv2d_candidate(body: Body, name: str) -> Candidate:
         return out.squeeze(0) if a.unbatched else out
 
     candidate.__name__ = candidate.__qualname__ = name
+    # Named where ``body`` lives (``kernels._controls.cpu.noop``): the A/B finds REF's twin by module + name.
+    candidate.__module__ = body.__module__
     candidate.__doc__ = body.__doc__
     return candidate

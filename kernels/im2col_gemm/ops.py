@@ -214,7 +214,12 @@ def _args(
     )
 
 
-@torch.library.custom_op("convperf_im2col_gemm_py::conv2d", mutates_args=())
+# Named through _build like the CUDA ops: a revision's copy in an A/B registers its own (one fixed name
+# made REF's body replace HEAD's, process-wide: issue 37 item 1).
+PY_NAMESPACE = f"{_build.namespace(FAMILY)}_py"
+
+
+@torch.library.custom_op(f"{PY_NAMESPACE}::conv2d", mutates_args=())
 def _conv2d(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -287,7 +292,7 @@ def _conv2d_fake(
     return x.new_empty((x.shape[0], weight.shape[0], ho, wo))
 
 
-@torch.library.custom_op("convperf_im2col_gemm_py::conv2d_backward", mutates_args=())
+@torch.library.custom_op(f"{PY_NAMESPACE}::conv2d_backward", mutates_args=())
 def _conv2d_backward(
     grad_out: torch.Tensor,
     x: torch.Tensor,

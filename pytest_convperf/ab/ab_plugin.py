@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_convperf.ab.distinct import NotDistinct, OpLedger, library_collision, same_callable
 from pytest_convperf.ab.refimport import CandidateLookupError, ref_candidate
 from pytest_convperf.ab.revisions import Checkouts, RevisionError, repo_root, resolve, working_tree
 from pytest_convperf.ab.rule import ab_policy, decide_ab
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.results import CheckRow, Comparison
 
-# The name the plugin object is registered under.
+# The names the plugin objects are registered under (``-p no:<name>`` leaves one out).
 PLUGIN_NAME = "convperf-ab"
+HINT_NAME = "convperf-ab-hint"
 
 
 class ABSession:
@@ -50,6 +52,18 @@ class ABSession:
         self.config = config
         self.checkouts = Checkouts(self.repo)
         self.rows: list[CheckRow] = []  # on the controller at session end: the run's rows
+        self._ledger: OpLedger | None = None  # made with REF's worktree (its path names REF's side)
+
+    def _ledger_for(self, tree: Path) -> OpLedger:
+        if self._ledger is None:
+            self._ledger = OpLedger(self.repo, tree)
+        return self._ledger
+
+    def _distinct(self, ledger: OpLedger, when: str) -> None:
+        try:
+            ledger.note(when)
+        except NotDistinct as exc:
+            self._fail(str(exc))
 
     @property
     def tree(self) -> Path:
@@ -84,16 +98,28 @@ class ABSession:
                 f"revision {self.ref.label} has no {rel_test} (this test's file): the test is new since REF, "
                 "so there is nothing to compare; deselect it or pick a REF that has it"
             )
+        # Two implementations or no answer (issue 37 item 1): the ops each side registered are noted
+        # before REF's import, after REF's first call and after the timing (distinct.OpLedger).
+        fixture.progress.at(f"REF {self.ref.label}'s candidate: its import (--convperf-against)")
+        ledger = self._ledger_for(tree)
+        self._distinct(ledger, "before REF's import")
         try:
             ref_fn = ref_candidate(candidate, self.repo, tree, self.ref.sha, self.ref.label)
         except CandidateLookupError as exc:
             self._fail(str(exc))
+        shared = same_callable(candidate, ref_fn, self.repo, tree)
+        if shared is not None:
+            self._fail(shared)
         device = ctx.device
         fixture.progress.at(f"REF {self.ref.label}'s candidate's first call (--convperf-against)")
         try:  # one call first: a REF kernel that does not build fails here, named, not mid-timing
             phase_call(ref_fn, inputs, problem, phase, ctx.grad_out)()
         except Exception as exc:
-            self._fail(f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}")
+            self._fail(
+                library_collision(str(exc))
+                or f"REF's candidate failed on {problem.id}: {type(exc).__name__}: {exc}"
+            )
+        self._distinct(ledger, "after REF's first call")
         # imports torch: not at plugin load
         from pytest_convperf.check.calls import phase_calls
         from pytest_convperf.check.pairing import time_pair
@@ -108,6 +134,7 @@ class ABSession:
         # REF's candidate in A's place, against the check's reference, on the check's inputs.
         ref_ctx = ctx.with_candidate(ref_fn)
         ref_vs_reference = time_pair(ref_ctx, phase_calls(ref_ctx)).first
+        self._distinct(ledger, "after the A/B's timing")
         ref_meas = first.reference
         return {
             "a": self.a.label,
@@ -167,9 +194,30 @@ class ABSession:
         self.checkouts.close()
 
 
+class GateHint:
+    """Without ``--convperf-against``: a check ADVISORY against its stored baseline (the machine too
+    noisy between sessions for that gate) gets the other gate named in the summary: the A/B, which
+    pairs both revisions in one session and so gates on a shared or noisy machine (issue 36 item 3)."""
+
+    def pytest_convperf_summary_lines(self, rows: Sequence[CheckRow]) -> list[str]:
+        from pytest_convperf.core.results import Verdict
+
+        advisory = [row for row in rows if row.verdict == Verdict.ADVISORY]
+        if not advisory:
+            return []
+        return [
+            f"convperf: {len(advisory)} check(s) ADVISORY: too noisy between sessions for the stored "
+            "baseline to gate here; the A/B gate judges them in one session: run with "
+            "--convperf-against=auto (the pull request's merge base) or --convperf-against=REF"
+        ]
+
+
 def configure(config: pytest.Config, cfg: ConvperfConfig) -> None:
-    """Register the A/B plugin when ``--convperf-against`` is given (a clear UsageError for a bad REF)
-    and the run does not leave it out (``-p no:convperf-ab``)."""
-    if cfg.against is None or config.pluginmanager.is_blocked(PLUGIN_NAME):
+    """Register the A/B plugin when ``--convperf-against`` is given (a clear UsageError for a bad REF),
+    else the :class:`GateHint`; not the one the run leaves out (``-p no:convperf-ab[-hint]``)."""
+    if cfg.against is None:
+        if not config.pluginmanager.is_blocked(HINT_NAME):
+            config.pluginmanager.register(GateHint(), HINT_NAME)
         return
-    config.pluginmanager.register(ABSession(config, cfg.against), PLUGIN_NAME)
+    if not config.pluginmanager.is_blocked(PLUGIN_NAME):
+        config.pluginmanager.register(ABSession(config, cfg.against), PLUGIN_NAME)

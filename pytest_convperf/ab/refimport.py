@@ -11,16 +11,23 @@ The contract, for any suite (the plugin knows nothing of any kernel):
 3. REF's module is imported from REF's worktree with the module's *top-level package* taken fresh
    from that worktree (the working tree's modules of that package are set aside during the import
    and put back after), so its absolute imports (``from kernels.x import y``) bind REF's code.
-4. After the import, REF's modules of that package are renamed to ``_convperf_ref_<sha>.<name>``
-   (their ``__name__`` and their ``sys.modules`` key): the working tree's modules keep their names,
-   and code that derives process-global names from ``__name__`` at call time (a kernel loader's op
-   namespace: ``kernels/_build.py``) gets distinct names for REF. Imports REF's code runs later,
-   inside functions, resolve to the working tree's modules: keep such imports at module level.
+4. REF's modules of that package are named ``_convperf_ref_<sha>.<name>`` (``__name__`` and a
+   ``sys.modules`` key) *before their code runs*, so code that derives process-global names from
+   ``__name__`` gets distinct names for REF at import time too: a kernel loader's op namespace
+   (``kernels/_build.py``), ``torch.library.custom_op`` names built from it at decoration time, class
+   ``__module__``. The working tree's modules keep their names. After the import REF's modules
+   are reachable under the prefixed names only; imports REF's code runs later, inside functions,
+   resolve to the working tree's modules: keep such imports at module level.
+
+Whether the two sides really are two implementations (no shared callable or code object, no op
+that both checkouts registered) is proven by :mod:`pytest_convperf.ab.distinct`.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import sys
 import types
 from collections.abc import Callable
@@ -65,6 +72,45 @@ def _package_modules(top: str) -> dict[str, types.ModuleType]:
     return {k: m for k, m in sys.modules.items() if k == top or k.startswith(top + ".")}
 
 
+class _NamedFirst(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """While REF's package is imported: find its modules in REF's tree only, and give each module
+    its final name (``<prefix>.<name>``, also a ``sys.modules`` key) before its code runs."""
+
+    def __init__(self, tree: Path, top: str, prefix: str) -> None:
+        self.tree, self.top, self.prefix = tree, top, prefix
+        self._inner: dict[str, importlib.machinery.SourceFileLoader] = {}
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.top and not fullname.startswith(self.top + "."):
+            return None
+        search = [str(self.tree)] if fullname == self.top else path
+        spec = importlib.machinery.PathFinder.find_spec(fullname, search)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec  # not found, a namespace package or a compiled module: renamed after the import
+        self._inner[fullname] = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None  # the default module object
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__  # the name it is imported by (``__spec__.name``, ``__package__`` keep it)
+        code = self._inner[name].get_code(name)
+        if code is None:  # a source loader always has code; typeshed allows None
+            raise ImportError(f"no code for {name} in {self.tree}")
+        final = f"{self.prefix}.{name}"
+        module.__name__ = final
+        sys.modules[final] = module
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            del sys.modules[final]  # as the import system drops ``name``: no half-run module is cached
+            raise
+
+
 def import_from_tree(tree: Path, module_name: str, sha: str) -> types.ModuleType:
     """Import ``module_name`` from ``tree`` under the contract above; return REF's module."""
     prefix = alias_prefix(sha)
@@ -75,20 +121,22 @@ def import_from_tree(tree: Path, module_name: str, sha: str) -> types.ModuleType
     saved = _package_modules(top)
     for key in saved:
         del sys.modules[key]
-    sys.path.insert(0, str(tree))
+    if prefix not in sys.modules:
+        sys.modules[prefix] = types.ModuleType(prefix, f"modules of revision {sha} (convperf A/B)")
+    finder = _NamedFirst(tree, top, prefix)
+    sys.meta_path.insert(0, finder)
     importlib.invalidate_caches()
     try:
         module = importlib.import_module(module_name)
     finally:
+        sys.meta_path.remove(finder)
         fresh = _package_modules(top)
         for key in fresh:
             del sys.modules[key]
-        sys.path.remove(str(tree))
         sys.modules.update(saved)
-        if prefix not in sys.modules:
-            sys.modules[prefix] = types.ModuleType(prefix, f"modules of revision {sha} (convperf A/B)")
         for key, mod in fresh.items():
-            mod.__name__ = f"{prefix}.{key}"
+            if not mod.__name__.startswith(prefix + "."):  # not loaded by the finder: renamed now
+                mod.__name__ = f"{prefix}.{key}"
             sys.modules[f"{prefix}.{key}"] = mod
     return module
 

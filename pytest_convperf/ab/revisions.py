@@ -85,8 +85,38 @@ def repo_root(path: Path, way_out: str = AB_WAY_OUT) -> Path:
     return Path(res.stdout.strip())
 
 
+AUTO = "auto"
+BASE_REF_ENV = "GITHUB_BASE_REF"  # GitHub Actions sets it on pull_request events: the target branch
+
+
+def merge_base(root: Path) -> Revision:
+    """``--convperf-against=auto``: the merge base of HEAD with the pull request's target branch
+    (``origin/$GITHUB_BASE_REF``), else with the remote's default branch (``origin/HEAD``): what a pull
+    request changes, measured against where it started, whatever the target moved to since."""
+    base_ref = os.environ.get(BASE_REF_ENV, "").strip()
+    if base_ref:
+        base, why = f"origin/{base_ref}", f"${BASE_REF_ENV}={base_ref}"
+        fix = f"fetch it (`git fetch origin {base_ref}`; actions/checkout with fetch-depth: 0)"
+    else:
+        base, why = "origin/HEAD", f"${BASE_REF_ENV} is unset"
+        fix = "run `git remote set-head origin --auto`, set $GITHUB_BASE_REF or pass --convperf-against=REF"
+    if _git(root, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False).returncode != 0:
+        raise RevisionError(f"{why} and {base} does not exist in {root}; {fix}")
+    res = _git(root, "merge-base", "HEAD", base, check=False)
+    if res.returncode != 0 or not res.stdout.strip():
+        raise RevisionError(
+            f"HEAD and {base} have no common commit (a shallow clone?); fetch the history "
+            "(actions/checkout with fetch-depth: 0) or pass --convperf-against=REF"
+        )
+    rev = resolve(root, res.stdout.strip())
+    return Revision(f"merge base with {base}", rev.sha, rev.subject)
+
+
 def resolve(root: Path, spec: str) -> Revision:
-    """``spec`` (branch, tag, ``HEAD~1``, ``origin/main``, a hash) as a commit of ``root``'s repository."""
+    """``spec`` (branch, tag, ``HEAD~1``, ``origin/main``, a hash, or ``auto``: :func:`merge_base`) as a
+    commit of ``root``'s repository."""
+    if spec == AUTO:
+        return merge_base(root)
     if not spec or spec.startswith("-"):
         raise RevisionError(f"revision {spec!r} is not a revision name; give a branch, tag, hash or HEAD~1")
     res = _git(root, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}", check=False)

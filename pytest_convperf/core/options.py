@@ -121,8 +121,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "convperf-against",
-        "also time every check's candidate at git revision REF (branch, tag, HEAD~1, a hash) and "
-        "report FASTER/SLOWER/SAME/INCONCLUSIVE per check; REF is checked out in a temporary worktree",
+        "also time every check's candidate at git revision REF (branch, tag, HEAD~1, a hash; 'auto': "
+        "the merge base with origin/$GITHUB_BASE_REF, else origin/HEAD) and report "
+        "FASTER/SLOWER/SAME/INCONCLUSIVE per check; REF is checked out in a temporary worktree",
         metavar="REF",
     ),
     OptionSpec(

@@ -162,6 +162,41 @@ def test_a_ref_whose_kernel_does_not_build_is_named_with_the_compiler_lines(tmp_
     assert git(repo, "worktree", "list").count("\n") == 1
 
 
+FIXED_NAME_OP = """
+import torch
+
+
+@torch.library.custom_op("convperf_scratch::touch", mutates_args=())
+def touch(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+"""
+
+
+def test_a_ref_whose_op_takes_over_the_working_trees_is_refused_not_answered(tmp_path: Path) -> None:
+    """Issue 37 item 1 end to end: a candidate that reaches a torch op registered under one fixed name at
+    both revisions (REF 1.5x slower) would be timed against itself; the A/B fails the check by name."""
+    repo = tmp_path / "repo"
+    make_repo(repo, slow_from=2, n_commits=2, kind="fake")
+    ref_py = repo / "kernels" / "depthwise" / "reference.py"
+    text = ref_py.read_text() + FIXED_NAME_OP
+    ref_py.write_text(
+        text.replace("    return F.conv2d(input,", "    touch(input)\n    return F.conv2d(input,")
+    )
+    git(repo, "commit", "-qam", "both revisions: the op")
+    git(repo, "checkout", "-q", "HEAD~1", "--", str(ref_py))  # A: the fast revision, with the same op
+    ref_py.write_text(ref_py.read_text() + FIXED_NAME_OP)
+    ref_py.write_text(
+        ref_py.read_text().replace(
+            "    return F.conv2d(input,", "    touch(input)\n    return F.conv2d(input,"
+        )
+    )
+    res = run(repo, "--convperf-against=HEAD", report=tmp_path / "report")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "convperf_scratch::touch was registered by both" in res.stdout, res.stdout
+    assert "refuses to answer" in res.stdout and "SAME" not in res.stdout
+    assert git(repo, "worktree", "list").count("\n") == 1
+
+
 def test_bisect_names_the_first_slow_commit_on_a_scratch_repository(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     # Three commits: BAD vs GOOD, one midpoint against both ends (SAME, then FASTER: the good side),

@@ -192,6 +192,7 @@ def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(
 
     from pytest_convperf.ab import ab_plugin
     from pytest_convperf.ab.revisions import Revision
+    from pytest_convperf.check import calls  # noqa: F401  (imported here: a loaded box takes > 0.3 s)
     from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline
     from pytest_convperf.core.problem import Conv2dProblem
 
@@ -199,8 +200,10 @@ def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(
         time.sleep(30)
 
     monkeypatch.setattr(ab_plugin, "ref_candidate", lambda *args: hangs)
+    monkeypatch.setattr(ab_plugin, "same_callable", lambda *args: None)  # ``hangs`` stands for REF's code
     (tmp_path / "test_x.py").write_text("")
     ab = ab_plugin.ABSession.__new__(ab_plugin.ABSession)
+    ab._ledger = None
     ab.repo, ab.ref = tmp_path, Revision("HEAD~1", "a" * 40, "slow")
     ab.checkouts = SimpleNamespace(path=lambda rev: tmp_path)  # type: ignore[assignment]
     node = SimpleNamespace(path=tmp_path / "test_x.py")
@@ -213,3 +216,29 @@ def test_a_hanging_ref_candidate_is_named_as_ref_when_the_check_is_stopped(
     stopped = pytest.raises(CheckTimeout, match=r"during REF HEAD~1 \(aaaaaaaaaa\)'s candidate")
     with stopped, deadline(0.3, "the check", fixture.progress):
         ab.compare(fixture, ctx, a_speedup=(1.0, (1.0, 1.0)))
+
+
+def test_an_advisory_check_gets_the_ab_gate_named_in_the_summary() -> None:
+    """Issue 36 item 3: ADVISORY against a stored baseline says which gate would judge the check."""
+    from pytest_convperf.ab.ab_plugin import GateHint
+    from tests.rows import check_row
+
+    rows = [
+        check_row({"verdict": v, "nodeid": f"t{i}"}) for i, v in enumerate(["ADVISORY", "PASS", "ADVISORY"])
+    ]
+    (line,) = GateHint().pytest_convperf_summary_lines(rows)
+    assert line.startswith("convperf: 2 check(s) ADVISORY") and "--convperf-against=auto" in line
+    assert GateHint().pytest_convperf_summary_lines(rows[1:2]) == []
+
+
+def test_the_gate_hint_is_registered_without_against_only(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "def pytest_sessionfinish(session):\n"
+        "    names = [n for n, p in session.config.pluginmanager.list_name_plugin() if n and p is not None]\n"
+        "    open('plugins.txt', 'w').write(','.join(n for n in names if n.startswith('convperf-ab')))\n"
+    )
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    pytester.runpytest_subprocess("--convperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert (pytester.path / "plugins.txt").read_text() == "convperf-ab-hint"
+    pytester.runpytest_subprocess("--convperf", "-p", "no:convperf-ab-hint").assert_outcomes(passed=1)
+    assert (pytester.path / "plugins.txt").read_text() == ""

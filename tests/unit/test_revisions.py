@@ -98,7 +98,8 @@ def test_ref_candidate_is_imported_under_a_distinct_name_with_its_own_imports(
         twin = ref_candidate(mod.fn, repo, tree, ref.sha, ref.label)
         nested = ref_candidate(mod.Box.get, repo, tree, ref.sha, ref.label)
     assert mod.fn() == 2 and twin() == 1 and nested() == 1
-    assert twin.__module__ == f"{PKG}.mod"  # functions keep their defining name; the module is renamed
+    # Named before REF's code ran (issue 37 item 1): its functions carry the prefixed module name too.
+    assert twin.__module__ == f"{alias_prefix(ref.sha)}.{PKG}.mod"
     assert sys.modules[f"{alias_prefix(ref.sha)}.{PKG}.mod"].__name__ == f"{alias_prefix(ref.sha)}.{PKG}.mod"
     assert sys.modules[f"{PKG}.mod"] is mod and sys.modules[f"{PKG}.helper"].VALUE == 2
     for name in [m for m in sys.modules if m.startswith(alias_prefix(ref.sha))]:
@@ -153,3 +154,41 @@ def test_worktrees_of_a_killed_run_are_removed_by_the_next_and_a_live_runs_are_k
     finally:
         live.close()
     assert git(repo, "worktree", "list").count("\n") == 1
+
+
+def test_auto_is_the_merge_base_with_the_pull_requests_target_else_origin_head(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--convperf-against=auto`` (issue 36 item 3): $GITHUB_BASE_REF's branch, else origin/HEAD."""
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    with pytest.raises(
+        RevisionError, match=r"\$GITHUB_BASE_REF is unset and origin/HEAD does not exist.*set-head"
+    ):
+        resolve(repo, "auto")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "update-ref", "refs/remotes/origin/main", base)
+    git(repo, "update-ref", "refs/remotes/origin/release", "HEAD~1")
+    git(repo, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
+    git(repo, "checkout", "-q", "-b", "feature", "HEAD~1")
+    commit_version(repo, 3)  # the pull request's commit, on top of value 1
+    rev = resolve(repo, "auto")  # origin/HEAD = origin/main: merge base is value 1's commit
+    assert rev.subject == "value 1" and rev.label.startswith("merge base with origin/HEAD")
+    git(repo, "update-ref", "refs/remotes/origin/main", git(repo, "rev-parse", "HEAD").strip())
+    assert resolve(repo, "auto").subject == "value 3"  # merged: the base is the pull request's head
+    monkeypatch.setenv("GITHUB_BASE_REF", "release")
+    assert resolve(repo, "auto").subject == "value 1"
+    monkeypatch.setenv("GITHUB_BASE_REF", "gone")
+    with pytest.raises(
+        RevisionError, match=r"GITHUB_BASE_REF=gone and origin/gone does not exist.*git fetch"
+    ):
+        resolve(repo, "auto")
+
+
+def test_auto_outside_git_is_a_one_line_usage_error(tmp_path: Path, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--convperf", "--convperf-against=auto", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = [ln for ln in result.errlines if "--convperf-against=auto" in ln]
+    assert line and "not inside a git repository" in line[0] and "drop --convperf-against" in line[0], (
+        result.errlines
+    )
