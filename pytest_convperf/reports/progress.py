@@ -46,7 +46,7 @@ class Tally:
 
     check: str
     stage: str = "warm-up"
-    passes: int = 0  # timing passes seen: 1 = the first measurement (screen), 2+ = confirm runs
+    passes: int = 0  # timing passes seen: 1 = the screen (first measurement), 2+ = confirm runs
     warmup_rounds: int = 0
     log_ratios: list[float] = field(default_factory=list)
 
@@ -68,7 +68,7 @@ class Tally:
             self.log_ratios.append(math.log(cand / ref))
 
     def text(self) -> str:
-        """``test_x[p]: first measurement, 84 rounds, speedup 0.161x [0.152, 0.170]``."""
+        """``test_x[p]: screen, 84 rounds, speedup 0.161x [0.152, 0.170]``."""
         if self.stage == "warm-up":
             return f"{self.check}: warm-up, {self.warmup_rounds} rounds"
         n = len(self.log_ratios)
@@ -82,7 +82,7 @@ class Tally:
 
 def verdict_text(row: CheckRow) -> str:
     """A check's final line:
-    ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (first measurement,
+    ``NEW  test_x[p]  speedup 0.160x [0.137, 0.191]  cand 2.073 ms  ref 355.1 us  (screen,
     63 rounds)``: the measurement named, as the live line names it (a FAIL's numbers are its confirm's)."""
     r = ReportRow.from_row(row)
     line = f"  {r.verdict}  {r.key}"

@@ -85,7 +85,7 @@ def test_on_a_terminal_the_line_is_rewritten_in_place_then_left_as_the_verdict()
     rewrites = [text for kind, text in term.calls if kind == "rewrite"]
     assert term.calls[0] == ("newline", "")  # off pytest's dots line first
     assert rewrites[0].strip() == "test_x[p]: warm-up, 1 rounds"
-    assert "first measurement, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
+    assert "screen, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
     progress.done(row(), "m.py::test_x[p]")
     assert term.calls[-2] == ("rewrite", verdict_text(row()))
     # pytest's next status letter goes on a fresh "<file> " line, as pytest itself writes it
@@ -189,10 +189,10 @@ def test_the_live_line_the_verdict_line_and_the_summary_name_their_measurement()
     tally = Tally("t")
     for i in range(10):
         tally.observe("timing", i, ["candidate", "reference"], [2e-3, 1e-3])
-    assert tally.text().startswith("t: first measurement, 10 rounds, speedup 0.500x")
+    assert tally.text().startswith("t: screen, 10 rounds, speedup 0.500x")
     first = row("FAIL")
     assert first.comparison is not None
-    assert verdict_text(first).endswith("(first measurement, 63 rounds)")
+    assert verdict_text(first).endswith("(screen, 63 rounds)")
     confirm = dataclasses.replace(first.comparison, time_ratio=4.0, time_ratio_ci=(3.8, 4.2), n_rounds=189)
     failed = dataclasses.replace(first, decision=Decision(Verdict.FAIL, "fail", "", confirm=confirm))
     line = verdict_text(failed)
