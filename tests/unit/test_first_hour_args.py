@@ -21,3 +21,11 @@ def test_a_shape_where_a_problem_goes_names_the_fix() -> None:
         require_problem((8, 32, 56, 56), "convperf.check")
     p = Conv2dProblem(n=1, c_in=2, h=5, w=5, c_out=3, kernel=3)
     assert require_problem(p, "x") is p
+
+
+def test_calibrate_selects_the_timed_checks_within_a_given_marker_expression() -> None:
+    from pytest_convperf.__main__ import timed_only
+
+    assert timed_only(["t.py", "-k", "x"]) == ["t.py", "-k", "x", "-m", "convperf"]
+    assert timed_only(["-m", "not slow", "t.py"]) == ["t.py", "-m", "(not slow) and convperf"]
+    assert timed_only(["-mfast", "t.py"]) == ["t.py", "-m", "(fast) and convperf"]

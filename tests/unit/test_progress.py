@@ -237,3 +237,40 @@ def test_a_fail_shows_its_whole_message_in_the_summary() -> None:
     lines = terminal_lines([failed])
     assert "      FAIL (confirmed): slower" in lines and "      kernels changed: new kernel k" in lines
     assert sum("kernels changed" in line for line in lines) == 1
+
+
+def test_the_session_pace_counts_checks_and_estimates_each_kind_at_its_own_mean() -> None:
+    # Issue 38.2: pytest's [%] moves only at the end of each file; the pace says checks done / total.
+    from pytest_convperf.reports.progress import PACE_EVERY_CHECKS, SessionPace, fmt_duration
+
+    clock = Clock()
+    pace = SessionPace({"m.py::c1", "m.py::c2", "m.py::c3"}, 5, clock=clock)
+    assert pace.prefix() == "[0/3 checks, no estimate yet] "
+    for when, seconds in (("setup", 0.5), ("call", 0.4), ("teardown", 0.1)):
+        done = pace.report("m.py::t1", when, seconds)
+    assert done and pace.pace.count() == (1, 5)
+    pace.report("m.py::c1", "call", 30.0)
+    assert pace.report("m.py::c1", "teardown", 0.0)
+    # Left: 2 checks at 30 s and 1 test at 1 s, not 4 units at the overall mean (15.5 s).
+    assert pace.pace.left_s() == 61.0 and pace.prefix() == "[1/3 checks, about 1m01s left] "
+    clock.t = 125.0
+    assert pace.text() == "convperf: 1/3 checks, 2/5 tests done in 2m05s; about 1m01s left"
+    assert pace.due() and not pace.due()  # 60 s since the start; then not again at once
+    assert PACE_EVERY_CHECKS > 1 and fmt_duration(3725) == "1h02m" and fmt_duration(9.4) == "9 s"
+
+
+def test_in_a_log_the_pace_is_a_line_of_its_own_keeping_pytests_line_state() -> None:
+    from pytest_convperf.reports.progress import SessionPace
+
+    term, clock = Terminal(), Clock()
+    progress = LiveProgress(term, verbosity=0, live=False, clock=clock)
+    pace = SessionPace({"m.py::c1"}, 1, clock=clock)
+    pace.report("m.py::c1", "teardown", 70.0)
+    clock.t = 70.0
+    assert pace.due()
+    progress.line(pace.text(), "m.py::c1")
+    assert term.calls == [
+        ("newline", ""),
+        ("write", "convperf: 1/1 checks, 1/1 tests done in 1m10s; about 0 s left"),
+        ("fspath", "m.py::c1"),
+    ]
