@@ -286,7 +286,8 @@ class ConvperfSession:
         its own stops (``Session.Interrupted``, a KeyboardInterrupt: "N errors during collection",
         ``session.shouldstop``); only the first is a Ctrl-C."""
         value = excinfo.value
-        self._ctrl_c = isinstance(value, KeyboardInterrupt) and not isinstance(value, pytest.Session.Interrupted)
+        own_stop = isinstance(value, pytest.Session.Interrupted)
+        self._ctrl_c = isinstance(value, KeyboardInterrupt) and not own_stop
 
     def _write_sections(self, session: pytest.Session) -> None:
         if self.all_sections and self.cfg.report_dir is None:

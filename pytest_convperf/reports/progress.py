@@ -349,7 +349,7 @@ class ProgressPlugin:
             self.session_pace = SessionPace(checks, tests)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """The checks (tests marked ``convperf``, or using its fixture: the marker is implied) of this session."""
+        """This session's checks: tests marked ``convperf`` (a test using its fixture is marked too)."""
         checks = {item.nodeid for item in session.items if item.get_closest_marker("convperf") is not None}
         self._start(checks, len(session.items))
 

@@ -68,7 +68,8 @@ def test_outside_git_the_ratio_is_recentred_and_says_why(tmp_path: Path) -> None
     check = _check(runs, commit="unused", seen=_seen(path))
     check["code"] = None  # updates.code_state outside git
     lines = write_calibration(str(path), "box", {"k": check})
-    assert read_file(path).entries["k"].time_ratio == pytest.approx(math.exp(statistics.median(runs)), rel=1e-3)
+    centre = math.exp(statistics.median(runs))
+    assert read_file(path).entries["k"].time_ratio == pytest.approx(centre, rel=1e-3)
     assert "ratio replaced" in lines[0] and "recorded run was the outlier" in lines[0]
     assert "outside a git repository calibrate cannot see a code change" in lines[0]
     # A recording made in git, runs where git cannot say: nothing vouches for the runs; kept.

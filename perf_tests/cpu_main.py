@@ -1,0 +1,157 @@
+"""The main job on a CPU without baselines: a representative selection, recorded, then judged.
+
+``pytest --convperf perf_tests`` on a GPU is the whole suite against the GPU's baselines. On a CPU
+machine the repository holds no baselines for (it holds the H100's), the whole suite would time
+for many minutes and judge nothing: every check NEW (issue 38.1). There, this session:
+
+1. keeps :data:`SELECTION` (one check per kernel family, and the harness's self-measurement),
+   deselecting the rest (pytest counts them "deselected");
+2. before its header, records the selection in a fresh ``pytest`` process into a temporary
+   baselines folder (``--convperf-update-baselines=new``), its output shown;
+3. then measures the selection again, unchanged, in this fresh process and judges it against that
+   recording with the usual rule: PASS, ADVISORY (too noisy here to gate), or FAIL (confirmed in
+   fresh processes, as any speed FAIL). Nothing is hard-coded: an unchanged rerun is expected to
+   pass, and when it does not, this machine's between-process noise is beyond the tolerance.
+
+It applies only to that plain command (the folder ``perf_tests`` alone, no ``-k``/``-m``, not
+updating, no ``--convperf-against``) on a CPU whose baselines folder does not exist. Naming files
+(``pytest --convperf perf_tests/test_*.py``) runs them all; recording baselines for this machine
+(``--convperf-update-baselines=new``) makes later main jobs judge the whole suite against them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pytest_convperf.baselines.store import resolve_machine
+from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.rerun import forwarded_args, plugin_args, subprocess_env
+from pytest_convperf.header import other_machines
+
+HERE = Path(__file__).resolve().parent
+
+# One check per kernel family, on shapes the CPU times in seconds, and the harness measuring a conv
+# against itself (a biased harness fails it). Node ids relative to perf_tests/; each must match a
+# collected test (a rename stops the run with a usage error instead of shrinking the job silently).
+SELECTION: tuple[str, ...] = (
+    "test_depthwise.py::test_seed_shape[1x144x56-k3-fp32-nchw-forward]",
+    "test_depthwise.py::test_seed_shape[1x144x56-k3-fp32-nhwc-weight_grad]",
+    "test_im2col_gemm.py::test_seed_lenet[gemm-3-8]",  # a corner of its CPU grid (others skip on a CPU)
+    "test_pcilt.py::test_seed_case[4-True]",
+    "test_self_measure.py::test_a_conv_against_itself_reads_one",
+)
+FAKE_SUFFIX = "-fake"  # the fake timer's folder (session.FAKE_SUFFIX)
+
+
+@dataclass(frozen=True)
+class CpuMainJob:
+    """What the CPU main job does: where the repository's baselines would be, and the recording."""
+
+    machine: str
+    folder: Path  # this machine's folder in the repository's baselines (absent)
+    scratch: Path  # the temporary baselines folder the recording goes to
+    node_ids: tuple[str, ...]
+
+
+def applies(config: pytest.Config) -> str | None:
+    """The machine slug when this session is the plain main job on a CPU without baselines, else None."""
+    opt = config.option
+    if any(getattr(opt, name, False) for name in ("help", "version", "collectonly", "showfixtures")):
+        return None
+    if hasattr(config, "workerinput") or opt.keyword or opt.markexpr:
+        return None
+    if [Path(a).resolve() for a in config.args] != [HERE]:
+        return None
+    cfg = ConvperfConfig.from_pytest_config(config)
+    if not cfg.enabled or cfg.update or cfg.against is not None or cfg.confirm_run is not None:
+        return None
+    from perf_tests.conftest import collection_device_kind
+
+    if collection_device_kind(config) != "cpu":
+        return None
+    from pytest_convperf.core.device import resolve_device
+
+    detected = resolve_device("cpu", threads=cfg.cpu_threads).slug
+    machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
+    if cfg.fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
+        machine += FAKE_SUFFIX
+    return None if (cfg.baselines_dir / machine).is_dir() else machine
+
+
+def plan(config: pytest.Config) -> CpuMainJob | None:
+    machine = applies(config)
+    if machine is None:
+        return None
+    cfg = ConvperfConfig.from_pytest_config(config)
+    scratch = Path(tempfile.mkdtemp(prefix="convperf-cpu-main-"))
+    ids = tuple(f"{HERE / entry.split('::')[0]}::{entry.split('::', 1)[1]}" for entry in SELECTION)
+    return CpuMainJob(machine, cfg.baselines_dir / machine, scratch, ids)
+
+
+def record(job: CpuMainJob, config: pytest.Config) -> int:
+    """Record the selection in a fresh pytest process into ``job.scratch``; its exit status."""
+    extra = forwarded_args(config)
+    cmd = [
+        sys.executable, "-m", "pytest", *plugin_args(extra), *extra, *job.node_ids,
+        "--convperf", "--convperf-update-baselines=new", f"--convperf-baselines={job.scratch}",
+        # Its report and convperf-update.md go to the temporary folder, not into the checkout.
+        f"--convperf-report={job.scratch / 'recording'}",
+        "--convperf-device=cpu", "-p", "no:cacheprovider", "-q",
+    ]  # fmt: skip
+    print(
+        f"convperf CPU main job, step 1 of 2: recording {len(job.node_ids)} representative checks in a "
+        f"fresh process (no baselines for this machine, {job.machine})",
+        flush=True,
+    )
+    return subprocess.run(cmd, env=subprocess_env(), check=False).returncode
+
+
+def header(job: CpuMainJob) -> list[str]:
+    """What the judged step does, after the plugin's header (which names the temporary folder)."""
+    others = other_machines(job.folder)
+    return [
+        f"convperf: the baselines in {job.folder.parent} are for {', '.join(others) or 'no machine'}, "
+        f"not this machine ({job.machine})",
+        f"convperf CPU main job, step 2 of 2: {len(job.node_ids)} representative checks of perf_tests, "
+        f"measured again unchanged in this process and judged against step 1's recording "
+        f"({job.scratch}, removed at the end): PASS or ADVISORY is expected, a FAIL is this machine's "
+        "noise between processes beyond the tolerance. The whole suite on this CPU: name the files "
+        "(pytest --convperf perf_tests/test_*.py)",
+    ]
+
+
+def select(items: list[pytest.Item], job: CpuMainJob) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(kept, deselected); a selection entry no item matches is a usage error."""
+    wanted = {_relative(node_id) for node_id in job.node_ids}
+    kept = [item for item in items if _relative(item.nodeid) in wanted]
+    missing = wanted - {_relative(item.nodeid) for item in kept}
+    if missing:
+        raise pytest.UsageError(
+            "perf_tests/cpu_main.py SELECTION names tests that were not collected: "
+            f"{', '.join(sorted(missing))}; update the selection to the renamed tests"
+        )
+    return kept, [item for item in items if _relative(item.nodeid) not in wanted]
+
+
+def _relative(node_id: str) -> str:
+    """``test_x.py::name[id]`` of an absolute or rootdir-relative node id."""
+    path, _, rest = node_id.partition("::")
+    return f"{Path(path).name}::{rest}"
+
+
+def cleanup(job: CpuMainJob | None) -> None:
+    if job is not None:
+        shutil.rmtree(job.scratch, ignore_errors=True)
+
+
+def usable(returncode: int, ok: Sequence[int] = (0, 1)) -> bool:
+    """The recording ran (1: some check failed; it is judged again and reported in step 2)."""
+    return returncode in ok
