@@ -52,6 +52,7 @@ SLOW_TIERS: dict[str, str] = {
     "tests/kernels/": "the kernel emulator, sanitizers, SASS and builds",
     "tests/integration/test_ab.py": "A/B in git worktrees with pytest subprocesses",
     "tests/integration/test_false_alarm.py": "real CPU timing, sessions in fresh processes",
+    "tests/integration/test_cpu_main_job.py": "the CPU main job end to end (two sessions)",
 }
 TIERS = ("fast", "slow", "all")
 
