@@ -274,3 +274,13 @@ def test_in_a_log_the_pace_is_a_line_of_its_own_keeping_pytests_line_state() -> 
         ("write", "convperf: 1/1 checks, 1/1 tests done in 1m10s; about 0 s left"),
         ("fspath", "m.py::c1"),
     ]
+
+
+def test_on_a_terminal_the_session_pace_leads_the_live_line() -> None:
+    term, clock = Terminal(), Clock()
+    lead = "[1/3 checks, about 1m01s left] "
+    progress = LiveProgress(term, verbosity=0, live=True, clock=clock, width=lambda: 200, prefix=lambda: lead)
+    timer = progress.wrap(object(), "m.py::test_x[p]", "test_x[p]")
+    run_rounds(progress, clock, timer)
+    rewrites = [text for kind, text in term.calls if kind == "rewrite"]
+    assert rewrites and all(text.startswith("  " + lead + "test_x[p]: ") for text in rewrites)
