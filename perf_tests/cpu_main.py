@@ -13,8 +13,8 @@ for many minutes and judge nothing: every check NEW (issue 38.1). There, this se
    fresh processes, as any speed FAIL). Nothing is hard-coded: an unchanged rerun is expected to
    pass, and when it does not, this machine's between-process noise is beyond the tolerance.
 
-It applies only to that plain command (the folder ``perf_tests`` alone, no ``-k``/``-m``, not
-updating, no ``--convperf-against``) on a CPU whose baselines folder does not exist. Naming files
+It applies only to that plain command (the folder ``perf_tests`` alone, no ``-k``/``-m``/``-n``,
+not updating, no ``--convperf-against``) on a CPU whose baselines folder does not exist. Naming files
 (``pytest --convperf perf_tests/test_*.py``) runs them all; recording baselines for this machine
 (``--convperf-update-baselines=new``) makes later main jobs judge the whole suite against them.
 """
@@ -70,6 +70,8 @@ def applies(config: pytest.Config) -> str | None:
     if any(getattr(opt, name, False) for name in ("help", "version", "collectonly", "showfixtures")):
         return None
     if hasattr(config, "workerinput") or opt.keyword or opt.markexpr:
+        return None
+    if getattr(opt, "numprocesses", None):  # xdist: the workers collect, and would not deselect
         return None
     if [Path(a).resolve() for a in config.args] != [HERE]:
         return None
