@@ -31,10 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.baselines.store import resolve_machine
-from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.rerun import forwarded_args, plugin_args, subprocess_env
-from pytest_convperf.header import other_machines
+from pytest_convperf import machine_folder
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,7 +48,6 @@ SELECTION: tuple[str, ...] = (
 # Judged in step 2 only: it times a conv against itself and records no entry (step 1 would spend a
 # minute on it for nothing).
 NOT_RECORDED = frozenset({"test_self_measure.py::test_a_conv_against_itself_reads_one"})
-FAKE_SUFFIX = "-fake"  # the fake timer's folder (session.FAKE_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -64,8 +60,9 @@ class CpuMainJob:
     node_ids: tuple[str, ...]
 
 
-def applies(config: pytest.Config) -> str | None:
-    """The machine slug when this session is the plain main job on a CPU without baselines, else None."""
+def applies(config: pytest.Config) -> Path | None:
+    """This machine's baselines folder (absent) when this session is the plain main job on a CPU
+    without baselines, else None."""
     opt = config.option
     if any(getattr(opt, name, False) for name in ("help", "version", "collectonly", "showfixtures")):
         return None
@@ -75,38 +72,42 @@ def applies(config: pytest.Config) -> str | None:
         return None
     if [Path(a).resolve() for a in config.args] != [HERE]:
         return None
-    cfg = ConvperfConfig.from_pytest_config(config)
-    if not cfg.enabled or cfg.update or cfg.against is not None or cfg.confirm_run is not None:
+    enabled = getattr(opt, "convperf", None) or str(config.getini("convperf")).lower() in (
+        "1",
+        "true",
+        "yes",
+        "on",
+    )
+    if not enabled or any(
+        getattr(opt, name, None)
+        for name in ("convperf_update_baselines", "convperf_against", "convperf_confirm_run")
+    ):
         return None
     from perf_tests.conftest import collection_device_kind
 
     if collection_device_kind(config) != "cpu":
         return None
-    from pytest_convperf.core.device import resolve_device
-
-    detected = resolve_device("cpu", threads=cfg.cpu_threads).slug
-    machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
-    if cfg.fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
-        machine += FAKE_SUFFIX
-    return None if (cfg.baselines_dir / machine).is_dir() else machine
+    folder = machine_folder(config, device="cpu")
+    return None if folder.is_dir() else folder
 
 
 def plan(config: pytest.Config) -> CpuMainJob | None:
-    machine = applies(config)
-    if machine is None:
+    folder = applies(config)
+    if folder is None:
         return None
-    cfg = ConvperfConfig.from_pytest_config(config)
     scratch = Path(tempfile.mkdtemp(prefix="convperf-cpu-main-"))
     ids = tuple(f"{HERE / entry.split('::')[0]}::{entry.split('::', 1)[1]}" for entry in SELECTION)
-    return CpuMainJob(machine, cfg.baselines_dir / machine, scratch, ids)
+    return CpuMainJob(folder.name, folder, scratch, ids)
 
 
 def record(job: CpuMainJob, config: pytest.Config) -> int:
-    """Record the selection in a fresh pytest process into ``job.scratch``; its exit status."""
-    extra = forwarded_args(config)
+    """Record the selection in a fresh pytest process into ``job.scratch``; its exit status. The
+    session's own arguments go along (``-p``, ``-c``, convperf options), less the folder it names."""
+    here = Path(config.invocation_params.dir)
+    extra = [a for a in config.invocation_params.args if (here / a).resolve() != HERE]
     ids = [node_id for node_id in job.node_ids if _relative(node_id) not in NOT_RECORDED]
     cmd = [
-        sys.executable, "-m", "pytest", *plugin_args(extra), *extra, *ids,
+        sys.executable, "-m", "pytest", *extra, *ids,
         "--convperf", "--convperf-update-baselines=new", f"--convperf-baselines={job.scratch}",
         # Its report and convperf-update.md go to the temporary folder, not into the checkout.
         f"--convperf-report={job.scratch / 'recording'}",
@@ -117,12 +118,12 @@ def record(job: CpuMainJob, config: pytest.Config) -> int:
         f"fresh process (no baselines for this machine, {job.machine})",
         flush=True,
     )
-    return subprocess.run(cmd, env=subprocess_env(), check=False).returncode
+    return subprocess.run(cmd, cwd=here, check=False).returncode
 
 
 def header(job: CpuMainJob) -> list[str]:
     """What the judged step does, after the plugin's header (which names the temporary folder)."""
-    others = other_machines(job.folder)
+    others = sorted(p.name for p in job.folder.parent.glob("*") if p.is_dir() and any(p.glob("*.yaml")))
     return [
         f"convperf: the baselines in {job.folder.parent} are for {', '.join(others) or 'no machine'}, "
         f"not this machine ({job.machine})",

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pytest_convperf.measure.rule import StopRule
     from pytest_convperf.measure.timers import MeasureOne
     from pytest_convperf.reports.sections import ReportSections
+    from pytest_convperf.session import machine_folder
 
 # Each public name and the module that defines it (the TYPE_CHECKING imports above, for runtime).
 _EXPORTS: dict[str, str] = {
@@ -84,6 +85,8 @@ _EXPORTS: dict[str, str] = {
     "ImplausibleTime": "pytest_convperf.check.pairing",
     # the paired check of two arbitrary callables (whole models, fused blocks)
     "check_pair": "pytest_convperf.check.pair_check",
+    # the baselines folder a session's options point at (the suite's CPU main job decides with it)
+    "machine_folder": "pytest_convperf.session",
 }
 
 __all__ = [
@@ -116,6 +119,7 @@ __all__ = [
     "conv2d_problems",
     "ieee_fp32",
     "judge_against_stock",
+    "machine_folder",
     "reproduce",
     "seeds",
     "stable_seed",

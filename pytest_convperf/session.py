@@ -135,11 +135,9 @@ class ConvperfSession:
         """
         if fake not in self._stores:
             cfg = self.cfg
-            detected = self.device_info().slug
-            machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
-            if fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
-                machine += FAKE_SUFFIX
-            self._stores[fake] = Store(cfg.baselines_dir, machine)
+            self._stores[fake] = Store(
+                cfg.baselines_dir, machine_name(cfg, self.device_info().slug, fake=fake)
+            )
         return self._stores[fake]
 
     def report_dir(self) -> Path:
@@ -416,6 +414,27 @@ class ConvperfSession:
             tr.write_line(f"convperf report: {self.cfg.report_dir}")
         for note in dict.fromkeys(self.notes):  # one line per fact: two writers may find the same one
             tr.write_line(f"note: {note}")
+
+
+def machine_name(cfg: ConvperfConfig, detected: str, *, fake: bool) -> str:
+    """The baseline folder's name: ``--convperf-machine``, its alias class or the ``detected`` slug,
+    with ``-fake`` for the fake timer's numbers (:meth:`ConvperfSession.store`)."""
+    machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
+    if fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
+        machine += FAKE_SUFFIX
+    return machine
+
+
+def machine_folder(config: pytest.Config, *, device: str | None = None) -> Path:
+    """The baselines folder a session with ``config``'s options reads and writes
+    (``<--convperf-baselines>/<machine>``), known before ``pytest_configure``; ``device`` (``cpu`` or
+    ``cuda``) overrides ``--convperf-device``. The suite's CPU main job asks whether it exists."""
+    from pytest_convperf.core.config import ConvperfConfig
+    from pytest_convperf.core.device import resolve_device
+
+    cfg = ConvperfConfig.from_pytest_config(config)
+    detected = resolve_device(device or cfg.device, threads=cfg.cpu_threads).slug
+    return cfg.baselines_dir / machine_name(cfg, detected, fake=cfg.fake)
 
 
 SESSION_KEY = pytest.StashKey[ConvperfSession]()
