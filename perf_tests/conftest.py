@@ -67,9 +67,58 @@ def prebuild_kernels(config: pytest.Config) -> list[str]:
     return failures
 
 
+CPU_MAIN_KEY = pytest.StashKey["cpu_main.CpuMainJob"]()
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """The plain main job on a CPU without baselines (``perf_tests/cpu_main.py``): record its
+    selection in a fresh process before this session starts, and judge this session against it.
+
+    Here, before ``pytest_configure``, the plugin's config is not built yet: pointing
+    ``--convperf-baselines`` at the recording is all it takes (an initial conftest's hook)."""
+    from perf_tests import cpu_main
+
+    job = cpu_main.plan(config)
+    if job is None:
+        return None
+    config.stash[CPU_MAIN_KEY] = job
+    returncode = cpu_main.record(job, config)
+    if not cpu_main.usable(returncode):
+        cpu_main.cleanup(job)
+        print(f"convperf CPU main job: the recording process exited {returncode} (above); stopping")
+        return returncode
+    config.option.convperf_baselines = str(job.scratch)
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for failure in prebuild_kernels(config):
         config.issue_config_time_warning(pytest.PytestWarning(f"kernel prebuild failed: {failure}"), 2)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from perf_tests import cpu_main
+
+    cpu_main.cleanup(config.stash.get(CPU_MAIN_KEY, None))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from perf_tests import cpu_main
+
+    job = config.stash.get(CPU_MAIN_KEY, None)
+    return cpu_main.header(job) if job is not None else []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from perf_tests import cpu_main
+
+    job = config.stash.get(CPU_MAIN_KEY, None)
+    if job is None:
+        return
+    kept, deselected = cpu_main.select(items, job)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.fixture

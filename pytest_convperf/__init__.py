@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from pytest_convperf.measure.rule import StopRule
     from pytest_convperf.measure.timers import MeasureOne
     from pytest_convperf.reports.sections import ReportSections
+    from pytest_convperf.session import machine_folder
 
 # Each public name and the module that defines it (the TYPE_CHECKING imports above, for runtime).
 _EXPORTS: dict[str, str] = {
@@ -91,6 +92,8 @@ _EXPORTS: dict[str, str] = {
     "resolve_device": "pytest_convperf.core.device",
     "spec_peak": "pytest_convperf.core.roofline",
     "read_flush": "pytest_convperf.measure.cuda",
+    # the baselines folder a session's options point at (the suite's CPU main job decides with it)
+    "machine_folder": "pytest_convperf.session",
 }
 
 __all__ = [
@@ -123,6 +126,7 @@ __all__ = [
     "conv2d_problems",
     "ieee_fp32",
     "judge_against_stock",
+    "machine_folder",
     "read_flush",
     "reproduce",
     "resolve_device",

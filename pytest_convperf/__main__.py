@@ -2,8 +2,9 @@
 store, export, dashboard, bisect.
 
 calibrate [pytest args] --runs K
-    Runs the selection K times, unchanged, each in a fresh ``pytest`` subprocess (with
-    ``--convperf`` and a private report directory, never updating baselines), then stores per
+    Runs the selection's timed checks (``-m convperf``, within any ``-m`` given) K times, unchanged,
+    each in a fresh ``pytest`` subprocess (with ``--convperf`` and a private report directory, never
+    updating baselines), saying after each run what it measured and the time left; then stores per
     check ``noise`` = the between-run SD of ln(time ratio) (the plain SD of the runs left after
     dropping load spikes beyond 5 robust SDs of the median, from 3 runs on), floored, and
     ``noise_runs`` = K. A check without an entry gets one: the median of the K runs (ref_runs K).
@@ -37,9 +38,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
+import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,10 +54,12 @@ from pytest_convperf.core.env import load_avg
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.rerun import plugin_args
 from pytest_convperf.night.history import PERSIST, WINDOW
+from pytest_convperf.reports.progress import Pace, fmt_duration
 
 # pytest exit codes after which the runs are still usable (0 passed, 1 some tests failed,
 # 5 nothing collected is handled separately).
 _USABLE_EXIT = (0, 1)
+_NO_TESTS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED (pytest is not imported here)
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
@@ -64,6 +70,47 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     for line in skipped:
         print(f"calibrate: {line}", file=sys.stderr)
     return [rec for _, rec in objects]
+
+
+def timed_only(pytest_args: Sequence[str]) -> list[str]:
+    """``pytest_args`` selecting the convperf checks alone: calibrate times them and nothing else
+    (issue 38.3: a 25-example fuzz test in the file cost every run minutes). A ``-m`` given is kept,
+    and-ed with ``convperf`` (pytest honours only the last ``-m``)."""
+    out: list[str] = []
+    given: list[str] = []
+    args = list(pytest_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-m" and i + 1 < len(args):
+            given.append(args[i + 1])
+            i += 2
+            continue
+        if arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--"):
+            given.append(arg[2:].lstrip("="))
+        else:
+            out.append(arg)
+        i += 1
+    expr = f"({given[-1]}) and convperf" if given else "convperf"
+    return [*out, "-m", expr]
+
+
+def run_lines(records: Sequence[Mapping[str, Any]], *, most: int = 5) -> list[str]:
+    """What one calibrate run measured: each check's ratio, speedup and verdict (up to ``most``
+    checks; beyond, the verdicts counted and the speedups' range)."""
+    timed = [r for r in records if isinstance(r.get("ln_ratio"), (int, float))]
+    if not timed:
+        return ["    no timed check measured in this run"]
+    if len(timed) <= most:
+        return [
+            f"    {r.get('key')}: ratio {math.exp(r['ln_ratio']):.4g} (speedup "
+            f"{math.exp(-r['ln_ratio']):.3f}x), {r.get('verdict')}"
+            for r in timed
+        ]
+    verdicts = Counter(str(r.get("verdict")) for r in timed)
+    speedups = sorted(math.exp(-r["ln_ratio"]) for r in timed)
+    counts = ", ".join(f"{v} {n}" for v, n in verdicts.most_common())
+    return [f"    {len(timed)} checks ({counts}), speedups {speedups[0]:.3f}x .. {speedups[-1]:.3f}x"]
 
 
 def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
@@ -77,6 +124,8 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
         )
         return 2
     runs: list[list[dict[str, Any]]] = []
+    pace = Pace(total={"run": args.runs})
+    selection = timed_only(pytest_args)
     with tempfile.TemporaryDirectory(prefix="convperf-calibrate-") as tmp:
         for i in range(args.runs):
             run_dir = Path(tmp) / f"run-{i}"
@@ -85,7 +134,7 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
                 "-m",
                 "pytest",
                 *plugin_args(pytest_args),
-                *pytest_args,
+                *selection,
                 "--convperf",
                 f"--convperf-report={run_dir}",
                 # One process per run: a fresh-process confirm's mean of 2 processes would halve
@@ -97,12 +146,28 @@ def cmd_calibrate(args: argparse.Namespace, pytest_args: list[str]) -> int:
             ]
             load = " ".join(f"{x:.2f}" for x in load_avg())
             print(f"calibrate: run {i + 1}/{args.runs} (load {load}): {' '.join(cmd[1:])}", flush=True)
+            started = time.monotonic()
             proc = subprocess.run(cmd, capture_output=not args.verbose, text=True, check=False)
+            if proc.returncode == _NO_TESTS and not runs:
+                print(
+                    "calibrate: the selection has no convperf checks (tests marked convperf or using the "
+                    "convperf fixture); name a file or -k that holds one",
+                    file=sys.stderr,
+                )
+                return 5
             if proc.returncode not in _USABLE_EXIT:
                 tail = (proc.stdout or "")[-3000:] + (proc.stderr or "")[-2000:]
                 print(f"calibrate: pytest exited {proc.returncode}; stopping.\n{tail}", file=sys.stderr)
                 return proc.returncode or 1
             runs.append(_records(run_dir))
+            pace.finish("run", time.monotonic() - started)
+            print(
+                f"calibrate: run {i + 1}/{args.runs} took {fmt_duration(time.monotonic() - started)}; "
+                + (pace.eta_text() if i + 1 < args.runs else "the last run"),
+                flush=True,
+            )
+            for line in run_lines(runs[-1]):
+                print(line, flush=True)
     folded = calibrate_records(runs, floor=args.floor)
     if not folded:
         print(

@@ -25,7 +25,7 @@ def baseline_lines(folder: Path, *, updating: bool) -> list[str]:
             else "checks report NEW; record them with --convperf-update-baselines=new"
         )
         lines.append(f"convperf: baselines {folder} (does not exist yet: {how})")
-        others = sorted(p.name for p in folder.parent.glob("*") if p.is_dir() and any(p.glob("*.yaml")))
+        others = other_machines(folder)
         if others and not updating:
             lines.append(
                 f"convperf: the baselines in {folder.parent} are for {', '.join(others)}, not this machine "
@@ -39,6 +39,11 @@ def baseline_lines(folder: Path, *, updating: bool) -> list[str]:
             "Fix: --convperf-baselines=DIR with a folder you can write"
         )
     return lines
+
+
+def other_machines(folder: Path) -> list[str]:
+    """The machine folders beside ``folder`` that hold baseline files."""
+    return sorted(p.name for p in folder.parent.glob("*") if p.is_dir() and any(p.glob("*.yaml")))
 
 
 def interrupted_note(measured: int, report_dir: Path | None) -> str:

@@ -120,6 +120,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if not chosen:
         lift_default_deadline()
     cfg = ConvperfConfig.from_pytest_config(config)
+    if cfg.device == "cuda":  # a one-line usage error, like an unknown device, not a failure per check
+        from pytest_convperf.core.device import cuda_missing
+
+        missing = cuda_missing()
+        if missing is not None:
+            raise pytest.UsageError(missing)
     if cfg.confirm_run is not None:
         # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it
         # writes no report, trace or baseline of the controller's.
@@ -225,7 +231,8 @@ def convperf_report(request: pytest.FixtureRequest) -> ReportSections:
 
     Safe under pytest-xdist: sections travel to the controller on test reports and each file is
     written once at session end (sections of one file joined in arrival order, the title once).
-    The directory is ``--convperf-report``'s, else a temporary one named in the terminal summary.
+    The directory is ``--convperf-report``'s; without it nothing is written and the terminal summary
+    names the sections and the option.
     """
     return _session(request).sections
 

@@ -59,6 +59,7 @@ class ConvperfSession:
         self.sections = ReportSections()  # this process's report sections, until a report carries them
         self.all_sections: list[Section] = []  # on the controller: from every process
         self.section_paths: list[Path] = []
+        self.unwritten_sections: list[str] = []  # section files of a session without a report folder
         self._stores: dict[bool, Store] = {}
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
@@ -67,6 +68,9 @@ class ConvperfSession:
         self.final_rows: list[CheckRow] | None = None
         self._finished = False
         self.interrupted: str | None = None  # the terminal's line after Ctrl-C
+        # Set by pytest_keyboard_interrupt alone: pytest's INTERRUPTED exit status also means a
+        # collection error ("Interrupted: 1 error during collection"), which is no Ctrl-C (issue 38.5).
+        self._ctrl_c = False
         self._validated = False  # the xdist controller validates once, for the first worker
         self._no_progress: LiveProgress | None = None
 
@@ -131,11 +135,9 @@ class ConvperfSession:
         """
         if fake not in self._stores:
             cfg = self.cfg
-            detected = self.device_info().slug
-            machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
-            if fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
-                machine += FAKE_SUFFIX
-            self._stores[fake] = Store(cfg.baselines_dir, machine)
+            self._stores[fake] = Store(
+                cfg.baselines_dir, machine_name(cfg, self.device_info().slug, fake=fake)
+            )
         return self._stores[fake]
 
     def report_dir(self) -> Path:
@@ -266,7 +268,7 @@ class ConvperfSession:
         self._write_sections(session)
         if not self.cfg.enabled:
             return
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: say what was kept (issue 24.4)
+        if self._ctrl_c:  # say what was kept (issue 24.4)
             self.interrupted = interrupted_note(len(self.rows), self.cfg.report_dir)
         self._fold_journal()
         rows = list(self.rows)
@@ -276,8 +278,21 @@ class ConvperfSession:
         self.final_rows = rows = self._apply_updates(session, rows)
         self._write_reports(session, rows)
 
+    @pytest.hookimpl
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """pytest calls this before ``pytest_sessionfinish`` for a Ctrl-C, for ``pytest.exit()`` and for
+        its own stops (``Session.Interrupted``, a KeyboardInterrupt: "N errors during collection",
+        ``session.shouldstop``); only the first is a Ctrl-C."""
+        value = excinfo.value
+        own_stop = isinstance(value, pytest.Session.Interrupted)
+        self._ctrl_c = isinstance(value, KeyboardInterrupt) and not own_stop
+
     def _write_sections(self, session: pytest.Session) -> None:
-        if self.all_sections:  # the temporary report folder is made only when a file goes there
+        if self.all_sections and self.cfg.report_dir is None:
+            # No report folder: the summary names the sections and the option instead of paths into
+            # a temporary folder nobody looks for (issue 38.8).
+            self.unwritten_sections = sorted({s.name for s in self.all_sections})
+        elif self.all_sections:
             try:
                 self.section_paths = write_sections(self.report_dir(), self.all_sections)
             except OSError as exc:  # a full disk: said, and the updates and reports are still tried
@@ -378,6 +393,11 @@ class ConvperfSession:
             return
         for path in self.section_paths:
             terminalreporter.write_line(f"convperf report section: {path}")
+        if self.unwritten_sections:
+            terminalreporter.write_line(
+                f"convperf: report sections not written ({', '.join(self.unwritten_sections)}): "
+                "--convperf-report=DIR writes them beside the report"
+            )
         if not self.cfg.enabled:
             return
         rows = self.final_rows if self.final_rows is not None else self.rows
@@ -399,8 +419,29 @@ class ConvperfSession:
             tr.write_line(f"baseline update written for review: {self.update_md}")
         if self.cfg.report_dir is not None and rows:
             tr.write_line(f"convperf report: {self.cfg.report_dir}")
-        for note in self.notes:
+        for note in dict.fromkeys(self.notes):  # one line per fact: two writers may find the same one
             tr.write_line(f"note: {note}")
+
+
+def machine_name(cfg: ConvperfConfig, detected: str, *, fake: bool) -> str:
+    """The baseline folder's name: ``--convperf-machine``, its alias class or the ``detected`` slug,
+    with ``-fake`` for the fake timer's numbers (:meth:`ConvperfSession.store`)."""
+    machine = resolve_machine(detected, cfg.machine, cfg.machine_aliases)
+    if fake and machine == resolve_machine(detected, None, cfg.machine_aliases):
+        machine += FAKE_SUFFIX
+    return machine
+
+
+def machine_folder(config: pytest.Config, *, device: str | None = None) -> Path:
+    """The baselines folder a session with ``config``'s options reads and writes
+    (``<--convperf-baselines>/<machine>``), known before ``pytest_configure``; ``device`` (``cpu`` or
+    ``cuda``) overrides ``--convperf-device``. The suite's CPU main job asks whether it exists."""
+    from pytest_convperf.core.config import ConvperfConfig
+    from pytest_convperf.core.device import resolve_device
+
+    cfg = ConvperfConfig.from_pytest_config(config)
+    detected = resolve_device(device or cfg.device, threads=cfg.cpu_threads).slug
+    return cfg.baselines_dir / machine_name(cfg, detected, fake=cfg.fake)
 
 
 SESSION_KEY = pytest.StashKey[ConvperfSession]()

@@ -70,3 +70,58 @@ def pg_url() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+# ---- the tiers (issue 38.11) ------------------------------------------------------------------
+# README's test command (a bare ``pytest``: the ini's testpaths) runs the fast tier, under 10 minutes
+# on a quiet 2-core box; these slow tiers run in ``.ci/run``'s second step (``pytest --tier=slow``),
+# and whenever they are named (``pytest tests/kernels``). Every test still runs in CI.
+SLOW_TIERS: dict[str, str] = {
+    "tests/kernels/": "the kernel emulator, sanitizers, SASS and builds",
+    "tests/integration/test_ab.py": "A/B in git worktrees with pytest subprocesses",
+    "tests/integration/test_false_alarm.py": "real CPU timing, sessions in fresh processes",
+    "tests/integration/test_cpu_main_job.py": "the CPU main job end to end (two sessions)",
+}
+TIERS = ("fast", "slow", "all")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default=None,
+        help="this repository's test tiers: fast (a bare pytest's default), slow (.ci/run's second step: "
+        + "; ".join(f"{path} {why}" for path, why in SLOW_TIERS.items())
+        + "), all (the default when paths are named)",
+    )
+
+
+def slow_tier(nodeid: str) -> bool:
+    return any(nodeid.startswith(path) for path in SLOW_TIERS)
+
+
+def chosen_tier(config: pytest.Config) -> str:
+    tier = config.getoption("tier")
+    if tier is not None:
+        return str(tier)
+    return "fast" if config.args_source == pytest.Config.ArgsSource.TESTPATHS else "all"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = chosen_tier(config)
+    if tier == "all":
+        return
+    keep = [item for item in items if slow_tier(item.nodeid) == (tier == "slow")]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    tier = chosen_tier(config)
+    if tier == "fast":
+        return (
+            "tier fast: the slow tiers (" + ", ".join(SLOW_TIERS) + ") are deselected; "
+            "pytest --tier=slow runs them (.ci/run's second step), pytest --tier=all everything"
+        )
+    return f"tier {tier}" if tier == "slow" else None

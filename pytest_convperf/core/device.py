@@ -149,8 +149,13 @@ def gpu_slug(name: str, total_memory: int) -> str:
     return slug
 
 
-def _versions() -> dict[str, Any]:
+def _versions(*, cuda: bool) -> dict[str, Any]:
+    """torch and Python; on a CUDA device also the CUDA and cuDNN versions. A CPU measurement uses
+    neither, so a CPU device does not name them: they would show as the CPU run's environment in its
+    baseline entries, update notes and reports (issue 38.8: "cuda 13.0, cudnn 92400" on a CPU)."""
     facts: dict[str, Any] = {"torch": torch.__version__.split("+")[0], "python": platform.python_version()}
+    if not cuda:
+        return facts
     facts["cuda"] = torch.version.cuda
     try:
         cudnn: Any = torch.backends.cudnn
@@ -259,6 +264,20 @@ def cpu_threads(raw: str | None = None) -> int:
     return parse_cpu_threads(raw if raw is not None else env_value(CPU_THREADS_ENV))
 
 
+def cuda_missing() -> str | None:
+    """Why ``--convperf-device=cuda`` cannot run here (one line with the fix), or None when CUDA is usable.
+
+    The plugin makes it a usage error at configure time, as an unknown device is, instead of letting
+    every check fail on it (issue 38.6)."""
+    if torch.cuda.is_available():
+        return None
+    return (
+        "--convperf-device=cuda but torch.cuda.is_available() is False "
+        f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
+        "run on a machine with a GPU or use --convperf-device=cpu (or auto)"
+    )
+
+
 def resolve_device(pref: str = "auto", *, threads: int | None = None) -> DeviceInfo:
     """Build the device fingerprint for ``--convperf-device`` (auto: CUDA when available).
 
@@ -270,13 +289,10 @@ def resolve_device(pref: str = "auto", *, threads: int | None = None) -> DeviceI
     if pref not in ("auto", "cuda", "cpu"):
         raise ValueError(f"device preference {pref!r} must be auto, cuda or cpu")
     use_cuda = pref == "cuda" or (pref == "auto" and torch.cuda.is_available())
-    if use_cuda and not torch.cuda.is_available():
-        raise RuntimeError(
-            "--convperf-device=cuda but torch.cuda.is_available() is False "
-            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
-            "run on a machine with a GPU or use --convperf-device=cpu (or auto)"
-        )
-    facts = _versions()
+    missing = cuda_missing() if use_cuda else None
+    if missing is not None:
+        raise RuntimeError(missing)
+    facts = _versions(cuda=use_cuda)
     if use_cuda:
         threads = torch.get_num_threads()
     elif threads is None:

@@ -151,7 +151,8 @@ class NightControl:
     def summary(self) -> str:
         """One line for the terminal and the report: method, family size, false-alarm expectation."""
         base = (
-            f"{self.m} checks judged together; each check's own rule alone would expect up to "
+            f"{self.m} check{'' if self.m == 1 else 's'} judged together; each check's own rule alone "
+            "would expect up to "
             f"{self.expected_uncontrolled:.2g} false FAILs in this session"
         )
         if self.method == "holm":

@@ -28,8 +28,10 @@ VERDICT_ORDER: tuple[str, ...] = (
     Verdict.IMPROVED.value,
     Verdict.PASS.value,
 )
-# The two measurements of a check, named alike in the live line, the verdict line and the summary.
-FIRST = "first measurement"
+# The two measurements of a check, named alike in the live line, the verdict line and the summary:
+# the screen (every check) and its confirm (docs/statistics.md). Not "first measurement": beside a
+# verdict judged against an entry it read as the check's first ever measurement (issue 38.8).
+FIRST = "screen"
 CONFIRM = "confirm"
 
 

@@ -125,3 +125,48 @@ def test_calibrate_keeps_the_ratio_of_a_candidate_in_an_untracked_module(
     assert result.ret == 0, result.stderr.str()
     assert suite.entries()[suite.key("test_a")]["time_ratio"] == pytest.approx(1.012)
     result.stdout.fnmatch_lines(["*ratio kept: the runs measured other code than the recording (*+dirty*"])
+
+
+UNTIMED = """
+import pathlib
+
+def test_fuzz_like():  # no convperf check: calibrate must not run it (issue 38.3)
+    with open(pathlib.Path(__file__).with_name("untimed-ran.txt"), "a") as fh:
+        fh.write("ran\\n")
+"""
+
+
+def test_calibrate_runs_the_timed_checks_only_and_says_what_each_run_measured(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    Suite(pytester, monkeypatch, plugin_args)  # test_a, test_b: checks at ratio 0.5 (fake timer)
+    subprocess_env(monkeypatch)
+    pytester.makepyfile(test_untimed=UNTIMED)
+    result = pytester.run(
+        sys.executable, "-m", "pytest_convperf", "calibrate", "test_suite.py", "test_untimed.py",
+        f"--convperf-machine={MACHINE}", "--convperf-device=cpu", "--runs", "2", "--floor", "0.01",
+    )  # fmt: skip
+    assert result.ret == 0, result.stderr.str()
+    assert not (pytester.path / "untimed-ran.txt").exists()
+    result.stdout.fnmatch_lines(
+        [
+            "calibrate: run 1/2 (load *): * -m convperf *",
+            "calibrate: run 1/2 took * s; about * left",
+            "    test_a?*?: ratio 0.5 (speedup 2.000x), NEW",
+            "    test_b?*?: ratio 0.5 (speedup 2.000x), NEW",
+            "calibrate: run 2/2 took * s; the last run",
+        ]
+    )
+
+
+def test_calibrate_of_a_selection_without_checks_says_so(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    subprocess_env(monkeypatch)
+    pytester.makepyfile(test_untimed=UNTIMED)
+    result = pytester.run(
+        sys.executable, "-m", "pytest_convperf", "calibrate", "test_untimed.py", "--runs", "2"
+    )
+    assert result.ret == 5
+    assert "the selection has no convperf checks" in result.stderr.str()
+    assert not (pytester.path / "untimed-ran.txt").exists()

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_convperf.core.config import bare_update_flag
 from pytest_convperf.header import RECORD_HINT, baseline_lines
+from tests.integration._lifecycle import Suite
 
 SHOW_UPDATE = """
 from pytest_convperf.core.config import get_config
@@ -149,3 +150,75 @@ def test_ctrl_c_before_any_check_is_named_and_the_report_folder_says_so(
         ["convperf: interrupted (Ctrl-C) before any check was measured: no result, no baseline written;*"]
     )
     assert "interrupted (Ctrl-C) before any check was measured" in (report / "report.md").read_text()
+
+
+# ---- issue 38: errors that mislead, and words that do ------------------------------------------
+
+
+def test_a_collection_error_is_not_called_a_ctrl_c(
+    pytester: pytest.Pytester, cpu_plugin_args: tuple[str, ...]
+) -> None:
+    # pytest's exit status for a collection error is INTERRUPTED too; only a KeyboardInterrupt is a Ctrl-C.
+    pytester.makepyfile(
+        test_bad="from pytest_convperf import Conv2dProblem\n"
+        "P = Conv2dProblem(n=1, c_in=4, h=2, w=2, c_out=4, kernel=5)\n"
+    )
+    result = pytester.runpytest(*cpu_plugin_args, "--convperf", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert "ValueError" in out and "error during collection" in out
+    assert "Ctrl-C" not in out and "interrupted (" not in out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, plugin_args: tuple[str, ...]
+) -> None:
+    pytester.makepyfile(test_a="def test_a(convperf):\n    pass\n")
+    result = pytester.runpytest_subprocess(*plugin_args, "--convperf", "--convperf-device=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # as --convperf-device=gpu is
+    err = result.stderr.str()
+    assert "ERROR: --convperf-device=cuda but torch.cuda.is_available() is False" in err
+    assert "use --convperf-device=cpu" in err and "Traceback" not in err + result.stdout.str()
+
+
+SECTION = """
+def test_section(convperf_report):
+    convperf_report.section("models.md", "| a |", title="Models")
+"""
+
+
+def test_a_judged_check_names_its_measurement_and_a_cpu_run_names_no_cuda(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    pytester.makepyfile(test_section=SECTION)
+    recorded = suite.run("--convperf-update-baselines=new", "-k", "test_a or test_section")
+    recorded.assert_outcomes(passed=2)
+    update_md = (pytester.path / "convperf-update.md").read_text()
+    assert "| torch 2" in update_md and "cuda " not in update_md and "cudnn" not in update_md  # a CPU run
+    assert "cuda" not in suite.entries()[suite.key("test_a")]["env"]
+    # Without --convperf-report: the sections are named with the option, not paths into a temp folder.
+    recorded.stdout.fnmatch_lines(
+        ["convperf: report sections not written (models.md): --convperf-report=DIR writes them*"]
+    )
+    assert "convperf report section:" not in recorded.stdout.str()
+    # The entry exists now: the verdict line names the screen, not a "first measurement".
+    judged = suite.run("-k", "test_a")
+    judged.stdout.fnmatch_lines(
+        ["  PASS  test_a?*?  speedup 2.000x*  (screen, * rounds)", "*1 check judged together;*"]
+    )
+    assert "first measurement" not in judged.stdout.str() and "1 checks" not in judged.stdout.str()
+
+
+def test_a_missing_ruptures_is_one_note(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    pytest.importorskip("sqlalchemy")
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    monkeypatch.setitem(sys.modules, "ruptures", None)  # import ruptures raises ImportError
+    url = f"sqlite:///{pytester.path / 's.sqlite'}"
+    result = suite.run("-k", "test_a", "--convperf-report=report", f"--convperf-store={url}")
+    result.assert_outcomes(passed=1)
+    notes = [line for line in result.stdout.lines if "needs ruptures" in line]
+    assert len(notes) == 1, notes

@@ -77,3 +77,21 @@ def test_verdict_lines_get_past_pytests_capture_and_come_from_the_xdist_controll
     dist = pytester.runpytest_subprocess(*base, "test_suite.py", "-n", "2")
     dist.assert_outcomes(passed=2)
     dist.stdout.fnmatch_lines(["  NEW  test_?*?  speedup 2.000x*", "  NEW  test_?*?  speedup 2.000x*"])
+
+
+def test_a_log_gets_the_sessions_pace(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    # Issue 38.2: checks done / total and an estimate in a CI log (pytester's output is no terminal).
+    from pytest_convperf.reports import progress
+
+    monkeypatch.setattr(progress, "PACE_EVERY_CHECKS", 1)
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    result = suite.run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "convperf: 1/2 checks, 1/2 tests done in * s; about * left",
+            "convperf: 2/2 checks, 2/2 tests done in * s; about 0 s left",
+        ]
+    )

@@ -85,7 +85,7 @@ def test_on_a_terminal_the_line_is_rewritten_in_place_then_left_as_the_verdict()
     rewrites = [text for kind, text in term.calls if kind == "rewrite"]
     assert term.calls[0] == ("newline", "")  # off pytest's dots line first
     assert rewrites[0].strip() == "test_x[p]: warm-up, 1 rounds"
-    assert "first measurement, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
+    assert "screen, 40 rounds, speedup 0.49" in rewrites[-1] and "[0.4" in rewrites[-1]
     progress.done(row(), "m.py::test_x[p]")
     assert term.calls[-2] == ("rewrite", verdict_text(row()))
     # pytest's next status letter goes on a fresh "<file> " line, as pytest itself writes it
@@ -189,10 +189,10 @@ def test_the_live_line_the_verdict_line_and_the_summary_name_their_measurement()
     tally = Tally("t")
     for i in range(10):
         tally.observe("timing", i, ["candidate", "reference"], [2e-3, 1e-3])
-    assert tally.text().startswith("t: first measurement, 10 rounds, speedup 0.500x")
+    assert tally.text().startswith("t: screen, 10 rounds, speedup 0.500x")
     first = row("FAIL")
     assert first.comparison is not None
-    assert verdict_text(first).endswith("(first measurement, 63 rounds)")
+    assert verdict_text(first).endswith("(screen, 63 rounds)")
     confirm = dataclasses.replace(first.comparison, time_ratio=4.0, time_ratio_ci=(3.8, 4.2), n_rounds=189)
     failed = dataclasses.replace(first, decision=Decision(Verdict.FAIL, "fail", "", confirm=confirm))
     line = verdict_text(failed)
@@ -237,3 +237,50 @@ def test_a_fail_shows_its_whole_message_in_the_summary() -> None:
     lines = terminal_lines([failed])
     assert "      FAIL (confirmed): slower" in lines and "      kernels changed: new kernel k" in lines
     assert sum("kernels changed" in line for line in lines) == 1
+
+
+def test_the_session_pace_counts_checks_and_estimates_each_kind_at_its_own_mean() -> None:
+    # Issue 38.2: pytest's [%] moves only at the end of each file; the pace says checks done / total.
+    from pytest_convperf.reports.progress import PACE_EVERY_CHECKS, SessionPace, fmt_duration
+
+    clock = Clock()
+    pace = SessionPace({"m.py::c1", "m.py::c2", "m.py::c3"}, 5, clock=clock)
+    assert pace.prefix() == "[0/3 checks, no estimate yet] "
+    for when, seconds in (("setup", 0.5), ("call", 0.4), ("teardown", 0.1)):
+        done = pace.report("m.py::t1", when, seconds)
+    assert done and pace.pace.count() == (1, 5)
+    pace.report("m.py::c1", "call", 30.0)
+    assert pace.report("m.py::c1", "teardown", 0.0)
+    # Left: 2 checks at 30 s and 1 test at 1 s, not 4 units at the overall mean (15.5 s).
+    assert pace.pace.left_s() == 61.0 and pace.prefix() == "[1/3 checks, about 1m01s left] "
+    clock.t = 125.0
+    assert pace.text() == "convperf: 1/3 checks, 2/5 tests done in 2m05s; about 1m01s left"
+    assert pace.due() and not pace.due()  # 60 s since the start; then not again at once
+    assert PACE_EVERY_CHECKS > 1 and fmt_duration(3725) == "1h02m" and fmt_duration(9.4) == "9 s"
+
+
+def test_in_a_log_the_pace_is_a_line_of_its_own_keeping_pytests_line_state() -> None:
+    from pytest_convperf.reports.progress import SessionPace
+
+    term, clock = Terminal(), Clock()
+    progress = LiveProgress(term, verbosity=0, live=False, clock=clock)
+    pace = SessionPace({"m.py::c1"}, 1, clock=clock)
+    pace.report("m.py::c1", "teardown", 70.0)
+    clock.t = 70.0
+    assert pace.due()
+    progress.line(pace.text(), "m.py::c1")
+    assert term.calls == [
+        ("newline", ""),
+        ("write", "convperf: 1/1 checks, 1/1 tests done in 1m10s; about 0 s left"),
+        ("fspath", "m.py::c1"),
+    ]
+
+
+def test_on_a_terminal_the_session_pace_leads_the_live_line() -> None:
+    term, clock = Terminal(), Clock()
+    lead = "[1/3 checks, about 1m01s left] "
+    progress = LiveProgress(term, verbosity=0, live=True, clock=clock, width=lambda: 200, prefix=lambda: lead)
+    timer = progress.wrap(object(), "m.py::test_x[p]", "test_x[p]")
+    run_rounds(progress, clock, timer)
+    rewrites = [text for kind, text in term.calls if kind == "rewrite"]
+    assert rewrites and all(text.startswith("  " + lead + "test_x[p]: ") for text in rewrites)
