@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from perf_tests.device_kind import collection_device_kind
 from pytest_convperf import DeviceInfo
 
 Candidate = Callable[..., torch.Tensor]
@@ -35,15 +36,6 @@ def depthwise_candidate(device_kind: str) -> Candidate:
     from kernels.depthwise import reference
 
     return planted.candidate(reference.forward)
-
-
-def collection_device_kind(config: pytest.Config) -> str:
-    """The device kind a run will measure on, known at collection (before ``convperf_device`` exists):
-    ``cpu`` when --convperf-device / ini says so or no GPU is visible, else ``cuda``. Test ids that
-    name a problem use it, so that a CPU run's ids name the scaled problem it measures."""
-    if (config.getoption("convperf_device", None) or config.getini("convperf_device") or "auto") == "cpu":
-        return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def prebuild_kernels(config: pytest.Config) -> list[str]:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from perf_tests.device_kind import collection_device_kind
 from pytest_convperf import machine_folder
 
 HERE = Path(__file__).resolve().parent
@@ -83,8 +84,6 @@ def applies(config: pytest.Config) -> Path | None:
         for name in ("convperf_update_baselines", "convperf_against", "convperf_confirm_run")
     ):
         return None
-    from perf_tests.conftest import collection_device_kind
-
     if collection_device_kind(config) != "cpu":
         return None
     folder = machine_folder(config, device="cpu")

@@ -23,8 +23,9 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from perf_tests.conftest import collection_device_kind, depthwise_candidate
+from perf_tests.conftest import depthwise_candidate
 from perf_tests.depthwise_goals import AGGREGATE_GOALS, AggregateGoal, RowTimes
+from perf_tests.device_kind import collection_device_kind
 from perf_tests.shapes import (
     CPU_BATCH,
     DEPTHWISE_SEED_SHAPES,
