@@ -1,6 +1,7 @@
-"""The policy a check is judged by and the decision under it: the rule of ``verdict.decide`` plus
-what a FAIL says about the kernels that moved. Shared by the check's gate and the fresh-process
-confirm at session end, which decides again by the same rule."""
+"""The policy a check is judged by and the decision under it: ``verdict.screen``, the confirm a
+suspect needs (measured here, by the caller's ``confirm``: the one step of a decision that times),
+``verdict.settle``, and what a FAIL says about the kernels that moved. Shared by the check's gate and
+the fresh-process confirm at session end, which decides again by the same rule."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 from pytest_convperf.core import kerneldiff
 from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.judge.verdict import Decision, Policy, decide, default_policy
+from pytest_convperf.judge.verdict import Decision, Policy, default_policy, screen, settle
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
@@ -32,16 +33,16 @@ def decision_of(
     policy: Policy,
     *,
     confirm: Callable[[int], Comparison],
-    errors: Sequence[ErrorStats],
-    env: Mapping[str, str],
-    backend: str | None,
-    quality: Mapping[str, float],
+    errors: Sequence[ErrorStats] = (),
+    env: Mapping[str, str] | None = None,
+    backend: str | None = None,
+    quality: Mapping[str, float] | None = None,
 ) -> Decision:
-    """``verdict.decide``, and a FAIL says which kernel changed (issue 18). Also the fresh-process
-    confirm's (``fresh_confirm``): the same rule, its confirm measured in another process."""
-    decision = decide(
-        comparison, old, policy, errors=errors, env=env, backend=backend, confirm=confirm, quality=quality
-    )
+    """Screen, measure a suspect's confirm with ``confirm(rounds)``, settle; a FAIL says which kernel
+    changed (issue 18). Also the fresh-process confirm's (``fresh_confirm``): the same rule, its
+    confirm measured in another process."""
+    first = screen(comparison, old, policy, errors=errors, env=env, backend=backend, quality=quality)
+    decision = first if isinstance(first, Decision) else settle(first, confirm(first.rounds))
     kernels = comparison.facts.get("kernels")  # the candidate's table now (check(), when asked)
     moved = kerneldiff.describe(old.kernels if old is not None else None, kernels)
     if moved and decision.verdict is Verdict.FAIL:
