@@ -41,6 +41,9 @@ class Policy:
     confirm_q: float = CONFIRM_Q
     confirm_factor: int = CONFIRM_FACTOR
     drift_factor: float = DRIFT_FACTOR
+    # The reference's own shift since the entry counts as between-session noise (``reference_shift``):
+    # on a CPU, where no clock reading says the machine moved (a GPU's clocks do, ``core.clocks``).
+    witness: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,23 @@ def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
     return noise, df
 
 
+def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> float:
+    """``ln(reference now / reference then)`` where ``policy.witness``, else 0.
+
+    The reference's code does not change between sessions (a changed environment or backend is
+    STALE before this), so its time moving says the machine moved. The ratio cancels a shift that
+    slows both sides alike, but not all of one: on the shared CI VM, fresh processes seconds apart
+    read the reference +10 % and the candidate +42 % (ratio +29 %, confirmed in the same drifted
+    state), at stop 32 the reference -17 % and the ratio +17 %. A code change to the candidate
+    leaves the reference where it was. So the shift's square joins the between-session variance:
+    an unchanged machine costs nothing, a moved one widens the interval by what it measurably moved.
+    """
+    if not policy.witness or entry.us_reference <= 0:
+        return 0.0
+    now = comparison.reference.median_us
+    return math.log(now / entry.us_reference) if now > 0 else 0.0
+
+
 def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
     """The look ``name`` at ``comparison``'s slowdown over ``entry``'s stored ratio, at quantile ``q``."""
     noise, noise_df = entry_noise(entry, policy)
@@ -98,7 +118,9 @@ def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q:
     # A confirm measured in k fresh processes (fresh_confirm.across_processes) averages k offsets.
     processes = max(1, int(comparison.facts.get("processes", 1)))
     noise_var = noise * noise * (1 / processes + 1 / max(1, entry.ref_runs))
-    var = se * se + noise_var
+    # The machine's measured shift widens sigma as a known amount (no df of its own: it bounds an
+    # offset this session has, it does not estimate a spread).
+    var = se * se + noise_var + reference_shift(comparison, entry, policy) ** 2
     # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
     se_df = max(1, comparison.n_rounds - 1)
     denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)
@@ -112,6 +134,7 @@ def confirm_mde(
     """Smallest slowdown the confirm stage catches with 80 % power; screen rounds that reach max_mde."""
     noise, _ = entry_noise(entry, policy)
     noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
+    noise_var += reference_shift(comparison, entry, policy) ** 2
     se2 = comparison.se**2 / policy.confirm_factor
     sigma2 = math.sqrt(se2 + noise_var)
     k = t_quantile(policy.confirm_q, screen.df) + POWER_Z

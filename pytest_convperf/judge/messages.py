@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from pytest_convperf.judge.decision import Policy, Stage
 
 
+# A reference that moved less than this is ordinary noise: not worth a word in the message.
+SHOWN_SHIFT = 0.01
+
+
 def correctness_drift(name: str, max_abs: float, stored: float, atol: float, factor: float) -> str:
     bits = math.log2(max_abs / stored) if stored > 0 else math.inf
     return (
@@ -43,13 +47,21 @@ def new_check(comparison: Comparison, strict: bool) -> str:
     return msg + (" (--convperf-strict fails checks without a baseline)" if strict else "")
 
 
-def screen_numbers(screen: Stage, entry: Entry, comparison: Comparison, policy: Policy, noise: float) -> str:
-    """The screen's slowdown, its 95 % CI, both sides' times, the tolerance and the noise."""
+def screen_numbers(
+    screen: Stage, entry: Entry, comparison: Comparison, policy: Policy, noise: float, shift: float = 0.0
+) -> str:
+    """The screen's slowdown, its 95 % CI, both sides' times, the tolerance and the noise (and the
+    machine's shift where the reference moved, ``decision.reference_shift``)."""
     lo, hi = screen.delta_ci()
+    moved = (
+        f", machine shift {percent(abs(math.expm1(shift)))} (the reference moved; counted as noise)"
+        if abs(shift) >= SHOWN_SHIFT
+        else ""
+    )
     return (
         f"delta {pct(math.expm1(screen.d))} (95 % CI {pct(lo)} .. {pct(hi)}) vs baseline time_ratio "
         f"{ratio_text(entry.time_ratio)}; {us_line(entry, comparison)}; "
-        f"tolerance {percent(policy.tolerance)}, noise {percent(noise, 2)}"
+        f"tolerance {percent(policy.tolerance)}, noise {percent(noise, 2)}{moved}"
     )
 
 
@@ -68,17 +80,25 @@ def stale(timing: Changes, diff: Changes, entry: Entry, comparison: Comparison, 
     )
 
 
-def too_noisy(mde: float, policy: Policy, rounds: int | None, n_rounds: int, noise: float) -> str:
-    how = (
-        f"about {rounds} paired rounds (now {n_rounds}) would make it gateable"
-        if rounds
-        else f"no number of rounds suffices: the between-run noise {percent(noise, 2)} alone exceeds it; "
-        "calibrate on a quieter machine"
-    )
-    return (
-        f"ADVISORY: too noisy to gate: catches only a {percent(mde)} slowdown (gate needs "
-        f"{percent(policy.max_mde, 0)}); {how}"
-    )
+def too_noisy(
+    mde: float, policy: Policy, rounds: int | None, n_rounds: int, noise: float, shift: float
+) -> str:
+    if rounds:
+        how = f"about {rounds} paired rounds (now {n_rounds}) would make it gateable"
+    elif abs(shift) >= SHOWN_SHIFT:
+        how = (
+            f"no number of rounds suffices: the machine moved (the reference {pct(math.expm1(shift))} "
+            "since the entry); judge it when the machine is back, or against REF in one session "
+            "(--convperf-against)"
+        )
+    else:
+        how = (
+            f"no number of rounds suffices: the between-run noise {percent(noise, 2)} alone exceeds it; "
+            "calibrate on a quieter machine"
+        )
+    # Beyond a doubling a "detectable slowdown" means nothing: say the check cannot gate at all.
+    catches = f"catches only a {percent(mde)} slowdown" if mde <= 1.0 else "cannot catch even a 2x slowdown"
+    return f"ADVISORY: too noisy to gate: {catches} (gate needs {percent(policy.max_mde, 0)}); {how}"
 
 
 def passed(message: str, advisory: str | None) -> str:
@@ -100,7 +120,13 @@ def fail_confirmed(
         f"FAIL (confirmed): slower than the baseline by more than {percent(policy.tolerance)}: "
         f"{conf_numbers}; screen ({n_rounds} rounds): {numbers}. If intended, record it with "
         "--convperf-update-baselines --convperf-reason=..."
-        + (f" (a noisy check: it catches only slowdowns over {percent(noisy_mde)})" if noisy_mde else "")
+        + (
+            f" (a noisy check: it catches only slowdowns over {percent(noisy_mde)})"
+            if noisy_mde is not None and noisy_mde <= 1.0
+            else " (a noisy check: it cannot catch a slowdown under 2x)"
+            if noisy_mde is not None
+            else ""
+        )
     )
 
 

@@ -37,6 +37,7 @@ from pytest_convperf.judge.decision import (
     Stage,
     confirm_mde,
     entry_noise,
+    reference_shift,
     stage_of,
 )
 from pytest_convperf.judge.few_rounds import FewRoundsSuspect, screen_few, settle_few
@@ -85,7 +86,13 @@ def default_policy(device_type: str, *, tolerance: float | None = None, strict: 
         return Policy(
             tolerance if tolerance is not None else GPU_TOLERANCE, GPU_NOISE_FLOOR, GPU_MAX_MDE, strict
         )
-    return Policy(tolerance if tolerance is not None else CPU_TOLERANCE, CPU_NOISE_FLOOR, CPU_MAX_MDE, strict)
+    return Policy(
+        tolerance if tolerance is not None else CPU_TOLERANCE,
+        CPU_NOISE_FLOOR,
+        CPU_MAX_MDE,
+        strict,
+        witness=True,
+    )
 
 
 # ---- the rule ---------------------------------------------------------------------------------
@@ -253,7 +260,8 @@ def screen(
     timing, diff = changes_since(entry, comparison, env=env, backend=backend)
     first = stage_of("screen", comparison, entry, policy, policy.screen_q)
     noise, _ = entry_noise(entry, policy)
-    numbers = messages.screen_numbers(first, entry, comparison, policy, noise)
+    shift = reference_shift(comparison, entry, policy)
+    numbers = messages.screen_numbers(first, entry, comparison, policy, noise, shift)
     reading = Reading(policy.tolerance, noise, math.expm1(first.d), first.delta_ci(), first.sigma, diff)
     if diff or timing:
         return replace(reading, env_diff={**timing, **diff}).decision(
@@ -266,7 +274,9 @@ def screen(
     mde, rounds = confirm_mde(first, comparison, entry, policy)
     reading = replace(reading, mde=mde, rounds_needed=rounds)
     advisory = (
-        messages.too_noisy(mde, policy, rounds, comparison.n_rounds, noise) if mde > policy.max_mde else None
+        messages.too_noisy(mde, policy, rounds, comparison.n_rounds, noise, shift)
+        if mde > policy.max_mde
+        else None
     )
     tol = math.log1p(policy.tolerance)
     if first.lower > tol or first.upper < -tol:
