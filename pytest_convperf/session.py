@@ -62,6 +62,7 @@ class ConvperfSession:
         self._stores: dict[bool, Store] = {}
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
+        self.history_lines: list[str] = []  # night.history_gate's findings (issue 36.2)
         # At session end (controller): the rows as the session's plugins left them
         # (``pytest_convperf_modify_rows``) and the updates marked written.
         self.final_rows: list[CheckRow] | None = None
@@ -275,6 +276,12 @@ class ConvperfSession:
         self.final_rows = rows  # what the summary shows should the update stop the session
         self.final_rows = rows = self._apply_updates(session, rows)
         self._write_reports(session, rows)
+        if self.cfg.report_dir is not None and rows:
+            from pytest_convperf.night.history_gate import gate
+
+            failing, self.history_lines = gate(self.cfg.report_dir, rows)
+            if failing and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _write_sections(self, session: pytest.Session) -> None:
         if self.all_sections:  # the temporary report folder is made only when a file goes there
@@ -388,6 +395,8 @@ class ConvperfSession:
         for lines in self.config.hook.pytest_convperf_summary_lines(rows=rows):
             for line in lines or []:
                 tr.write_line(line)
+        for line in self.history_lines:
+            tr.write_line(line, red=line.startswith("convperf: the session FAILS"))
         if self.update_md is not None:
             tr.write_line(f"baseline update written for review: {self.update_md}")
         if self.cfg.report_dir is not None and rows:
