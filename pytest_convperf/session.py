@@ -31,6 +31,7 @@ from pytest_convperf.core.results import CheckRow
 from pytest_convperf.header import baseline_lines, interrupted_note
 from pytest_convperf.night import decide
 from pytest_convperf.night.fresh_confirm import ConfirmRun
+from pytest_convperf.night.machine_noise import noise_lines
 from pytest_convperf.reports import journal, progress
 from pytest_convperf.reports.sections import SECTIONS_PROPERTY as SECTIONS_PROPERTY  # re-exported
 from pytest_convperf.reports.sections import ReportSections, Section, write_sections
@@ -119,6 +120,7 @@ class ConvperfSession:
         return [
             f"convperf: {where}, update {update}{timer}",
             *baseline_lines(folder, updating=bool(cfg.update)),
+            *noise_lines(cfg.report_dir, store.machine, device.kind),
         ]
 
     def store(self, *, fake: bool = False) -> Store:
@@ -397,6 +399,10 @@ class ConvperfSession:
                 tr.write_line(line)
         for line in self.history_lines:
             tr.write_line(line, red=line.startswith("convperf: the session FAILS"))
+        if rows:  # the noise the next session's gate will use (tonight's sessions included)
+            machine, kind = rows[0].machine or "unknown", rows[0].device_kind or "cpu"
+            for line in noise_lines(self.cfg.report_dir, machine, kind):
+                tr.write_line(line)
         if self.update_md is not None:
             tr.write_line(f"baseline update written for review: {self.update_md}")
         if self.cfg.report_dir is not None and rows:

@@ -30,6 +30,20 @@ POWER_Z = NormalDist().inv_cdf(0.80)
 
 
 @dataclass(frozen=True)
+class LearnedNoise:
+    """The machine's between-session noise learned from its judged sessions (``night.machine_noise``):
+    ``sigma`` in ln ratio, from ``pairs`` consecutive check-session pairs, with ``df`` degrees of freedom."""
+
+    sigma: float
+    pairs: int
+    df: float
+
+    def text(self) -> str:
+        pairs = f"{self.pairs:,} check-session pairs"
+        return f"machine noise {self.sigma * 100:.2f} % ({pairs}, df {self.df:.0f})"
+
+
+@dataclass(frozen=True)
 class Policy:
     """Thresholds of the decision; :func:`default_policy` fills them per device type."""
 
@@ -44,6 +58,8 @@ class Policy:
     # The reference's own shift since the entry counts as between-session noise (``reference_shift``):
     # on a CPU, where no clock reading says the machine moved (a GPU's clocks do, ``core.clocks``).
     witness: bool = False
+    # The machine's learned between-session noise: used where above the floor and the entry's own.
+    learned: LearnedNoise | None = None
 
 
 @dataclass(frozen=True)
@@ -86,10 +102,14 @@ class Stage:
 
 
 def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
-    """(noise used, its degrees of freedom): the stored noise, floored; a floor counts as known."""
+    """(noise used, its degrees of freedom): the largest of the stored noise (df: its calibration runs
+    - 1), the machine's learned noise (its df) and the floor (a floor counts as known: df infinite)."""
     noise = max(entry.noise, policy.noise_floor)
     runs = entry.noise_runs or 0
     df = float(runs - 1) if runs >= 2 and entry.noise > policy.noise_floor else math.inf
+    learned = policy.learned
+    if learned is not None and learned.sigma > noise:
+        return learned.sigma, learned.df
     return noise, df
 
 

@@ -12,16 +12,21 @@ from typing import TYPE_CHECKING
 from pytest_convperf.core import kerneldiff
 from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.judge.decision import LearnedNoise
 from pytest_convperf.judge.verdict import Decision, Policy, default_policy, screen, settle
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
 
 
-def policy_for(cfg: ConvperfConfig, device_kind: str, entry: Entry | None) -> Policy:
-    """The command line's tolerance wins over the entry's own, which wins over the device default."""
+def policy_for(
+    cfg: ConvperfConfig, device_kind: str, entry: Entry | None, learned: LearnedNoise | None = None
+) -> Policy:
+    """The command line's tolerance wins over the entry's own, which wins over the device default;
+    ``learned``: the machine's between-session noise (``night.machine_noise``), where it has one."""
     tol = cfg.tolerance if cfg.tolerance is not None else (entry.tolerance if entry is not None else None)
     policy = default_policy(device_kind, tolerance=tol, strict=cfg.strict)
+    policy = dataclasses.replace(policy, learned=learned)
     if cfg.noise_floor is not None:
         policy = dataclasses.replace(policy, noise_floor=cfg.noise_floor)
     return policy

@@ -31,5 +31,9 @@ def test_a_step_across_advisory_sessions_fails_the_night(
     result.stdout.fnmatch_lines(
         ["convperf history: HISTORY_FAIL: *slower by 30.0 %*3 runs after 4 before*", "*the session FAILS*"]
     )
+    # Tonight's sessions taught the gate this machine's noise (the jitter of the ratios above).
+    result.stdout.fnmatch_lines(
+        ["convperf: machine noise * % (10 check-session pairs, df 3), learned from *"]
+    )
     saved = json.loads((report / "history_findings.json").read_text())
     assert len(saved) == 2 and {f["verdict"] for f in saved} == {"HISTORY_FAIL"}
