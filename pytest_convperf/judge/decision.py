@@ -114,20 +114,26 @@ def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
 
 
 def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> float:
-    """``ln(reference now / reference then)`` where ``policy.witness``, else 0.
+    """``ln(reference now / reference then)`` where ``policy.witness`` and the candidate moved the
+    same way, else 0.
 
     The reference's code does not change between sessions (a changed environment or backend is
-    STALE before this), so its time moving says the machine moved. The ratio cancels a shift that
-    slows both sides alike, but not all of one: on the shared CI VM, fresh processes seconds apart
-    read the reference +10 % and the candidate +42 % (ratio +29 %, confirmed in the same drifted
-    state), at stop 32 the reference -17 % and the ratio +17 %. A code change to the candidate
-    leaves the reference where it was. So the shift's square joins the between-session variance:
-    an unchanged machine costs nothing, a moved one widens the interval by what it measurably moved.
+    STALE before this), so its time moving with the candidate's says the machine moved: contention,
+    frequency or memory traffic slow (or speed) both sides. The ratio cancels a shift that moves
+    both alike, but not all of one: on the shared CI VM, fresh processes seconds apart read the
+    reference +10 % and the candidate +42 % (ratio +29 %, confirmed in the same drifted state). A
+    code change moves the candidate alone, and a reference that moved against the candidate (or
+    alone) is no machine-wide move, so both count nothing here. The shift's square joins the
+    between-session variance: an unmoved machine costs nothing, a moved one widens the interval by
+    what it measurably moved.
     """
-    if not policy.witness or entry.us_reference <= 0:
+    if not policy.witness or entry.us_reference <= 0 or entry.us_candidate <= 0:
         return 0.0
-    now = comparison.reference.median_us
-    return math.log(now / entry.us_reference) if now > 0 else 0.0
+    ref, cand = comparison.reference.median_us, comparison.candidate.median_us
+    if ref <= 0 or cand <= 0:
+        return 0.0
+    rho = math.log(ref / entry.us_reference)
+    return rho if rho * math.log(cand / entry.us_candidate) > 0 else 0.0
 
 
 def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
