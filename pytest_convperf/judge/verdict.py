@@ -32,6 +32,7 @@ from pytest_convperf.judge.decision import (
     CONFIRM_Q,
     DRIFT_FACTOR,
     MIN_CI_ROUNDS,
+    POWER_Z,
     SCREEN_Q,
     Policy,
     Stage,
@@ -341,6 +342,13 @@ def settle(suspect: Suspect | FewRoundsSuspect, second: Comparison | None) -> De
                 stage="confirm",
                 confirm=second,
             )
+        # A confirm that could not have caught a max_mde slowdown (the machine moved while it ran)
+        # clears nothing: the check is ADVISORY, not PASS, whatever the screen could catch.
+        conf_mde = math.expm1(tol + (conf.t + POWER_Z) * conf.sigma)
+        if suspect.advisory is None and conf_mde > policy.max_mde:
+            shift = reference_shift(second, entry, policy)
+            blind = messages.too_noisy(conf_mde, policy, None, second.n_rounds, suspect.reading.noise, shift)
+            suspect = replace(suspect, advisory=blind)
         return suspect.passed(
             messages.suspect_cleared(conf_numbers),
             reading,

@@ -66,3 +66,12 @@ def test_a_detectable_slowdown_over_2x_is_not_printed() -> None:
     d = decision_of(timed(615.0, 182.0), noisy, CPU, env=ENV, confirm=lambda n: timed(615.0, 182.0, n=n))
     assert d.verdict is Verdict.ADVISORY and d.mde is not None and d.mde > 1.0
     assert "cannot catch even a 2x slowdown" in d.message and "catches only" not in d.message
+
+
+def test_a_suspect_cleared_by_a_confirm_on_a_moved_machine_is_advisory_not_pass() -> None:
+    """Seen on the box at load 8: a 30 %-slowed candidate's screen (machine unmoved) was a suspect,
+    its confirm ran with both sides moved (+70 %, +20 %) and cleared it: PASS with delta +51.8 %."""
+    slowed = timed(615.0 * 1.3, 182.0)
+    d = decision_of(slowed, ENTRY, CPU, env=ENV, confirm=lambda n: timed(615.0 * 1.7, 182.0 * 1.2, n=n))
+    assert d.verdict is Verdict.ADVISORY and "suspect cleared" in d.notes, d.message
+    assert "the machine moved (the reference +20.0 % since the entry)" in d.message
