@@ -114,7 +114,7 @@ def plan(
     actions = []
     for check, row in sorted(ran.items()):
         issue = open_by_check.get(check)
-        if row.get("verdict") == "FAIL":
+        if row.get("verdict") in ("FAIL", "HISTORY_FAIL"):
             title = f"convperf regression: {check.split(' | ', 1)[1]} [{row.get('machine')}]"
             body = _report(row, commit, run_url)
             if issue is None:
@@ -130,6 +130,18 @@ def plan(
             )
             actions.append(Action("close", check, str(issue.get("title") or ""), body, int(issue["number"])))
     return actions
+
+
+def history_rows(report: Path) -> list[dict[str, Any]]:
+    """The night's history gate (``history_findings.json``, issue 36.2) as rows: a HISTORY_FAIL is
+    alerted like a FAIL, and, listed after rows.json's, replaces that check's (ADVISORY) row."""
+    path = report / "history_findings.json"
+    found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    return [
+        {**f, "verdict": "HISTORY_FAIL"}
+        for f in found
+        if isinstance(f, dict) and f.get("verdict") == "HISTORY_FAIL"
+    ]
 
 
 def apply(actions: list[Action]) -> None:
@@ -160,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     rows = [r for r in json.loads(rows_file.read_text(encoding="utf-8")) if isinstance(r, dict)]
+    rows += history_rows(args.report)
     issues = json.loads(args.issues.read_text(encoding="utf-8"))
     actions = plan(rows, issues, commit=args.commit, run_url=args.run_url)
     for a in actions:

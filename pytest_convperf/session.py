@@ -31,6 +31,7 @@ from pytest_convperf.core.results import CheckRow
 from pytest_convperf.header import baseline_lines, interrupted_note
 from pytest_convperf.night import decide
 from pytest_convperf.night.fresh_confirm import ConfirmRun
+from pytest_convperf.night.machine_noise import noise_lines
 from pytest_convperf.reports import journal, progress
 from pytest_convperf.reports.sections import SECTIONS_PROPERTY as SECTIONS_PROPERTY  # re-exported
 from pytest_convperf.reports.sections import ReportSections, Section, write_sections
@@ -63,6 +64,7 @@ class ConvperfSession:
         self._stores: dict[bool, Store] = {}
         self.notes: list[str] = []  # session-end notes for the terminal summary
         self.update_md: Path | None = None
+        self.history_lines: list[str] = []  # night.history_gate's findings (issue 36.2)
         # At session end (controller): the rows as the session's plugins left them
         # (``pytest_convperf_modify_rows``) and the updates marked written.
         self.final_rows: list[CheckRow] | None = None
@@ -122,6 +124,7 @@ class ConvperfSession:
         return [
             f"convperf: {where}, update {update}{timer}",
             *baseline_lines(folder, updating=bool(cfg.update)),
+            *noise_lines(cfg.report_dir, store.machine, device.kind),
         ]
 
     def store(self, *, fake: bool = False) -> Store:
@@ -277,6 +280,12 @@ class ConvperfSession:
         self.final_rows = rows  # what the summary shows should the update stop the session
         self.final_rows = rows = self._apply_updates(session, rows)
         self._write_reports(session, rows)
+        if self.cfg.report_dir is not None and rows:
+            from pytest_convperf.night.history_gate import gate
+
+            failing, self.history_lines = gate(self.cfg.report_dir, rows)
+            if failing and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
@@ -414,6 +423,12 @@ class ConvperfSession:
             tr.write_line(line)
         for lines in self.config.hook.pytest_convperf_summary_lines(rows=rows):
             for line in lines or []:
+                tr.write_line(line)
+        for line in self.history_lines:
+            tr.write_line(line, red=line.startswith("convperf: the session FAILS"))
+        if rows:  # the noise the next session's gate will use (tonight's sessions included)
+            machine, kind = rows[0].machine or "unknown", rows[0].device_kind or "cpu"
+            for line in noise_lines(self.cfg.report_dir, machine, kind):
                 tr.write_line(line)
         if self.update_md is not None:
             tr.write_line(f"baseline update written for review: {self.update_md}")

@@ -64,7 +64,7 @@ pytest_convperf.core.device.measure_copy_bandwidth = lambda device: 1e13
 """
 
 # Scenario -> the slowed fraction (None: unchanged).
-SCENARIOS = {"unchanged": None, "2x": 1.0, "1.25x": 0.25}
+SCENARIOS = {"unchanged": None, "2x": 1.0, "1.25x": 0.25, "1.3x": 0.30}
 
 
 @dataclass
@@ -111,9 +111,12 @@ class Tree:
         if not lines:
             tail = (proc.stdout + proc.stderr)[-2000:]
             raise RuntimeError(f"{self.name}: no result (exit {proc.returncode}):\n{tail}")
-        verdict = str(json.loads(lines[-1])["verdict"])
+        record = json.loads(lines[-1])
         history.unlink()
-        return verdict, seconds
+        delta = record.get("delta")
+        us = record.get("us") or {}
+        shown = f" delta {delta * 100:+.1f} %" if isinstance(delta, (int, float)) else ""
+        return f"{record['verdict']}{shown} cand {us.get('candidate')} ref {us.get('reference')} us", seconds
 
 
 def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
@@ -126,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=8, help="unchanged re-runs per checkout")
     parser.add_argument("--slow-runs", type=int, default=4, help="runs per slowed candidate per checkout")
     parser.add_argument("--busy", type=int, default=2, help="busy loops beside the sessions")
+    parser.add_argument(
+        "--slowed", default="2x,1.25x", help=f"slowed scenarios, comma-separated, of {sorted(SCENARIOS)[:-1]}"
+    )
     args = parser.parse_args(argv)
     trees = []
     for spec in args.tree:
@@ -140,12 +146,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for tree in trees:
             verdict, s = tree.session(None, "--convperf-update-baselines")
             print(f"{tree.name}: baseline recorded ({verdict}, {s:.0f} s, load {os.getloadavg()[0]:.1f})")
-        plan = [("unchanged", args.runs), ("2x", args.slow_runs), ("1.25x", args.slow_runs)]
+        slowed = [name for name in args.slowed.split(",") if name]
+        unknown = [name for name in slowed if name not in SCENARIOS or name == "unchanged"]
+        if unknown:
+            parser.error(f"--slowed: unknown scenario(s) {unknown}; choose from {sorted(SCENARIOS)}")
+        plan = [("unchanged", args.runs), *((name, args.slow_runs) for name in slowed)]
         for scenario, n in plan:
             for i in range(n):
                 for tree in trees:
                     verdict, s = tree.session(SCENARIOS[scenario])
-                    tree.verdicts.setdefault(scenario, Counter())[verdict] += 1
+                    tree.verdicts.setdefault(scenario, Counter())[verdict.split()[0]] += 1
                     print(
                         f"{tree.name} {scenario} {i + 1}/{n}: {verdict} ({s:.0f} s, "
                         f"load {os.getloadavg()[0]:.1f})",

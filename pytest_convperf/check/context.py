@@ -26,6 +26,7 @@ from pytest_convperf.correctness.case import make_grad_out
 from pytest_convperf.correctness.known_defects import safe_reference
 from pytest_convperf.correctness.oracle import describe, stable_seed
 from pytest_convperf.judge.policy import policy_for
+from pytest_convperf.night.machine_noise import machine_noise
 
 if TYPE_CHECKING:
     import pytest
@@ -146,9 +147,9 @@ class BaselineSlot:
     ) -> BaselineSlot:
         """The slot of ``key``; ``read=False``: its entry is not read (a timing-only ``measure``)."""
         entry = store.get(module, key) if read else None
-        return cls(
-            store, module, key, entry, policy_for(cfg, device.kind, entry), env_from_facts(device.facts)
-        )
+        learned = machine_noise(cfg.report_dir, store.machine, device.kind)
+        policy = policy_for(cfg, device.kind, entry, learned)
+        return cls(store, module, key, entry, policy, env_from_facts(device.facts))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,20 @@ POWER_Z = NormalDist().inv_cdf(0.80)
 
 
 @dataclass(frozen=True)
+class LearnedNoise:
+    """The machine's between-session noise learned from its judged sessions (``night.machine_noise``):
+    ``sigma`` in ln ratio, from ``pairs`` consecutive check-session pairs, with ``df`` degrees of freedom."""
+
+    sigma: float
+    pairs: int
+    df: float
+
+    def text(self) -> str:
+        pairs = f"{self.pairs:,} check-session pairs"
+        return f"machine noise {self.sigma * 100:.2f} % ({pairs}, df {self.df:.0f})"
+
+
+@dataclass(frozen=True)
 class Policy:
     """Thresholds of the decision; :func:`default_policy` fills them per device type."""
 
@@ -41,6 +55,11 @@ class Policy:
     confirm_q: float = CONFIRM_Q
     confirm_factor: int = CONFIRM_FACTOR
     drift_factor: float = DRIFT_FACTOR
+    # The reference's own shift since the entry counts as between-session noise (``reference_shift``):
+    # on a CPU, where no clock reading says the machine moved (a GPU's clocks do, ``core.clocks``).
+    witness: bool = False
+    # The machine's learned between-session noise: used where above the floor and the entry's own.
+    learned: LearnedNoise | None = None
 
 
 @dataclass(frozen=True)
@@ -83,11 +102,38 @@ class Stage:
 
 
 def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
-    """(noise used, its degrees of freedom): the stored noise, floored; a floor counts as known."""
+    """(noise used, its degrees of freedom): the largest of the stored noise (df: its calibration runs
+    - 1), the machine's learned noise (its df) and the floor (a floor counts as known: df infinite)."""
     noise = max(entry.noise, policy.noise_floor)
     runs = entry.noise_runs or 0
     df = float(runs - 1) if runs >= 2 and entry.noise > policy.noise_floor else math.inf
+    learned = policy.learned
+    if learned is not None and learned.sigma > noise:
+        return learned.sigma, learned.df
     return noise, df
+
+
+def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> float:
+    """``ln(reference now / reference then)`` where ``policy.witness`` and the candidate moved the
+    same way, else 0.
+
+    The reference's code does not change between sessions (a changed environment or backend is
+    STALE before this), so its time moving with the candidate's says the machine moved: contention,
+    frequency or memory traffic slow (or speed) both sides. The ratio cancels a shift that moves
+    both alike, but not all of one: on the shared CI VM, fresh processes seconds apart read the
+    reference +10 % and the candidate +42 % (ratio +29 %, confirmed in the same drifted state). A
+    code change moves the candidate alone, and a reference that moved against the candidate (or
+    alone) is no machine-wide move, so both count nothing here. The shift's square joins the
+    between-session variance: an unmoved machine costs nothing, a moved one widens the interval by
+    what it measurably moved.
+    """
+    if not policy.witness or entry.us_reference <= 0 or entry.us_candidate <= 0:
+        return 0.0
+    ref, cand = comparison.reference.median_us, comparison.candidate.median_us
+    if ref <= 0 or cand <= 0:
+        return 0.0
+    rho = math.log(ref / entry.us_reference)
+    return rho if rho * math.log(cand / entry.us_candidate) > 0 else 0.0
 
 
 def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
@@ -98,7 +144,9 @@ def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q:
     # A confirm measured in k fresh processes (fresh_confirm.across_processes) averages k offsets.
     processes = max(1, int(comparison.facts.get("processes", 1)))
     noise_var = noise * noise * (1 / processes + 1 / max(1, entry.ref_runs))
-    var = se * se + noise_var
+    # The machine's measured shift widens sigma as a known amount (no df of its own: it bounds an
+    # offset this session has, it does not estimate a spread).
+    var = se * se + noise_var + reference_shift(comparison, entry, policy) ** 2
     # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
     se_df = max(1, comparison.n_rounds - 1)
     denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)
@@ -112,6 +160,7 @@ def confirm_mde(
     """Smallest slowdown the confirm stage catches with 80 % power; screen rounds that reach max_mde."""
     noise, _ = entry_noise(entry, policy)
     noise_var = noise * noise * (1 + 1 / max(1, entry.ref_runs))
+    noise_var += reference_shift(comparison, entry, policy) ** 2
     se2 = comparison.se**2 / policy.confirm_factor
     sigma2 = math.sqrt(se2 + noise_var)
     k = t_quantile(policy.confirm_q, screen.df) + POWER_Z

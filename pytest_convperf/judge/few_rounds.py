@@ -1,33 +1,82 @@
 """The verdict of a comparison with too few rounds for a CI: a candidate so slow that fewer than
 ``MIN_CI_ROUNDS`` rounds fit in the time caps (issue 15: such a huge regression used to skip).
-Pure: no torch, no pytest.
+Pure: no torch, no pytest; the confirm, when there is one, is measured by the caller between
+:func:`screen_few` and :func:`settle_few`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pytest_convperf.core.env import changes_since, us_line
-from pytest_convperf.core.results import Comparison, Decision, Verdict, ratio_text
+from pytest_convperf.core.env import changes_since
+from pytest_convperf.core.results import Comparison, Decision, Verdict
 from pytest_convperf.core.stats import t_quantile
-from pytest_convperf.judge.decision import MIN_CI_ROUNDS, Policy, entry_noise, pct
+from pytest_convperf.judge import messages
+from pytest_convperf.judge.decision import MIN_CI_ROUNDS, Policy, entry_noise
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pytest_convperf.core.entry import Entry
 
 
-def few_rounds(
+@dataclass(frozen=True)
+class FewRoundsSuspect:
+    """A few-rounds screen that showed a regression far beyond the noise: confirm ``rounds`` rounds."""
+
+    comparison: Comparison
+    entry: Entry
+    policy: Policy
+    noise: float
+    sigma: float
+
+    @property
+    def rounds(self) -> int:
+        return self.policy.confirm_factor * len(self.comparison.log_ratios)
+
+    def least(self, c: Comparison) -> float:
+        """The least slow round's excess over the baseline, in log space."""
+        return min(c.log_ratios) - math.log(self.entry.time_ratio)
+
+    def p_value(self, d: float) -> float:
+        """One-sided p of "the excess is within the tolerance" (normal, as the quantiles here):
+        the night-wide controller judges this FAIL with the others by it."""
+        return 0.5 * math.erfc((d - math.log1p(self.policy.tolerance)) / self.sigma / math.sqrt(2))
+
+    def decision(
+        self,
+        verdict: Verdict,
+        message: str,
+        *,
+        delta: float | None = None,
+        confirm: Comparison | None = None,
+        p_value: float | None = None,
+    ) -> Decision:
+        return Decision(
+            verdict,
+            "fail" if verdict is Verdict.FAIL else "skip",
+            message,
+            stage="few-rounds",
+            tolerance=self.policy.tolerance,
+            noise=self.noise,
+            sigma=self.sigma,
+            delta=delta,
+            confirm=confirm,
+            p_value=p_value,
+        )
+
+
+def screen_few(
     comparison: Comparison,
     entry: Entry | None,
     policy: Policy,
     *,
     env: Mapping[str, str],
     backend: str | None,
-    confirm: Callable[[int], Comparison] | None,
-) -> Decision | None:
-    """A FAIL for a regression far beyond the noise that only a few rounds measured, else None.
+) -> FewRoundsSuspect | None:
+    """A suspect for a regression far beyond the noise that only a few rounds measured, else None.
 
     A candidate so slow that fewer than 6 rounds fit in the time caps has no CI of its median, but
     every round it has may still show what it is. The statistic is the least slow round's excess
@@ -43,61 +92,44 @@ def few_rounds(
     if timing or diff:
         return None
     noise, _ = entry_noise(entry, policy)
-    sigma = noise * math.sqrt(2 + 1 / max(1, entry.ref_runs))
+    suspect = FewRoundsSuspect(
+        comparison, entry, policy, noise, noise * math.sqrt(2 + 1 / max(1, entry.ref_runs))
+    )
     tol = math.log1p(policy.tolerance)
-
-    def least(c: Comparison) -> float:
-        return min(c.log_ratios) - math.log(entry.time_ratio)
-
-    def p_value(d: float) -> float:
-        """One-sided p of "the excess is within the tolerance" (normal, as the quantiles above):
-        the night-wide controller judges this FAIL with the others by it."""
-        return 0.5 * math.erfc((d - tol) / sigma / math.sqrt(2))
-
-    def shown(c: Comparison) -> str:
-        return (
-            f"{len(c.log_ratios)} rounds, the least slow {pct(math.expm1(least(c)))} vs baseline "
-            f"time_ratio {ratio_text(entry.time_ratio)} ({us_line(entry, c)})"
-        )
-
-    if least(comparison) - t_quantile(policy.screen_q, math.inf) * sigma <= tol:
+    if suspect.least(comparison) - t_quantile(policy.screen_q, math.inf) * suspect.sigma <= tol:
         return None
-    first = f"screen ({shown(comparison)})"
-    common: dict[str, Any] = {"tolerance": policy.tolerance, "noise": noise, "sigma": sigma}
-    if confirm is None:
-        return Decision(
+    return suspect
+
+
+def settle_few(suspect: FewRoundsSuspect, second: Comparison | None) -> Decision | None:
+    """The few-rounds verdict once the caller measured the confirm (``None``: there is none, the
+    screen alone FAILs). None where the confirm has no usable rounds (the comparison's own
+    INCONCLUSIVE stands)."""
+    entry, comparison = suspect.entry, suspect.comparison
+    first = messages.few_rounds_shown(comparison, entry, suspect.least(comparison))
+    if second is None:
+        d = suspect.least(comparison)
+        return suspect.decision(
             Verdict.FAIL,
-            "fail",
-            f"FAIL (few rounds, unconfirmed): far slower than the baseline in every round: {first}",
-            stage="few-rounds",
-            delta=math.expm1(least(comparison)),
-            p_value=p_value(least(comparison)),
-            **common,
+            messages.few_rounds_unconfirmed(first),
+            delta=math.expm1(d),
+            p_value=suspect.p_value(d),
         )
-    second = confirm(policy.confirm_factor * len(comparison.log_ratios))
     if second.dropped_rounds or not second.log_ratios:
         return None
-    d = least(second)
-    if d - t_quantile(policy.confirm_q, math.inf) * sigma <= tol:
-        return Decision(
+    d = suspect.least(second)
+    shown = messages.few_rounds_shown(second, entry, d)
+    tol = math.log1p(suspect.policy.tolerance)
+    if d - t_quantile(suspect.policy.confirm_q, math.inf) * suspect.sigma <= tol:
+        return suspect.decision(
             Verdict.INCONCLUSIVE,
-            "skip",
-            f"inconclusive: too few rounds for a CI ({comparison.inconclusive}); the confirm did not "
-            f"repeat the slowdown: {first}; confirm ({shown(second)})",
-            stage="few-rounds",
+            messages.few_rounds_not_repeated(comparison.inconclusive, first, shown),
             confirm=second,
-            **common,
         )
-    return Decision(
+    return suspect.decision(
         Verdict.FAIL,
-        "fail",
-        f"FAIL (few rounds, confirmed): slower than the baseline by far more than its noise in every "
-        f"round, too slow for the {MIN_CI_ROUNDS}+ rounds of a CI: {first}; confirm ({shown(second)}). "
-        "If intended, "
-        "record it with --convperf-update-baselines --convperf-reason=...",
-        stage="few-rounds",
+        messages.few_rounds_confirmed(first, shown),
         delta=math.expm1(d),
         confirm=second,
-        p_value=p_value(d),
-        **common,
+        p_value=suspect.p_value(d),
     )

@@ -1,4 +1,9 @@
-"""The baseline decision of docs/design.md §7, as a pure function of measurements and a stored entry.
+"""The baseline decision of docs/design.md §7, as pure functions of measurements and a stored entry.
+
+:func:`screen` judges the first measurement: a :class:`Decision`, or a suspect (:class:`Suspect`,
+``few_rounds.FewRoundsSuspect``) that needs a confirm measurement; the caller measures it
+(``judge.policy.decision_of``) and :func:`settle` judges the pair. :func:`decide` is the decision
+without a confirm (a suspect is settled on its screen alone). Nothing here measures.
 
 In log space, ``d = median ln(t_cand / t_ref) - ln(baseline ratio)``. Its standard deviation
 ``sigma`` combines the run's own standard error with the between-run noise of the entry: the
@@ -15,26 +20,28 @@ Nothing here imports torch or pytest.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from pytest_convperf.core.env import changes_since, describe_changes, moved_side, us_line
-from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Outcome, Verdict, ratio_text
+from pytest_convperf.core.env import Changes, changes_since
+from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Outcome, Verdict
+from pytest_convperf.judge import messages
 from pytest_convperf.judge.decision import (
     CONFIRM_FACTOR,
     CONFIRM_Q,
     DRIFT_FACTOR,
     MIN_CI_ROUNDS,
+    POWER_Z,
     SCREEN_Q,
     Policy,
     Stage,
     confirm_mde,
     entry_noise,
-    pct,
-    percent,
+    reference_shift,
     stage_of,
 )
-from pytest_convperf.judge.few_rounds import few_rounds
+from pytest_convperf.judge.few_rounds import FewRoundsSuspect, screen_few, settle_few
 from pytest_convperf.judge.quality import quality_drift
 
 if TYPE_CHECKING:
@@ -51,8 +58,11 @@ __all__ = [
     "Outcome",
     "Policy",
     "Stage",
+    "Suspect",
     "decide",
     "default_policy",
+    "screen",
+    "settle",
 ]
 
 GPU_TOLERANCE = 0.02
@@ -77,10 +87,106 @@ def default_policy(device_type: str, *, tolerance: float | None = None, strict: 
         return Policy(
             tolerance if tolerance is not None else GPU_TOLERANCE, GPU_NOISE_FLOOR, GPU_MAX_MDE, strict
         )
-    return Policy(tolerance if tolerance is not None else CPU_TOLERANCE, CPU_NOISE_FLOOR, CPU_MAX_MDE, strict)
+    return Policy(
+        tolerance if tolerance is not None else CPU_TOLERANCE,
+        CPU_NOISE_FLOOR,
+        CPU_MAX_MDE,
+        strict,
+        witness=True,
+    )
 
 
 # ---- the rule ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The numbers a speed decision reports: the slowdown of the stage that decided, its CI and
+    sigma, and what the entry and policy said (noise, tolerance, what a confirm could catch)."""
+
+    tolerance: float
+    noise: float
+    delta: float
+    delta_ci: tuple[float, float]
+    sigma: float
+    env_diff: Changes = field(default_factory=dict)
+    mde: float | None = None
+    rounds_needed: int | None = None
+    p_value: float | None = None
+
+    def of_stage(self, stage: Stage, *, p_value: float | None = None) -> Reading:
+        """This reading with ``stage``'s slowdown (the confirm's, once it decided)."""
+        return replace(
+            self, delta=math.expm1(stage.d), delta_ci=stage.delta_ci(), sigma=stage.sigma, p_value=p_value
+        )
+
+    def decision(
+        self,
+        verdict: Verdict,
+        outcome: Outcome,
+        message: str,
+        *,
+        stage: str,
+        confirm: Comparison | None = None,
+        notes: tuple[str, ...] = (),
+    ) -> Decision:
+        return Decision(
+            verdict,
+            outcome,
+            message,
+            stage=stage,
+            tolerance=self.tolerance,
+            noise=self.noise,
+            delta=self.delta,
+            delta_ci=self.delta_ci,
+            sigma=self.sigma,
+            mde=self.mde,
+            rounds_needed=self.rounds_needed,
+            env_diff=self.env_diff,
+            notes=notes,
+            confirm=confirm,
+            p_value=self.p_value,
+        )
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A screen whose 95 % interval lies beyond the tolerance, slower (``slower``) or faster: the
+    caller measures ``rounds`` paired rounds again and :func:`settle` decides."""
+
+    slower: bool
+    comparison: Comparison
+    entry: Entry
+    policy: Policy
+    screen: Stage
+    reading: Reading
+    numbers: str
+    # The ADVISORY text of a check too noisy to gate (None: gateable): its passes say it.
+    advisory: str | None
+
+    @property
+    def rounds(self) -> int:
+        return self.policy.confirm_factor * self.comparison.n_rounds
+
+    def passed(
+        self,
+        message: str,
+        reading: Reading | None = None,
+        *,
+        stage: str = "screen",
+        confirm: Comparison | None = None,
+        notes: tuple[str, ...] = (),
+    ) -> Decision:
+        """PASS, or ADVISORY for a noisy check that detected nothing (detections still count)."""
+        verdict = Verdict.ADVISORY if self.advisory is not None else Verdict.PASS
+        return (reading or self.reading).decision(
+            verdict,
+            "pass",
+            messages.passed(message, self.advisory),
+            stage="mde" if self.advisory is not None else stage,
+            confirm=confirm,
+            notes=notes,
+        )
 
 
 def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Policy) -> Decision | None:
@@ -103,17 +209,14 @@ def _correctness(errors: Sequence[ErrorStats], entry: Entry | None, policy: Poli
             return Decision(
                 Verdict.CORRECTNESS_FAIL,
                 "fail",
-                f"correctness drift: {err.name}: max_abs {err.max_abs:.3g} is over {policy.drift_factor:g}x "
-                f"the stored {stored:.3g} (still within atol={err.atol:.3g}, but about "
-                f"{math.log2(err.max_abs / stored) if stored > 0 else math.inf:.1f} bits lost); "
-                "if intended, record it with --convperf-update-baselines=failed --convperf-reason=...",
+                messages.correctness_drift(err.name, err.max_abs, stored, err.atol, policy.drift_factor),
                 stage="drift",
                 tolerance=policy.tolerance,
             )
     return None
 
 
-def decide(
+def screen(
     comparison: Comparison,
     entry: Entry | None,
     policy: Policy,
@@ -121,15 +224,13 @@ def decide(
     errors: Sequence[ErrorStats] = (),
     env: Mapping[str, str] | None = None,
     backend: str | None = None,
-    confirm: Callable[[int], Comparison] | None = None,
     quality: Mapping[str, float] | None = None,
-) -> Decision:
-    """Decide one check against its stored entry (``None`` when there is none).
+) -> Decision | Suspect | FewRoundsSuspect:
+    """Judge one check's first measurement against its stored entry (``None`` when there is none).
 
-    ``confirm(n_rounds)`` re-measures with exactly ``n_rounds`` paired rounds; it is called
-    only for a suspect. Without it a suspect FAILs on the screen alone (stage ``screen``).
-    ``quality`` (``rel_l2``/``sqnr_db`` against the float conv) is gated against the entry's
-    stored ``quality``: a loss fails as CORRECTNESS_FAIL (stage ``quality``), never ADVISORY.
+    A suspect is returned for the caller to confirm (:func:`settle`). ``quality``
+    (``rel_l2``/``sqnr_db`` against the float conv) is gated against the entry's stored
+    ``quality``: a loss fails as CORRECTNESS_FAIL (stage ``quality``), never ADVISORY.
     """
     env = dict(env or {})
     bad = _correctness(errors, entry, policy)
@@ -140,177 +241,147 @@ def decide(
         return Decision(
             Verdict.CORRECTNESS_FAIL,
             "fail",
-            f"quality drift: accuracy against the float conv was lost: {'; '.join(lost)}. "
-            "If intended, record it with --convperf-update-baselines=failed --convperf-reason=...",
+            messages.quality_drift(lost),
             stage="quality",
             tolerance=policy.tolerance,
         )
     if comparison.inconclusive:
-        gross = few_rounds(comparison, entry, policy, env=env, backend=backend, confirm=confirm)
-        return gross or Decision(
-            Verdict.INCONCLUSIVE,
-            "skip",
-            f"inconclusive: {comparison.inconclusive}",
-            tolerance=policy.tolerance,
-        )
-    speed = f"speedup {comparison.speedup:.3f}x (time_ratio {comparison.time_ratio:.4g})"
+        few = screen_few(comparison, entry, policy, env=env, backend=backend)
+        return few or _inconclusive(comparison, policy)
     if entry is None:
-        msg = f"NEW: no baseline entry; {speed}. Record it with --convperf-update-baselines"
         return Decision(
             Verdict.NEW,
             "fail" if policy.strict else "pass",
-            msg + (" (--convperf-strict fails checks without a baseline)" if policy.strict else ""),
+            messages.new_check(comparison, policy.strict),
             stage="strict" if policy.strict else None,
             tolerance=policy.tolerance,
         )
 
     # Timings of two modes (cold vs CUDA graph) or flush kinds, or of two environments: never judged.
     timing, diff = changes_since(entry, comparison, env=env, backend=backend)
-    screen = stage_of("screen", comparison, entry, policy, policy.screen_q)
+    first = stage_of("screen", comparison, entry, policy, policy.screen_q)
     noise, _ = entry_noise(entry, policy)
-    common: dict[str, Any] = {
-        "tolerance": policy.tolerance,
-        "noise": noise,
-        "delta": math.expm1(screen.d),
-        "delta_ci": screen.delta_ci(),
-        "sigma": screen.sigma,
-        "env_diff": diff,
-    }
-    numbers = (
-        f"delta {pct(math.expm1(screen.d))} (95 % CI {pct(screen.delta_ci()[0])} .. "
-        f"{pct(screen.delta_ci()[1])}) vs baseline time_ratio {ratio_text(entry.time_ratio)}; "
-        f"{us_line(entry, comparison)}; tolerance {percent(policy.tolerance)}, noise {percent(noise, 2)}"
-    )
+    shift = reference_shift(comparison, entry, policy)
+    numbers = messages.screen_numbers(first, entry, comparison, policy, noise, shift)
+    reading = Reading(policy.tolerance, noise, math.expm1(first.d), first.delta_ci(), first.sigma, diff)
     if diff or timing:
-        common["env_diff"] = {**timing, **diff}
-        return Decision(
+        return replace(reading, env_diff={**timing, **diff}).decision(
             Verdict.STALE,
             "pass",
-            f"STALE: {describe_changes(timing, diff)}; {moved_side(entry, comparison)}: {numbers}. "
-            "Re-record with --convperf-update-baselines",
+            messages.stale(timing, diff, entry, comparison, numbers),
             stage="mode" if timing else "env",
-            **common,
         )
 
-    mde, rounds = confirm_mde(screen, comparison, entry, policy)
-    common.update(mde=mde, rounds_needed=rounds)
-    advisory: str | None = None
-    if mde > policy.max_mde:
-        how = (
-            f"about {rounds} paired rounds (now {comparison.n_rounds}) would make it gateable"
-            if rounds
-            else f"no number of rounds suffices: the between-run noise {percent(noise, 2)} alone exceeds it; "
-            "calibrate on a quieter machine"
-        )
-        advisory = (
-            f"ADVISORY: too noisy to gate: catches only a {percent(mde)} slowdown (gate needs "
-            f"{percent(policy.max_mde, 0)}); {how}"
-        )
-
-    def passed(message: str, **extra: Any) -> Decision:
-        # A noisy check that detected nothing says so instead of PASS; detections still count.
-        if advisory is not None:
-            fields = {**common, **extra, "stage": "mde"}
-            return Decision(Verdict.ADVISORY, "pass", f"{advisory}; {message}", **fields)
-        return Decision(Verdict.PASS, "pass", f"PASS: {message}", **{"stage": "screen", **common, **extra})
-
+    mde, rounds = confirm_mde(first, comparison, entry, policy)
+    reading = replace(reading, mde=mde, rounds_needed=rounds)
+    advisory = (
+        messages.too_noisy(mde, policy, rounds, comparison.n_rounds, noise, shift)
+        if mde > policy.max_mde
+        else None
+    )
     tol = math.log1p(policy.tolerance)
-    if screen.lower > tol:
-        if confirm is None:
-            return Decision(
-                Verdict.FAIL,
-                "fail",
-                f"FAIL (screen, unconfirmed): slower than the baseline: {numbers}",
-                stage="screen",
-                p_value=screen.p_value(policy.tolerance),
-                **common,
+    if first.lower > tol or first.upper < -tol:
+        return Suspect(first.lower > tol, comparison, entry, policy, first, reading, numbers, advisory)
+    return Suspect(False, comparison, entry, policy, first, reading, numbers, advisory).passed(numbers)
+
+
+def _inconclusive(comparison: Comparison, policy: Policy) -> Decision:
+    return Decision(
+        Verdict.INCONCLUSIVE,
+        "skip",
+        messages.inconclusive(comparison.inconclusive or ""),
+        tolerance=policy.tolerance,
+    )
+
+
+def settle(suspect: Suspect | FewRoundsSuspect, second: Comparison | None) -> Decision:
+    """The verdict of a suspect once the caller measured its confirm, ``second`` (``suspect.rounds``
+    paired rounds); ``None`` where there is no confirm: the screen alone decides ("unconfirmed").
+
+    A slower suspect FAILs only when the confirm exceeds the tolerance at ``confirm_q`` (99.95 %);
+    a faster one is IMPROVED only when confirmed likewise (a lucky screen recorded with =improved
+    would make the unchanged candidate fail against it afterwards).
+    """
+    if isinstance(suspect, FewRoundsSuspect):
+        return settle_few(suspect, second) or _inconclusive(suspect.comparison, suspect.policy)
+    policy, entry, numbers, n = suspect.policy, suspect.entry, suspect.numbers, suspect.comparison.n_rounds
+    if second is None:
+        if suspect.slower:
+            return replace(suspect.reading, p_value=suspect.screen.p_value(policy.tolerance)).decision(
+                Verdict.FAIL, "fail", messages.fail_unconfirmed(numbers), stage="screen"
             )
-        second = confirm(policy.confirm_factor * comparison.n_rounds)
-        if second.inconclusive:
+        return suspect.reading.decision(
+            Verdict.IMPROVED, "pass", messages.improved_unconfirmed(policy, numbers), stage="screen"
+        )
+    if second.inconclusive:
+        if suspect.slower:
             return Decision(
                 Verdict.INCONCLUSIVE,
                 "skip",
-                f"inconclusive: the confirm measurement was unusable ({second.inconclusive}); "
-                f"screen said {numbers}",
+                messages.confirm_unusable(second.inconclusive, numbers),
                 stage="confirm",
+                tolerance=policy.tolerance,
+                noise=suspect.reading.noise,
+                env_diff=suspect.reading.env_diff,
                 confirm=second,
-                **{k: v for k, v in common.items() if k in ("tolerance", "noise", "env_diff")},
             )
-        conf = stage_of("confirm", second, entry, policy, policy.confirm_q)
-        c_lo, c_hi = conf.delta_ci(policy.confirm_q)
-        conf_numbers = (
-            f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))} "
-            f"(99.9 % CI {pct(c_lo)} .. {pct(c_hi)}); "
-            f"{us_line(entry, second)}"
+        return suspect.passed(
+            messages.improvement_unusable(second.inconclusive, numbers), notes=("improvement not confirmed",)
         )
-        common.update(
-            delta=math.expm1(conf.d),
-            delta_ci=conf.delta_ci(),
-            sigma=conf.sigma,
-            p_value=conf.p_value(policy.tolerance),
-        )
+    conf = stage_of("confirm", second, entry, policy, policy.confirm_q)
+    conf_numbers = messages.confirm_numbers(conf, second, entry, policy.confirm_q)
+    tol = math.log1p(policy.tolerance)
+    if suspect.slower:
+        reading = suspect.reading.of_stage(conf, p_value=conf.p_value(policy.tolerance))
         if conf.lower > tol:
-            return Decision(
+            noisy = suspect.reading.mde if suspect.advisory is not None else None
+            return reading.decision(
                 Verdict.FAIL,
                 "fail",
-                f"FAIL (confirmed): slower than the baseline by more than {percent(policy.tolerance)}: "
-                f"{conf_numbers}; "
-                f"screen ({comparison.n_rounds} rounds): {numbers}. If intended, record it with "
-                "--convperf-update-baselines --convperf-reason=..."
-                + (f" (a noisy check: it catches only slowdowns over {percent(mde)})" if advisory else ""),
+                messages.fail_confirmed(policy, conf_numbers, n, numbers, noisy),
                 stage="confirm",
                 confirm=second,
-                **common,
             )
-        return passed(
-            f"suspect cleared by the confirm measurement: {conf_numbers}",
+        # A confirm that could not have caught a max_mde slowdown (the machine moved while it ran)
+        # clears nothing: the check is ADVISORY, not PASS, whatever the screen could catch.
+        conf_mde = math.expm1(tol + (conf.t + POWER_Z) * conf.sigma)
+        if suspect.advisory is None and conf_mde > policy.max_mde:
+            shift = reference_shift(second, entry, policy)
+            blind = messages.too_noisy(conf_mde, policy, None, second.n_rounds, suspect.reading.noise, shift)
+            suspect = replace(suspect, advisory=blind)
+        return suspect.passed(
+            messages.suspect_cleared(conf_numbers),
+            reading,
             stage="confirm",
             confirm=second,
             notes=("suspect cleared",),
         )
-    if screen.upper < -tol:
-        # Confirmed like a failure: a lucky screen recorded with =improved would make the unchanged
-        # candidate fail against it afterwards.
-        if confirm is None:
-            return Decision(
-                Verdict.IMPROVED,
-                "pass",
-                f"IMPROVED (screen, unconfirmed): faster than the baseline beyond "
-                f"{percent(policy.tolerance)}: {numbers}. Ratchet it with "
-                "--convperf-update-baselines=improved (recorded only once confirmed)",
-                stage="screen",
-                **common,
-            )
-        second = confirm(policy.confirm_factor * comparison.n_rounds)
-        if second.inconclusive:
-            return passed(
-                f"improvement not confirmed: the confirm measurement was unusable ({second.inconclusive}); "
-                f"screen said {numbers}",
-                notes=("improvement not confirmed",),
-            )
-        conf = stage_of("confirm", second, entry, policy, policy.confirm_q)
-        c_lo, c_hi = conf.delta_ci(policy.confirm_q)
-        conf_numbers = (
-            f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))} "
-            f"(99.9 % CI {pct(c_lo)} .. {pct(c_hi)}); {us_line(entry, second)}"
-        )
-        if conf.upper >= -tol:
-            return passed(
-                f"improvement not confirmed: {conf_numbers}; "
-                f"screen ({comparison.n_rounds} rounds): {numbers}",
-                confirm=second,
-                notes=("improvement not confirmed",),
-            )
-        common.update(delta=math.expm1(conf.d), delta_ci=conf.delta_ci(), sigma=conf.sigma)
-        return Decision(
-            Verdict.IMPROVED,
-            "pass",
-            f"IMPROVED (confirmed): faster than the baseline beyond {percent(policy.tolerance)}: "
-            f"{conf_numbers}; "
-            f"screen ({comparison.n_rounds} rounds): {numbers}. "
-            "Ratchet it with --convperf-update-baselines=improved",
-            stage="confirm",
+    if conf.upper >= -tol:
+        return suspect.passed(
+            messages.improvement_not_confirmed(conf_numbers, n, numbers),
             confirm=second,
-            **common,
+            notes=("improvement not confirmed",),
         )
-    return passed(numbers)
+    return suspect.reading.of_stage(conf).decision(
+        Verdict.IMPROVED,
+        "pass",
+        messages.improved_confirmed(policy, conf_numbers, n, numbers),
+        stage="confirm",
+        confirm=second,
+    )
+
+
+def decide(
+    comparison: Comparison,
+    entry: Entry | None,
+    policy: Policy,
+    *,
+    errors: Sequence[ErrorStats] = (),
+    env: Mapping[str, str] | None = None,
+    backend: str | None = None,
+    quality: Mapping[str, float] | None = None,
+) -> Decision:
+    """:func:`screen` without a confirm: a suspect is settled on the screen alone (stage ``screen``,
+    "unconfirmed"). With a confirm measurement, use ``judge.policy.decision_of``."""
+    first = screen(comparison, entry, policy, errors=errors, env=env, backend=backend, quality=quality)
+    return first if isinstance(first, Decision) else settle(first, None)

@@ -219,13 +219,15 @@ def rejudge(row: CheckRow, fresh: Comparison, cfg: ConvperfConfig) -> CheckRow:
     """The row decided again by the same rule, with the fresh-process measurement as its confirm."""
     from pytest_convperf.baselines.updates import quality_of
     from pytest_convperf.judge.policy import decision_of, policy_for
+    from pytest_convperf.night.machine_noise import machine_noise
 
     assert row.comparison is not None and row.baseline is not None
     old = row.baseline
+    kind = row.device_kind or "cpu"
     decision = decision_of(
         row.comparison,
         old,
-        policy_for(cfg, row.device_kind or "cpu", old),
+        policy_for(cfg, kind, old, machine_noise(cfg.report_dir, row.machine or "unknown", kind)),
         confirm=lambda _n: fresh,
         errors=row.errors,
         env=row.env or {},

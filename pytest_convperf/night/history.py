@@ -174,14 +174,23 @@ def record_problem(rec: Mapping[str, Any]) -> str | None:
     return None
 
 
+def usable_record(rec: Mapping[str, Any]) -> bool:
+    """Whether a record is a point of its check's series: a ratio, a verdict that timed, no problem."""
+    return (
+        rec.get("ln_ratio") is not None
+        and rec.get("verdict") not in ("INCONCLUSIVE", "CORRECTNESS_FAIL")
+        and record_problem(rec) is None
+    )
+
+
 def series_from_records(records: Iterable[Mapping[str, Any]]) -> Series:
     """Group history records by (machine, key), in time order; unusable runs and records with a
     :func:`record_problem` are left out."""
     out: Series = {}
     for rec in records:
-        ln = rec.get("ln_ratio")
-        if ln is None or rec.get("verdict") in ("INCONCLUSIVE", "CORRECTNESS_FAIL") or record_problem(rec):
+        if not usable_record(rec):
             continue
+        ln = rec["ln_ratio"]
         ident = (str(rec.get("machine") or "unknown"), str(rec["key"]))
         out.setdefault(ident, []).append(
             Point(str(rec.get("when") or ""), rec.get("commit"), float(ln), rec.get("verdict"))

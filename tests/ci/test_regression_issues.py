@@ -102,3 +102,22 @@ def test_the_cli_prints_the_plan(tmp_path: Path, capsys: Any) -> None:
     assert issues_script.main(args) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["kind"] == "open"
+
+
+def test_a_history_fail_is_alerted_over_its_advisory_row(tmp_path: Path, capsys: Any) -> None:
+    """Issue 36.2: the night's history gate (history_findings.json) opens an issue for a check whose
+    session alone was ADVISORY; an improvement found by history alerts nothing."""
+    (tmp_path / "rows.json").write_text(json.dumps([row("stepped", "ADVISORY"), row("faster", "PASS")]))
+    finding = {"machine": "h100", "module": "test_dw", "message": "HISTORY_FAIL: stepped: slower by 30 %"}
+    found = [
+        {**finding, "key": "stepped", "verdict": "HISTORY_FAIL"},
+        {**finding, "key": "faster", "verdict": "HISTORY_IMPROVED"},
+    ]
+    (tmp_path / "history_findings.json").write_text(json.dumps(found))
+    (tmp_path / "issues.json").write_text("[]")
+    args = ["--report", str(tmp_path), "--issues", str(tmp_path / "issues.json"), "--run-url", "u"]
+    assert issues_script.main(args) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    action = json.loads(line)
+    assert action["kind"] == "open" and action["check"] == "h100 | test_dw::stepped"
+    assert "HISTORY_FAIL" in action["body"]

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pytest_convperf.baselines.store import Entry
 from pytest_convperf.core.results import Comparison
+from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import Stage, decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.rounds import StopRule, measure_pair
@@ -96,10 +97,10 @@ def _comparison(ratio: float, rounds: int = 21) -> Comparison:
 def test_decide_carries_the_confirm_p_value() -> None:
     entry = Entry(time_ratio=0.5, noise=0.005, us_candidate=500.0, us_reference=1000.0, ref_runs=5)
     policy = default_policy("cuda")
-    slow = decide(_comparison(0.6), entry, policy, confirm=lambda n: _comparison(0.6, n))
+    slow = decision_of(_comparison(0.6), entry, policy, confirm=lambda n: _comparison(0.6, n))
     assert slow.verdict.value == "FAIL" and slow.p_value is not None and slow.p_value < 1 - policy.confirm_q
     assert slow.to_dict()["p_value"] == slow.p_value
-    same = decide(_comparison(0.5), entry, policy, confirm=lambda n: _comparison(0.5, n))
+    same = decision_of(_comparison(0.5), entry, policy, confirm=lambda n: _comparison(0.5, n))
     assert same.verdict.value == "PASS" and same.p_value is None
     unconfirmed = decide(_comparison(0.6), entry, policy)
     assert unconfirmed.stage == "screen" and unconfirmed.p_value is not None and unconfirmed.p_value < 0.05

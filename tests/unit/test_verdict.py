@@ -9,6 +9,7 @@ import pytest
 from pytest_convperf.baselines.store import Entry
 from pytest_convperf.core.env import env_diff, env_from_facts
 from pytest_convperf.core.results import Comparison, ErrorStats, Measurement, Verdict
+from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.quality import QUALITY_DB_DROP, QUALITY_REL_L2_FACTOR, QUALITY_REL_L2_FLOOR
 from pytest_convperf.judge.verdict import CPU_TOLERANCE, GPU_NOISE_FLOOR, Policy, decide, default_policy
 
@@ -99,14 +100,16 @@ def test_drift_fails_only_when_confirm_agrees() -> None:
         calls.append(n)
         return comparison(0.6 * 1.10, n=n)
 
-    d = decide(comparison(0.6 * 1.10, n=41), entry(0.6), GPU, env=ENV, confirm=confirm_slow)
+    d = decision_of(comparison(0.6 * 1.10, n=41), entry(0.6), GPU, env=ENV, confirm=confirm_slow)
     assert calls == [123]  # 3x the rounds
     assert (d.verdict, d.outcome, d.stage) == (Verdict.FAIL, "fail", "confirm")
     assert d.delta == pytest.approx(0.10, abs=1e-3)
     for part in ("confirm (123 rounds)", "+10.0 %", "candidate", "reference", "tolerance 2.0 %", "noise"):
         assert part in d.message
 
-    d2 = decide(comparison(0.6 * 1.10), entry(0.6), GPU, env=ENV, confirm=lambda n: comparison(0.601, n=n))
+    d2 = decision_of(
+        comparison(0.6 * 1.10), entry(0.6), GPU, env=ENV, confirm=lambda n: comparison(0.601, n=n)
+    )
     assert (d2.verdict, d2.outcome) == (Verdict.PASS, "pass")
     assert "suspect cleared" in d2.notes
 
@@ -119,7 +122,7 @@ def test_unconfirmed_screen_fails_with_stage() -> None:
 def test_noise_floor_and_between_run_noise_widen_the_gate() -> None:
     # 3 % slower with a calibrated noise of 3 %: the lower bound stays under the tolerance.
     noisy = entry(0.6, noise=0.03, noise_runs=30)
-    d = decide(
+    d = decision_of(
         comparison(0.6 * 1.03),
         noisy,
         Policy(0.02, GPU_NOISE_FLOOR, 1.0),
@@ -169,7 +172,7 @@ def test_inconclusive_skips() -> None:
     d = decide(comparison(0.9, inconclusive="40 % of rounds dropped (throttling)"), entry(0.6), GPU)
     assert (d.verdict, d.outcome) == (Verdict.INCONCLUSIVE, "skip")
     assert "throttling" in d.message
-    d2 = decide(
+    d2 = decision_of(
         comparison(0.7),
         entry(0.6),
         GPU,
@@ -262,7 +265,7 @@ def test_env_diff_ignores_keys_missing_on_one_side() -> None:
 def test_to_dict_is_json_ready() -> None:
     import json
 
-    d = decide(comparison(0.7), entry(0.6), GPU, env=ENV, confirm=lambda n: comparison(0.7, n=n))
+    d = decision_of(comparison(0.7), entry(0.6), GPU, env=ENV, confirm=lambda n: comparison(0.7, n=n))
     data = json.loads(json.dumps(d.to_dict()))
     assert data["verdict"] == "FAIL" and data["confirm"]["n_rounds"] == 123
 
@@ -284,9 +287,9 @@ def test_noisy_check_still_fails_on_a_confirmed_gross_regression() -> None:
     noisy = entry(0.6, noise=0.05)
     # Nothing detected: ADVISORY, also when a suspect is cleared by the confirm stage.
     assert decide(comparison(0.6), noisy, GPU, env=ENV).verdict is Verdict.ADVISORY
-    cleared = decide(comparison(0.6 * 1.3), noisy, GPU, env=ENV, confirm=lambda n: comparison(0.6, n=n))
+    cleared = decision_of(comparison(0.6 * 1.3), noisy, GPU, env=ENV, confirm=lambda n: comparison(0.6, n=n))
     assert (cleared.verdict, cleared.stage) == (Verdict.ADVISORY, "mde")
     # 2x slower is far beyond the noise: confirmed FAIL, with the note that the check is noisy.
-    gross = decide(comparison(1.2), noisy, GPU, env=ENV, confirm=lambda n: comparison(1.2, n=n))
+    gross = decision_of(comparison(1.2), noisy, GPU, env=ENV, confirm=lambda n: comparison(1.2, n=n))
     assert (gross.verdict, gross.outcome) == (Verdict.FAIL, "fail")
     assert "a noisy check" in gross.message

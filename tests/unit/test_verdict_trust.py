@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import decide, default_policy
 from tests.unit.test_verdict import ENV, GPU, comparison, entry
 
@@ -38,7 +39,7 @@ def test_huge_regression_in_few_rounds_fails_after_its_confirm() -> None:
         calls.append(n)
         return few(0.6 * 40, n=4)
 
-    d = decide(few(0.6 * 40), entry(0.6, noise=0.04), CPU, env=ENV, confirm=confirm)
+    d = decision_of(few(0.6 * 40), entry(0.6, noise=0.04), CPU, env=ENV, confirm=confirm)
     assert (d.verdict, d.outcome, d.stage) == (Verdict.FAIL, "fail", "few-rounds")
     assert calls == [9]  # the same 3x confirm as any suspect
     assert "3 rounds" in d.message and "4 rounds" in d.message
@@ -46,13 +47,15 @@ def test_huge_regression_in_few_rounds_fails_after_its_confirm() -> None:
 
 def test_few_rounds_that_show_little_stay_inconclusive() -> None:
     # 10 % slower in 3 rounds: within what a few rounds cannot tell from the noise.
-    d = decide(few(0.66), entry(0.6, noise=0.04), CPU, env=ENV, confirm=lambda n: few(0.66, n=n))
+    d = decision_of(few(0.66), entry(0.6, noise=0.04), CPU, env=ENV, confirm=lambda n: few(0.66, n=n))
     assert (d.verdict, d.outcome) == (Verdict.INCONCLUSIVE, "skip")
     # The least slow round decides: one fast round among slow ones clears it.
-    d2 = decide(few(0.6 * 3, spread=1.2), entry(0.6, noise=0.04), CPU, env=ENV, confirm=lambda n: few(1.8, n))
+    d2 = decision_of(
+        few(0.6 * 3, spread=1.2), entry(0.6, noise=0.04), CPU, env=ENV, confirm=lambda n: few(1.8, n)
+    )
     assert d2.verdict is Verdict.INCONCLUSIVE
     # A confirm that does not repeat it clears it too.
-    d3 = decide(few(0.6 * 40), entry(0.6, noise=0.04), CPU, env=ENV, confirm=lambda n: few(0.6, n=n))
+    d3 = decision_of(few(0.6 * 40), entry(0.6, noise=0.04), CPU, env=ENV, confirm=lambda n: few(0.6, n=n))
     assert d3.verdict is Verdict.INCONCLUSIVE and "confirm" in d3.message
     # Clock-dropped rounds are never judged this way.
     clocks = comparison(0.6 * 40, n=3, inconclusive="3 of 4 timing rounds dropped")
@@ -65,7 +68,8 @@ def test_few_rounds_that_show_little_stay_inconclusive() -> None:
         inconclusive=clocks.inconclusive,
     )
     assert (
-        decide(clocks, entry(0.6), CPU, env=ENV, confirm=lambda n: few(24, n)).verdict is Verdict.INCONCLUSIVE
+        decision_of(clocks, entry(0.6), CPU, env=ENV, confirm=lambda n: few(24, n)).verdict
+        is Verdict.INCONCLUSIVE
     )
 
 
@@ -80,17 +84,17 @@ def test_improvement_is_confirmed_before_it_is_improved() -> None:
         calls.append(n)
         return comparison(0.5, n=n)
 
-    d = decide(comparison(0.5), entry(0.6), GPU, env=ENV, confirm=confirm)
+    d = decision_of(comparison(0.5), entry(0.6), GPU, env=ENV, confirm=confirm)
     assert (d.verdict, d.stage) == (Verdict.IMPROVED, "confirm")
     assert calls == [123]
     assert d.confirm is not None and d.confirm.n_rounds == 123
 
 
 def test_unconfirmed_improvement_is_a_pass_never_improved() -> None:
-    d = decide(comparison(0.5), entry(0.6), GPU, env=ENV, confirm=lambda n: comparison(0.598, n=n))
+    d = decision_of(comparison(0.5), entry(0.6), GPU, env=ENV, confirm=lambda n: comparison(0.598, n=n))
     assert (d.verdict, d.outcome) == (Verdict.PASS, "pass")
     assert "improvement not confirmed" in d.message
-    inconclusive = decide(
+    inconclusive = decision_of(
         comparison(0.5), entry(0.6), GPU, env=ENV, confirm=lambda n: comparison(0.5, n=n, inconclusive="x")
     )
     assert inconclusive.verdict is Verdict.PASS and "improvement not confirmed" in inconclusive.message
@@ -102,7 +106,7 @@ def test_improved_update_records_only_a_confirmed_improvement(confirm_ratio: flo
     from tests.unit.test_updates import _cfg
 
     old = entry(0.6)
-    d = decide(comparison(0.5), old, GPU, env=ENV, confirm=lambda n: comparison(confirm_ratio, n=n))
+    d = decision_of(comparison(0.5), old, GPU, env=ENV, confirm=lambda n: comparison(confirm_ratio, n=n))
     final = d.confirm if d.confirm is not None else comparison(0.5)
     plan = plan_update(
         _cfg(tmp_path, {"improved"}),
