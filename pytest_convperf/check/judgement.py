@@ -6,7 +6,7 @@ looked up once), the device, the measured comparison and a way to re-measure; it
 ``Judgement.row_fields`` into the check's row, records it, then calls ``Judgement.enforce()``,
 which fails (FAIL, correctness, refused update, strict NEW) or skips (INCONCLUSIVE) the running
 test; a speed FAIL under session-wide false-alarm control is reported as "speed FAIL pending"
-(``night.pending_speed_fail``) and decided at session end. Nothing is written here: the
+(``night.decide.pending_speed_fail``) and decided at session end. Nothing is written here: the
 controller writes the planned updates once at session end (:mod:`pytest_convperf.baselines.updates`).
 """
 

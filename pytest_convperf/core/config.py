@@ -64,7 +64,7 @@ class ConvperfConfig:
     tolerance: float | None = None
     noise_floor: float | None = None
     strict: bool = False
-    check_timeout: float | None = None  # None: derived from the round caps (timing.rule.StopRule)
+    check_timeout: float | None = None  # None: derived from the round caps (measure/rule.py, StopRule)
     gpus: tuple[int, ...] | Literal["auto"] | None = None
     # Night-wide false-alarm control of speed FAILs (multiplicity.control), decided at session end.
     false_alarms: Method = DEFAULT_METHOD
