@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_convperf.core.results import Comparison
-from pytest_convperf.judge.decision import POWER_Z
-from pytest_convperf.judge.verdict import GPU_NOISE_FLOOR, Policy, Stage, default_policy
+from pytest_convperf.judge.decision import POWER_Z, Policy, Stage
+from pytest_convperf.judge.verdict import GPU_NOISE_FLOOR, default_policy
 
 FASTER, SLOWER, SAME, INCONCLUSIVE = "FASTER", "SLOWER", "SAME", "INCONCLUSIVE"
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.baselines.store import Entry, dump_text, read_file
+from pytest_convperf.baselines.store import dump_text, read_file
+from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.env import env_diff, timing_diff
 from pytest_convperf.core.files import atomic_write, lock_for
 from pytest_convperf.core.results import entry_digest

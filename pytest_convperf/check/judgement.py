@@ -21,9 +21,8 @@ import pytest
 from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
 from pytest_convperf.core.entry import UpdatePlan
 from pytest_convperf.core.env import timing_of
-from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
 from pytest_convperf.judge.policy import decision_of
-from pytest_convperf.judge.verdict import Decision
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import BaselineSlot, CheckSession

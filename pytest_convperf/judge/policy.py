@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from pytest_convperf.core import kerneldiff
 from pytest_convperf.core.entry import Entry
-from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.judge.verdict import Decision, Policy, decide, default_policy
+from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Verdict
+from pytest_convperf.judge.decision import Policy
+from pytest_convperf.judge.verdict import decide, default_policy
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig

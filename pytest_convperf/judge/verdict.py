@@ -19,15 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.core.env import changes_since, describe_changes, moved_side, us_line
-from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Outcome, Verdict, ratio_text
+from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Verdict, ratio_text
 from pytest_convperf.judge.decision import (
-    CONFIRM_FACTOR,
-    CONFIRM_Q,
-    DRIFT_FACTOR,
-    MIN_CI_ROUNDS,
-    SCREEN_Q,
     Policy,
-    Stage,
     confirm_mde,
     entry_noise,
     pct,
@@ -40,20 +34,7 @@ from pytest_convperf.judge.quality import quality_drift
 if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
 
-# Re-exported: the decision's data types and constants are part of this module's interface.
-__all__ = [
-    "CONFIRM_FACTOR",
-    "CONFIRM_Q",
-    "DRIFT_FACTOR",
-    "MIN_CI_ROUNDS",
-    "SCREEN_Q",
-    "Decision",
-    "Outcome",
-    "Policy",
-    "Stage",
-    "decide",
-    "default_policy",
-]
+__all__ = ["decide", "default_policy"]
 
 GPU_TOLERANCE = 0.02
 CPU_TOLERANCE = 0.05
