@@ -1,5 +1,5 @@
 """The policy a check is judged by and the decision under it: the rule of ``verdict.decide`` plus
-what a FAIL says about the kernels that moved. Shared by the check's gate and the fresh-process
+what a FAIL says about the kernels that moved. Shared by the check's judgement and the fresh-process
 confirm at session end, which decides again by the same rule."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verd
 from pytest_convperf.judge.decision import CONFIRM_FACTOR
 from pytest_convperf.night.multiplicity import check_id, check_name
 
-# Fresh processes per confirm: their offsets average, so the gate charges noise^2 / 2 for the
+# Fresh processes per confirm: their offsets average, so the rule charges noise^2 / 2 for the
 # confirm instead of noise^2. In the night simulation this lifts night-1 detection of a 10 %
 # regression from about 88 % (one process, 100-night runs) to 95.7 % (docs/statistics.md §3).
 FRESH_PROCESSES = 2
