@@ -4,7 +4,7 @@ On one conv (the reference ``F.conv2d`` of a depthwise seed shape; scaled down o
 five fresh measurements of the median with each method and reports the run-to-run spread of
 those medians and the wall time each measurement cost:
 
-- ``convperf``: this plugin's timer (``timing.rounds.measure_one``: warm-up, adaptive rounds on
+- ``convperf``: this plugin's timer (``measure.rounds.measure_one``: warm-up, adaptive rounds on
   the CI of the median; cold L2 and a gate on a GPU);
 - ``convperf paired``: the ratio of the same conv against itself in paired rounds (the quantity
   baselines store), whose spread is the noise a regression check sees;

@@ -20,15 +20,14 @@ if TYPE_CHECKING:
     from pytest_convperf.check.cliff_search import CliffSearch, SearchResult
     from pytest_convperf.check.fixture import ConvperfFixture
     from pytest_convperf.check.pair_check import check_pair
-    from pytest_convperf.check.pairing import ImplausibleTime
     from pytest_convperf.core.device import DeviceInfo, resolve_device
     from pytest_convperf.core.precision import ieee_fp32, tf32_enabled
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.core.results import Comparison, ErrorStats, Measurement, Verdict
-    from pytest_convperf.core.roofline import spec_peak
+    from pytest_convperf.core.roofline import ImplausibleTime, spec_peak
     from pytest_convperf.core.strategies import conv2d_problems, seeds
+    from pytest_convperf.correctness.correctness_report import CorrectnessReport
     from pytest_convperf.correctness.oracle import (
-        CorrectnessReport,
         assert_conv_close,
         check_conv,
         reproduce,
@@ -57,7 +56,7 @@ _EXPORTS: dict[str, str] = {
     "check_conv": "pytest_convperf.correctness.oracle",
     "reproduce": "pytest_convperf.correctness.oracle",
     "stable_seed": "pytest_convperf.correctness.oracle",
-    "CorrectnessReport": "pytest_convperf.correctness.oracle",
+    "CorrectnessReport": "pytest_convperf.correctness.correctness_report",
     "judge_against_stock": "pytest_convperf.correctness.tolerance",
     "Ruling": "pytest_convperf.correctness.tolerance",
     "ieee_fp32": "pytest_convperf.core.precision",
@@ -84,7 +83,7 @@ _EXPORTS: dict[str, str] = {
     "Measurement": "pytest_convperf.core.results",
     "ErrorStats": "pytest_convperf.core.results",
     "Verdict": "pytest_convperf.core.results",
-    "ImplausibleTime": "pytest_convperf.check.pairing",
+    "ImplausibleTime": "pytest_convperf.core.roofline",
     # the paired check of two arbitrary callables (whole models, fused blocks)
     "check_pair": "pytest_convperf.check.pair_check",
     # for tools that time kernels outside pytest (kernels.sweep): the device's fingerprint, its

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.core.config import CLI_ONLY, CONFIG_KEY, INI_ONLY, OPTIONS, ConvperfConfig, is_controller
+from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig, is_controller
+from pytest_convperf.core.options import CLI_ONLY, INI_ONLY, OPTIONS
 from pytest_convperf.session import SESSION_KEY, ConvperfSession
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
 ) -> None:
     """A bare ``--convperf-update-baselines`` followed by a path works as printed (before the final parse)."""
-    from pytest_convperf.core.config import bare_update_flag
+    from pytest_convperf.core.options import bare_update_flag
 
     args[:] = bare_update_flag(args)
 

@@ -22,19 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_convperf.baselines.store import Store, refuse_shared_keys, resolve_machine, validate_files
-from pytest_convperf.core.config import CONFIG_KEY
-from pytest_convperf.core.config import is_controller as is_controller  # re-exported
+from pytest_convperf.baselines.store import Store, refuse_shared_keys, validate_files
+from pytest_convperf.core.config import CONFIG_KEY, is_controller
 from pytest_convperf.core.files import check_output_paths
-from pytest_convperf.core.results import ROWS_PROPERTY as ROWS_PROPERTY  # re-exported
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow
+from pytest_convperf.core.slugs import resolve_machine
 from pytest_convperf.header import baseline_lines, interrupted_note
 from pytest_convperf.night import decide
 from pytest_convperf.night.fresh_confirm import ConfirmRun
 from pytest_convperf.night.machine_noise import noise_lines
 from pytest_convperf.reports import journal, progress
-from pytest_convperf.reports.sections import SECTIONS_PROPERTY as SECTIONS_PROPERTY  # re-exported
-from pytest_convperf.reports.sections import ReportSections, Section, write_sections
+from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig

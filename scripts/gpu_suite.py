@@ -282,7 +282,7 @@ class Part:
 def worst_check_s() -> float:
     """Worst case of one check under the GPU stop rule (see the module docstring)."""
     sys.path.insert(0, str(ROOT))
-    from pytest_convperf.measure.rounds import StopRule
+    from pytest_convperf.measure.rule import StopRule
 
     rule = StopRule()
     return rule.warmup_cap_s + rule.max_time_s * (1 + CONFIRM_FACTOR)

@@ -40,13 +40,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pytest_convperf.baselines.calibration import noise_of, recentre, spike_free
-from pytest_convperf.baselines.store import Entry
-from pytest_convperf.core.config import METHODS, Method
-from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.core.entry import Entry
+from pytest_convperf.core.options import METHODS, Method
+from pytest_convperf.core.results import Comparison, Decision, Verdict
 from pytest_convperf.core.stats import MIN_CROSSOVER_UNITS
-from pytest_convperf.judge.verdict import Decision, Policy, decide, default_policy
+from pytest_convperf.judge.decision import Policy
+from pytest_convperf.judge.verdict import decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer
-from pytest_convperf.measure.rounds import StopRule, measure_pair
+from pytest_convperf.measure.rounds import measure_pair
+from pytest_convperf.measure.rule import StopRule
 from pytest_convperf.night.fresh_confirm import FRESH_PROCESSES, across_processes
 from pytest_convperf.night.multiplicity import control
 

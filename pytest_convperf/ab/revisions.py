@@ -86,19 +86,19 @@ def repo_root(path: Path, way_out: str = AB_WAY_OUT) -> Path:
 
 
 AUTO = "auto"
-BASE_REF_ENV = "GITHUB_BASE_REF"  # GitHub Actions sets it on pull_request events: the target branch
+BASE_REF_VARIABLE = "GITHUB_BASE_REF"  # not a convperf variable (core/environment.py): GitHub Actions sets it on pull_request events: the target branch
 
 
 def merge_base(root: Path) -> Revision:
     """``--convperf-against=auto``: the merge base of HEAD with the pull request's target branch
     (``origin/$GITHUB_BASE_REF``), else with the remote's default branch (``origin/HEAD``): what a pull
     request changes, measured against where it started, whatever the target moved to since."""
-    base_ref = os.environ.get(BASE_REF_ENV, "").strip()
+    base_ref = os.environ.get(BASE_REF_VARIABLE, "").strip()
     if base_ref:
-        base, why = f"origin/{base_ref}", f"${BASE_REF_ENV}={base_ref}"
+        base, why = f"origin/{base_ref}", f"${BASE_REF_VARIABLE}={base_ref}"
         fix = f"fetch it (`git fetch origin {base_ref}`; actions/checkout with fetch-depth: 0)"
     else:
-        base, why = "origin/HEAD", f"${BASE_REF_ENV} is unset"
+        base, why = "origin/HEAD", f"${BASE_REF_VARIABLE} is unset"
         fix = "run `git remote set-head origin --auto`, set $GITHUB_BASE_REF or pass --convperf-against=REF"
     if _git(root, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False).returncode != 0:
         raise RevisionError(f"{why} and {base} does not exist in {root}; {fix}")

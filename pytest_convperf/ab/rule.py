@@ -2,7 +2,7 @@
 
 Pure (no torch, no pytest). ``decide_ab(first, confirm, policy)`` takes one paired comparison of
 A (as the comparison's candidate) against REF (as its reference), i.e. per round
-ln(t_A / t_REF), and applies the gate's rules (:mod:`pytest_convperf.judge.verdict`) to d = the median
+ln(t_A / t_REF), and applies the rule's tests (:mod:`pytest_convperf.judge.verdict`) to d = the median
 log ratio, with no stored baseline:
 
 * sigma^2 = se^2 + floor^2: ``floor`` is the A/B noise floor (the between-run SD of an A/B ratio
@@ -11,7 +11,7 @@ log ratio, with no stored baseline:
 * screen at one-sided ``screen_q`` (95 %) against +-ln(1 + tolerance); a suspect is re-timed with
   ``confirm_factor`` x the rounds and must agree at ``confirm_q`` (99.95 %): then SLOWER or FASTER;
 * nothing detected: SAME when the screen could have seen a ``max_mde`` change with 80 % power,
-  else INCONCLUSIVE (too noisy to call it the same), as ADVISORY does for the gate;
+  else INCONCLUSIVE (too noisy to call it the same), as ADVISORY does for the baseline rule;
 * too many rounds dropped for clocks, or a suspect the confirmation does not repeat: INCONCLUSIVE.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_convperf.core.results import Comparison
-from pytest_convperf.judge.decision import POWER_Z
-from pytest_convperf.judge.verdict import GPU_NOISE_FLOOR, Policy, Stage, default_policy
+from pytest_convperf.judge.decision import POWER_Z, Policy, Stage
+from pytest_convperf.judge.verdict import GPU_NOISE_FLOOR, default_policy
 
 FASTER, SLOWER, SAME, INCONCLUSIVE = "FASTER", "SLOWER", "SAME", "INCONCLUSIVE"
 
@@ -40,7 +40,7 @@ GPU_AB_NOISE_FLOOR = GPU_NOISE_FLOOR
 def ab_policy(
     device_type: str, *, tolerance: float | None = None, noise_floor: float | None = None
 ) -> Policy:
-    """The gate's policy for ``device_type`` with the A/B noise floor (or ``noise_floor``)."""
+    """The baseline rule's policy for ``device_type`` with the A/B noise floor (or ``noise_floor``)."""
     base = default_policy(device_type, tolerance=tolerance)
     default = GPU_AB_NOISE_FLOOR if device_type == "cuda" else CPU_AB_NOISE_FLOOR
     return Policy(base.tolerance, noise_floor if noise_floor is not None else default, base.max_mde)

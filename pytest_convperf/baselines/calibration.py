@@ -2,7 +2,7 @@
 it, a re-centred baseline ratio (``python -m pytest_convperf calibrate`` runs them; this module is
 the rule, pure except for :func:`write_calibration`).
 
-Why re-centre: the gate's sigma carries the stored ratio's own error, ``noise^2 / ref_runs``. An
+Why re-centre: the decision rule's sigma carries the stored ratio's own error, ``noise^2 / ref_runs``. An
 entry recorded by one session has ``ref_runs`` 1, so half of sigma^2 is the baseline's error;
 pooling it with the K calibration runs takes that term to ``noise^2 / (1 + K)``. With 30 runs
 this lifts the night-1 detection of a 10 % regression in the night simulation from 76.5 % to
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.baselines.store import Entry, dump_text, read_file
+from pytest_convperf.baselines.store import dump_text, read_file
+from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.env import env_diff, timing_diff
 from pytest_convperf.core.files import atomic_write, lock_for
 from pytest_convperf.core.results import entry_digest
@@ -61,7 +62,7 @@ def recentre(old: Entry, ln_ratios: Sequence[float], noise: float, *, other_code
     git does not track; ``updates.code_state``) move the ratio: the runs and the recording measured
     the same thing. Otherwise ``other_code`` says why not (:func:`code_difference`).
     Agreeing runs are pooled, ``old.time_ratio`` worth ``old.ref_runs`` runs, the K runs' median
-    worth K (the gate charges the stored ratio ``noise^2 / ref_runs``, decision.stage_of; for the
+    worth K (the rule charges the stored ratio ``noise^2 / ref_runs``, decision.stage_of; for the
     heavy-tailed t5 offsets of the night simulation a median is as efficient as a mean). Runs that
     disagree beyond 2.576 x the noise of the difference replace it: K runs against one, the
     recorded run was the outlier. At other code the ratio is kept whatever the runs say: the
@@ -115,7 +116,7 @@ def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
 
     The plain SD of the :func:`spike_free` runs: one run under a load spike (a neighbour's build)
     does not become the stored noise, and clean runs keep the SD's efficiency. The MAD alone is
-    only 37 % efficient: stored as the noise with ``noise_runs - 1`` degrees of freedom (the gate's
+    only 37 % efficient: stored as the noise with ``noise_runs - 1`` degrees of freedom (the rule's
     t quantiles), it would claim more than it knows.
     """
     kept = spike_free(ln_ratios)

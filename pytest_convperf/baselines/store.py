@@ -26,22 +26,17 @@ from pytest_convperf.baselines import baseline_yaml
 from pytest_convperf.core.entry import Entry, InvalidEntry, parse_entry
 from pytest_convperf.core.files import atomic_write, lock_for
 from pytest_convperf.core.markdown_safe import bounded
-from pytest_convperf.core.slugs import resolve_machine, slugify
 
 __all__ = [
     "MAX_FILE_BYTES",
     "SCHEMA",
     "BaselineFile",
-    "Entry",
     "Store",
     "dump_text",
     "merge_files",
-    "parse_entry",
     "parse_text",
     "read_file",
     "refuse_shared_keys",
-    "resolve_machine",
-    "slugify",
     "validate_files",
 ]
 

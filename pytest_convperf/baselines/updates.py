@@ -29,16 +29,16 @@ import pytest
 
 from pytest_convperf.baselines.orphans import PRUNE
 from pytest_convperf.baselines.orphans import render_md as render_orphans
-from pytest_convperf.baselines.store import Entry, Store, parse_entry, read_file
+from pytest_convperf.baselines.store import Store, read_file
 from pytest_convperf.baselines.update_outcome import Applied, utf8
 from pytest_convperf.baselines.update_record import UPDATE_MD, render_update_md
-from pytest_convperf.core.entry import UpdatePlan
+from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.files import atomic_write
-from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
 from pytest_convperf.judge.cliffs import CliffChange, file_changes, render_md
+from pytest_convperf.judge.decision import Policy
 from pytest_convperf.judge.quality import QUALITY_KEYS
-from pytest_convperf.judge.verdict import Decision, Policy
 
 # A recorded ratio falling to under 1/2 of the stored one needs --convperf-reason: cheats that
 # reached IMPROVED read 0.07-0.2x of their baseline (issue 25 item 1); a real 2x speedup deserves

@@ -27,7 +27,7 @@ from pytest_convperf.correctness.integrity import check_output
 from pytest_convperf.correctness.oracle import describe
 from pytest_convperf.measure.parallel import timing_slot
 from pytest_convperf.measure.profiling import profile_kernels
-from pytest_convperf.measure.rounds import Workload
+from pytest_convperf.measure.rule import Workload
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext

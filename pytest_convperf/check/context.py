@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
     from pytest_convperf.core.results import CheckRow, Comparison
-    from pytest_convperf.judge.verdict import Policy
-    from pytest_convperf.measure.timers import Timer
+    from pytest_convperf.judge.decision import Policy
+    from pytest_convperf.measure.protocol import Timer
     from pytest_convperf.reports.progress import LiveProgress
 
 # A conv candidate or reference: a callable with ``F.conv2d``'s signature.

@@ -20,7 +20,6 @@ import pytest
 
 from pytest_convperf.check.calls import phase_calls
 from pytest_convperf.check.context import (
-    PHASES,
     BaselineSlot,
     Candidate,
     CheckContext,
@@ -30,11 +29,11 @@ from pytest_convperf.check.context import (
 )
 from pytest_convperf.check.faults import CheckProgress, device_errors
 from pytest_convperf.check.judgement import judge_and_record
-from pytest_convperf.check.pairing import ImplausibleTime, time_pair
+from pytest_convperf.check.pairing import time_pair
 from pytest_convperf.check.pipeline import run_check
 from pytest_convperf.core.problem import require_problem
 from pytest_convperf.core.results import Comparison, ErrorStats
-from pytest_convperf.measure.rounds import StopRule
+from pytest_convperf.measure.rule import StopRule
 from pytest_convperf.reports.progress import ProgressTimer
 
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
-    from pytest_convperf.measure.timers import Timer
+    from pytest_convperf.measure.protocol import Timer
 
 
 class ConvperfFixture:
@@ -217,4 +216,4 @@ class ConvperfFixture:
         return self.judge(comparison, **kwargs)
 
 
-__all__ = ["PHASES", "ConvperfFixture", "ImplausibleTime"]
+__all__ = ["ConvperfFixture"]

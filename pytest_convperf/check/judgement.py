@@ -6,7 +6,7 @@ looked up once), the device, the measured comparison and a way to re-measure; it
 ``Judgement.row_fields`` into the check's row, records it, then calls ``Judgement.enforce()``,
 which fails (FAIL, correctness, refused update, strict NEW) or skips (INCONCLUSIVE) the running
 test; a speed FAIL under session-wide false-alarm control is reported as "speed FAIL pending"
-(``night.pending_speed_fail``) and decided at session end. Nothing is written here: the
+(``night.decide.pending_speed_fail``) and decided at session end. Nothing is written here: the
 controller writes the planned updates once at session end (:mod:`pytest_convperf.baselines.updates`).
 """
 
@@ -21,9 +21,8 @@ import pytest
 from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
 from pytest_convperf.core.entry import UpdatePlan
 from pytest_convperf.core.env import timing_of
-from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
 from pytest_convperf.judge.policy import decision_of
-from pytest_convperf.judge.verdict import Decision
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import BaselineSlot, CheckSession

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.check.paired import first_and_confirm
 from pytest_convperf.core.precision import ieee_fp32
-from pytest_convperf.measure.rounds import StopRule, Workload
+from pytest_convperf.measure.rule import StopRule, Workload
 
 if TYPE_CHECKING:
     from pytest_convperf.check.fixture import ConvperfFixture

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.measure.parallel import timing_slot
-from pytest_convperf.measure.rounds import StopRule, Workload, measure_pair
+from pytest_convperf.measure.rounds import measure_pair
+from pytest_convperf.measure.rule import StopRule, Workload
 
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_convperf.measure.timers import Timer
+    from pytest_convperf.measure.protocol import Timer
 
 
 def slotted_pair(

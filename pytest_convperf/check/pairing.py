@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_convperf.check.paired import first_and_confirm
 from pytest_convperf.core.results import Comparison
-from pytest_convperf.core.roofline import ImplausibleTime, sanity
-from pytest_convperf.measure.rounds import StopRule
+from pytest_convperf.core.roofline import sanity
+from pytest_convperf.measure.rule import StopRule
 
 if TYPE_CHECKING:
     from pytest_convperf.check.calls import PhaseCalls
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pytest_convperf.core.problem import ConvInputs
 
 # ImplausibleTime is the public face's name for the roofline sanity check's failure (core.roofline).
-__all__ = ["ImplausibleTime", "TimedPair", "time_pair"]
+__all__ = ["TimedPair", "time_pair"]
 
 
 @dataclasses.dataclass(frozen=True)

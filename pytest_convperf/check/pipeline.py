@@ -25,14 +25,14 @@ from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.judgement import judge_and_record
-from pytest_convperf.check.pairing import ImplausibleTime, time_pair
+from pytest_convperf.check.pairing import time_pair
 from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.core.roofline import ImplausibleTime
 from pytest_convperf.correctness.integrity import Finding, after_timing
 from pytest_convperf.correctness.oracle import check_conv
 from pytest_convperf.measure.profiling import profile_facts
-from pytest_convperf.measure.rounds import StopRule
-from pytest_convperf.measure.rule import TimingTrick
+from pytest_convperf.measure.rule import StopRule, TimingTrick
 from pytest_convperf.reports import journal
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 ``config.stash``.
 
 The options are defined once, in :data:`pytest_convperf.core.options.OPTIONS`; the environment
-variables in :data:`pytest_convperf.core.environment.ENVIRONMENT`. Both are re-exported here.
+variables in :data:`pytest_convperf.core.environment.ENVIRONMENT`. Import them from there.
 """
 
 from __future__ import annotations
@@ -14,32 +14,29 @@ from typing import Literal
 
 import pytest
 
-from pytest_convperf.core.environment import CPU_THREADS_ENV as CPU_THREADS_ENV
-from pytest_convperf.core.environment import DEFAULT_FLUSH as DEFAULT_FLUSH
-from pytest_convperf.core.environment import ENVIRONMENT as ENVIRONMENT
-from pytest_convperf.core.environment import FAKE_TIMER_ENV as FAKE_TIMER_ENV
-from pytest_convperf.core.environment import FLUSH_ENV as FLUSH_ENV
-from pytest_convperf.core.environment import env_value as env_value
-from pytest_convperf.core.environment import from_environment
-from pytest_convperf.core.environment import parse_cpu_threads as parse_cpu_threads
-from pytest_convperf.core.environment import parse_flush as parse_flush
-from pytest_convperf.core.options import CLI_ONLY as CLI_ONLY
-from pytest_convperf.core.options import DEFAULT_ALPHA as DEFAULT_ALPHA
-from pytest_convperf.core.options import DEFAULT_METHOD as DEFAULT_METHOD
-from pytest_convperf.core.options import INI_ONLY as INI_ONLY
-from pytest_convperf.core.options import METHODS as METHODS
-from pytest_convperf.core.options import OPTIONS as OPTIONS
-from pytest_convperf.core.options import Device as Device
-from pytest_convperf.core.options import Method as Method
-from pytest_convperf.core.options import OptionSpec as OptionSpec
-from pytest_convperf.core.options import _parse_confirm, _parse_device, _parse_seconds, _parse_tolerance
-from pytest_convperf.core.options import bare_update_flag as bare_update_flag
-from pytest_convperf.core.options import parse_against as parse_against
-from pytest_convperf.core.options import parse_aliases as parse_aliases
-from pytest_convperf.core.options import parse_false_alarms as parse_false_alarms
-from pytest_convperf.core.options import parse_floors as parse_floors
-from pytest_convperf.core.options import parse_gpus as parse_gpus
-from pytest_convperf.core.options import parse_update as parse_update
+from pytest_convperf.core.environment import (
+    DEFAULT_FLUSH,
+    from_environment,
+)
+from pytest_convperf.core.options import (
+    CLI_ONLY,
+    DEFAULT_ALPHA,
+    DEFAULT_METHOD,
+    OPTIONS,
+    Device,
+    Method,
+    OptionSpec,
+    _parse_confirm,
+    _parse_device,
+    _parse_seconds,
+    _parse_tolerance,
+    parse_against,
+    parse_aliases,
+    parse_false_alarms,
+    parse_floors,
+    parse_gpus,
+    parse_update,
+)
 from pytest_convperf.core.slugs import resolve_machine
 
 
@@ -64,7 +61,7 @@ class ConvperfConfig:
     tolerance: float | None = None
     noise_floor: float | None = None
     strict: bool = False
-    check_timeout: float | None = None  # None: derived from the round caps (timing.rule.StopRule)
+    check_timeout: float | None = None  # None: derived from the round caps (measure/rule.py, StopRule)
     gpus: tuple[int, ...] | Literal["auto"] | None = None
     # Night-wide false-alarm control of speed FAILs (multiplicity.control), decided at session end.
     false_alarms: Method = DEFAULT_METHOD

@@ -19,10 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_convperf.core.clocks import ClockSample as ClockSample  # re-exported
-from pytest_convperf.core.clocks import reason_names as reason_names  # re-exported
-from pytest_convperf.core.config import CPU_THREADS_ENV as CPU_THREADS_ENV  # re-exported
-from pytest_convperf.core.config import env_value, parse_cpu_threads
+from pytest_convperf.core.clocks import ClockSample
+from pytest_convperf.core.environment import CPU_THREADS_ENV, env_value, parse_cpu_threads
 from pytest_convperf.core.slugs import slugify
 
 

@@ -42,7 +42,7 @@ ENVIRONMENT: tuple[EnvSpec, ...] = (
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The stripped value of one of :data:`ENVIRONMENT`'s variables; None when unset or empty."""
     if name not in {spec.name for spec in ENVIRONMENT}:
-        raise KeyError(f"{name} is not one of convperf's environment variables (core.config.ENVIRONMENT)")
+        raise KeyError(f"{name} is not one of convperf's environment variables (environment.ENVIRONMENT)")
     raw = (os.environ if environ is None else environ).get(name, "").strip()
     return raw or None
 

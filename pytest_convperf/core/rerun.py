@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.core.config import OPTIONS
+from pytest_convperf.core.options import OPTIONS
 
 # Options a re-run must not inherit: it records nothing, reports nothing, traces nothing.
 _NOT_FORWARDED = frozenset(

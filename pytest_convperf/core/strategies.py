@@ -23,7 +23,6 @@ from hypothesis.errors import InvalidArgument
 from pytest_convperf.core.problem import LAYOUTS, Conv2dProblem, Kind
 
 # The Hypothesis profiles live in their own module; these names stay importable from here.
-from pytest_convperf.core.profiles import PROFILES, profiles_help, register_profiles
 from pytest_convperf.core.strategy_args import canonical_dtype_arg, check_choices, check_positive, one_or_many
 
 # Sizes around tile and warp edges, where index bugs live.
@@ -375,4 +374,4 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**31 - 1)
 
 
-__all__ = ["PROFILES", "conv2d_problems", "profiles_help", "register_profiles", "seeds"]
+__all__ = ["conv2d_problems", "seeds"]

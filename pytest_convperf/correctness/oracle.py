@@ -26,39 +26,17 @@ import torch.nn.functional as F
 
 from pytest_convperf.core import inflight
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-from pytest_convperf.correctness.candidate_run import poisoned_allocations, raised, run_case, wrong_output
-from pytest_convperf.correctness.case import GRAD_NAMES, Candidate, Case, build_case, make_grad_out
+from pytest_convperf.correctness.candidate_run import run_case
+from pytest_convperf.correctness.case import Candidate, Case, build_case
 from pytest_convperf.correctness.correctness_report import ConvMismatch, CorrectnessReport, ReferenceDefect
 from pytest_convperf.correctness.known_defects import safe_reference
 from pytest_convperf.correctness.tolerance import (
-    TOLERANCES,
-    error_stats,
     judge_against_reference,
-    tolerance,
 )
 
 # Moved to their own modules (case, candidate_run, tolerance, correctness_report); importable
 # from here as before.
-__all__ = [
-    "GRAD_NAMES",
-    "TOLERANCES",
-    "Candidate",
-    "ConvMismatch",
-    "CorrectnessReport",
-    "ReferenceDefect",
-    "assert_conv_close",
-    "check_conv",
-    "default_device",
-    "describe",
-    "error_stats",
-    "make_grad_out",
-    "poisoned_allocations",
-    "raised",
-    "reproduce",
-    "stable_seed",
-    "tolerance",
-    "wrong_output",
-]
+__all__ = ["assert_conv_close", "check_conv", "default_device", "describe", "reproduce", "stable_seed"]
 
 
 def _judge_candidate(report: CorrectnessReport, results: dict[str, torch.Tensor], case: Case) -> None:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from pytest_convperf.core import kerneldiff
 from pytest_convperf.core.entry import Entry
-from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
-from pytest_convperf.judge.decision import LearnedNoise
-from pytest_convperf.judge.verdict import Decision, Policy, default_policy, screen, settle
+from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Verdict
+from pytest_convperf.judge.decision import LearnedNoise, Policy
+from pytest_convperf.judge.verdict import default_policy, screen, settle
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig

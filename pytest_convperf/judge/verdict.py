@@ -28,12 +28,7 @@ from pytest_convperf.core.env import Changes, changes_since
 from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Outcome, Verdict
 from pytest_convperf.judge import messages
 from pytest_convperf.judge.decision import (
-    CONFIRM_FACTOR,
-    CONFIRM_Q,
-    DRIFT_FACTOR,
-    MIN_CI_ROUNDS,
     POWER_Z,
-    SCREEN_Q,
     Policy,
     Stage,
     confirm_mde,
@@ -47,23 +42,7 @@ from pytest_convperf.judge.quality import quality_drift
 if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
 
-# Re-exported: the decision's data types and constants are part of this module's interface.
-__all__ = [
-    "CONFIRM_FACTOR",
-    "CONFIRM_Q",
-    "DRIFT_FACTOR",
-    "MIN_CI_ROUNDS",
-    "SCREEN_Q",
-    "Decision",
-    "Outcome",
-    "Policy",
-    "Stage",
-    "Suspect",
-    "decide",
-    "default_policy",
-    "screen",
-    "settle",
-]
+__all__ = ["Suspect", "decide", "default_policy", "screen", "settle"]
 
 GPU_TOLERANCE = 0.02
 CPU_TOLERANCE = 0.05

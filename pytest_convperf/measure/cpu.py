@@ -65,7 +65,8 @@ from pytest_convperf.measure.protocol import Job, Unwatched
 from pytest_convperf.measure.rule import TimingTrick
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.device import ClockSample, DeviceInfo
+    from pytest_convperf.core.clocks import ClockSample
+    from pytest_convperf.core.device import DeviceInfo
 
 # clock -> (timing mode stored in entries, the fact that names it)
 CLOCKS: dict[str, tuple[str, str]] = {

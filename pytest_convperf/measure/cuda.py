@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_convperf.core.config import FLUSH_ENV as FLUSH_ENV  # re-exported
-from pytest_convperf.core.config import env_value, parse_flush
+from pytest_convperf.core.environment import FLUSH_ENV, env_value, parse_flush
 from pytest_convperf.measure.protocol import Job, Unwatched
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.device import ClockSample, DeviceInfo
+    from pytest_convperf.core.clocks import ClockSample
+    from pytest_convperf.core.device import DeviceInfo
 
 # torch.cuda's stubs leave these untyped; one Any alias keeps the calls checked elsewhere.
 _CUDA: Any = torch.cuda

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pytest_convperf.core.device import ClockSample
+from pytest_convperf.core.clocks import ClockSample
 from pytest_convperf.measure.protocol import Job, Unwatched
 
 Times = Mapping[str, "float | Sequence[float]"] | Callable[[str, int], float]

@@ -11,10 +11,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pytest_convperf.core.entry import FLUSH_KINDS, MEASURED_MODES
-
 if TYPE_CHECKING:
-    from pytest_convperf.core.device import ClockSample
+    from pytest_convperf.core.clocks import ClockSample
 
 # Modes of a timed job. ``cold``/``warm``/``graph`` exist on CUDA; ``cpu`` and ``fake`` are
 # the only modes of their timers.
@@ -98,4 +96,4 @@ class Unwatched:
         return None
 
 
-__all__ = ["AUTO_CHOICES", "FLUSH_KINDS", "MEASURED_MODES", "MODES", "Job", "Timer", "Unwatched"]
+__all__ = ["AUTO_CHOICES", "MODES", "Job", "Timer", "Unwatched"]

@@ -31,20 +31,10 @@ from typing import Any
 from pytest_convperf.core import stats
 from pytest_convperf.core.results import Comparison, Measurement
 from pytest_convperf.measure.protocol import Timer
-from pytest_convperf.measure.rule import StopRule, TimedCallError, Workload
-from pytest_convperf.measure.run import WarmupResult, kept_rounds, run, run_rounds, warm_up
+from pytest_convperf.measure.rule import StopRule, Workload
+from pytest_convperf.measure.run import run
 
-__all__ = [
-    "StopRule",
-    "TimedCallError",
-    "WarmupResult",
-    "Workload",
-    "kept_rounds",
-    "measure_one",
-    "measure_pair",
-    "run_rounds",
-    "warm_up",
-]
+__all__ = ["measure_one", "measure_pair"]
 
 
 def measure_pair(

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_convperf.core.config import FAKE_TIMER_ENV, env_value
-from pytest_convperf.measure.protocol import AUTO_CHOICES, FLUSH_KINDS, MEASURED_MODES, MODES, Job, Timer
+from pytest_convperf.core.environment import FAKE_TIMER_ENV, env_value
+from pytest_convperf.measure.protocol import Timer
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
@@ -63,7 +63,8 @@ class MeasureOne:
         self.timer = timer
 
     def __call__(self, fn: Callable[[], object], *, mode: str = "cold", **rule: Any) -> Measurement:
-        from pytest_convperf.measure.rounds import StopRule, measure_one
+        from pytest_convperf.measure.rounds import measure_one
+        from pytest_convperf.measure.rule import StopRule
 
         return measure_one(self.timer, fn, mode=mode, rule=StopRule.for_timer(self.timer, **rule))
 
@@ -73,15 +74,4 @@ def make_measure_one(device_info: DeviceInfo, timer: Timer | None = None) -> Mea
     return MeasureOne(timer if timer is not None else make_timer(device_info))
 
 
-__all__ = [
-    "AUTO_CHOICES",
-    "FAKE_TIMER_ENV",
-    "FLUSH_KINDS",
-    "MEASURED_MODES",
-    "MODES",
-    "Job",
-    "MeasureOne",
-    "Timer",
-    "make_measure_one",
-    "make_timer",
-]
+__all__ = ["MeasureOne", "make_measure_one", "make_timer"]

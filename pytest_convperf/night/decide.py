@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.core.config import ConvperfConfig, Method
+from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.markdown_safe import code_span
+from pytest_convperf.core.options import Method
 from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Verdict
-from pytest_convperf.judge.verdict import CONFIRM_Q
+from pytest_convperf.judge.decision import CONFIRM_Q
 from pytest_convperf.night.multiplicity import NightControl, check_id, checks_from_rows, control
 
 SUSPECT = Verdict.SUSPECT

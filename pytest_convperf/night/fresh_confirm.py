@@ -39,10 +39,10 @@ import pytest
 from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.rerun import forwarded_args, plugin_args, subprocess_env
 from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verdict
-from pytest_convperf.judge.verdict import CONFIRM_FACTOR
+from pytest_convperf.judge.decision import CONFIRM_FACTOR
 from pytest_convperf.night.multiplicity import check_id, check_name
 
-# Fresh processes per confirm: their offsets average, so the gate charges noise^2 / 2 for the
+# Fresh processes per confirm: their offsets average, so the rule charges noise^2 / 2 for the
 # confirm instead of noise^2. In the night simulation this lifts night-1 detection of a 10 %
 # regression from about 88 % (one process, 100-night runs) to 95.7 % (docs/statistics.md §3).
 FRESH_PROCESSES = 2

@@ -2,7 +2,7 @@
 
 Each check's rule alone holds its own false-alarm rate; a night of m checks multiplies it. Here
 the speed FAILs of one session are decided together from each check's one-sided p-value of H0
-"slowdown <= tolerance" (``verdict.Stage.p_value``, carried as ``Decision.p_value``):
+"slowdown <= tolerance" (``decision.Stage.p_value``, carried as ``Decision.p_value``):
 
 - ``holm``: Holm (1979), "A simple sequentially rejective multiple test procedure", Scand. J.
   Statist. 6:65-70. The chance of one or more false FAILs in a night is at most ``alpha``, for any
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 # The methods and their defaults are option values, so they live with the config (a lower layer).
-from pytest_convperf.core.config import DEFAULT_ALPHA, DEFAULT_METHOD, METHODS, Method
+from pytest_convperf.core.options import DEFAULT_ALPHA, DEFAULT_METHOD, METHODS, Method
 
 if TYPE_CHECKING:
     from pytest_convperf.core.results import CheckRow

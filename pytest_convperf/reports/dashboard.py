@@ -3,7 +3,7 @@
 One file, ``OUT/index.html``: the page (``assets/dashboard.html``, its script and style inline) with
 the data inlined as JSON, so it opens from disk or any artifact viewer with no server and no
 network. The data: per machine and check the runs in time order (speedup, its 95 % CI, commit,
-verdict, kernel table, the baseline's speedup and the gate's tolerance), the change points of
+verdict, kernel table, the baseline's speedup and the rule's tolerance), the change points of
 :mod:`pytest_convperf.night.history` (the same rule as the ``history`` subcommand and the night's
 notes), the last night's FAILs and change points (taken from the very change points the charts
 draw, so the two cannot disagree), and a summary per family (test module). A step is told in one

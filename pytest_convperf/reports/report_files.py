@@ -167,7 +167,7 @@ def history_records(
                 "baselines_file": row.baselines_file,
                 # The entry it was judged against: calibrate.
                 "entry": entry_digest(row.baseline.to_yaml()) if row.baseline is not None else None,
-                # The baseline's ratio and the gate's tolerance band around it: the dashboard's charts.
+                # The baseline's ratio and the rule's tolerance band around it: the dashboard's charts.
                 "baseline_ratio": row.baseline.time_ratio if row.baseline is not None else None,
                 "tolerance": row.decision.tolerance if row.decision is not None else None,
                 "load_avg": comp.facts.get("load_avg")

@@ -22,7 +22,7 @@ gs = load_script(ROOT / "scripts" / "gpu_suite.py")
 
 
 def test_worst_case_per_check_comes_from_the_gpu_stop_rule() -> None:
-    from pytest_convperf.measure.rounds import StopRule
+    from pytest_convperf.measure.rule import StopRule
 
     rule = StopRule()
     assert gs.worst_check_s() == rule.warmup_cap_s + rule.max_time_s * (1 + gs.CONFIRM_FACTOR)

@@ -25,7 +25,8 @@ def test_update_under_xdist_loses_no_entry(
         "no:cacheprovider",
     )
     # test_many[0..5] on two workers, plus a pre-existing entry that must survive.
-    from pytest_convperf.baselines.store import Entry, Store
+    from pytest_convperf.baselines.store import Store
+    from pytest_convperf.core.entry import Entry
 
     store = Store(pytester.path / "baselines", MACHINE)
     store.write(

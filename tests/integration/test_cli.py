@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_convperf.baselines.store import Entry, dump_text
+from pytest_convperf.baselines.store import dump_text
+from pytest_convperf.core.entry import Entry
 from tests.integration._lifecycle import subprocess_env
 from tests.rows import check_row
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.core.config import bare_update_flag
+from pytest_convperf.core.options import bare_update_flag
 from pytest_convperf.header import RECORD_HINT, baseline_lines
 from tests.integration._lifecycle import Suite
 

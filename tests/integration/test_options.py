@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_convperf.core.config import ConvperfConfig, parse_aliases, parse_gpus, parse_update
+from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.options import parse_aliases, parse_gpus, parse_update
 
 SHOW_CONFIG = """
 import pytest

@@ -13,8 +13,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from pytest_convperf.core.results import Verdict
-from pytest_convperf.reports.report import grouped, markdown, terminal_lines
+from pytest_convperf.reports.report import markdown, terminal_lines
 from pytest_convperf.reports.report_files import plot_speedups
+from pytest_convperf.reports.report_row import grouped
 from tests.integration._lifecycle import Suite
 from tests.rows import check_row
 

@@ -17,7 +17,8 @@ from kernels._controls import cpu
 from kernels.depthwise import reference
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close, check_conv
+from pytest_convperf.correctness.correctness_report import ConvMismatch
+from pytest_convperf.correctness.oracle import assert_conv_close, check_conv
 
 PROBLEMS = depthwise_problems(
     dtypes=("fp32",),

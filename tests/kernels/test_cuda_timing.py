@@ -13,12 +13,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.core.device import ClockSample, resolve_device
+from pytest_convperf.core.clocks import ClockSample
+from pytest_convperf.core.device import resolve_device
 from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
 from pytest_convperf.measure.cuda import CudaTimer
 from pytest_convperf.measure.memory import memory_tracker
 from pytest_convperf.measure.profiling import profile_kernels
-from pytest_convperf.measure.rounds import StopRule, Workload, measure_one, measure_pair
+from pytest_convperf.measure.rounds import measure_one, measure_pair
+from pytest_convperf.measure.rule import StopRule, Workload
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

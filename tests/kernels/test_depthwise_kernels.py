@@ -17,7 +17,8 @@ from kernels import _build
 from kernels.depthwise import ops, reference
 from perf_tests.shapes import depthwise_problems
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close
+from pytest_convperf.correctness.correctness_report import ConvMismatch
+from pytest_convperf.correctness.oracle import assert_conv_close
 from tests.kernels.sanitizer import sanitize
 
 Candidate = Callable[..., torch.Tensor]

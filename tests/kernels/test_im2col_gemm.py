@@ -20,7 +20,8 @@ from kernels.im2col_gemm.chunking import input_rows, plan_chunks
 from kernels.quant import lsq_fake_quant, quality, quantize_codes
 from perf_tests.fuzz import small_problems
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close
+from pytest_convperf.correctness.correctness_report import ConvMismatch
+from pytest_convperf.correctness.oracle import assert_conv_close
 from tests.kernels.sanitizer import sanitize, skip_under_sanitizer
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

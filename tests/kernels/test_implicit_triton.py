@@ -16,7 +16,8 @@ pytest.importorskip("triton", reason="the Triton variants need triton (the suite
 from kernels.im2col_gemm import implicit_triton, ops
 from perf_tests.fuzz import small_problems
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close
+from pytest_convperf.correctness.correctness_report import ConvMismatch
+from pytest_convperf.correctness.oracle import assert_conv_close
 from tests.kernels import launch_count
 from tests.kernels.triton_planted import plant
 

@@ -24,7 +24,8 @@ from kernels.pcilt.tables import (
 from kernels.quant import qrange
 from perf_tests.fuzz import small_problems
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close
+from pytest_convperf.correctness.correctness_report import ConvMismatch
+from pytest_convperf.correctness.oracle import assert_conv_close
 from tests.kernels.sanitizer import sanitize
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.core.device import ClockSample, DeviceInfo
+from pytest_convperf.core.clocks import ClockSample
+from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.measure import cuda as cuda_timing
 
 

@@ -176,7 +176,7 @@ def test_bisect_refuses_an_option_it_sets_itself(arg: str, capsys: pytest.Captur
 @pytest.mark.parametrize("spec", ["", "  "])
 def test_an_empty_against_is_a_usage_error_not_a_run_without_ab(spec: str) -> None:
     # The option is parsed with every other one, into ConvperfConfig.against (core/config.py).
-    from pytest_convperf.core.config import parse_against
+    from pytest_convperf.core.options import parse_against
 
     with pytest.raises(pytest.UsageError, match="--convperf-against is empty"):
         parse_against(spec)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.baselines.store import Store, dump_text, merge_files, read_file, resolve_machine
+from pytest_convperf.baselines.store import Store, dump_text, merge_files, read_file
+from pytest_convperf.core.slugs import resolve_machine
 from tests.rows import check_row
 from tests.unit.test_baselines_store import KEY, MACHINE, make_entry, write
 from tools.ab_scratch import git

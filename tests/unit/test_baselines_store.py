@@ -11,16 +11,15 @@ import yaml
 
 from pytest_convperf.baselines.store import (
     SCHEMA,
-    Entry,
     Store,
     dump_text,
     merge_files,
     merge_into,
     read_file,
-    resolve_machine,
-    slugify,
     validate_files,
 )
+from pytest_convperf.core.entry import Entry
+from pytest_convperf.core.slugs import resolve_machine, slugify
 
 MACHINE = "nvidia-h100-80gb-hbm3"
 KEY = "test_depthwise_forward[n16-ci32-h112-w112-co32-k3x3-s1-p1-d1-g32-fp32-nchw]"

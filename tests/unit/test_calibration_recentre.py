@@ -18,7 +18,8 @@ from pytest_convperf.baselines.calibration import (
     recentre,
     write_calibration,
 )
-from pytest_convperf.baselines.store import Entry, dump_text, read_file
+from pytest_convperf.baselines.store import dump_text, read_file
+from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import entry_digest
 
 NOISE = 0.01

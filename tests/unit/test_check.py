@@ -15,8 +15,9 @@ from pytest_convperf.check.faults import device_errors
 from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.core.precision import tf32_enabled
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
-from pytest_convperf.measure.rounds import TimedCallError
+from pytest_convperf.correctness.case import make_grad_out
+from pytest_convperf.correctness.oracle import stable_seed
+from pytest_convperf.measure.rule import TimedCallError
 
 PROBLEM = Conv2dProblem(n=2, c_in=4, h=9, w=8, c_out=6, kernel=(3, 3), padding=(1, 1), stride=(2, 1))
 

@@ -9,8 +9,8 @@ import pytest
 
 from pytest_convperf.baselines.store import Store, read_file
 from pytest_convperf.baselines.updates import new_entry
-from pytest_convperf.core.config import parse_floors
 from pytest_convperf.core.entry import InvalidEntry, parse_entry
+from pytest_convperf.core.options import parse_floors
 from pytest_convperf.judge.cliffs import (
     CliffChange,
     file_changes,

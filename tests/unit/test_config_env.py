@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 import pytest_convperf
-from pytest_convperf.core.config import CLI_ONLY, ENVIRONMENT, OPTIONS, ConvperfConfig, env_value
+from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.environment import ENVIRONMENT, env_value
+from pytest_convperf.core.options import CLI_ONLY, OPTIONS
 
 PACKAGE = Path(pytest_convperf.__file__).parent
 

@@ -14,16 +14,9 @@ from hypothesis import given, settings
 
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.core.strategies import conv2d_problems
-from pytest_convperf.correctness.oracle import (
-    ConvMismatch,
-    ReferenceDefect,
-    assert_conv_close,
-    check_conv,
-    describe,
-    error_stats,
-    reproduce,
-    tolerance,
-)
+from pytest_convperf.correctness.correctness_report import ConvMismatch, ReferenceDefect
+from pytest_convperf.correctness.oracle import assert_conv_close, check_conv, describe, reproduce
+from pytest_convperf.correctness.tolerance import error_stats, tolerance
 
 PROBLEM = Conv2dProblem(n=2, c_in=6, h=11, w=9, c_out=6, kernel=3, padding=1, groups=3)
 

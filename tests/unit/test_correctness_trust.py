@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import ConvMismatch, assert_conv_close, check_conv
+from pytest_convperf.correctness.correctness_report import ConvMismatch
+from pytest_convperf.correctness.oracle import assert_conv_close, check_conv
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, kernel=3, padding=1)
 

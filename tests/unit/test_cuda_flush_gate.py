@@ -16,10 +16,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pytest_convperf.core.environment import FLUSH_ENV
 from pytest_convperf.measure import cuda as cuda_timing
 from pytest_convperf.measure.fake import FakeTimer
-from pytest_convperf.measure.rounds import StopRule, measure_one
-from pytest_convperf.measure.timers import Job
+from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.rounds import measure_one
+from pytest_convperf.measure.rule import StopRule
 from tests.unit._cuda_stub import Recorder, stub_timer
 
 L2_BYTES = 1 << 16  # 64 KiB: the flush buffer is 128 KiB of int32
@@ -54,9 +56,9 @@ class OpLog(TorchDispatchMode):
 
 
 def test_flush_defaults_to_read_and_follows_the_env_and_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(cuda_timing.FLUSH_ENV, raising=False)
+    monkeypatch.delenv(FLUSH_ENV, raising=False)
     assert cuda_timing.flush_kind() == "read"
-    monkeypatch.setenv(cuda_timing.FLUSH_ENV, "write")
+    monkeypatch.setenv(FLUSH_ENV, "write")
     assert cuda_timing.flush_kind() == "write"
     assert cuda_timing.flush_kind("read") == "read"  # the argument wins over the env
     timer = _timer(monkeypatch, Recorder(_constant(0.25)))
@@ -65,7 +67,7 @@ def test_flush_defaults_to_read_and_follows_the_env_and_the_argument(monkeypatch
 
 
 def test_an_unknown_flush_kind_is_an_error_naming_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cuda_timing.FLUSH_ENV, "evict")
+    monkeypatch.setenv(FLUSH_ENV, "evict")
     with pytest.raises(ValueError, match=r"\$CONVPERF_L2_FLUSH='evict' is not an L2 flush kind.*'read'"):
         cuda_timing.flush_kind()
     with pytest.raises(ValueError, match=r"flush='zero' is not an L2 flush kind"):

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_convperf.core.device import ClockSample
+from pytest_convperf.core.clocks import ClockSample
 from pytest_convperf.measure import cuda as cuda_timing
-from pytest_convperf.measure.timers import Job
+from pytest_convperf.measure.protocol import Job
 from tests.unit._cuda_stub import Recorder, stub_timer
 
 ELAPSED_MS = 0.25

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from pytest_convperf.check.calls import phase_call
 from pytest_convperf.check.determinism import bitwise_difference, nondeterminism
 from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.case import make_grad_out
 from pytest_convperf.correctness.integrity import Finding
-from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
+from pytest_convperf.correctness.oracle import stable_seed
 from tests.rows import check_row
 
 P = Conv2dProblem(n=4, c_in=8, h=8, w=8, c_out=8, padding=(1, 1))

@@ -11,6 +11,9 @@ import pytest
 import torch
 
 from pytest_convperf.core import device as dev
+from pytest_convperf.core.clocks import ClockSample, reason_names
+from pytest_convperf.core.environment import CPU_THREADS_ENV
+from pytest_convperf.core.slugs import slugify
 from pytest_convperf.measure.memory import memory_tracker
 from pytest_convperf.measure.profiling import safe_name
 
@@ -29,12 +32,12 @@ def test_gpu_slug(name: str, memory: int, slug: str) -> None:
 
 
 def test_cpu_device_fingerprint_has_versions_threads_and_no_hostname(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(dev.CPU_THREADS_ENV, raising=False)
+    monkeypatch.delenv(CPU_THREADS_ENV, raising=False)
     info = dev.resolve_device("cpu")
     assert info.kind == "cpu" and info.torch_device == "cpu" and not info.is_cuda
     assert info.threads == 1 and info.slug.endswith("-1t")
-    assert info.slug == dev.slugify(info.slug)
-    host = dev.slugify(socket.gethostname())
+    assert info.slug == slugify(info.slug)
+    host = slugify(socket.gethostname())
     if len(host) > 3:
         assert host not in info.slug
     for key in ("torch", "cpu", "threads", "clocks"):
@@ -46,10 +49,10 @@ def test_cpu_device_fingerprint_has_versions_threads_and_no_hostname(monkeypatch
 
 
 def test_cpu_thread_count_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(dev.CPU_THREADS_ENV, "3")
+    monkeypatch.setenv(CPU_THREADS_ENV, "3")
     info = dev.resolve_device("cpu")
     assert info.threads == 3 and info.slug.endswith("-3t")
-    monkeypatch.setenv(dev.CPU_THREADS_ENV, "zero")
+    monkeypatch.setenv(CPU_THREADS_ENV, "zero")
     with pytest.raises(ValueError, match="CONVPERF_CPU_THREADS='zero' must be a positive integer"):
         dev.resolve_device("cpu")
 
@@ -129,7 +132,7 @@ def test_nvml_sampler_reads_and_degrades_field_by_field() -> None:
     nvml = _FakeNvml()
     sampler = dev.NvmlSampler(object(), nvml)
     sample = sampler.sample()
-    assert sample == dev.ClockSample(sm_mhz=1980.0, reasons=0x44, temp_c=61.0, power_w=350.0)
+    assert sample == ClockSample(sm_mhz=1980.0, reasons=0x44, temp_c=61.0, power_w=350.0)
     assert sample.hw_slowdown
     assert sample.to_dict()["reasons"] == ["sw_power_cap", "hw_thermal"]
     assert sampler.memory_used_bytes() == 12345
@@ -154,8 +157,8 @@ def test_a_failed_throttle_reason_read_is_unknown_not_clean() -> None:
 
 
 def test_reason_names() -> None:
-    assert dev.reason_names(0) == []
-    assert dev.reason_names(0x8 | 0x80) == ["hw_slowdown", "hw_power_brake"]
+    assert reason_names(0) == []
+    assert reason_names(0x8 | 0x80) == ["hw_slowdown", "hw_power_brake"]
 
 
 # ---- lost CUDA context ----

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from pytest_convperf.check.calls import InputSets
 from pytest_convperf.core.device import resolve_device
 from pytest_convperf.core.problem import Conv2dProblem
+from pytest_convperf.correctness.case import make_grad_out
 from pytest_convperf.correctness.integrity import after_timing
-from pytest_convperf.correctness.oracle import make_grad_out, stable_seed
+from pytest_convperf.correctness.oracle import stable_seed
 
 P = Conv2dProblem(n=1, c_in=4, h=8, w=8, c_out=4, padding=(1, 1))
 CPU = resolve_device("cpu")

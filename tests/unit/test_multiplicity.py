@@ -9,12 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_convperf.baselines.store import Entry
+from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison
+from pytest_convperf.judge.decision import Stage
 from pytest_convperf.judge.policy import decision_of
-from pytest_convperf.judge.verdict import Stage, decide, default_policy
+from pytest_convperf.judge.verdict import decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer
-from pytest_convperf.measure.rounds import StopRule, measure_pair
+from pytest_convperf.measure.rounds import measure_pair
+from pytest_convperf.measure.rule import StopRule
 from pytest_convperf.night.multiplicity import (
     bh_adjusted,
     checks_from_rows,

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from pytest_convperf.check import calls
 from pytest_convperf.core.device import DeviceInfo
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import make_grad_out
+from pytest_convperf.correctness.case import make_grad_out
 
 P = Conv2dProblem(n=1, c_in=3, h=6, w=6, c_out=4, kernel=(3, 3), padding=(1, 1))
 

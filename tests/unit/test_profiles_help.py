@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from pytest_convperf.core.strategies import PROFILES, profiles_help, register_profiles
+from pytest_convperf.core.profiles import PROFILES, profiles_help, register_profiles
 
 
 def test_help_lists_every_profile_with_its_settings(

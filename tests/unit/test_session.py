@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.results import CheckRow, Decision, ErrorStats, Verdict
-from pytest_convperf.reports.sections import ReportSections, Section, write_sections
-from pytest_convperf.session import ROWS_PROPERTY, SECTIONS_PROPERTY, ConvperfSession
+from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Decision, ErrorStats, Verdict
+from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
+from pytest_convperf.session import ConvperfSession
 from tests.unit.test_verdict import comparison
 
 

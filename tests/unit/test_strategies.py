@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis.errors import InvalidArgument
 
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.core.strategies import EDGE_SIZES, PROFILES, conv2d_problems, register_profiles
+from pytest_convperf.core.profiles import PROFILES, register_profiles
+from pytest_convperf.core.strategies import EDGE_SIZES, conv2d_problems
 
 SMALL = dict(max_elements=2**16, max_channels=17, max_out_size=17, max_batch=3)
 

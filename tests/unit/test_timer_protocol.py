@@ -9,7 +9,8 @@ from pytest_convperf.measure.cpu import CpuTimer
 from pytest_convperf.measure.cuda import CudaTimer
 from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.protocol import Timer, Unwatched
-from pytest_convperf.measure.rounds import StopRule, measure_pair
+from pytest_convperf.measure.rounds import measure_pair
+from pytest_convperf.measure.rule import StopRule
 from pytest_convperf.reports.progress import ProgressTimer
 
 

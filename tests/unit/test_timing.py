@@ -13,22 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_convperf.core.clocks import clock_facts
-from pytest_convperf.core.device import ClockSample, resolve_device
+from pytest_convperf.core.clocks import ClockSample, clock_facts
+from pytest_convperf.core.device import resolve_device
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.measure.cpu import CpuTimer
 from pytest_convperf.measure.fake import FakeTimer
-from pytest_convperf.measure.rounds import (
-    StopRule,
-    TimedCallError,
-    Workload,
-    kept_rounds,
-    measure_one,
-    measure_pair,
-    warm_up,
-)
-from pytest_convperf.measure.timers import Job, MeasureOne, make_timer
+from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.rounds import measure_one, measure_pair
+from pytest_convperf.measure.rule import StopRule, TimedCallError, Workload
+from pytest_convperf.measure.run import kept_rounds, warm_up
+from pytest_convperf.measure.timers import MeasureOne, make_timer
 
 
 def noop() -> None:

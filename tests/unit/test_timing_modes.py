@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.baselines.store import Entry, parse_text
+from pytest_convperf.baselines.store import parse_text
+from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.results import Comparison, Measurement, Verdict
 from pytest_convperf.judge.verdict import decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer
-from pytest_convperf.measure.rounds import StopRule, measure_pair
-from pytest_convperf.measure.timers import Job
+from pytest_convperf.measure.protocol import Job
+from pytest_convperf.measure.rounds import measure_pair
+from pytest_convperf.measure.rule import StopRule
 from tests.rows import check_row
 
 RULE = StopRule(min_rounds=21, max_rounds=21)

@@ -12,13 +12,9 @@ import torch.nn.functional as F
 
 from perf_tests.paired import accuracy_lines
 from pytest_convperf.core.problem import Conv2dProblem
-from pytest_convperf.correctness.oracle import (
-    ConvMismatch,
-    ReferenceDefect,
-    assert_conv_close,
-    check_conv,
-    make_grad_out,
-)
+from pytest_convperf.correctness.case import make_grad_out
+from pytest_convperf.correctness.correctness_report import ConvMismatch, ReferenceDefect
+from pytest_convperf.correctness.oracle import assert_conv_close, check_conv
 from pytest_convperf.correctness.tolerance import (
     REFERENCE_FACTOR,
     WITHIN_TOLERANCE,
