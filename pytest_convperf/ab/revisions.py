@@ -86,7 +86,9 @@ def repo_root(path: Path, way_out: str = AB_WAY_OUT) -> Path:
 
 
 AUTO = "auto"
-BASE_REF_VARIABLE = "GITHUB_BASE_REF"  # not a convperf variable (core/environment.py): GitHub Actions sets it on pull_request events: the target branch
+# GitHub Actions sets it on pull_request events (the target branch); not a convperf variable, so
+# core/environment.py does not own it.
+BASE_REF_VARIABLE = "GITHUB_BASE_REF"
 
 
 def merge_base(root: Path) -> Revision:
