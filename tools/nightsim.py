@@ -1,4 +1,4 @@
-"""Monte-Carlo nights through the real decision path: fake timer -> measure_pair -> decide -> control.
+"""Monte-Carlo nights through the real decision path: fake timer -> measure_pair -> decision_of -> control.
 
 Simulates whole nights of the decision rule (docs/design.md §7), judged by
 :mod:`pytest_convperf.night.multiplicity`, under this noise model. Per check, one measurement is ``n``
@@ -24,7 +24,7 @@ FAIL of a check whose true slowdown is within its tolerance.
 
 The timer is :class:`~pytest_convperf.measure.fake.FakeTimer` replaying these durations through
 :func:`~pytest_convperf.measure.rounds.measure_pair` with a fixed number of rounds (the adaptive
-stop would only add rounds), so the Comparison, ``verdict.decide`` with its confirm callback and
+stop would only add rounds), so the Comparison, ``policy.decision_of`` with its confirm callback and
 ``multiplicity.control`` are the code a session runs. Run ``python -m tools.nightsim``.
 """
 
@@ -45,7 +45,8 @@ from pytest_convperf.core.options import METHODS, Method
 from pytest_convperf.core.results import Comparison, Decision, Verdict
 from pytest_convperf.core.stats import MIN_CROSSOVER_UNITS
 from pytest_convperf.judge.decision import Policy
-from pytest_convperf.judge.verdict import decide, default_policy
+from pytest_convperf.judge.policy import decision_of
+from pytest_convperf.judge.verdict import default_policy
 from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.rounds import measure_pair
 from pytest_convperf.measure.rule import StopRule
@@ -173,14 +174,14 @@ def judge_check(
     ``fresh_processes`` fresh-process confirms (``fresh_confirm.rejudge``: the same rule)."""
     b = check.offset(rng)
     first = measure(rng, check, mu, sc.rounds, b)
-    here = decide(first, check.entry, policy, confirm=lambda n: measure(rng, check, mu, n, b))
+    here = decision_of(first, check.entry, policy, confirm=lambda n: measure(rng, check, mu, n, b))
     if sc.confirm_offset != "fresh" or here.verdict is not Verdict.FAIL:
         return here, here
     n = policy.confirm_factor * sc.rounds
     fresh = across_processes(
         [measure(rng, check, mu, n, check.offset(rng)) for _ in range(sc.fresh_processes)]
     )
-    return here, decide(first, check.entry, policy, confirm=lambda _n: fresh)
+    return here, decision_of(first, check.entry, policy, confirm=lambda _n: fresh)
 
 
 def label(method: Method, alpha: float) -> str:

@@ -109,7 +109,12 @@ class Loader(_SafeLoader):
 
 
 class Dumper(yaml.SafeDumper):
-    """``yaml.SafeDumper`` that quotes every string :class:`Loader` would read as something else."""
+    """``yaml.SafeDumper`` that quotes every string :class:`Loader` would read as something else, and
+    writes every value out in full: one object shared by two entries (an env dict) would otherwise be
+    written as an anchor and an alias, which :func:`load` refuses."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 _numbers_as_written(Loader)

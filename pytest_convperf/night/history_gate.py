@@ -163,7 +163,11 @@ def gate(report_dir: Path, rows: Sequence[CheckRow]) -> tuple[bool, list[str]]:
     try:
         found = findings(report_dir, tonight)
         write_findings(report_dir, found)
-    except Exception as exc:  # ruptures missing, an unreadable history, a full disk
+    except ImportError:  # ruptures missing: the change-point note already names the install
+        return False, [
+            "note: history gate not run: it needs the change-point library (the note on change points)"
+        ]
+    except Exception as exc:  # an unreadable history, a full disk
         return False, [f"note: history gate not run: {type(exc).__name__}: {exc}"]
     return any(f.failing for f in found), summary_lines(found)
 

@@ -275,8 +275,9 @@ def test_nightly_verdicts_names_the_failed_tests(tmp_path: Path) -> None:
     text = summary.read_text()
     assert text.startswith("earlier\n")  # appended, never overwritten
     assert "pytest exit code **1**: some tests failed" in text
-    assert "| `perf_tests.test_depthwise::test_forward[n16-ci32]` | failure | FAIL: speedup 1.10x" in text
-    assert "| `perf_tests.test_pcilt::test_int8` | error | CUDA error: boom |" in text
+    # ids and messages as code spans (issue 37.8: no id can render a mention, link or table cell)
+    assert "| ` perf_tests.test_depthwise::test_forward[n16-ci32] ` | failure | ` FAIL: speedup 1.10x" in text
+    assert "| ` perf_tests.test_pcilt::test_int8 ` | error | ` CUDA error: boom ` |" in text
     assert "test_block" not in text
     lines = verdicts.error_lines(
         verdicts.junit_failures(report / "junit.xml"), verdicts.failing_checks(report)
@@ -345,11 +346,11 @@ def test_baseline_review_shows_old_and_new_ratios(tmp_path: Path, monkeypatch: p
     git(tmp_path, "commit", "-q", "-am", "slower")
     monkeypatch.chdir(tmp_path)
     text = review.review("HEAD~1", "HEAD")
-    assert "### `baselines/nvidia-h100/test_dw.yaml`" in text
-    row = next(line for line in text.splitlines() if line.startswith("| `test_dw[a]`"))
+    assert "### ` baselines/nvidia-h100/test_dw.yaml `" in text  # paths and ids as code spans (issue 37.8)
+    row = next(line for line in text.splitlines() if line.startswith("| ` test_dw[a] `"))
     assert "0.61 (speedup 1.64x)" in row and "0.671 (speedup 1.49x)" in row and "+10.0 % time (slower)" in row
     assert "cudnn 92400 -> 92500" in row and "fp32 accumulate" in row
-    assert not any(line.startswith("| `test_dw[b]`") for line in text.splitlines()), (
+    assert not any(line.startswith("| ` test_dw[b] `") for line in text.splitlines()), (
         "unchanged entries are left out"
     )
     assert "No baseline file changed." in review.review("HEAD", "HEAD")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ def test_partial_update_keeps_unselected_and_unknown_entries(
     suite.run("--convperf-update-baselines").assert_outcomes(passed=2)
     # An entry whose test no longer exists (renamed, or on another branch) is never dropped.
     data = yaml.safe_load(suite.file.read_text())
-    data["benchmarks"]["test_gone[x]"] = dict(data["benchmarks"][suite.key("test_b")])
+    # A deep copy: a shallow one shares the nested maps, which yaml.safe_dump writes as an anchor and
+    # an alias, and baseline files refuse those (issue 37.10).
+    data["benchmarks"]["test_gone[x]"] = copy.deepcopy(data["benchmarks"][suite.key("test_b")])
     suite.file.write_text(yaml.safe_dump(data, sort_keys=True))
     b_before = suite.entries()[suite.key("test_b")]
     suite.set_ratio(0.6)

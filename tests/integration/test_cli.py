@@ -97,6 +97,6 @@ def test_report_command_reprints_a_report_dir(pytester: pytest.Pytester) -> None
     assert result.ret == 0
     result.stdout.fnmatch_lines(["PASS (1)", "*m::k?p?  speedup 2.000x*"])
     result = pytester.run(sys.executable, "-m", "pytest_convperf", "report", "rep", "--markdown")
-    result.stdout.fnmatch_lines(["## convperf report", "*| m::k?p? | 2.000x*"])
+    result.stdout.fnmatch_lines(["## convperf report", "*| ` m::k?p? ` | 2.000x*"])
     result = pytester.run(sys.executable, "-m", "pytest_convperf", "report", "nowhere")
     assert result.ret == 2 and "no rows in nowhere (rows.json" in result.stderr.str()

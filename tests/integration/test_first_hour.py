@@ -196,7 +196,7 @@ def test_a_judged_check_names_its_measurement_and_a_cpu_run_names_no_cuda(
     recorded = suite.run("--convperf-update-baselines=new", "-k", "test_a or test_section")
     recorded.assert_outcomes(passed=2)
     update_md = (pytester.path / "convperf-update.md").read_text()
-    assert "| torch 2" in update_md and "cuda " not in update_md and "cudnn" not in update_md  # a CPU run
+    assert "| ` torch 2" in update_md and "cuda " not in update_md and "cudnn" not in update_md  # a CPU run
     assert "cuda" not in suite.entries()[suite.key("test_a")]["env"]
     # Without --convperf-report: the sections are named with the option, not paths into a temp folder.
     recorded.stdout.fnmatch_lines(

@@ -294,3 +294,14 @@ def test_review_reads_baseline_files_like_the_store(tmp_path: Path, monkeypatch:
     assert "duplicate key 'noise' (line 6 and line 7)" in review.review("HEAD", None)
     path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
     assert "Could not read it: ` not UTF-8" in review.review("HEAD", None)  # a code span (issue 37.8)
+
+
+def test_the_writer_writes_a_shared_value_out_in_full() -> None:
+    # One env dict shared by two entries would be written as an anchor and an alias, which load()
+    # refuses (issue 37.10): the writer must never emit what its reader refuses.
+    from pytest_convperf.baselines import baseline_yaml
+
+    env = {"torch": "2.14.1"}
+    text = baseline_yaml.dump({"a": {"env": env}, "b": {"env": env}})
+    assert "&" not in text and "*" not in text
+    assert baseline_yaml.load(text) == {"a": {"env": env}, "b": {"env": env}}
