@@ -233,10 +233,11 @@ def test_every_family_names_its_ops_per_checkout_at_import_time(
 
 
 # ---- the guard, on a scratch package -----------------------------------------------------------------
+NAMESPACE = "convperf_abtest"
 OP_PACKAGE = """
 import torch
 
-@torch.library.custom_op("convperf_abtest::work", mutates_args=())
+@torch.library.custom_op("{namespace}::work", mutates_args=())
 def work(x: torch.Tensor) -> torch.Tensor:
     return x + {delta}
 
@@ -250,7 +251,7 @@ def _checkout(root: Path, delta: int) -> Path:
     pkg = root / "abtest_pkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "ops.py").write_text(textwrap.dedent(OP_PACKAGE.format(delta=delta)))
+    (pkg / "ops.py").write_text(textwrap.dedent(OP_PACKAGE.format(namespace=NAMESPACE, delta=delta)))
     return root
 
 
@@ -271,7 +272,10 @@ def test_an_op_name_both_checkouts_register_is_refused_not_answered(two_checkout
     ref = ref_candidate(head, a, ref_root, SHA, "REF")
     assert same_callable(head, ref, a, ref_root) is None  # distinct functions: only the op is shared
     x = torch.zeros(1)
-    assert head(x).item() == ref(x).item() == 2.0  # the silent takeover the guard exists for
+    # The silent takeover the guard exists for: HEAD's op name now runs REF's body. Looked up afresh,
+    # never through HEAD's own op object: REF's registration freed the operator that object points
+    # at, so calling it is a use-after-free in torch (it crashed CI's pytest with SIGSEGV, stop 34).
+    assert ref(x).item() == getattr(torch.ops, NAMESPACE).work(x).item() == 2.0
     with pytest.raises(NotDistinct, match=r"convperf_abtest::work was registered by both"):
         ledger.note("after REF's first call")
     with pytest.raises(NotDistinct, match="refuses to answer"):  # and stays refused: HEAD's op is gone
