@@ -105,7 +105,7 @@ class ABSession:
         self._distinct(ledger, "before REF's import")
         try:
             ref_fn = ref_candidate(candidate, self.repo, tree, self.ref.sha, self.ref.label)
-        except CandidateLookupError as exc:
+        except (CandidateLookupError, NotDistinct) as exc:
             self._fail(str(exc))
         shared = same_callable(candidate, ref_fn, self.repo, tree)
         if shared is not None:

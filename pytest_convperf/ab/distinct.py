@@ -21,6 +21,7 @@ distinct for REF before REF's code runs).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import sys
@@ -161,6 +162,44 @@ class OpLedger:
                 )
         if self.refusal is not None:
             raise NotDistinct(self.refusal)
+
+
+@contextlib.contextmanager
+def no_op_takeover() -> Iterator[None]:
+    """While REF's code is imported: a ``torch.library.custom_op`` whose name this process already
+    holds raises :class:`NotDistinct` before torch replaces it.
+
+    Torch frees the operator the earlier registration's op objects point at; calling the working
+    tree's op after that is a use-after-free (a segfault, or REF's body run for both sides). Refused
+    here, the working tree's op stays whole for every later check of the session. Where torch lacks
+    the private hook (``custom_ops.get_library_allowing_overwrite``), :class:`OpLedger` alone stands.
+    """
+    try:
+        from torch._library import custom_ops
+    except ImportError:
+        yield
+        return
+    allowing_overwrite = getattr(custom_ops, "get_library_allowing_overwrite", None)
+    held = getattr(custom_ops, "OPDEF_TO_LIB", None)
+    if allowing_overwrite is None or not isinstance(held, dict):
+        yield
+        return
+
+    def refuse_overwrite(namespace: str, name: str) -> Any:
+        qualname = f"{namespace}::{name}"
+        if qualname in held:
+            raise NotDistinct(
+                f"REF's code registers the torch op {qualname[:200]}, which this process already holds "
+                f"(the working tree's code registered it): {_REFUSED}; name such registrations per "
+                "checkout (e.g. through kernels._build.namespace) at both revisions"
+            )
+        return allowing_overwrite(namespace, name)
+
+    custom_ops.get_library_allowing_overwrite = refuse_overwrite
+    try:
+        yield
+    finally:
+        custom_ops.get_library_allowing_overwrite = allowing_overwrite
 
 
 def library_collision(message: str) -> str | None:

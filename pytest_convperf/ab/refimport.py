@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_convperf.ab.distinct import NotDistinct, no_op_takeover
+
 
 class CandidateLookupError(RuntimeError):
     """The REF side of a check's candidate cannot be found or imported."""
@@ -127,7 +129,8 @@ def import_from_tree(tree: Path, module_name: str, sha: str) -> types.ModuleType
     sys.meta_path.insert(0, finder)
     importlib.invalidate_caches()
     try:
-        module = importlib.import_module(module_name)
+        with no_op_takeover():  # before REF's code could free the working tree's ops
+            module = importlib.import_module(module_name)
     finally:
         sys.meta_path.remove(finder)
         fresh = _package_modules(top)
@@ -153,6 +156,8 @@ def ref_candidate(
         )
     try:
         module = import_from_tree(tree, module_name, sha)
+    except NotDistinct:
+        raise  # the A/B's refusal, worded by distinct.py
     except Exception as exc:
         raise CandidateLookupError(
             f"importing {module_name} from revision {label} ({tree / rel}) failed: "

@@ -16,8 +16,10 @@ so that the refused registration never replaces an op that other tests of this p
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import importlib
+import itertools
 import shutil
 import sys
 import textwrap
@@ -233,7 +235,6 @@ def test_every_family_names_its_ops_per_checkout_at_import_time(
 
 
 # ---- the guard, on a scratch package -----------------------------------------------------------------
-NAMESPACE = "convperf_abtest"
 OP_PACKAGE = """
 import torch
 
@@ -245,53 +246,77 @@ def work(x: torch.Tensor) -> torch.Tensor:
 def candidate(x):
     return work(x)
 """
+# One op namespace per test: a name an earlier test registered stays held for the whole process.
+_SERIAL = itertools.count()
 
 
-def _checkout(root: Path, delta: int) -> Path:
+@dataclass(frozen=True)
+class TwoCheckouts:
+    a: Path
+    ref: Path
+    namespace: str
+
+
+def _checkout(root: Path, namespace: str, delta: int) -> Path:
     pkg = root / "abtest_pkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "ops.py").write_text(textwrap.dedent(OP_PACKAGE.format(namespace=NAMESPACE, delta=delta)))
+    (pkg / "ops.py").write_text(textwrap.dedent(OP_PACKAGE.format(namespace=namespace, delta=delta)))
     return root
 
 
 @pytest.fixture
-def two_checkouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
-    a, ref = _checkout(tmp_path / "a", 1), _checkout(tmp_path / "ref", 2)
+def two_checkouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoCheckouts]:
+    namespace = f"convperf_abtest{next(_SERIAL)}"
+    a, ref = _checkout(tmp_path / "a", namespace, 1), _checkout(tmp_path / "ref", namespace, 2)
     monkeypatch.syspath_prepend(str(a))
-    yield a, ref
+    yield TwoCheckouts(a, ref, namespace)
     for key in [k for k in sys.modules if "abtest_pkg" in k]:
         del sys.modules[key]
 
 
-def test_an_op_name_both_checkouts_register_is_refused_not_answered(two_checkouts: tuple[Path, Path]) -> None:
-    a, ref_root = two_checkouts
+def test_refs_registration_of_an_op_name_the_working_tree_holds_is_refused_before_it_frees_it(
+    two_checkouts: TwoCheckouts,
+) -> None:
+    co = two_checkouts
     head = importlib.import_module("abtest_pkg.ops").candidate
-    ledger = OpLedger(a, ref_root)
+    with pytest.raises(NotDistinct, match=rf"{co.namespace}::work, which this process already holds"):
+        ref_candidate(head, co.a, co.ref, SHA, "REF")
+    assert head(torch.zeros(1)).item() == 1.0  # HEAD's op is whole: HEAD's body, for every later check
+
+
+def test_without_torchs_hook_an_op_name_both_checkouts_register_is_refused_not_answered(
+    two_checkouts: TwoCheckouts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torch without ``get_library_allowing_overwrite``: the takeover happens; the ledger refuses."""
+    co = two_checkouts
+    monkeypatch.setattr("pytest_convperf.ab.refimport.no_op_takeover", contextlib.nullcontext)
+    head = importlib.import_module("abtest_pkg.ops").candidate
+    ledger = OpLedger(co.a, co.ref)
     ledger.note("before REF's import")
-    ref = ref_candidate(head, a, ref_root, SHA, "REF")
-    assert same_callable(head, ref, a, ref_root) is None  # distinct functions: only the op is shared
+    ref = ref_candidate(head, co.a, co.ref, SHA, "REF")
+    assert same_callable(head, ref, co.a, co.ref) is None  # distinct functions: only the op is shared
     x = torch.zeros(1)
-    # The silent takeover the guard exists for: HEAD's op name now runs REF's body. Looked up afresh,
-    # never through HEAD's own op object: REF's registration freed the operator that object points
-    # at, so calling it is a use-after-free in torch (it crashed CI's pytest with SIGSEGV, stop 34).
-    assert ref(x).item() == getattr(torch.ops, NAMESPACE).work(x).item() == 2.0
-    with pytest.raises(NotDistinct, match=r"convperf_abtest::work was registered by both"):
+    # The silent takeover: HEAD's op name now runs REF's body. Looked up afresh, never through HEAD's
+    # own op object: REF's registration freed the operator that object points at, so calling it is a
+    # use-after-free in torch (it crashed CI's pytest with SIGSEGV, stop 34).
+    assert ref(x).item() == getattr(torch.ops, co.namespace).work(x).item() == 2.0
+    with pytest.raises(NotDistinct, match=rf"{co.namespace}::work was registered by both"):
         ledger.note("after REF's first call")
     with pytest.raises(NotDistinct, match="refuses to answer"):  # and stays refused: HEAD's op is gone
         ledger.note("at the next check")
 
 
-def test_a_working_tree_op_registered_after_refs_is_refused_too(two_checkouts: tuple[Path, Path]) -> None:
-    a, ref_root = two_checkouts
+def test_a_working_tree_op_registered_after_refs_is_refused_too(two_checkouts: TwoCheckouts) -> None:
+    co = two_checkouts
     from pytest_convperf.ab.refimport import import_from_tree
 
-    ledger = OpLedger(a, ref_root)
+    ledger = OpLedger(co.a, co.ref)
     ledger.note("before REF's import")
-    import_from_tree(ref_root, "abtest_pkg.ops", SHA)  # REF first: HEAD's module is not imported yet
+    import_from_tree(co.ref, "abtest_pkg.ops", SHA)  # REF first: HEAD's module is not imported yet
     ledger.note("after REF's first call")
     importlib.import_module("abtest_pkg.ops")  # HEAD's registration now replaces REF's
-    with pytest.raises(NotDistinct, match="convperf_abtest::work"):
+    with pytest.raises(NotDistinct, match=rf"{co.namespace}::work"):
         ledger.note("at the next check")
 
 
