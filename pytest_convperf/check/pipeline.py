@@ -5,8 +5,8 @@ once and hands it to :func:`run_check`, which calls each layer once, in this ord
 typed results down: the correctness run (:mod:`pytest_convperf.correctness`), the check's phase
 calls built once with the facts before timing (:func:`~pytest_convperf.check.calls.phase_calls`),
 the determinism check (``deterministic=True``), the paired timing
-(:func:`~pytest_convperf.check.pairing.time_pair`), the integrity check after timing, the kernel
-table and traces (:func:`~pytest_convperf.measure.profiling.profile_facts`), the plugins'
+(:meth:`~pytest_convperf.check.paired_timing.PairedTiming.measure`), the integrity check after
+timing, the kernel table and traces (:func:`~pytest_convperf.measure.profiling.profile_facts`), the plugins'
 ``pytest_convperf_check_timed``, then the judgement and the one recorded row
 (:func:`~pytest_convperf.check.judgement.judge_and_record`). No step calls back into the fixture.
 
@@ -25,7 +25,7 @@ from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.judgement import judge_and_record
-from pytest_convperf.check.pairing import time_pair
+from pytest_convperf.check.paired_timing import PairedTiming
 from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.core.roofline import ImplausibleTime
@@ -144,13 +144,14 @@ def run_check(
                         found = nondeterminism(calls.candidate_call, problem, phase, ctx.seed)
                     failed(facts, found)
                     progress.at("the first measurement")
-                timed = time_pair(ctx, calls, stored_mode=ctx.stored_mode)  # auto: time as stored
-                comparison = timed.first
+                timing = PairedTiming.for_check(ctx, calls, stored_mode=ctx.stored_mode)  # auto: as stored
+                first = comparison = timing.measure()
+                last_output = calls.last[0]  # the candidate's last timed call of the first measurement
                 if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
                     progress.at("the integrity check after timing")
                     with correctness_settings():
                         found = after_timing(
-                            candidate, problem, ctx.inputs, timed.last_output, ctx.seed, device, oracle
+                            candidate, problem, ctx.inputs, last_output, ctx.seed, device, oracle
                         )
                     failed(facts, found)
                 # Which kernels ran (updating, or the stored entry has a table) and --convperf-trace.
@@ -186,7 +187,7 @@ def run_check(
                     name=problem.id,
                     phase=phase,
                     errors=report.candidate_errors,
-                    confirm=timed.confirm,
+                    confirm=timing.confirm_of(first),
                     facts=facts,
                     extra_metrics=extra_metrics,
                 )
