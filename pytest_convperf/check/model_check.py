@@ -49,7 +49,7 @@ def check_pair(
     """
     timer = convperf.timer
     the_rule = StopRule.for_timer(timer, **dict(rule or {}))
-    base_facts: dict[str, Any] = {
+    base_facts: dict[str, object] = {
         "machine": convperf.device.slug,
         "phase": phase,
         "tf32": "off" if ieee else "pytorch default",
@@ -59,7 +59,7 @@ def check_pair(
     config = convperf.request.config
 
     @contextmanager
-    def sides() -> Iterator[tuple[Workload, Workload, dict[str, Any]]]:
+    def sides() -> Iterator[tuple[Workload, Workload, dict[str, object]]]:
         # Under the timing slot (PairedTiming.measure), like every check: alone on a shared device.
         with ieee_fp32() if ieee else nullcontext():
             yield Workload("candidate", candidate), Workload("reference", reference), base_facts

@@ -90,7 +90,7 @@ class PairedTiming:
             calls.measurement,
             rule or StopRule.for_timer(ctx.timer),
             mode,
-            {**facts, **calls.facts},
+            {**facts, **calls.facts.to_facts()},
             stored_mode,
             lambda comparison: sanity(comparison, problem, device),
         )
