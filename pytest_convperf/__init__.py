@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_convperf.check.cliff_search import CliffSearch, SearchResult
     from pytest_convperf.check.fixture import ConvperfFixture
-    from pytest_convperf.check.pair_check import check_pair
+    from pytest_convperf.check.model_check import check_pair
     from pytest_convperf.core.device import DeviceInfo, resolve_device
     from pytest_convperf.core.precision import ieee_fp32, tf32_enabled
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
@@ -85,7 +85,7 @@ _EXPORTS: dict[str, str] = {
     "Verdict": "pytest_convperf.core.results",
     "ImplausibleTime": "pytest_convperf.core.roofline",
     # the paired check of two arbitrary callables (whole models, fused blocks)
-    "check_pair": "pytest_convperf.check.pair_check",
+    "check_pair": "pytest_convperf.check.model_check",
     # for tools that time kernels outside pytest (kernels.sweep): the device's fingerprint, its
     # datasheet bandwidth, the suite's L2 flush
     "resolve_device": "pytest_convperf.core.device",

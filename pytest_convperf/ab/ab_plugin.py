@@ -122,18 +122,19 @@ class ABSession:
         self._distinct(ledger, "after REF's first call")
         # imports torch: not at plugin load
         from pytest_convperf.check.calls import phase_calls
-        from pytest_convperf.check.pairing import time_pair
+        from pytest_convperf.check.paired_timing import PairedTiming
 
         fixture.progress.at(f"timing against REF {self.ref.label}'s candidate (--convperf-against)")
-        timed = time_pair(ctx, phase_calls(ctx.against(ref_fn)))
-        first, confirm = timed.first, timed.confirm
+        timing = PairedTiming.for_check(ctx, phase_calls(ctx.against(ref_fn)))
+        first = timing.measure()
+        confirm = timing.confirm_of(first)
         cfg = fixture.session.cfg
         policy = ab_policy(device.kind, tolerance=cfg.tolerance, noise_floor=cfg.noise_floor)
         result = decide_ab(first, confirm, policy)
         fixture.progress.at(f"timing REF {self.ref.label}'s candidate against the reference")
         # REF's candidate in A's place, against the check's reference, on the check's inputs.
         ref_ctx = ctx.with_candidate(ref_fn)
-        ref_vs_reference = time_pair(ref_ctx, phase_calls(ref_ctx)).first
+        ref_vs_reference = PairedTiming.for_check(ref_ctx, phase_calls(ref_ctx)).measure()
         self._distinct(ledger, "after the A/B's timing")
         ref_meas = first.reference
         return {

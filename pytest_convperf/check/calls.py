@@ -6,8 +6,9 @@ input set into the zero-argument call of a phase (a gradient phase with the chec
 seed, is built once per check and also used by correctness, memory and traces);
 :func:`perf_settings` / :func:`correctness_settings` pin cuDNN and TF32 for each;
 :func:`reference_backend` probes which backend ``F.conv2d`` picks. :func:`phase_calls` builds every
-phase call of one check once, with the facts measured once before timing, into a
-:class:`PhaseCalls` that the pipeline hands to the determinism check, the timing and the profiles.
+phase call of one check once, with the facts measured once before timing (:class:`ReferenceFacts`),
+into a :class:`PhaseCalls` that the pipeline hands to the determinism check, the timing and the
+profiles.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,8 +35,78 @@ if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
     from pytest_convperf.core.problem import Conv2dProblem
 
+
+@dataclass(frozen=True)
+class ReferenceKernels:
+    """The backend ``F.conv2d`` picks (the default reference only, else None) and, on a GPU
+    (``profiled``), the reference's first kernels and its cuDNN (or first) kernel."""
+
+    backend: str | None
+    profiled: bool = False
+    kernels: tuple[str, ...] = ()
+    cudnn_kernel: str | None = None
+
+
 # Backend and kernel names of a reference on a problem, per process: profiling once is enough.
-_REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
+_REFERENCE_FACTS: dict[tuple[str, str, bool, str, str], ReferenceKernels] = {}
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU), its
+    ``source`` and the device memory in use per NVML (None: no NVML)."""
+
+    candidate_peak_bytes: int
+    reference_peak_bytes: int
+    source: str
+    nvml_used_bytes: int | None
+
+    def to_dict(self) -> dict[str, int | str]:
+        out: dict[str, int | str] = {"candidate_peak_bytes": self.candidate_peak_bytes, "source": self.source}
+        if self.nvml_used_bytes is not None:
+            out["nvml_used_bytes"] = self.nvml_used_bytes
+        out["reference_peak_bytes"] = self.reference_peak_bytes
+        return out
+
+
+@dataclass(frozen=True)
+class ReferenceFacts:
+    """What a check measures once before timing (:func:`phase_calls`): the reference's name, the
+    copy bandwidth (GB/s), its backend and kernels, the peak memory of each side, and the note when
+    the reference is timed on another path (``safe_reference``)."""
+
+    reference: str
+    copy_bandwidth_gbs: float
+    kernels: ReferenceKernels
+    memory: MemoryFacts
+    reference_note: str | None = None
+
+    def to_facts(self) -> dict[str, object]:
+        """As a comparison's facts carry them (core.results.Comparison.facts)."""
+        facts: dict[str, object] = {
+            "reference": self.reference,
+            "copy_bandwidth_gbs": self.copy_bandwidth_gbs,
+            "reference_backend": self.kernels.backend,
+        }
+        if self.kernels.profiled:
+            facts["reference_kernels"] = list(self.kernels.kernels)
+            facts["cudnn_kernel"] = self.kernels.cudnn_kernel
+        facts["memory"] = self.memory.to_dict()
+        if self.reference_note is not None:
+            facts["reference_note"] = self.reference_note
+        return facts
+
+
+@dataclass(frozen=True)
+class PerfSettings:
+    """The perf settings a timed call runs under (:func:`perf_settings`): TF32 ``off`` for fp32
+    (``n/a`` otherwise) and whether cuDNN's benchmark mode is on (on a GPU)."""
+
+    tf32: str
+    cudnn_benchmark: bool
+
+    def to_facts(self) -> dict[str, object]:
+        return {"tf32": self.tf32, "cudnn_benchmark": self.cudnn_benchmark}
 
 
 def phase_call(
@@ -125,17 +196,15 @@ def reference_backend(problem: Conv2dProblem, inputs: ConvInputs) -> str | None:
 
 
 @contextmanager
-def perf_settings(problem: Conv2dProblem, device: DeviceInfo) -> Iterator[dict[str, Any]]:
-    """cuDNN benchmark mode on and, for fp32, TF32 off; yields the facts that describe it."""
-    facts: dict[str, Any] = {"tf32": "off" if problem.dtype == "fp32" else "n/a"}
+def perf_settings(problem: Conv2dProblem, device: DeviceInfo) -> Iterator[PerfSettings]:
+    """cuDNN benchmark mode on and, for fp32, TF32 off; yields what describes it."""
     with ExitStack() as stack:
         if problem.dtype == "fp32":
             stack.enter_context(ieee_fp32())
         saved = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = device.is_cuda
-        facts["cudnn_benchmark"] = device.is_cuda
         try:
-            yield facts
+            yield PerfSettings("off" if problem.dtype == "fp32" else "n/a", device.is_cuda)
         finally:
             torch.backends.cudnn.benchmark = saved
 
@@ -271,16 +340,15 @@ class PhaseCalls:
     memory, the reference's kernels, the candidate's kernel table and the traces call too (a
     gradient phase's forward runs once, when the calls are built). ``reference``: the reference
     timed (the check's, REF's candidate in an A/B, or the path ``safe_reference`` chose);
-    ``facts``: what was measured once before timing (the reference's name, backend and kernels,
-    copy bandwidth, peak memory of each side, the reference note). ``settings()``: the perf settings
-    (:func:`perf_settings`) every timed or profiled call runs under.
+    ``facts``: what was measured once before timing (:class:`ReferenceFacts`). ``settings()``: the
+    perf settings (:func:`perf_settings`) every timed or profiled call runs under.
     """
 
     ctx: CheckContext
     sets: InputSets
     reference: Candidate
-    facts: dict[str, Any]
-    settings: Callable[[], AbstractContextManager[dict[str, Any]]]
+    facts: ReferenceFacts
+    settings: Callable[[], AbstractContextManager[PerfSettings]]
     # The candidate's last timed call of the most recent measurement (``measurement``'s exit).
     last: list[tuple[ConvInputs, object] | None] = field(default_factory=lambda: [None])
 
@@ -293,7 +361,7 @@ class PhaseCalls:
         return self.sets.calls[0][1]
 
     @contextmanager
-    def measurement(self) -> Iterator[tuple[Workload, Workload, dict[str, Any]]]:
+    def measurement(self) -> Iterator[tuple[Workload, Workload, dict[str, object]]]:
         """The two workloads of one paired measurement, under the perf settings (their facts
         yielded); on exit the check's own input values are put back and the candidate's last
         timed call is kept in ``last`` (integrity, the confirm). Errors of the timed calls become
@@ -312,7 +380,7 @@ class PhaseCalls:
             if self.ctx.phase != "forward":  # a gradient phase times set 0 only, never refreshed
                 cand, ref = Workload("candidate", cand.call), Workload("reference", ref.call)
             try:
-                yield cand, ref, settings
+                yield cand, ref, settings.to_facts()
             finally:
                 seen = sets.restore()
                 self.last[0] = sets.last_output(seen)
@@ -349,34 +417,36 @@ def phase_calls(ctx: CheckContext) -> PhaseCalls:
         with settings():
             backend = reference_backend(problem, inputs)
     with timing_slot(ctx.config):
-        facts: dict[str, Any] = {"reference": name, "copy_bandwidth_gbs": device.copy_bandwidth() / 1e9}
-        if cached is not None:
-            facts.update(cached)
-        else:
-            with settings():
-                facts["reference_backend"] = backend
-                if device.is_cuda:
+        copy_bandwidth_gbs = device.copy_bandwidth() / 1e9
+        kernels = cached if cached is not None else ReferenceKernels(backend)
+        if cached is None:
+            if device.is_cuda:
+                with settings():
                     call = sets.calls[0][1]
                     call()  # cuDNN's benchmark search must not be what the profiler sees
                     rows = profile_kernels(call, device, calls=1)
-                    facts["reference_kernels"] = [r.name for r in rows[:3]]
-                    cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
-                    facts["cudnn_kernel"] = cudnn[0] if cudnn else (rows[0].name if rows else None)
-            _REFERENCE_FACTS[key] = {
-                k: facts[k] for k in ("reference_backend", "reference_kernels", "cudnn_kernel") if k in facts
-            }
+                cudnn = [r.name for r in rows if "cudnn" in r.name.lower() or "conv" in r.name.lower()]
+                kernels = ReferenceKernels(
+                    backend,
+                    profiled=True,
+                    kernels=tuple(r.name for r in rows[:3]),
+                    cudnn_kernel=cudnn[0] if cudnn else (rows[0].name if rows else None),
+                )
+            _REFERENCE_FACTS[key] = kernels
         # Peak memory of one call of each side (allocator peak on a GPU, RSS growth on a CPU).
-        memory: dict[str, Any] = {}
+        peaks = []
         with settings():
-            for side, call in zip(("candidate", "reference"), sets.calls[0], strict=True):
+            for call in sets.calls[0]:
                 with memory_tracker(device) as mem:
                     out = call()
                     del out
-                memory[f"{side}_peak_bytes"] = mem.peak_bytes
-                memory["source"] = mem.source
-                if mem.nvml_used_bytes is not None:
-                    memory["nvml_used_bytes"] = mem.nvml_used_bytes
-        facts["memory"] = memory
-    if ctx.reference_note is not None:
-        facts["reference_note"] = ctx.reference_note
+                peaks.append(mem)
+        cand_mem, ref_mem = peaks
+        memory = MemoryFacts(
+            cand_mem.peak_bytes,
+            ref_mem.peak_bytes,
+            ref_mem.source,
+            ref_mem.nvml_used_bytes if ref_mem.nvml_used_bytes is not None else cand_mem.nvml_used_bytes,
+        )
+    facts = ReferenceFacts(name, copy_bandwidth_gbs, kernels, memory, ctx.reference_note)
     return PhaseCalls(ctx, sets, ref_fn, facts, settings)

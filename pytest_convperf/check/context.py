@@ -6,7 +6,7 @@ and the stored entry looked up with the policy and env it is judged by, a gradie
 ``grad_out``, the reference timed (``safe_reference``'s choice), each once) and handed, frozen,
 to the phase calls and the facts measured before timing
 (:func:`pytest_convperf.check.calls.phase_calls`), the timing
-(:func:`pytest_convperf.check.pairing.time_pair`), the judgement
+(:class:`pytest_convperf.check.paired_timing.PairedTiming`), the judgement
 (:func:`pytest_convperf.check.judgement.judge`, through :class:`BaselineSlot`) and the A/B.
 :class:`CheckSession` is what the fixture needs from the process's session
 (``session.ConvperfSession`` has it), so this layer never imports the hooks.

@@ -29,7 +29,7 @@ from pytest_convperf.check.context import (
 )
 from pytest_convperf.check.faults import CheckProgress, device_errors
 from pytest_convperf.check.judgement import judge_and_record
-from pytest_convperf.check.pairing import time_pair
+from pytest_convperf.check.paired_timing import PairedTiming
 from pytest_convperf.check.pipeline import run_check
 from pytest_convperf.core.problem import require_problem
 from pytest_convperf.core.results import Comparison, ErrorStats
@@ -129,7 +129,7 @@ class ConvperfFixture:
             candidate, problem, host=self, reference=reference, phase=phase, mode=mode, look_up=False
         )
         with device_errors(ctx.device, ctx.nodeid, problem.id):  # as a check's pipeline runs its steps
-            return time_pair(ctx, phase_calls(ctx), rule=rule).first
+            return PairedTiming.for_check(ctx, phase_calls(ctx), rule=rule).measure()
 
     # ---- the check -----------------------------------------------------------------------------------
     def check(

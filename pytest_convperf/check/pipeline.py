@@ -5,8 +5,8 @@ once and hands it to :func:`run_check`, which calls each layer once, in this ord
 typed results down: the correctness run (:mod:`pytest_convperf.correctness`), the check's phase
 calls built once with the facts before timing (:func:`~pytest_convperf.check.calls.phase_calls`),
 the determinism check (``deterministic=True``), the paired timing
-(:func:`~pytest_convperf.check.pairing.time_pair`), the integrity check after timing, the kernel
-table and traces (:func:`~pytest_convperf.measure.profiling.profile_facts`), the plugins'
+(:meth:`~pytest_convperf.check.paired_timing.PairedTiming.measure`), the integrity check after
+timing, the kernel table and traces (:func:`~pytest_convperf.measure.profiling.profile_facts`), the plugins'
 ``pytest_convperf_check_timed``, then the judgement and the one recorded row
 (:func:`~pytest_convperf.check.judgement.judge_and_record`). No step calls back into the fixture.
 
@@ -17,7 +17,9 @@ in timed calls and a lost CUDA context become clear failures), each entered once
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,7 +27,7 @@ from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
 from pytest_convperf.check.judgement import judge_and_record
-from pytest_convperf.check.pairing import time_pair
+from pytest_convperf.check.paired_timing import PairedTiming
 from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
 from pytest_convperf.core.roofline import ImplausibleTime
@@ -40,6 +42,37 @@ if TYPE_CHECKING:
 
 # Comparison facts a check's row carries in its own ``facts`` (the env: the row's own ``env``).
 ROW_FACTS = ("reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
+
+
+@dataclass(frozen=True)
+class CheckFacts:
+    """What a check's row says about the check itself, known once correctness has run: the seed,
+    the candidate's and reference's names, the machine, the torch device, the reference's own
+    errors against fp64, the timer's kind and whether the check was declared deterministic."""
+
+    seed: int
+    candidate: str
+    reference: str
+    machine: str
+    device: str
+    reference_errors: tuple[ErrorStats, ...]
+    timer: str | None
+    deterministic: bool
+
+    def to_facts(self) -> dict[str, object]:
+        """As the row carries them (``CheckRow.facts``, core.results)."""
+        facts: dict[str, object] = {
+            "seed": self.seed,
+            "candidate": self.candidate,
+            "reference": self.reference,
+            "machine": self.machine,
+            "device": self.device,
+            "reference_errors": [e.to_dict() for e in self.reference_errors],
+            "timer": self.timer,
+        }
+        if self.deterministic:
+            facts["deterministic"] = True
+        return facts
 
 
 def run_check(
@@ -82,7 +115,7 @@ def run_check(
         if capman is not None:  # the watchdog's last line goes to the real stderr, not a capture
             capman.suspend_global_capture(in_=False)
 
-    def failed(facts: dict[str, Any], found: Finding | None) -> None:
+    def failed(facts: dict[str, object], found: Finding | None) -> None:
         """A check that failed with nothing to judge: its row without timings, then the test fails."""
         if found is None:
             return
@@ -116,17 +149,18 @@ def run_check(
                     oracle=oracle,
                     inputs=ctx.inputs,
                 )
-            facts: dict[str, Any] = {
-                "seed": report.seed,
-                "candidate": report.candidate,
-                "reference": report.reference,
-                "machine": device.slug,
-                "device": device.torch_device,
-                "reference_errors": [e.to_dict() for e in report.reference_errors],
-                "timer": getattr(ctx.timer, "kind", None),
-            }
-            if deterministic:
-                facts["deterministic"] = True
+            known = CheckFacts(
+                report.seed,
+                report.candidate,
+                report.reference,
+                device.slug,
+                device.torch_device,
+                tuple(report.reference_errors),
+                getattr(ctx.timer, "kind", None),
+                deterministic,
+            )
+            # The row's facts: the check's own, then (once timed) the comparison's and the plugins'.
+            facts = known.to_facts()
             if not report.ok or not report.reference_ok:
                 # A correctness failure is recorded without a judgement: there is no timing to judge.
                 verdict = Verdict.CORRECTNESS_FAIL if not report.ok else None
@@ -144,13 +178,14 @@ def run_check(
                         found = nondeterminism(calls.candidate_call, problem, phase, ctx.seed)
                     failed(facts, found)
                     progress.at("the first measurement")
-                timed = time_pair(ctx, calls, stored_mode=ctx.stored_mode)  # auto: time as stored
-                comparison = timed.first
+                timing = PairedTiming.for_check(ctx, calls, stored_mode=ctx.stored_mode)  # auto: as stored
+                first = comparison = timing.measure()
+                last_output = calls.last[0]  # the candidate's last timed call of the first measurement
                 if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
                     progress.at("the integrity check after timing")
                     with correctness_settings():
                         found = after_timing(
-                            candidate, problem, ctx.inputs, timed.last_output, ctx.seed, device, oracle
+                            candidate, problem, ctx.inputs, last_output, ctx.seed, device, oracle
                         )
                     failed(facts, found)
                 # Which kernels ran (updating, or the stored entry has a table) and --convperf-trace.
@@ -186,7 +221,7 @@ def run_check(
                     name=problem.id,
                     phase=phase,
                     errors=report.candidate_errors,
-                    confirm=timed.confirm,
+                    confirm=timing.confirm_of(first),
                     facts=facts,
                     extra_metrics=extra_metrics,
                 )
@@ -207,7 +242,7 @@ def unjudged_row(
     verdict: Verdict | None,
     message: str,
     errors: tuple[ErrorStats, ...],
-    facts: dict[str, Any],
+    facts: Mapping[str, object],
 ) -> CheckRow:
     """The row of a check stopped before its judgement (correctness, integrity, a timeout)."""
     return CheckRow(
@@ -220,5 +255,5 @@ def unjudged_row(
         errors=errors,
         verdict=verdict,
         message=message,
-        facts=facts,
+        facts=dict(facts),
     )

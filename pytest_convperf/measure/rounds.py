@@ -18,23 +18,51 @@ rounds are run to replace them). Over 25 % dropped makes the comparison inconclu
 A measurement walks forward: the rule (:class:`StopRule`), then every round on the timer in one call
 (:func:`pytest_convperf.measure.run.run`: warm-up, the mode and its graph jobs, the timed rounds, the
 rounds kept for clocks, the clock facts), then the pair's statistic (each round's log ratio,
-:func:`pytest_convperf.core.stats.paired_summary`), then the result.
+:func:`pytest_convperf.core.stats.paired_summary`), then the result, whose facts are the caller's
+and the measurement's own (:class:`TimingFacts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_convperf.core import stats
 from pytest_convperf.core.results import Comparison, Measurement
 from pytest_convperf.measure.protocol import Timer
 from pytest_convperf.measure.rule import StopRule, Workload
-from pytest_convperf.measure.run import run
+from pytest_convperf.measure.run import TimedRounds, run
 
-__all__ = ["measure_one", "measure_pair"]
+__all__ = ["TimingFacts", "measure_one", "measure_pair"]
+
+
+@dataclass(frozen=True)
+class TimingFacts:
+    """What one paired measurement says about itself: its rounds (:class:`TimedRounds`: the warm-up,
+    why the rounds stopped, the CI target, the seconds they took, the clocks, how the mode was
+    chosen), the CI half-width reached and the timer's own facts (``Timer.facts``)."""
+
+    rounds: TimedRounds
+    ci_halfwidth: float
+    timer: Mapping[str, Any]  # Timer.facts (measure.protocol)
+
+    def to_facts(self, caller: Mapping[str, object]) -> dict[str, Any]:
+        """The comparison's facts (``Comparison.facts``, core.results): the ``caller``'s, then these."""
+        ran = self.rounds
+        return {
+            **caller,
+            **ran.mode_facts(),
+            **self.timer,
+            "warmup": ran.warm.to_dict(),
+            "stop": ran.stop,
+            "target_halfwidth": ran.target,
+            "ci_halfwidth": self.ci_halfwidth,
+            "timing_seconds": ran.seconds,
+            "clocks": ran.clocks,
+        }
 
 
 def measure_pair(
@@ -44,7 +72,7 @@ def measure_pair(
     *,
     mode: str = "auto",
     rule: StopRule | None = None,
-    facts: dict[str, Any] | None = None,
+    facts: Mapping[str, object] | None = None,
     stored_mode: str | None = None,
 ) -> Comparison:
     """Time candidate and reference in paired, alternating rounds; return the comparison.
@@ -52,24 +80,16 @@ def measure_pair(
     ``mode``: ``auto`` (cold, switching to CUDA graphs under ~20 us), ``cold``, ``warm`` or
     ``graph``. ``stored_mode`` (the baseline entry's mode, or a first measurement's for its
     confirm) makes ``auto`` reuse that choice (:func:`~pytest_convperf.measure.run.auto_choice`).
-    ``rule`` sets rounds and caps (a confirm: ``rule.for_rounds(n, done)``); ``facts`` are merged.
+    ``rule`` sets rounds and caps (a confirm: ``rule.for_rounds(n, done)``); ``facts`` (the
+    caller's) come first in the comparison's facts, then :class:`TimingFacts`.
     """
     sides = [Workload.of("candidate", candidate), Workload.of("reference", reference)]
     rule = rule or StopRule.for_timer(timer)
-    out_facts: dict[str, Any] = dict(facts or {})
-    ran = run(timer, sides, mode, rule, out_facts, stored_mode)
+    ran = run(timer, sides, mode, rule, stored_mode)
     candidate_times, reference_times = ran.measurements
     log_ratios = stats.log_ratios(candidate_times.samples, reference_times.samples)
     ratio = stats.paired_summary(log_ratios, ran.used)
-    out_facts.update(timer.facts())
-    out_facts.update(
-        warmup=ran.warm.to_dict(),
-        stop=ran.stop,
-        target_halfwidth=ran.target,
-        ci_halfwidth=ratio.halfwidth,
-        timing_seconds=ran.seconds,
-        clocks=ran.clocks,
-    )
+    measured = TimingFacts(ran, ratio.halfwidth, timer.facts())
     return Comparison(
         candidate=candidate_times,
         reference=reference_times,
@@ -81,7 +101,7 @@ def measure_pair(
         dropped_rounds=ran.dropped,
         noisy=not ran.converged,
         inconclusive=ran.inconclusive,
-        facts=out_facts,
+        facts=measured.to_facts(facts or {}),
     )
 
 
@@ -100,5 +120,5 @@ def measure_one(
     """
     work = Workload.of("timed", fn)
     rule = rule or StopRule.for_timer(timer)
-    ran = run(timer, [work], mode, rule, {})
+    ran = run(timer, [work], mode, rule)
     return dataclasses.replace(ran.measurements[0], inconclusive=ran.inconclusive)

@@ -25,6 +25,7 @@ from pytest_convperf.measure.rule import StopRule, TimedCallError, Workload
 
 __all__ = [
     "MAX_REPLAY_S",
+    "GraphFacts",
     "TimedRounds",
     "WarmupResult",
     "auto_choice",
@@ -47,12 +48,31 @@ class WarmupResult:
     medians: tuple[float, ...]
     seconds: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, int | bool | float | list[float]]:
         return {
             "rounds": self.rounds,
             "converged": self.converged,
             "medians_us": [m * 1e6 for m in self.medians],
             "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """How a measurement's CUDA graphs were built (:func:`_graph_jobs`): calls per replay, the input
+    sets rotated, the bytes they cover and whether L2 was ``rotated`` (over 2 x L2) or ``warm``."""
+
+    calls_per_replay: int
+    input_sets: int
+    rotated_bytes: int
+    l2: str
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {
+            "calls_per_replay": self.calls_per_replay,
+            "input_sets": self.input_sets,
+            "rotated_bytes": self.rotated_bytes,
+            "l2": self.l2,
         }
 
 
@@ -143,7 +163,7 @@ def auto_choice(warm_medians: Sequence[float], rule: StopRule, stored_mode: str 
 
 def _graph_jobs(
     timer: Timer, workloads: Sequence[Workload], per_call_s: Sequence[float], rule: StopRule
-) -> tuple[list[Job], dict[str, Any]]:
+) -> tuple[list[Job], GraphFacts]:
     """Graph jobs of K calls (a replay near ``graph_replay_s``), inputs rotated over > 2 x L2.
 
     K comes from the faster side and is shared (both sides time the same number of calls); the
@@ -165,7 +185,7 @@ def _graph_jobs(
     for w in workloads:
         calls = w.rotation(sets) if sets > 1 and w.rotation is not None else [w.call]
         jobs.append(timer.graph_job(w.name, calls, k, l2))
-    return jobs, {"calls_per_replay": k, "input_sets": sets, "rotated_bytes": covered, "l2": l2}
+    return jobs, GraphFacts(k, sets, covered, l2)
 
 
 def kept_rounds(clocks: Sequence[ClockSample | None], floor: float) -> list[int]:
@@ -288,7 +308,9 @@ class TimedRounds:
     median and CI, mode and L2 state, the rounds ``dropped`` for clocks, ``noisy`` when a cap
     stopped the rounds), the warm-up, how many rounds ran (``n``) and why they ``stop``ped, whether
     the CI target was met (``converged``), the CI ``target``, the ``seconds`` the rounds took, why
-    the measurement is ``inconclusive`` (None: it is not) and the ``clocks`` facts."""
+    the measurement is ``inconclusive`` (None: it is not) and the ``clocks`` facts; how the mode was
+    chosen: ``auto_mode`` (why ``auto`` chose it, None for an explicit mode), ``graph`` (the CUDA
+    graphs timed) or ``graph_fallback`` (why graphs were wanted and not timed)."""
 
     measurements: list[Measurement]
     warm: WarmupResult
@@ -300,7 +322,22 @@ class TimedRounds:
     target: float
     seconds: float
     inconclusive: str | None
-    clocks: dict[str, Any] | str
+    clocks: dict[str, Any] | str  # core.clocks.clock_facts's
+    auto_mode: str | None = None
+    graph: GraphFacts | None = None
+    graph_fallback: str | None = None
+
+    def mode_facts(self) -> dict[str, str | dict[str, int | str]]:
+        """The facts of how the mode was chosen, as a comparison's facts carry them (``graph``: the
+        graphs' facts, or why there were none)."""
+        facts: dict[str, str | dict[str, int | str]] = {}
+        if self.auto_mode is not None:
+            facts["auto_mode"] = self.auto_mode
+        if self.graph is not None:
+            facts["graph"] = self.graph.to_dict()
+        elif self.graph_fallback is not None:
+            facts["graph"] = self.graph_fallback
+        return facts
 
 
 def run(
@@ -308,12 +345,12 @@ def run(
     workloads: Sequence[Workload],
     mode: str,
     rule: StopRule,
-    facts: dict[str, Any],
     stored_mode: str | None = None,
 ) -> TimedRounds:
     """One measurement's rounds on ``timer`` (pinned), in order: the jobs of ``mode`` and their
     warm-up; for ``auto`` the mode chosen from it (:func:`auto_choice`); for graphs the graph jobs
-    (:func:`_graph_jobs`) and their own warm-up (each step's facts added to ``facts``); the adaptive
+    (:func:`_graph_jobs`) and their own warm-up (each step's facts returned, not written into the
+    caller's); the adaptive
     timed rounds (:func:`run_rounds`); then what they say: the rounds kept and used, whether the run
     is inconclusive, the clock facts and each job's measurement."""
     if mode not in MODES:
@@ -323,15 +360,17 @@ def run(
         jobs = [replace(timer.job(w.name, w.call, base), before=w.refresh) for w in workloads]
         warm = warm_up(timer, jobs, rule)
         want_graph = mode == "graph"
+        auto_mode: str | None = None
+        graph: GraphFacts | None = None
+        fallback: str | None = None
         if mode == "auto":
-            want_graph, facts["auto_mode"] = auto_choice(warm.medians, rule, stored_mode)
+            want_graph, auto_mode = auto_choice(warm.medians, rule, stored_mode)
         if want_graph and not timer.supports_graphs:
             if mode == "graph":
-                facts["graph"] = f"graph mode needs CUDA; the {timer.kind} timer timed {jobs[0].mode} instead"
+                fallback = f"graph mode needs CUDA; the {timer.kind} timer timed {jobs[0].mode} instead"
         elif want_graph:
             try:
-                graph_jobs, graph_facts = _graph_jobs(timer, workloads, warm.medians, rule)
-                facts["graph"] = graph_facts
+                graph_jobs, graph = _graph_jobs(timer, workloads, warm.medians, rule)
                 warm = warm_up(timer, graph_jobs, rule)
                 jobs = graph_jobs
             except TimedCallError:
@@ -339,7 +378,8 @@ def run(
             except Exception as exc:
                 if mode == "graph":
                     raise TimedCallError(f"CUDA graph capture failed: {exc}") from exc
-                facts["graph"] = f"capture failed, timed {base} instead: {type(exc).__name__}: {exc}"
+                graph = None  # the graphs' facts, had the capture gone through: not what was timed
+                fallback = f"capture failed, timed {base} instead: {type(exc).__name__}: {exc}"
         rounds = run_rounds(timer, jobs, rule)
     used = rounds.kept if len(rounds.kept) >= 6 else list(range(rounds.n))
     dropped = rounds.n - len(rounds.kept)
@@ -371,4 +411,7 @@ def run(
         seconds=rounds.seconds,
         inconclusive=inconclusive,
         clocks=clocks,
+        auto_mode=auto_mode,
+        graph=graph,
+        graph_fallback=fallback,
     )

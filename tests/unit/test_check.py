@@ -77,12 +77,12 @@ def test_reference_backend_is_recorded_and_tolerates_a_missing_private_api(
 def test_perf_settings_pin_ieee_fp32_and_restore() -> None:
     info = DeviceInfo(kind="cpu", torch_device="cpu", name="cpu", slug="cpu-1t", threads=1)
     before = (tf32_enabled(), torch.backends.cudnn.benchmark)
-    with calls.perf_settings(PROBLEM, info) as facts:
-        assert facts == {"tf32": "off", "cudnn_benchmark": False}
+    with calls.perf_settings(PROBLEM, info) as settings:
+        assert settings.to_facts() == {"tf32": "off", "cudnn_benchmark": False}
         assert not tf32_enabled()
     assert (tf32_enabled(), torch.backends.cudnn.benchmark) == before
-    with calls.perf_settings(PROBLEM.replace(dtype="bf16"), info) as facts:
-        assert facts["tf32"] == "n/a"
+    with calls.perf_settings(PROBLEM.replace(dtype="bf16"), info) as settings:
+        assert settings.tf32 == "n/a"
 
 
 def test_seed_is_stable_and_problem_specific() -> None:

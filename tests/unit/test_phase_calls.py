@@ -48,7 +48,7 @@ def test_a_gradient_phase_runs_its_forward_once_for_every_step_and_measurement()
     built = calls.phase_calls(_ctx(counted, "input_grad"))
     assert len(forwards) == 1  # built once: the one forward the backward differentiates
     built.candidate_call()  # the determinism check, memory, kernel table, traces: the same call
-    assert set(built.facts) >= {"reference", "copy_bandwidth_gbs", "reference_backend", "memory"}
+    assert set(built.facts.to_facts()) >= {"reference", "copy_bandwidth_gbs", "reference_backend", "memory"}
     for _ in range(2):  # the first measurement and its confirm time the same calls
         with built.measurement() as (cand, ref, settings):
             assert cand.call is built.candidate_call and ref.call is built.reference_call

@@ -1,12 +1,12 @@
-"""The public paired check of two arbitrary callables (whole models, fused blocks): ``check_pair``.
+"""A check without a conv problem: two arbitrary callables (whole models, fused blocks), ``check_pair``.
 
 ``convperf.check`` takes a conv candidate and a ``Conv2dProblem``. A model-level comparison (the
 stock network against the same network running our kernels) has no problem spec, so
 :func:`check_pair` times the two callables in paired rounds and hands the comparison to
 ``convperf.judge``, the same last step as a check: the baseline decision, which fails a confirmed
 regression of the time ratio and passes NEW/PASS/IMPROVED/ADVISORY with a note, and one result row.
-Its run/confirm step is a check's (:func:`~pytest_convperf.check.paired.first_and_confirm`), each
-measurement under the timing slot (:func:`~pytest_convperf.check.paired.slotted_pair`).
+It is timed as a conv check is (:class:`~pytest_convperf.check.paired_timing.PairedTiming`: the
+first measurement and its confirm, each under the timing slot).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from pytest_convperf.check.paired import first_and_confirm
+from pytest_convperf.check.paired_timing import PairedTiming
 from pytest_convperf.core.precision import ieee_fp32
 from pytest_convperf.measure.rule import StopRule, Workload
 
@@ -49,7 +49,7 @@ def check_pair(
     """
     timer = convperf.timer
     the_rule = StopRule.for_timer(timer, **dict(rule or {}))
-    base_facts: dict[str, Any] = {
+    base_facts: dict[str, object] = {
         "machine": convperf.device.slug,
         "phase": phase,
         "tf32": "off" if ieee else "pytorch default",
@@ -59,19 +59,20 @@ def check_pair(
     config = convperf.request.config
 
     @contextmanager
-    def sides() -> Iterator[tuple[Workload, Workload, dict[str, Any]]]:
-        # Under the timing slot (first_and_confirm), like every check: alone on a shared device.
+    def sides() -> Iterator[tuple[Workload, Workload, dict[str, object]]]:
+        # Under the timing slot (PairedTiming.measure), like every check: alone on a shared device.
         with ieee_fp32() if ieee else nullcontext():
             yield Workload("candidate", candidate), Workload("reference", reference), base_facts
 
-    first, confirm = first_and_confirm(config, timer, sides, the_rule, {}, None, mode=mode)
+    timing = PairedTiming(config, timer, sides, the_rule, mode, {})
+    first = timing.measure()
     test = str(convperf.request.node.name)
     return convperf.judge(
         first,
         name=name,
         phase=phase,
         errors=errors,
-        confirm=confirm,
+        confirm=timing.confirm_of(first),
         key=test if phase in test else f"{test}:{phase}",
         facts={k: v for k, v in base_facts.items() if isinstance(v, (str, int, float, bool, type(None)))},
     )
