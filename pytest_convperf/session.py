@@ -1,7 +1,10 @@
 """ConvperfSession: per-session state behind the thin hooks of ``plugin.py``.
 
-Holds the frozen config, the lazily built device fingerprint, timer and baseline stores, and
-the result rows of every check. Under pytest-xdist, workers attach their rows to test reports
+Reads the frozen config where every convperf plugin reads it (``config.stash[CONFIG_KEY]``,
+replaced once at session start) and holds its state in four typed parts: the rows of every check
+(:class:`RowState`), the report sections (:class:`SectionState`), how the session ends
+(:class:`SessionEnd`) and the lazily built device fingerprint, timer and baseline stores
+(:class:`Built`). Under pytest-xdist, workers attach their rows to test reports
 (``user_properties``) and the controller collects them in ``pytest_runtest_logreport``. At
 session end the controller alone applies the planned baseline updates
 (:func:`pytest_convperf.baselines.updates.apply_updates`) and writes the reports (the
@@ -87,7 +90,8 @@ class SessionEnd:
 
 @dataclass
 class Built:
-    """The heavy objects, built on first use."""
+    """What the session makes or does once, on first use: the heavy objects, and the xdist
+    controller's validation of the baseline files."""
 
     device: DeviceInfo | None = None
     timer: Any = None
