@@ -131,8 +131,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # A fresh-process confirm measures only: whatever addopts or $PYTEST_ADDOPTS say, it
         # writes no report, trace or baseline of the controller's.
         cfg = dataclasses.replace(cfg, report_dir=None, update=frozenset(), trace=False)
+    # The one config of the session: the session replaces it at session start (with the environment
+    # as the conftests left it) and every convperf plugin reads it here, never a copy of its own.
     config.stash[CONFIG_KEY] = cfg
-    session = ConvperfSession(config, cfg)
+    session = ConvperfSession(config)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "convperf-session")
     from pytest_convperf.reports import json_file, results_writer  # the results store, --convperf-json
@@ -144,9 +146,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(CrashWatch(config), "convperf-crash-watch")
     if cfg.enabled:  # baseline entries no collected test produced (orphans.py)
+        from pytest_convperf.baselines.orphans import PLUGIN_NAME as ORPHANS
         from pytest_convperf.baselines.orphans import OrphanWatch
 
-        config.pluginmanager.register(OrphanWatch(config, cfg.update), "convperf-orphans")
+        config.pluginmanager.register(OrphanWatch(config), ORPHANS)
     # xdist: pin this worker to its GPU before anything starts CUDA (see parallel.py).
     from pytest_convperf.measure import parallel
 
@@ -176,8 +179,8 @@ def _register_features(config: pytest.Config, cfg: ConvperfConfig) -> None:
             "check decides alone) or drop -p no:convperf-false-alarms"
         )
     if fresh_confirm.applies(cfg):
-        config.pluginmanager.register(fresh_confirm.FreshConfirm(config, cfg), fresh_confirm.PLUGIN_NAME)
-    config.pluginmanager.register(decide.FalseAlarmControl(cfg), decide.PLUGIN_NAME)
+        config.pluginmanager.register(fresh_confirm.FreshConfirm(config), fresh_confirm.PLUGIN_NAME)
+    config.pluginmanager.register(decide.FalseAlarmControl(config), decide.PLUGIN_NAME)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -235,7 +238,7 @@ def convperf_report(request: pytest.FixtureRequest) -> ReportSections:
     The directory is ``--convperf-report``'s; without it nothing is written and the terminal summary
     names the sections and the option.
     """
-    return _session(request).sections
+    return _session(request).sections.own
 
 
 @pytest.fixture(scope="session")

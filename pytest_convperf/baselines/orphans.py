@@ -19,10 +19,13 @@ from typing import Any
 import pytest
 
 from pytest_convperf.baselines.store import Store
+from pytest_convperf.core.config import CONFIG_KEY
 from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import CheckRow
 
 PRUNE = "prune"
+# The name this plugin object is registered under (``-p no:convperf-orphans`` leaves it out).
+PLUGIN_NAME = "convperf-orphans"
 Orphans = dict[tuple[str, str], tuple[str, ...]]  # (machine, module) -> keys
 
 
@@ -33,13 +36,17 @@ def _module(nodeid: str) -> str:
 class OrphanWatch:
     """Which modules a run collected whole and whether each convperf test of them reached a row."""
 
-    def __init__(self, config: pytest.Config, update: frozenset[str]) -> None:
+    def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.pruning = PRUNE in update
         self.partial: set[str] = set()  # modules with a deselected or unselected test
         self.tests: dict[str, list[str]] = {}  # module -> node ids of its convperf tests
         self.passed: set[str] = set()
         self.found: Orphans = {}
+
+    @property
+    def pruning(self) -> bool:
+        """``--convperf-update-baselines=prune``, read from the session's config (``CONFIG_KEY``)."""
+        return PRUNE in self.config.stash[CONFIG_KEY].update
 
     def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
         self.partial.update(_module(item.nodeid) for item in items)

@@ -42,6 +42,7 @@ from pytest_convperf.judge.policy import policy_for
 if TYPE_CHECKING:
     from pytest_convperf.check.context import Candidate
     from pytest_convperf.check.fixture import ConvperfFixture
+    from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.results import Comparison
 
 
@@ -85,7 +86,10 @@ class CliffSearch:
     def __init__(self, convperf: ConvperfFixture) -> None:
         self.convperf = convperf
         self.session = convperf.session
-        self.cfg = convperf.session.cfg
+
+    @property
+    def cfg(self) -> ConvperfConfig:
+        return self.convperf.cfg  # the session's, not a copy
 
     def _where(self, key: str) -> tuple[str, str, str]:
         return (self._store().machine, self.convperf.module, key)

@@ -61,8 +61,8 @@ class ConfirmMeasure(Protocol):
 class CheckSession(Protocol):
     """What a check needs from the process's session (``session.ConvperfSession`` has it)."""
 
-    cfg: ConvperfConfig
-    pending: dict[str, list[CheckRow]]
+    @property
+    def cfg(self) -> ConvperfConfig: ...
 
     @property
     def confirm_run(self) -> ConfirmMeasure | None: ...

@@ -30,6 +30,19 @@ if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
 
 
+@dataclass
+class CheckRecord:
+    """The row one check recorded, None until it records one (judged, or stopped with its finding):
+    a check that times out or meets a timing trick after this has its row already. Said by the check
+    itself, not inferred from how many rows its test has (a hook may record rows of its own)."""
+
+    row: CheckRow | None = None
+
+    def record(self, session: CheckSession, nodeid: str, row: CheckRow) -> None:
+        session.record(nodeid, row)
+        self.row = row  # after: a stop in between records a second row rather than none
+
+
 @dataclass(frozen=True)
 class Judgement:
     """The decision of one check, its planned update, and the judgement's fields of the check's row
@@ -120,10 +133,12 @@ def judge_and_record(
     confirm: Callable[[int], Comparison],
     facts: Mapping[str, Any] | None,
     extra_metrics: Mapping[str, float] | None,
+    record: CheckRecord | None = None,
 ) -> Comparison:
     """``ConvperfFixture.judge`` on a check's slot: :func:`judge`, record the row once (keywords,
-    typed), then skip (INCONCLUSIVE timing) or :meth:`Judgement.enforce`. In a fresh-process
-    confirm run the comparison is only measured again, nothing is judged."""
+    typed; in ``record`` too, the check's own record), then skip (INCONCLUSIVE timing) or
+    :meth:`Judgement.enforce`. In a fresh-process confirm run the comparison is only measured
+    again, nothing is judged."""
     confirm_run = session.confirm_run
     if confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
         confirm_run.measure(nodeid, slot.key, confirm)
@@ -153,7 +168,7 @@ def judge_and_record(
         extra_metrics=metrics,
         **judgement.row_fields,
     )
-    session.record(nodeid, row)
+    (record if record is not None else CheckRecord()).record(session, nodeid, row)
     if comparison.inconclusive and judgement.decision.verdict is Verdict.INCONCLUSIVE:
         pytest.skip(f"convperf INCONCLUSIVE on {name}: {comparison.inconclusive}")
     judgement.enforce()

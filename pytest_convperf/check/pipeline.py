@@ -26,7 +26,7 @@ import pytest
 from pytest_convperf.check.calls import correctness_settings, phase_calls
 from pytest_convperf.check.determinism import nondeterminism
 from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, device_errors
-from pytest_convperf.check.judgement import judge_and_record
+from pytest_convperf.check.judgement import CheckRecord, judge_and_record
 from pytest_convperf.check.paired_timing import PairedTiming
 from pytest_convperf.core import inflight
 from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
@@ -97,7 +97,7 @@ def run_check(
         if cfg.check_timeout is not None
         else StopRule.for_timer(ctx.timer).check_timeout_s()
     )
-    recorded = len(session.pending.get(nodeid, []))
+    recorded = CheckRecord()  # this check's row, once it has one
 
     def timeout_row(message: str) -> CheckRow:
         stopped = {
@@ -120,7 +120,7 @@ def run_check(
         if found is None:
             return
         facts = {**facts, "integrity": found.tag} if found.tag else facts
-        session.record(nodeid, unjudged_row(ctx, found.verdict, found.message, found.errors, facts))
+        recorded.record(session, nodeid, unjudged_row(ctx, found.verdict, found.message, found.errors, facts))
         pytest.fail(found.message, pytrace=False)
 
     try:
@@ -224,16 +224,17 @@ def run_check(
                     confirm=timing.confirm_of(first),
                     facts=facts,
                     extra_metrics=extra_metrics,
+                    record=recorded,
                 )
             except (TimingTrick, ImplausibleTime) as exc:
-                if len(session.pending.get(nodeid, [])) != recorded:  # judged already: its row stands
+                if recorded.row is not None:  # judged already: its row stands
                     raise
                 message = str(exc) if isinstance(exc, TimingTrick) else f"IMPLAUSIBLE TIME: {exc}"
                 failed(facts, Finding.of(message))
                 raise  # not reached: failed() ends the test
     except CheckTimeout as exc:
-        if len(session.pending.get(nodeid, [])) == recorded:  # not judged yet: its row
-            session.record(nodeid, timeout_row(str(exc)))
+        if recorded.row is None:  # not judged yet: its row
+            recorded.record(session, nodeid, timeout_row(str(exc)))
         pytest.fail(str(exc), pytrace=False)
 
 

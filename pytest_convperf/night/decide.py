@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
 from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.options import Method
 from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Verdict
@@ -153,11 +153,16 @@ class FalseAlarmControl:
     failed or passed.
     """
 
-    def __init__(self, cfg: ConvperfConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self.control: NightControl | None = None
         self.failed: list[str] = []  # kept speed FAILs whose test did not already fail
         self._kept_nodeids: set[str] = set()
+
+    @property
+    def cfg(self) -> ConvperfConfig:
+        """The session's config (``CONFIG_KEY``), not a copy: session start reads the environment again."""
+        return self.config.stash[CONFIG_KEY]
 
     @pytest.hookimpl(trylast=True)
     def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
 from pytest_convperf.core.rerun import forwarded_args, plugin_args, subprocess_env
 from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verdict
 from pytest_convperf.judge.decision import CONFIRM_FACTOR
@@ -309,9 +309,13 @@ PLUGIN_NAME = "convperf-fresh-confirm"
 class FreshConfirm:
     """The fresh-process confirm as a plugin: registered on the controller when :func:`applies`."""
 
-    def __init__(self, config: pytest.Config, cfg: ConvperfConfig) -> None:
+    def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.cfg = cfg
+
+    @property
+    def cfg(self) -> ConvperfConfig:
+        """The session's config (``CONFIG_KEY``), not a copy: session start reads the environment again."""
+        return self.config.stash[CONFIG_KEY]
 
     @pytest.hookimpl(tryfirst=True)  # before the false-alarm control, which decides on confirmed FAILs
     def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> list[str] | None:

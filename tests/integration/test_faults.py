@@ -265,3 +265,32 @@ def test_after_a_segfault_report_does_not_claim_an_update_that_was_never_written
     out = capsys.readouterr().out
     assert "recorded as the new baseline" not in out
     assert "NEW (1): 1 planned as the new baseline but NOT written" in out
+
+
+# A plugin that records a row of its own during a check (a whole-model comparison, through the
+# public ``convperf.judge``), then holds the check past its limit.
+ROW_OF_ITS_OWN = """
+import time
+
+
+def pytest_convperf_check_timed(convperf, context, comparison):
+    convperf.judge(comparison, name="whole-model", phase="forward", confirm=lambda n: comparison)
+    time.sleep(60)  # the check's limit stops this
+"""
+
+
+def test_a_check_stopped_after_another_row_of_its_test_still_leaves_its_timeout_row(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: tuple[str, ...]
+) -> None:
+    # Issue 39.4: whether the check was judged is its own record, not "its test has more rows than
+    # when it started": the hook's row is not this check's, so the check that ran out of time has
+    # no row yet and gets its TIMEOUT row (counting rows said "judged already" and left it out).
+    suite = Suite(pytester, monkeypatch, plugin_args)
+    pytester.makeconftest(ROW_OF_ITS_OWN)
+    report = pytester.path / "report"
+    result = suite.run("test_suite.py::test_a", "--convperf-check-timeout=5", f"--convperf-report={report}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ran past its 5 s limit*"])
+    rows = json.loads((report / "rows.json").read_text())
+    verdicts = {row["problem"] == "whole-model": row["verdict"] for row in rows}
+    assert len(rows) == 2 and verdicts == {True: "NEW", False: "TIMEOUT"}  # the hook's row, the check's

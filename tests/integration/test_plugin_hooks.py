@@ -136,3 +136,66 @@ def test_leaving_the_false_alarm_control_out_under_holm_is_a_usage_error(suite: 
     result.stderr.fnmatch_lines(["*-p no:convperf-false-alarms*--convperf-false-alarms=none*"])
     # With each check deciding alone, the control is not needed.
     suite.run("-p", "no:convperf-false-alarms", "--convperf-false-alarms=none").assert_outcomes(passed=2)
+
+
+# A conftest that changes the environment after convperf's pytest_configure (as a fresh confirm's
+# conftest points $CONVPERF_FAKE_TIMER at its replay), then asks each plugin what config it reads.
+LATE_ENVIRONMENT = """
+import json
+import os
+
+
+def pytest_configure(config):
+    os.environ["CONVPERF_L2_FLUSH"] = "write"
+
+
+def pytest_collection_finish(session):
+    pm = session.config.pluginmanager
+    names = ("convperf-session", "convperf-fresh-confirm", "convperf-false-alarms")
+    seen = {name: pm.get_plugin(name).cfg.l2_flush for name in names}
+    open("seen.json", "w").write(json.dumps(seen))
+"""
+
+
+def test_every_plugin_reads_the_config_the_session_replaced_at_its_start(
+    suite: Suite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 39.4: one config for the session and its plugins; a copy taken at configure time
+    # would still say "read" here.
+    monkeypatch.setenv("CONVPERF_L2_FLUSH", "read")  # restored after the conftest's change
+    suite.pytester.makeconftest(LATE_ENVIRONMENT)
+    suite.run("--convperf-report=report").assert_outcomes(passed=2)
+    seen = json.loads((suite.pytester.path / "seen.json").read_text())
+    assert seen == {
+        "convperf-session": "write",
+        "convperf-fresh-confirm": "write",
+        "convperf-false-alarms": "write",
+    }
+
+
+OPTIONAL = (
+    "convperf-ab-hint",
+    "convperf-fresh-confirm",
+    "convperf-progress",
+    "convperf-cliffs",
+    "convperf-orphans",
+    "convperf-results-store",
+    "convperf-crash-watch",
+)
+
+
+def test_each_optional_plugin_left_out_leaves_a_working_session(suite: Suite) -> None:
+    # Issue 39.4: the core looks an optional plugin up by name where it may be absent and imports
+    # none of them at module level; -p no:convperf-ab and -p no:convperf-false-alarms: above.
+    suite.pytester.makeconftest(
+        "def pytest_sessionfinish(session):\n"
+        "    names = [n for n, p in session.config.pluginmanager.list_name_plugin() if n and p]\n"
+        "    open('plugins.txt', 'w').write(','.join(n for n in names if n.startswith('convperf-')))\n"
+    )
+    for name in OPTIONAL:
+        result = suite.run("--convperf-report=report", "-p", f"no:{name}")
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines(["*convperf: PASS 2*"])
+        names = set((suite.pytester.path / "plugins.txt").read_text().split(","))
+        assert name not in names and "convperf-session" in names, name
+        assert [r["verdict"] for r in _rows(suite)] == ["PASS", "PASS"], name

@@ -72,8 +72,8 @@ def test_a_full_disk_costs_the_journal_line_not_the_check(
     session = _session(tmp_path)
     session.config.workerinput = {}  # an xdist worker: no live progress line
     session.record("t.py::test_k", _row())
-    assert session.pending["t.py::test_k"] == [_row()]
-    assert "was not journalled: [Errno 28] No space left on device" in session.notes[0]
+    assert session.rows.pending["t.py::test_k"] == [_row()]
+    assert "was not journalled: [Errno 28] No space left on device" in session.end.notes[0]
 
 
 def test_a_row_of_a_newer_format_is_one_line_naming_its_place_and_the_fix(tmp_path: Path) -> None:

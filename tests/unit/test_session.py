@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
 from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Decision, ErrorStats, Verdict
 from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 from pytest_convperf.session import ConvperfSession
@@ -27,9 +27,11 @@ def _session(tmp_path: Path, machine: str | None = None) -> ConvperfSession:
     cfg = ConvperfConfig(enabled=True, baselines_dir=tmp_path / "bl", machine=machine, report_dir=tmp_path)
     # No terminal reporter: the live progress line is off (pytest_convperf.reports.progress).
     plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
-    config = SimpleNamespace(pluginmanager=plugins, get_verbosity=lambda: 0, hook=NoHooks())
-    session = ConvperfSession(config, cfg)  # type: ignore[arg-type]
-    session._device = SimpleNamespace(slug="amd-epyc-1t")  # type: ignore[assignment]
+    config = SimpleNamespace(
+        pluginmanager=plugins, get_verbosity=lambda: 0, hook=NoHooks(), stash={CONFIG_KEY: cfg}
+    )
+    session = ConvperfSession(config)  # type: ignore[arg-type]
+    session.built.device = SimpleNamespace(slug="amd-epyc-1t")  # type: ignore[assignment]
     return session
 
 
@@ -74,19 +76,19 @@ def test_a_row_crosses_the_xdist_boundary_unchanged(tmp_path: Path) -> None:
     report.user_properties = json.loads(json.dumps(report.user_properties))
     assert report.user_properties[0][0] == ROWS_PROPERTY
     controller.pytest_runtest_logreport(report)
-    assert controller.rows == [row]
+    assert controller.rows.run == [row]
     assert any(name.startswith("convperf[test_k@p]") for name, _ in item.user_properties)
 
 
 def test_sections_ride_on_the_next_report_and_are_written_once(tmp_path: Path) -> None:
     worker, controller = _session(tmp_path), _session(tmp_path)
-    worker.sections.section("t.md", "| a |", title="Title")
+    worker.sections.own.section("t.md", "| a |", title="Title")
     report: Any = SimpleNamespace(user_properties=[], when="teardown")
     worker.attach_sections(report)
-    assert report.user_properties[0][0] == SECTIONS_PROPERTY and worker.sections.pending == []
+    assert report.user_properties[0][0] == SECTIONS_PROPERTY and worker.sections.own.pending == []
     controller.pytest_runtest_logreport(report)
-    controller.all_sections.append(Section("t.md", "| b |", "Title"))  # from another worker
-    (path,) = write_sections(tmp_path, controller.all_sections)
+    controller.sections.received.append(Section("t.md", "| b |", "Title"))  # from another worker
+    (path,) = write_sections(tmp_path, controller.sections.received)
     assert path.read_text() == "# Title\n\n| a |\n\n| b |\n"
 
 
@@ -107,9 +109,13 @@ def test_a_run_without_report_folder_or_sections_leaves_no_temporary_folder(
     cfg = ConvperfConfig(enabled=enabled, baselines_dir=tmp_path / "bl", report_dir=None, rootdir=tmp_path)
     plugins = SimpleNamespace(get_plugin=lambda name: None, has_plugin=lambda name: False)
     config = SimpleNamespace(
-        pluginmanager=plugins, get_verbosity=lambda: 0, getoption=lambda *a, **k: None, hook=NoHooks()
+        pluginmanager=plugins,
+        get_verbosity=lambda: 0,
+        getoption=lambda *a, **k: None,
+        hook=NoHooks(),
+        stash={CONFIG_KEY: cfg},
     )
-    session = ConvperfSession(config, cfg)  # type: ignore[arg-type]
+    session = ConvperfSession(config)  # type: ignore[arg-type]
     session.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK))  # type: ignore[arg-type]
     assert list(tmp.iterdir()) == []
 
@@ -126,11 +132,11 @@ def test_a_full_disk_at_session_end_is_a_note_and_a_failed_session_not_a_traceba
     session.config.getoption = lambda *a, **k: None
     session.config.hook.pytest_convperf_write_report = full
     monkeypatch.setattr(session, "machine_info", lambda rows: {})
-    session.all_sections.append(Section("t.md", "| a |", None))
+    session.sections.received.append(Section("t.md", "| a |", None))
     monkeypatch.setattr("pytest_convperf.session.write_sections", lambda *a: full())
-    session.rows.append(_row())
+    session.rows.run.append(_row())
     pytest_session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
     session.pytest_sessionfinish(pytest_session)  # type: ignore[arg-type]
     assert pytest_session.exitstatus == pytest.ExitCode.TESTS_FAILED
-    assert session.notes[0] == "report sections NOT (all) written: [Errno 28] No space left on device"
-    assert session.notes[-1].startswith(f"the reports in {tmp_path} NOT (all) written: [Errno 28]")
+    assert session.end.notes[0] == "report sections NOT (all) written: [Errno 28] No space left on device"
+    assert session.end.notes[-1].startswith(f"the reports in {tmp_path} NOT (all) written: [Errno 28]")
