@@ -84,7 +84,7 @@ def clock_facts(clocks: Sequence[ClockSample | None], kept: Sequence[int]) -> di
     temps = [c.temp_c for c in seen if c.temp_c is not None]
     power = [c.power_w for c in seen if c.power_w is not None]
     kept_mhz = [clocks[i].sm_mhz for i in kept if clocks[i] is not None and clocks[i].sm_mhz]  # type: ignore[union-attr]
-    # A dict[str, Any]: measure/run.py's ``TimedRounds.clocks`` takes it as one (not this module's).
+    # Untyped: measure/run.py's ``TimedRounds.clocks`` (not this module's) takes it as that dict.
     return {
         "sm_mhz_median": stats.median(mhz),
         "sm_mhz_min": min(mhz),
