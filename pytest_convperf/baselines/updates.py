@@ -32,11 +32,11 @@ from pytest_convperf.baselines.orphans import render_md as render_orphans
 from pytest_convperf.baselines.store import Store, read_file
 from pytest_convperf.baselines.update_outcome import Applied, utf8
 from pytest_convperf.baselines.update_record import UPDATE_MD, render_update_md
-from pytest_convperf.core.entry import Correctness, Entry, UpdatePlan, parse_entry
+from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.kerneldiff import KernelShare
-from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
+from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict, correctness_of
 from pytest_convperf.judge.cliffs import CliffChange, file_changes, render_md
 from pytest_convperf.judge.decision import Policy
 from pytest_convperf.judge.quality import QUALITY_KEYS
@@ -57,13 +57,6 @@ UPDATE_KIND_FOR: dict[Verdict, str] = {
     Verdict.NEW: "new",
     Verdict.IMPROVED: "improved",
 }
-
-
-def correctness_of(errors: Sequence[ErrorStats]) -> Correctness:
-    """What an entry stores about correctness: flat for one output, per output name for several."""
-    if len(errors) == 1:
-        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
-    return {e.name: {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
 
 
 def quality_of(metrics: Mapping[str, Any]) -> dict[str, float]:

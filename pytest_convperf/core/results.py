@@ -13,12 +13,12 @@ import enum
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, TypedDict
 
 from pytest_convperf.core import json_fields as jf
-from pytest_convperf.core.entry import Entry, EntryYaml, UpdatePlan, UpdatePlanDict, parse_entry
+from pytest_convperf.core.entry import Correctness, Entry, EntryYaml, UpdatePlan, UpdatePlanDict, parse_entry
 from pytest_convperf.core.json_fields import JsonObject
 from pytest_convperf.core.row_format import ROW_FORMAT, current_format
 from pytest_convperf.core.stats import log_ratios
@@ -271,6 +271,14 @@ class ErrorStats:
             violations=self.violations,
             numel=self.numel,
         )
+
+
+def correctness_of(errors: Sequence[ErrorStats]) -> Correctness:
+    """What an entry (and a history record) stores about correctness: flat for one output, per
+    output name for several."""
+    if len(errors) == 1:
+        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
+    return {str(e.name): {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
 
 
 class Verdict(str, enum.Enum):
