@@ -27,9 +27,9 @@ from pytest_convperf.core import inflight
 RETRY_TIMEOUT_S = 300.0
 
 
-def retry(record: dict[str, Any], rootdir: Path, timeout_s: float = RETRY_TIMEOUT_S) -> str:
+def retry(record: inflight.Running, rootdir: Path, timeout_s: float = RETRY_TIMEOUT_S) -> str:
     """Run a crash record's repro line again, in its own process; what happened, in words."""
-    repro = str(record.get("repro") or "")
+    repro = record.repro
     if not repro.startswith("python -c "):
         return f"run it again with: {repro}" if repro else "no repro line was recorded"
     code = shlex.split(repro)[2]
@@ -49,12 +49,12 @@ def retry(record: dict[str, Any], rootdir: Path, timeout_s: float = RETRY_TIMEOU
     return f"retried in its own process: it exits {res.returncode} without a crash ({last[:200]})"
 
 
-def crash_lines(record: dict[str, Any], retried: str | None) -> list[str]:
+def crash_lines(record: inflight.Running, retried: str | None) -> list[str]:
     """The lines that name one crash record."""
     lines = [
-        f"convperf: a previous session's process {record.get('pid')} died (segfault, abort or kill) in "
+        f"convperf: a previous session's process {record.pid} died (segfault, abort or kill) in "
         + inflight.describe(record),
-        f"  repro: {record.get('repro') or '?'}",
+        f"  repro: {record.repro or '?'}",
     ]
     if retried:
         lines.append(f"  {retried}")
@@ -96,7 +96,7 @@ class CrashWatch:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """xdist: the crashed worker's record, added to its test's failure."""
         for record in inflight.leftovers():
-            if record.get("nodeid") == crashitem:
+            if record.nodeid == crashitem:
                 inflight.forget(record)
                 report.sections.append(("convperf: the crash", "\n".join(crash_lines(record, None))))
 

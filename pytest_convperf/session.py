@@ -19,7 +19,7 @@ import datetime as _dt
 import functools
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,7 @@ from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, 
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
-    from pytest_convperf.core.device import DeviceInfo
+    from pytest_convperf.core.device import DeviceFact, DeviceInfo
     from pytest_convperf.night.fresh_confirm import ConfirmRun
     from pytest_convperf.reports.progress import LiveProgress
 
@@ -385,8 +385,8 @@ class ConvperfSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return mark_written(rows, applied)
 
-    def night(self) -> dict[str, Any]:
-        """The session's false-alarm control (``NightControl.to_dict()``); empty without its plugin."""
+    def night(self) -> Mapping[str, object]:
+        """The session's false-alarm control (``NightControlDict``); empty without its plugin."""
         from pytest_convperf.night.decide import PLUGIN_NAME, FalseAlarmControl
 
         control = self.config.pluginmanager.get_plugin(PLUGIN_NAME)  # absent with -p no:convperf-false-alarms
@@ -433,18 +433,16 @@ class ConvperfSession:
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def machine_info(self, rows: Sequence[CheckRow]) -> dict[str, Any]:
+    def machine_info(self, rows: Sequence[CheckRow]) -> dict[str, DeviceFact]:
         """pytest-benchmark's ``machine_info`` with the device facts (GPU name, clocks, versions)."""
-        info: dict[str, Any] = {"machine": rows[0].machine if rows else None}
+        info: dict[str, DeviceFact] = {"machine": rows[0].machine if rows else None}
         try:
             device = self.device_info()
         except Exception as exc:  # the report must not fail because the device cannot be queried again
             info["device_error"] = str(exc)
             return info
         info.update(device="cuda" if device.is_cuda else "cpu", name=device.name, slug=device.slug)
-        info.update(
-            {k: v for k, v in device.facts.items() if isinstance(v, (str, int, float, bool)) or v is None}
-        )
+        info.update(device.facts)  # scalars each (``DeviceFact``): JSON as they are
         return info
 
     @pytest.hookimpl

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
 
 from pytest_convperf.ab.distinct import NotDistinct, OpLedger, library_collision, same_callable
 from pytest_convperf.ab.refimport import CandidateLookupError, ref_candidate
 from pytest_convperf.ab.revisions import Checkouts, RevisionError, repo_root, resolve, working_tree
-from pytest_convperf.ab.rule import ab_policy, decide_ab
+from pytest_convperf.ab.rule import ABResultDict, ab_policy, decide_ab
 
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
@@ -37,6 +37,30 @@ if TYPE_CHECKING:
 # The names the plugin objects are registered under (``-p no:<name>`` leaves one out).
 PLUGIN_NAME = "convperf-ab"
 HINT_NAME = "convperf-ab-hint"
+
+
+class RefMeasurement(TypedDict):
+    """REF's candidate against the reference: what results.json's ``candidate@ref`` benchmark shows."""
+
+    samples: list[float]
+    median: float
+    mode: str
+    l2: str
+
+
+class ABFact(TypedDict):
+    """A row's ``facts["ab"]`` (:meth:`ABSession.compare`): a mapping, since it rides in the row's
+    facts through xdist, the journal and rows.json."""
+
+    a: str
+    ref: str
+    ref_sha: str
+    result: ABResultDict
+    a_speedup: float
+    a_speedup_ci: list[float]
+    ref_speedup: float
+    ref_speedup_ci: list[float]
+    ref_measurement: RefMeasurement
 
 
 class ABSession:
@@ -78,7 +102,7 @@ class ABSession:
         ctx: CheckContext,
         *,
         a_speedup: tuple[float, tuple[float, float]],
-    ) -> dict[str, Any]:
+    ) -> ABFact:
         """Time A's candidate (``ctx.candidate``) against REF's; return the row's ``facts["ab"]``."""
 
         from pytest_convperf.check.calls import phase_call
@@ -137,27 +161,24 @@ class ABSession:
         ref_vs_reference = PairedTiming.for_check(ref_ctx, phase_calls(ref_ctx)).measure()
         self._distinct(ledger, "after the A/B's timing")
         ref_meas = first.reference
-        return {
-            "a": self.a.label,
-            "ref": self.ref.label,
-            "ref_sha": self.ref.sha,
-            "result": result.to_dict(),
-            "a_speedup": a_speedup[0],
-            "a_speedup_ci": list(a_speedup[1]),
-            "ref_speedup": ref_vs_reference.speedup,
-            "ref_speedup_ci": list(ref_vs_reference.speedup_ci),
-            "ref_measurement": {
-                "samples": list(ref_meas.samples),
-                "median": ref_meas.median,
-                "mode": ref_meas.mode,
-                "l2": ref_meas.l2,
-            },
-        }
+        return ABFact(
+            a=self.a.label,
+            ref=self.ref.label,
+            ref_sha=self.ref.sha,
+            result=result.to_dict(),
+            a_speedup=a_speedup[0],
+            a_speedup_ci=list(a_speedup[1]),
+            ref_speedup=ref_vs_reference.speedup,
+            ref_speedup_ci=list(ref_vs_reference.speedup_ci),
+            ref_measurement=RefMeasurement(
+                samples=list(ref_meas.samples), median=ref_meas.median, mode=ref_meas.mode, l2=ref_meas.l2
+            ),
+        )
 
     # ---- hooks ------------------------------------------------------------------------------------
     def pytest_convperf_check_timed(
         self, convperf: ConvperfFixture, context: CheckContext, comparison: Comparison
-    ) -> dict[str, Any]:
+    ) -> dict[str, ABFact]:
         """The same candidate at REF, timed here: the row's ``facts["ab"]``."""
         convperf.progress.at(f"the A/B against --convperf-against={self.ref.label}")
         ab = self.compare(convperf, context, a_speedup=(comparison.speedup, comparison.speedup_ci))

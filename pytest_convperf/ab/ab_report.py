@@ -9,7 +9,8 @@ Input: result rows (``results.CheckRow``) whose ``facts["ab"]`` an A/B run fille
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +20,27 @@ from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.results import CheckRow
 
 
-def ab_rows(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
-    """The rows that carry an A/B, as ``{key, module, nodeid, ab, result}``, sorted by change (largest
-    slowdown first)."""
+@dataclass(frozen=True)
+class ABRow:
+    """A row that carries an A/B: its check, its ``facts["ab"]`` (``ab_plugin.ABFact``, as the row
+    holds it: a row read back from rows.json has the mapping) and the result read from it."""
+
+    key: str
+    module: str
+    nodeid: str
+    ab: Mapping[str, Any]
+    result: ABResult
+
+
+def ab_rows(rows: Sequence[CheckRow]) -> list[ABRow]:
+    """The rows that carry an A/B, sorted by change (largest slowdown first)."""
     out = []
     for row in rows:
         ab = row.facts.get("ab")
         if not ab:
             continue
-        result = ABResult.from_dict(ab["result"])
-        out.append(
-            {
-                "key": row.key,
-                "module": row.module,
-                "nodeid": row.nodeid,
-                "ab": ab,
-                "result": result,
-            }
-        )
-    out.sort(key=lambda r: -abs(r["result"].ratio - 1.0))
+        out.append(ABRow(row.key, row.module, row.nodeid, ab, ABResult.from_dict(ab["result"])))
+    out.sort(key=lambda r: -abs(r.result.ratio - 1.0))
     return out
 
 
@@ -53,7 +56,7 @@ def markdown(rows: Sequence[CheckRow]) -> str:
     data = ab_rows(rows)
     if not data:
         return "## A/B\n\nNo check was compared against a revision.\n"
-    first = data[0]["ab"]
+    first = data[0].ab
     lines = [
         "## A/B",
         "",
@@ -66,17 +69,16 @@ def markdown(rows: Sequence[CheckRow]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in data:
-        res: ABResult = r["result"]
-        ab = r["ab"]
+        res = r.result
+        ab = r.ab
         lines.append(
-            f"| {code_span(r['key'], table=True)} | {res.verdict} | "
+            f"| {code_span(r.key, table=True)} | {res.verdict} | "
             f"{res.ratio:.3f} [{res.ci[0]:.3f}, {res.ci[1]:.3f}] | "
             f"{res.change:+.1%} | {_speedup(ab.get('a_speedup'), ab.get('a_speedup_ci'))} | "
             f"{_speedup(ab.get('ref_speedup'), ab.get('ref_speedup_ci'))} | {res.n_rounds} |"
         )
     counts = {
-        v: sum(1 for r in data if r["result"].verdict == v)
-        for v in ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")
+        v: sum(1 for r in data if r.result.verdict == v) for v in ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")
     }
     lines += ["", ", ".join(f"{v} {n}" for v, n in counts.items() if n)]
     return "\n".join(lines) + "\n"
@@ -86,11 +88,11 @@ def terminal_lines(rows: Sequence[CheckRow]) -> list[str]:
     data = ab_rows(rows)
     if not data:
         return []
-    out = [f"A = {data[0]['ab']['a']}, REF = {data[0]['ab']['ref']}"]
+    out = [f"A = {data[0].ab['a']}, REF = {data[0].ab['ref']}"]
     for r in data:
-        res: ABResult = r["result"]
+        res = r.result
         out.append(
-            f"{res.verdict:<12} {r['key']}  t_A/t_REF {res.ratio:.3f} [{res.ci[0]:.3f}, {res.ci[1]:.3f}]  "
+            f"{res.verdict:<12} {r.key}  t_A/t_REF {res.ratio:.3f} [{res.ci[0]:.3f}, {res.ci[1]:.3f}]  "
             f"{res.message}"
         )
     return out
@@ -111,7 +113,7 @@ def plot(rows: Sequence[CheckRow], path: Path) -> str | None:
     colors = {"SLOWER": "C3", "FASTER": "C2", "SAME": "C0", "INCONCLUSIVE": "grey"}
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(data) + 1.5))
     for y, r in enumerate(data):
-        res: ABResult = r["result"]
+        res = r.result
         ax.errorbar(
             [res.ratio],
             [y],
@@ -120,11 +122,11 @@ def plot(rows: Sequence[CheckRow], path: Path) -> str | None:
             color=colors.get(res.verdict, "k"),
             capsize=3,
         )
-    tol = data[0]["result"].tolerance
+    tol = data[0].result.tolerance
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
     for edge in (1 / (1 + tol), 1 + tol):
         ax.axvline(edge, color="grey", linewidth=0.5, linestyle=":")
-    ax.set_yticks(range(len(data)), [str(r["key"])[:60] for r in data], fontsize=7)
+    ax.set_yticks(range(len(data)), [str(r.key)[:60] for r in data], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("t_A / t_REF with 95 % CI (> 1: A slower; dotted: tolerance)")
     fig.tight_layout()
@@ -142,8 +144,8 @@ def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[CheckRow]) -> dic
         by_group.setdefault(bench["group"], []).append(bench)
     added = []
     for r in ab_rows(rows):
-        group = by_group.get(f"{r['module']}::{r['key']}", [])
-        ab = r["ab"]
+        group = by_group.get(f"{r.module}::{r.key}", [])
+        ab = r.ab
         for bench in group:
             bench["extra_info"]["ab"] = {"ref": ab["ref"], **ab["result"]}
         template = next((b for b in group if b["extra_info"].get("side") == "candidate"), None)
@@ -154,7 +156,7 @@ def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[CheckRow]) -> dic
         samples = ref_side.get("samples") or [ref_side["median"]]
         mode, l2, n_rounds = ref_side.get("mode"), ref_side.get("l2"), ab["result"]["n_rounds"]
         ref_bench = benchmark_entry(
-            (r["module"], r["key"], r["nodeid"]),
+            (r.module, r.key, r.nodeid),
             "candidate",
             {},
             mode=mode,
@@ -162,11 +164,9 @@ def add_ref_benchmarks(results: dict[str, Any], rows: Sequence[CheckRow]) -> dic
             samples=samples,
             n_rounds=n_rounds,
         )
-        ref_bench.update(
-            name=f"{r['key']}[candidate@ref]",
-            fullname=f"{r['nodeid'] or r['key']}::candidate@{ab['ref']}",
-            extra_info=dict(template["extra_info"], side="candidate@ref", ref=ab["ref"]),
-        )
+        ref_bench["name"] = f"{r.key}[candidate@ref]"
+        ref_bench["fullname"] = f"{r.nodeid or r.key}::candidate@{ab['ref']}"
+        ref_bench["extra_info"] = dict(template["extra_info"], side="candidate@ref", ref=ab["ref"])
         added.append(ref_bench)
     results["benchmarks"] = [*results.get("benchmarks", []), *added]
     return results

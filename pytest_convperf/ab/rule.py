@@ -18,10 +18,12 @@ log ratio, with no stored baseline:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypedDict
 
+from pytest_convperf.core import json_fields as jf
+from pytest_convperf.core.json_fields import JsonObject
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.decision import POWER_Z, Policy, Stage
 from pytest_convperf.judge.verdict import GPU_NOISE_FLOOR, default_policy
@@ -46,6 +48,20 @@ def ab_policy(
     return Policy(base.tolerance, noise_floor if noise_floor is not None else default, base.max_mde)
 
 
+class ABResultDict(TypedDict):
+    """An A/B result as a row's ``facts["ab"]["result"]`` holds it (:meth:`ABResult.to_dict`)."""
+
+    verdict: str
+    ratio: float
+    ci: list[float]
+    message: str
+    stage: str
+    n_rounds: int
+    tolerance: float
+    noise: float
+    mde: float | None
+
+
 @dataclass(frozen=True)
 class ABResult:
     """One check's A/B: ``ratio`` = t_A / t_REF (> 1: A is slower) with its 95 % CI (noise included)."""
@@ -65,16 +81,34 @@ class ABResult:
         """Relative change of A's time over REF's (0.2 = 20 % slower)."""
         return self.ratio - 1.0
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["ci"] = list(self.ci)
-        return data
+    def to_dict(self) -> ABResultDict:
+        return ABResultDict(
+            verdict=self.verdict,
+            ratio=self.ratio,
+            ci=list(self.ci),
+            message=self.message,
+            stage=self.stage,
+            n_rounds=self.n_rounds,
+            tolerance=self.tolerance,
+            noise=self.noise,
+            mde=self.mde,
+        )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ABResult:
-        fields = dict(data)
-        fields["ci"] = tuple(fields["ci"])
-        return cls(**fields)
+    def from_dict(cls, data: JsonObject) -> ABResult:
+        """The result of :meth:`to_dict`, read back from a row; a field of the wrong type is a
+        ``ValueError`` naming it."""
+        return cls(
+            verdict=jf.text(data, "verdict"),
+            ratio=jf.number(data, "ratio"),
+            ci=jf.pair(data, "ci"),
+            message=jf.text(data, "message"),
+            stage=jf.text(data, "stage"),
+            n_rounds=jf.integer(data, "n_rounds"),
+            tolerance=jf.number(data, "tolerance"),
+            noise=jf.number(data, "noise"),
+            mde=jf.opt_number(data, "mde"),
+        )
 
 
 def _stage(name: str, comparison: Comparison, policy: Policy, q: float) -> Stage:

@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pytest_convperf.baselines.store import dump_text, read_file
 from pytest_convperf.core.entry import Entry
@@ -123,9 +123,38 @@ def noise_of(ln_ratios: Sequence[float], floor: float) -> float:
     return max(statistics.stdev(kept) if len(kept) >= 2 else 0.0, floor)
 
 
+class CalibratedCheck(TypedDict):
+    """What K runs say about one check (:func:`calibrate_records`); the median run's ``us`` .. ``timing``
+    are its history record's, as stored."""
+
+    runs: int
+    noise_runs: int  # the noise's degrees of freedom + 1
+    sd: float
+    noise: float
+    floor: float
+    time_ratio: float
+    ln_ratios: list[float]
+    code: str | None
+    code_mixed: bool
+    entry_seen: list[str]
+    us: Mapping[str, Any]
+    env: Mapping[str, Any]
+    reference_backend: str | None
+    correctness: Mapping[str, Any]
+    quality: Mapping[str, Any]
+    timing: Mapping[str, Any]
+    other_mode_runs: int
+    load_max: float
+
+
+class CalibratedFile(TypedDict):
+    machine: str
+    checks: dict[str, CalibratedCheck]
+
+
 def calibrate_records(
     runs: Sequence[Sequence[Mapping[str, Any]]], *, floor: float | None = None
-) -> dict[str, Any]:
+) -> dict[str, CalibratedFile]:
     """Fold K runs' history records into per-file entry updates; returns {file: {key: (entry fields)}}.
 
     Pure: the caller writes. ``floor`` defaults to the device's (GPU 0.4 %, CPU measured).
@@ -139,7 +168,7 @@ def calibrate_records(
                 continue
             ident = (str(rec["baselines_file"]), str(rec.get("machine")), str(rec["key"]))
             by_check.setdefault(ident, []).append(rec)
-    out: dict[str, Any] = {}
+    out: dict[str, CalibratedFile] = {}
     for (file, machine, key), every in sorted(by_check.items()):
         # Runs timed in another mode (auto near the CUDA-graph threshold) are not the same
         # measurement: fold only the most common mode's runs (the first seen wins a tie).
@@ -153,29 +182,29 @@ def calibrate_records(
             else (GPU_NOISE_FLOOR if recs[0].get("device_kind") == "cuda" else CPU_NOISE_FLOOR)
         )
         mid = sorted(recs, key=lambda r: float(r["ln_ratio"]))[len(recs) // 2]
-        out.setdefault(file, {"machine": machine, "checks": {}})["checks"][key] = {
-            "runs": len(lns),
-            "noise_runs": len(spike_free(lns)),  # the noise's degrees of freedom + 1
-            "sd": statistics.stdev(lns) if len(lns) >= 2 else 0.0,
-            "noise": noise_of(lns, dev_floor),
-            "floor": dev_floor,
-            "time_ratio": math.exp(statistics.median(lns)),
-            "ln_ratios": lns,
+        out.setdefault(file, CalibratedFile(machine=machine, checks={}))["checks"][key] = CalibratedCheck(
+            runs=len(lns),
+            noise_runs=len(spike_free(lns)),
+            sd=statistics.stdev(lns) if len(lns) >= 2 else 0.0,
+            noise=noise_of(lns, dev_floor),
+            floor=dev_floor,
+            time_ratio=math.exp(statistics.median(lns)),
+            ln_ratios=lns,
             # One code state for all runs (None: git could not say), or None and ``code_mixed``:
             # only runs of the entry's own code replace it (code_difference).
-            "code": codes.pop() if len(codes := {r.get("code") for r in recs}) == 1 else None,
-            "code_mixed": len(codes) > 1,
+            code=codes.pop() if len(codes := {r.get("code") for r in recs}) == 1 else None,
+            code_mixed=len(codes) > 1,
             # The entries the runs were judged against (a record without one: unknown).
-            "entry_seen": sorted({_judged_against(r) for r in every}),
-            "us": mid.get("us") or {},
-            "env": mid.get("env") or {},
-            "reference_backend": mid.get("reference_backend"),
-            "correctness": mid.get("correctness") or {},
-            "quality": mid.get("quality") or {},
-            "timing": mid.get("timing") or {},
-            "other_mode_runs": len(every) - len(recs),
-            "load_max": max((max(r.get("load_avg") or [0.0]) for r in recs), default=0.0),
-        }
+            entry_seen=sorted({_judged_against(r) for r in every}),
+            us=mid.get("us") or {},
+            env=mid.get("env") or {},
+            reference_backend=mid.get("reference_backend"),
+            correctness=mid.get("correctness") or {},
+            quality=mid.get("quality") or {},
+            timing=mid.get("timing") or {},
+            other_mode_runs=len(every) - len(recs),
+            load_max=max((max(r.get("load_avg") or [0.0]) for r in recs), default=0.0),
+        )
     return out
 
 

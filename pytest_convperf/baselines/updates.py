@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
 
@@ -35,7 +35,8 @@ from pytest_convperf.baselines.update_record import UPDATE_MD, render_update_md
 from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.files import atomic_write
-from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
+from pytest_convperf.core.kerneldiff import KernelShare
+from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict, correctness_of
 from pytest_convperf.judge.cliffs import CliffChange, file_changes, render_md
 from pytest_convperf.judge.decision import Policy
 from pytest_convperf.judge.quality import QUALITY_KEYS
@@ -58,13 +59,6 @@ UPDATE_KIND_FOR: dict[Verdict, str] = {
 }
 
 
-def correctness_of(errors: Sequence[ErrorStats]) -> dict[str, Any]:
-    """What an entry stores about correctness: flat for one output, per output name for several."""
-    if len(errors) == 1:
-        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
-    return {e.name: {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
-
-
 def quality_of(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The quality metrics (``rel_l2``, ``sqnr_db``) among ``extra_metrics`` that an entry stores."""
     return {
@@ -85,7 +79,7 @@ def new_entry(
     backend: str | None,
     errors: Sequence[ErrorStats],
     quality: Mapping[str, float] | None = None,
-    kernels: Sequence[Mapping[str, Any]] | None = None,
+    kernels: Sequence[KernelShare] | None = None,
 ) -> Entry:
     """The entry this measurement would store; noise stays with the machine (kept from the old entry)."""
     timing = timing_of(comparison)
@@ -185,18 +179,28 @@ def git(rootdir: Path, *args: str) -> str | None:
     return git_output(rootdir, *args) or None
 
 
-def commit_info(cfg: ConvperfConfig) -> dict[str, Any]:
+class CommitInfo(TypedDict):
+    """pytest-benchmark's ``commit_info`` block (a mapping: the hooks and the JSON files carry it)."""
+
+    id: str | None
+    branch: str | None
+    dirty: bool
+    project: str
+    code: str | None
+
+
+def commit_info(cfg: ConvperfConfig) -> CommitInfo:
     """pytest-benchmark's ``commit_info``: id, branch, dirty (empty values outside git), and ``code``
     (:func:`code_state`)."""
     rootdir = cfg.rootdir
     status = git(rootdir, "status", "--porcelain")
-    return {
-        "id": git(rootdir, "rev-parse", "--short", "HEAD"),
-        "branch": git(rootdir, "rev-parse", "--abbrev-ref", "HEAD"),
-        "dirty": bool(status),
-        "project": rootdir.name,
-        "code": code_state(cfg),
-    }
+    return CommitInfo(
+        id=git(rootdir, "rev-parse", "--short", "HEAD"),
+        branch=git(rootdir, "rev-parse", "--abbrev-ref", "HEAD"),
+        dirty=bool(status),
+        project=rootdir.name,
+        code=code_state(cfg),
+    )
 
 
 def code_state(cfg: ConvperfConfig) -> str | None:

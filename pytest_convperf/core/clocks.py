@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from pytest_convperf.core import stats
 
@@ -53,13 +53,22 @@ class ClockSample:
     def hw_slowdown(self) -> bool:
         return bool(self.reasons is not None and self.reasons & HW_SLOWDOWN_REASONS)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sm_mhz": self.sm_mhz,
-            "reasons": reason_names(self.reasons) if self.reasons is not None else None,
-            "temp_c": self.temp_c,
-            "power_w": self.power_w,
-        }
+    def to_dict(self) -> ClockSampleDict:
+        return ClockSampleDict(
+            sm_mhz=self.sm_mhz,
+            reasons=reason_names(self.reasons) if self.reasons is not None else None,
+            temp_c=self.temp_c,
+            power_w=self.power_w,
+        )
+
+
+class ClockSampleDict(TypedDict):
+    """One reading as a fact (:meth:`ClockSample.to_dict`): the reason bits by name."""
+
+    sm_mhz: float | None
+    reasons: list[str] | None
+    temp_c: float | None
+    power_w: float | None
 
 
 def clock_facts(clocks: Sequence[ClockSample | None], kept: Sequence[int]) -> dict[str, Any] | str:
@@ -75,6 +84,7 @@ def clock_facts(clocks: Sequence[ClockSample | None], kept: Sequence[int]) -> di
     temps = [c.temp_c for c in seen if c.temp_c is not None]
     power = [c.power_w for c in seen if c.power_w is not None]
     kept_mhz = [clocks[i].sm_mhz for i in kept if clocks[i] is not None and clocks[i].sm_mhz]  # type: ignore[union-attr]
+    # Untyped: measure/run.py's ``TimedRounds.clocks`` (not this module's) takes it as that dict.
     return {
         "sm_mhz_median": stats.median(mhz),
         "sm_mhz_min": min(mhz),

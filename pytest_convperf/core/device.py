@@ -23,6 +23,10 @@ from pytest_convperf.core.clocks import ClockSample
 from pytest_convperf.core.environment import CPU_THREADS_ENV, env_value, parse_cpu_threads
 from pytest_convperf.core.slugs import slugify
 
+# One value of ``DeviceInfo.facts``: versions and names are strings (``cuda`` None on a CPU build),
+# hardware numbers int or float, ``cudnn`` an int or None, ``clocks`` how clocks are read (or why not).
+DeviceFact = str | int | float | None
+
 
 class NvmlSampler:
     """Reads clocks of one GPU through nvidia-ml-py; ``sample()`` returns None once NVML fails."""
@@ -65,9 +69,9 @@ class NvmlSampler:
         except Exception:
             return None
 
-    def static_facts(self) -> dict[str, Any]:
+    def static_facts(self) -> dict[str, DeviceFact]:
         nvml = self._nvml
-        facts: dict[str, Any] = {}
+        facts: dict[str, DeviceFact] = {}
         for key, call in (
             ("driver", lambda: nvml.nvmlSystemGetDriverVersion()),
             ("max_sm_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(self._handle, nvml.NVML_CLOCK_SM)),
@@ -147,11 +151,14 @@ def gpu_slug(name: str, total_memory: int) -> str:
     return slug
 
 
-def _versions(*, cuda: bool) -> dict[str, Any]:
+def _versions(*, cuda: bool) -> dict[str, DeviceFact]:
     """torch and Python; on a CUDA device also the CUDA and cuDNN versions. A CPU measurement uses
     neither, so a CPU device does not name them: they would show as the CPU run's environment in its
     baseline entries, update notes and reports (issue 38.8: "cuda 13.0, cudnn 92400" on a CPU)."""
-    facts: dict[str, Any] = {"torch": torch.__version__.split("+")[0], "python": platform.python_version()}
+    facts: dict[str, DeviceFact] = {
+        "torch": torch.__version__.split("+")[0],
+        "python": platform.python_version(),
+    }
     if not cuda:
         return facts
     facts["cuda"] = torch.version.cuda
@@ -177,7 +184,7 @@ class DeviceInfo:
     name: str
     slug: str
     threads: int
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, DeviceFact] = field(default_factory=dict)
     l2_bytes: int = 0
     nvml: NvmlSampler | None = None
     lost: str | None = None

@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+from pytest_convperf.core.kerneldiff import KernelShare, parse_table
 
 # How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
 # L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
@@ -22,11 +24,61 @@ FIX_RERECORD = (
 )
 
 
+# The stored forms below are TypedDicts, not dataclasses: they are the YAML's and rows.json's
+# mappings themselves (``Entry.to_yaml``, ``parse_entry``), written and read byte for byte.
+class CliffPin(TypedDict):
+    """A pinned performance cliff (``cliffs``): the family, the problem's id, its floor and speedup."""
+
+    family: str
+    problem: str
+    floor: float
+    speedup: float
+
+
+class StoredTimes(TypedDict):
+    """An entry's absolute times (``us``), in microseconds."""
+
+    candidate: float
+    reference: float
+
+
+# An entry's ``correctness``: ``{max_abs: x}`` for one output, ``{name: {max_abs: x}}`` for several.
+Correctness = dict[str, float | dict[str, float]]
+
+
+class _EntryYamlRequired(TypedDict):
+    time_ratio: float
+    noise: float
+    us: StoredTimes
+    env: dict[str, str]
+
+
+class EntryYaml(_EntryYamlRequired, total=False):
+    """One entry as its baseline file stores it (:meth:`Entry.to_yaml`); absent keys: the defaults."""
+
+    reference_backend: str
+    correctness: Correctness
+    updated: dict[str, str]
+    noise_runs: int
+    ref_runs: int
+    tolerance: float
+    quality: dict[str, float]
+    mode: str
+    flush: str
+    kernels: list[KernelShare]
+    cliff: CliffPin
+
+
 def _sig(x: float, digits: int = 4) -> float:
     """Round to significant digits, so re-recording the same value does not churn the file."""
     if x == 0 or not math.isfinite(x):
         return x
     return float(f"{x:.{digits}g}")
+
+
+def _rounded(x: float, digits: int = 4) -> float:
+    """:func:`_sig` of a float; an int (an entry made in code) is written as it is, as it always was."""
+    return _sig(x, digits) if isinstance(x, float) else x
 
 
 @dataclass(frozen=True)
@@ -39,7 +91,7 @@ class Entry:
     us_reference: float
     env: Mapping[str, str] = field(default_factory=dict)
     reference_backend: str | None = None
-    correctness: Mapping[str, Any] = field(default_factory=dict)
+    correctness: Correctness = field(default_factory=dict)
     updated: Mapping[str, str] | None = None
     noise_runs: int | None = None
     ref_runs: int = 1
@@ -51,9 +103,9 @@ class Entry:
     mode: str | None = None
     flush: str | None = None
     # The candidate's kernel table when recorded (``kerneldiff``: [{name, calls, share}]); () unknown.
-    kernels: tuple[Mapping[str, Any], ...] = ()
+    kernels: tuple[KernelShare, ...] = ()
     # A pinned performance cliff (``cliffs``): {family, problem, floor, speedup} when pinned; None: not one.
-    cliff: Mapping[str, Any] | None = None
+    cliff: CliffPin | None = None
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -65,17 +117,22 @@ class Entry:
             return float(sub["max_abs"])
         return None
 
-    def to_yaml(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "time_ratio": _sig(self.time_ratio),
-            "noise": _sig(self.noise, 3),
-            "us": {"candidate": _sig(self.us_candidate), "reference": _sig(self.us_reference)},
-            "env": {k: str(v) for k, v in sorted(self.env.items())},
-        }
+    def to_yaml(self) -> EntryYaml:
+        out = EntryYaml(
+            time_ratio=_sig(self.time_ratio),
+            noise=_sig(self.noise, 3),
+            us=StoredTimes(candidate=_sig(self.us_candidate), reference=_sig(self.us_reference)),
+            env={k: str(v) for k, v in sorted(self.env.items())},
+        )
         if self.reference_backend is not None:
             out["reference_backend"] = self.reference_backend
         if self.correctness:
-            out["correctness"] = _round_tree(self.correctness)
+            out["correctness"] = {
+                k: {kk: _rounded(vv, 3) for kk, vv in sorted(v.items())}
+                if isinstance(v, dict)
+                else _rounded(v, 3)
+                for k, v in sorted(self.correctness.items())
+            }
         if self.updated is not None:
             out["updated"] = dict(self.updated)
         if self.noise_runs is not None:
@@ -91,14 +148,35 @@ class Entry:
         if self.flush is not None:
             out["flush"] = self.flush
         if self.kernels:
-            out["kernels"] = [dict(row) for row in self.kernels]
+            out["kernels"] = [
+                KernelShare(name=r["name"], calls=r["calls"], share=r["share"]) for r in self.kernels
+            ]
         if self.cliff is not None:
-            out["cliff"] = {k: _sig(v) if isinstance(v, float) else v for k, v in sorted(self.cliff.items())}
+            c = self.cliff  # keys in sorted order, as the file has always had them
+            out["cliff"] = CliffPin(
+                family=c["family"],
+                floor=_rounded(c["floor"]),
+                problem=c["problem"],
+                speedup=_rounded(c["speedup"]),
+            )
         return out
 
     def same_values(self, other: Entry) -> bool:
         """Equal once rounded as stored (what a rewrite would change)."""
         return self.to_yaml() == other.to_yaml()
+
+
+class _UpdatePlanRequired(TypedDict):
+    action: str
+    why: str
+    slower: bool
+    entry: EntryYaml | None
+
+
+class UpdatePlanDict(_UpdatePlanRequired, total=False):
+    """An update plan as a row's dict form holds it (:meth:`UpdatePlan.to_dict`)."""
+
+    written: bool
 
 
 @dataclass(frozen=True)
@@ -117,13 +195,13 @@ class UpdatePlan:
     slower: bool = False
     written: bool | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "action": self.action,
-            "why": self.why,
-            "slower": self.slower,
-            "entry": self.entry.to_yaml() if self.entry is not None else None,
-        }
+    def to_dict(self) -> UpdatePlanDict:
+        out = UpdatePlanDict(
+            action=self.action,
+            why=self.why,
+            slower=self.slower,
+            entry=self.entry.to_yaml() if self.entry is not None else None,
+        )
         if self.written is not None:
             out["written"] = self.written
         return out
@@ -139,14 +217,6 @@ class UpdatePlan:
             slower=bool(data.get("slower", False)),
             written=bool(written) if written is not None else None,
         )
-
-
-def _round_tree(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _round_tree(v) for k, v in sorted(value.items())}
-    if isinstance(value, float):
-        return _sig(value, 3)
-    return value
 
 
 class InvalidEntry(Exception):
@@ -205,8 +275,8 @@ def _str_map(entry: str, name: str, value: Any) -> dict[str, str]:
     return out
 
 
-def _correctness_map(entry: str, value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _correctness_map(entry: str, value: Any) -> Correctness:
+    out: Correctness = {}
     for k, v in _map(entry, "correctness", value).items():
         if isinstance(v, dict):
             out[str(k)] = {
@@ -317,7 +387,7 @@ def parse_entry(key: str, raw: Any) -> Entry:
 CLIFF_FIELDS = ("family", "problem", "floor", "speedup")
 
 
-def _cliff(key: str, value: Any) -> dict[str, Any]:
+def _cliff(key: str, value: Any) -> CliffPin:
     """``cliff: {family: str, problem: <Conv2dProblem id>, floor: > 0, speedup: > 0}``, all required."""
     block = _map(key, "cliff", value)
     fix = (
@@ -333,17 +403,15 @@ def _cliff(key: str, value: Any) -> dict[str, Any]:
             raise InvalidEntry(
                 key, f"field 'cliff.{name}' must be a non-empty string, got {block[name]!r}", fix
             )
-    return {
-        "family": block["family"],
-        "problem": block["problem"],
-        "floor": _num(key, "cliff.floor", block["floor"]),
-        "speedup": _num(key, "cliff.speedup", block["speedup"]),
-    }
+    return CliffPin(
+        family=block["family"],
+        problem=block["problem"],
+        floor=_num(key, "cliff.floor", block["floor"]),
+        speedup=_num(key, "cliff.speedup", block["speedup"]),
+    )
 
 
-def _kernels(key: str, value: Any) -> tuple[Mapping[str, Any], ...]:
-    from pytest_convperf.core.kerneldiff import parse_table
-
+def _kernels(key: str, value: Any) -> tuple[KernelShare, ...]:
     table = parse_table(value)
     if table is None:
         raise InvalidEntry(

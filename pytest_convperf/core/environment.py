@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import pytest
 
@@ -75,14 +75,22 @@ def parse_flush(value: str | None, *, source: str = f"${FLUSH_ENV}=") -> str:
     return raw
 
 
-def from_environment(environ: Mapping[str, str] | None) -> dict[str, Any]:
+class EnvironmentFields(TypedDict):
+    """The config fields the environment sets (``ConvperfConfig(**fields)``, ``replace(cfg, **fields)``)."""
+
+    fake_timer: Path | None
+    cpu_threads: int
+    l2_flush: str
+
+
+def from_environment(environ: Mapping[str, str] | None) -> EnvironmentFields:
     """The config fields of :data:`ENVIRONMENT`; a bad value is a ``UsageError`` naming the variable."""
     fake = env_value(FAKE_TIMER_ENV, environ)
     try:
-        return {
-            "fake_timer": Path(fake) if fake else None,
-            "cpu_threads": parse_cpu_threads(env_value(CPU_THREADS_ENV, environ)),
-            "l2_flush": parse_flush(env_value(FLUSH_ENV, environ)),
-        }
+        return EnvironmentFields(
+            fake_timer=Path(fake) if fake else None,
+            cpu_threads=parse_cpu_threads(env_value(CPU_THREADS_ENV, environ)),
+            l2_flush=parse_flush(env_value(FLUSH_ENV, environ)),
+        )
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None

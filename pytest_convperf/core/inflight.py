@@ -21,13 +21,60 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from pytest_convperf.core import json_fields as jf
 from pytest_convperf.core.pids import pid_alive
 
+
+@dataclass(frozen=True)
+class Running:
+    """One record: what process ``pid`` runs for test ``nodeid``, and the line that runs it again.
+
+    ``path`` is the file a leftover was read from (None while running: it is not written)."""
+
+    pid: int
+    nodeid: str
+    step: str
+    problem: str
+    seed: int | None
+    repro: str
+    phase: str | None = None
+    candidate: str | None = None
+    reference: str | None = None
+    oracle: str | None = None
+    path: Path | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        del data["path"]
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str, path: Path) -> Running:
+        """A record as written; ``ValueError`` or ``TypeError`` for a torn or foreign file."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError("not a record")
+        seed = data.get("seed")
+        return cls(
+            pid=jf.integer(data, "pid"),
+            nodeid=jf.text(data, "nodeid", ""),
+            step=jf.text(data, "step", "a check"),
+            problem=str(data.get("problem", "?")),
+            seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+            repro=jf.text(data, "repro", ""),
+            phase=jf.opt_text(data, "phase"),
+            candidate=jf.opt_text(data, "candidate"),
+            reference=jf.opt_text(data, "reference"),
+            oracle=jf.opt_text(data, "oracle"),
+            path=path,
+        )
+
+
 _STATE: dict[str, Path | None] = {"dir": None}
-_STACK: list[dict[str, Any]] = []  # nested records of this process (a check runs a correctness run)
+_STACK: list[Running] = []  # nested records of this process (a check runs a correctness run)
 
 
 def folder_for(rootdir: Path) -> Path:
@@ -49,7 +96,7 @@ def _path(pid: int) -> Path | None:
     return None if folder is None else folder / f"{pid}.json"
 
 
-def _write(record: dict[str, Any] | None) -> None:
+def _write(record: Running | None) -> None:
     path = _path(os.getpid())
     if path is None:
         return
@@ -58,18 +105,39 @@ def _write(record: dict[str, Any] | None) -> None:
             path.unlink(missing_ok=True)
             return
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
+        tmp.write_text(record.to_json())
         os.replace(tmp, path)
     except OSError:  # a record that cannot be written must not fail the check it describes
         pass
 
 
 @contextlib.contextmanager
-def running(**record: Any) -> Iterator[None]:
-    """Record what this process is about to run (``step``, ``problem``, ``seed``, ``repro``, ...)
-    for the duration of the block; the test's node id and the pid are added."""
+def running(
+    *,
+    step: str,
+    problem: str,
+    seed: int | None,
+    repro: str,
+    phase: str | None = None,
+    candidate: str | None = None,
+    reference: str | None = None,
+    oracle: str | None = None,
+) -> Iterator[None]:
+    """Record what this process is about to run for the duration of the block; the test's node
+    id and the pid are added."""
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
-    full = {"pid": os.getpid(), "nodeid": current.rsplit(" (", 1)[0], **record}
+    full = Running(
+        os.getpid(),
+        current.rsplit(" (", 1)[0],
+        step,
+        problem,
+        seed,
+        repro,
+        phase,
+        candidate,
+        reference,
+        oracle,
+    )
     _STACK.append(full)
     _write(full)
     try:
@@ -79,7 +147,7 @@ def running(**record: Any) -> Iterator[None]:
         _write(_STACK[-1] if _STACK else None)
 
 
-def leftovers(folder: Path | None = None) -> list[dict[str, Any]]:
+def leftovers(folder: Path | None = None) -> list[Running]:
     """Records of processes that are gone, oldest first: each is a crash (or a kill) mid-run."""
     folder = folder or _STATE["dir"]
     if folder is None or not folder.is_dir():
@@ -87,31 +155,33 @@ def leftovers(folder: Path | None = None) -> list[dict[str, Any]]:
     found = []
     for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
         try:
-            record = json.loads(path.read_text())
-            pid = int(record["pid"])
+            record = Running.from_json(path.read_text(), path)
         except (OSError, ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)  # a torn or foreign file names nothing
             continue
-        if pid != os.getpid() and not pid_alive(pid):
-            record["_path"] = str(path)
+        if record.pid != os.getpid() and not pid_alive(record.pid):
             found.append(record)
     return found
 
 
-def forget(record: dict[str, Any]) -> None:
+def forget(record: Running) -> None:
     """Remove a leftover record once it has been named."""
-    Path(record["_path"]).unlink(missing_ok=True)
+    if record.path is not None:
+        record.path.unlink(missing_ok=True)
 
 
-def describe(record: dict[str, Any]) -> str:
+def describe(record: Running) -> str:
     """One line: which test, which step, which problem and seed, which candidate and reference."""
-    where = record.get("nodeid") or "a test"
-    what = record.get("step", "a check")
-    parts = [f"{where}: {what} of {record.get('problem', '?')} (seed {record.get('seed', '?')}"]
-    if record.get("phase"):
-        parts.append(f", {record['phase']}")
+    seed = "?" if record.seed is None else record.seed
+    parts = [f"{record.nodeid or 'a test'}: {record.step} of {record.problem} (seed {seed}"]
+    if record.phase:
+        parts.append(f", {record.phase}")
     parts.append(")")
-    for side in ("candidate", "reference", "oracle"):
-        if record.get(side):
-            parts.append(f", {side} {record[side]}")
+    for side, name in (
+        ("candidate", record.candidate),
+        ("reference", record.reference),
+        ("oracle", record.oracle),
+    ):
+        if name:
+            parts.append(f", {side} {name}")
     return "".join(parts)

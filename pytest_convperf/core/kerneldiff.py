@@ -12,16 +12,25 @@ share that moved by ``SHARE_MOVE`` or more. Pure: no torch, no pytest.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 SHARE_MOVE = 0.10
 
 
-def parse_table(value: Any) -> list[dict[str, Any]] | None:
+class KernelShare(TypedDict):
+    """One row of a stored kernel table, as the baseline YAML holds it (a TypedDict, not a dataclass:
+    entries, rows.json and the dashboard carry it as that mapping, byte for byte)."""
+
+    name: str
+    calls: float
+    share: float
+
+
+def parse_table(value: Any) -> list[KernelShare] | None:
     """A stored table, or None when ``value`` is not one (the entry parser names the problem)."""
     if not isinstance(value, list):
         return None
-    out = []
+    out: list[KernelShare] = []
     for row in value:
         if not isinstance(row, Mapping) or set(row) != {"name", "calls", "share"}:
             return None
@@ -30,11 +39,11 @@ def parse_table(value: Any) -> list[dict[str, Any]] | None:
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in (calls, share)
         ):
             return None
-        out.append({"name": name, "calls": float(calls), "share": float(share)})
+        out.append(KernelShare(name=name, calls=float(calls), share=float(share)))
     return out
 
 
-def changes(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[str]:
+def changes(old: Sequence[KernelShare], new: Sequence[KernelShare]) -> list[str]:
     """What moved from the stored table ``old`` to tonight's ``new``, most telling first."""
     before = {r["name"]: r for r in old}
     after = {r["name"]: r for r in new}
@@ -54,7 +63,7 @@ def changes(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) 
     return sorted(out, key=lambda line: (not line.startswith(("new", "vanished")), line))
 
 
-def describe(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapping[str, Any]] | None) -> str | None:
+def describe(old: Sequence[KernelShare] | None, new: Sequence[KernelShare] | None) -> str | None:
     """One sentence for a FAIL's message, or None when there is nothing to compare or nothing moved."""
     if not old or not new:
         return None

@@ -3,18 +3,26 @@ their one-line descriptions for ``pytest --help``, both from one settings table.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings
 
-# Profile name -> (what it is for, its settings). The help text is built from the same settings.
-_PROFILES: dict[str, tuple[str, dict[str, Any]]] = {
-    "convperf-dev": ("local work", {"max_examples": 25}),
-    "convperf-ci": (
-        "CI runs",
-        {"max_examples": 60, "derandomize": True, "database": None, "print_blob": True},
-    ),
-    "convperf-nightly": ("deep fuzzing", {"max_examples": 2000, "print_blob": True}),
+
+@dataclass(frozen=True)
+class _Profile:
+    """What a profile is for and the settings it sets; the help line is built from the same fields."""
+
+    use: str
+    max_examples: int
+    derandomize: bool = False
+    database: bool = True  # False: no example database (a CI machine starts clean each run)
+    print_blob: bool = False
+
+
+_PROFILES = {
+    "convperf-dev": _Profile("local work", 25),
+    "convperf-ci": _Profile("CI runs", 60, derandomize=True, database=False, print_blob=True),
+    "convperf-nightly": _Profile("deep fuzzing", 2000, print_blob=True),
 }
 PROFILES = tuple(_PROFILES)
 
@@ -30,20 +38,32 @@ def register_profiles() -> None:
     # profile without a parent inherits the loaded one: start from "default" so that each profile
     # means what its help line says on every machine.
     parent = settings.get_profile("default")
-    for name, (_, values) in _PROFILES.items():
-        settings.register_profile(name, parent=parent, deadline=None, suppress_health_check=slow, **values)
+    for name, p in _PROFILES.items():
+        # derandomize and print_blob False are the parent's values; the database is left to the
+        # parent's (the default directory) unless the profile has none.
+        no_database = {} if p.database else {"database": None}
+        settings.register_profile(
+            name,
+            parent=parent,
+            deadline=None,
+            suppress_health_check=slow,
+            max_examples=p.max_examples,
+            derandomize=p.derandomize,
+            print_blob=p.print_blob,
+            **no_database,
+        )
 
 
 def profiles_help() -> str:
     """One line per profile for ``pytest --help``: what its settings do and what it is for."""
     lines = []
-    for name, (use, values) in _PROFILES.items():
-        facts = [f"{values['max_examples']} examples"]
-        facts.append("derandomized" if values.get("derandomize") else "random")
-        facts.append("no database" if "database" in values else "database on")
-        if values.get("print_blob"):
+    for name, p in _PROFILES.items():
+        facts = [f"{p.max_examples} examples"]
+        facts.append("derandomized" if p.derandomize else "random")
+        facts.append("database on" if p.database else "no database")
+        if p.print_blob:
             facts.append("print blob")
-        lines.append(f"{name:<17s}{', '.join(facts)}: {use}")
+        lines.append(f"{name:<17s}{', '.join(facts)}: {p.use}")
     return "\n".join(lines)
 
 

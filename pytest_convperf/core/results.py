@@ -13,11 +13,13 @@ import enum
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
-from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
+from pytest_convperf.core import json_fields as jf
+from pytest_convperf.core.entry import Correctness, Entry, EntryYaml, UpdatePlan, UpdatePlanDict, parse_entry
+from pytest_convperf.core.json_fields import JsonObject
 from pytest_convperf.core.row_format import ROW_FORMAT, current_format
 from pytest_convperf.core.stats import log_ratios
 
@@ -26,7 +28,7 @@ Outcome = Literal["pass", "fail", "skip"]
 ROWS_PROPERTY = "convperf_rows"
 
 
-def entry_digest(stored: dict[str, Any] | None) -> str | None:
+def entry_digest(stored: EntryYaml | None) -> str | None:
     """A short digest of a stored entry's YAML form (``Entry.to_yaml``; a row's ``baseline``), None
     for no entry: ``calibrate`` writes over an entry only while the file still holds the entry its
     runs were judged against (history.jsonl's ``entry``)."""
@@ -34,6 +36,72 @@ def entry_digest(stored: dict[str, Any] | None) -> str | None:
         return None
     text = json.dumps(stored, sort_keys=True, default=str, allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# The dict forms below (``to_dict``) are TypedDicts: they are what rows.json, the journal and an
+# xdist report hold, key for key and in this order; ``from_dict`` reads one back through
+# ``json_fields``, each field checked.
+class MeasurementDict(TypedDict):
+    samples: tuple[float, ...]
+    median: float
+    ci: tuple[float, float]
+    n: int
+    dropped: int
+    mode: str
+    l2: str
+    noisy: bool
+    inconclusive: str | None
+
+
+class ComparisonDict(TypedDict):
+    candidate: MeasurementDict
+    reference: MeasurementDict
+    time_ratio: float
+    time_ratio_ci: tuple[float, float]
+    se: float
+    n_rounds: int
+    dropped_rounds: int
+    noisy: bool
+    inconclusive: str | None
+    facts: dict[str, object]
+
+
+class ErrorStatsDict(TypedDict):
+    name: str
+    max_abs: float
+    max_rel: float
+    rel_l2: float
+    atol: float
+    rtol: float
+    worst_index: tuple[int, ...]
+    worst_value: float
+    worst_expected: float
+    nonfinite: int
+    violations: int
+    numel: int
+
+
+class DecisionDetails(TypedDict):
+    """A row's decision: :meth:`Decision.details` (the row holds the verdict and message once)."""
+
+    outcome: Outcome
+    stage: str | None
+    tolerance: float
+    noise: float | None
+    delta: float | None
+    delta_ci: list[float] | None
+    sigma: float | None
+    mde: float | None
+    rounds_needed: int | None
+    env_diff: dict[str, list[str | None]]
+    notes: list[str]
+    confirm: ComparisonDict | None
+    p_value: float | None
+
+
+class DecisionDict(DecisionDetails):
+    verdict: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -112,29 +180,55 @@ class Comparison:
         """This comparison with ``facts`` added (a new one: a comparison is never mutated)."""
         return replace(self, facts={**self.facts, **facts})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ComparisonDict:
         """The JSON-able form, with each raw sample once: ``log_ratios`` are the paired samples'
         ratios, so they are left out and :meth:`from_dict` derives them again."""
-        out = asdict(self)
-        del out["log_ratios"]
-        return out
+        d = asdict(self)  # deep copies, as the form always was
+        return ComparisonDict(
+            candidate=d["candidate"],
+            reference=d["reference"],
+            time_ratio=d["time_ratio"],
+            time_ratio_ci=d["time_ratio_ci"],
+            se=d["se"],
+            n_rounds=d["n_rounds"],
+            dropped_rounds=d["dropped_rounds"],
+            noisy=d["noisy"],
+            inconclusive=d["inconclusive"],
+            facts=d["facts"],
+        )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Comparison:
-        data = dict(data)
-        data["candidate"] = _measurement(data["candidate"])
-        data["reference"] = _measurement(data["reference"])
-        data.pop("log_ratios", None)  # rows.json written before the ratios were derived
-        data["log_ratios"] = tuple(log_ratios(data["candidate"].samples, data["reference"].samples))
-        data["time_ratio_ci"] = tuple(data["time_ratio_ci"])
-        return cls(**data)
+    def from_dict(cls, data: JsonObject) -> Comparison:
+        # ``log_ratios`` of rows.json written before the ratios were derived is ignored.
+        candidate = _measurement(jf.obj(data, "candidate"))
+        reference = _measurement(jf.obj(data, "reference"))
+        return cls(
+            candidate=candidate,
+            reference=reference,
+            log_ratios=tuple(log_ratios(candidate.samples, reference.samples)),
+            time_ratio=jf.number(data, "time_ratio"),
+            time_ratio_ci=jf.pair(data, "time_ratio_ci"),
+            se=jf.number(data, "se"),
+            n_rounds=jf.integer(data, "n_rounds"),
+            dropped_rounds=jf.integer(data, "dropped_rounds", 0),
+            noisy=jf.flag(data, "noisy", False),
+            inconclusive=jf.opt_text(data, "inconclusive"),
+            facts=dict(jf.opt_obj(data, "facts") or {}),
+        )
 
 
-def _measurement(data: dict[str, Any]) -> Measurement:
-    data = dict(data)
-    data["samples"] = tuple(data["samples"])
-    data["ci"] = tuple(data["ci"])
-    return Measurement(**data)
+def _measurement(data: JsonObject) -> Measurement:
+    return Measurement(
+        samples=jf.numbers(data, "samples"),
+        median=jf.number(data, "median"),
+        ci=jf.pair(data, "ci"),
+        n=jf.integer(data, "n"),
+        dropped=jf.integer(data, "dropped", 0),
+        mode=jf.text(data, "mode", "cold"),
+        l2=jf.text(data, "l2", "flushed"),
+        noisy=jf.flag(data, "noisy", False),
+        inconclusive=jf.opt_text(data, "inconclusive"),
+    )
 
 
 @dataclass(frozen=True)
@@ -162,8 +256,29 @@ class ErrorStats:
     def ok(self) -> bool:
         return self.nonfinite == 0 and self.violations == 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> ErrorStatsDict:
+        return ErrorStatsDict(
+            name=self.name,
+            max_abs=self.max_abs,
+            max_rel=self.max_rel,
+            rel_l2=self.rel_l2,
+            atol=self.atol,
+            rtol=self.rtol,
+            worst_index=self.worst_index,
+            worst_value=self.worst_value,
+            worst_expected=self.worst_expected,
+            nonfinite=self.nonfinite,
+            violations=self.violations,
+            numel=self.numel,
+        )
+
+
+def correctness_of(errors: Sequence[ErrorStats]) -> Correctness:
+    """What an entry (and a history record) stores about correctness: flat for one output, per
+    output name for several."""
+    if len(errors) == 1:
+        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
+    return {str(e.name): {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
 
 
 class Verdict(str, enum.Enum):
@@ -212,56 +327,106 @@ class Decision:
     # the confirm stage (or the screen when there was no confirm); None when no suspect was tested.
     p_value: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict.value,
-            "outcome": self.outcome,
-            "message": self.message,
-            "stage": self.stage,
-            "tolerance": self.tolerance,
-            "noise": self.noise,
-            "delta": self.delta,
-            "delta_ci": list(self.delta_ci) if self.delta_ci else None,
-            "sigma": self.sigma,
-            "mde": self.mde,
-            "rounds_needed": self.rounds_needed,
-            "env_diff": {k: list(v) for k, v in self.env_diff.items()},
-            "notes": list(self.notes),
-            "confirm": self.confirm.to_dict() if self.confirm is not None else None,
-            "p_value": self.p_value,
-        }
+    def to_dict(self) -> DecisionDict:
+        return DecisionDict(verdict=self.verdict.value, message=self.message, **self.details())
 
-    def details(self) -> dict[str, Any]:
-        """:meth:`to_dict` less the verdict and message: a row's decision (the row holds those once)."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("verdict", "message")}
+    def details(self) -> DecisionDetails:
+        """The decision less the verdict and message: a row's decision (the row holds those once)."""
+        return DecisionDetails(
+            outcome=self.outcome,
+            stage=self.stage,
+            tolerance=self.tolerance,
+            noise=self.noise,
+            delta=self.delta,
+            delta_ci=list(self.delta_ci) if self.delta_ci else None,
+            sigma=self.sigma,
+            mde=self.mde,
+            rounds_needed=self.rounds_needed,
+            env_diff={k: list(v) for k, v in self.env_diff.items()},
+            notes=list(self.notes),
+            confirm=self.confirm.to_dict() if self.confirm is not None else None,
+            p_value=self.p_value,
+        )
 
     @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], verdict: Verdict | None = None, message: str = ""
-    ) -> Decision:
+    def from_dict(cls, data: JsonObject, verdict: Verdict | None = None, message: str = "") -> Decision:
         """The decision of :meth:`to_dict`. A row's decision (:meth:`CheckRow.to_dict`) and a
         hand-written partial dict (a test's row) take the defaults, and ``verdict`` and ``message``
         (the row's) where they have none."""
-        delta_ci = data.get("delta_ci")
-        confirm = data.get("confirm")
+        confirm = jf.opt_obj(data, "confirm")
+        said = jf.opt_text(data, "verdict")
         outcome = data.get("outcome", "pass")
         return cls(
-            verdict=Verdict(data["verdict"]) if data.get("verdict") is not None else verdict or Verdict.PASS,
-            outcome=outcome if outcome in ("pass", "fail", "skip") else "pass",
+            verdict=Verdict(said) if said is not None else verdict or Verdict.PASS,
+            outcome="fail" if outcome == "fail" else "skip" if outcome == "skip" else "pass",
             message=str(data.get("message", message)),
-            stage=data.get("stage"),
-            tolerance=float(data.get("tolerance", 0.0)),
-            noise=data.get("noise"),
-            delta=data.get("delta"),
-            delta_ci=(float(delta_ci[0]), float(delta_ci[1])) if delta_ci else None,
-            sigma=data.get("sigma"),
-            mde=data.get("mde"),
-            rounds_needed=data.get("rounds_needed"),
-            env_diff={k: (v[0], v[1]) for k, v in (data.get("env_diff") or {}).items()},
-            notes=tuple(data.get("notes") or ()),
+            stage=jf.opt_text(data, "stage"),
+            tolerance=jf.number(data, "tolerance", 0.0),
+            noise=jf.opt_number(data, "noise"),
+            delta=jf.opt_number(data, "delta"),
+            delta_ci=jf.opt_pair(data, "delta_ci"),
+            sigma=jf.opt_number(data, "sigma"),
+            mde=jf.opt_number(data, "mde"),
+            rounds_needed=jf.opt_integer(data, "rounds_needed"),
+            env_diff=_env_diff(jf.opt_obj(data, "env_diff") or {}),
+            notes=jf.strings(data, "notes"),
             confirm=Comparison.from_dict(confirm) if confirm is not None else None,
-            p_value=data.get("p_value"),
+            p_value=jf.opt_number(data, "p_value"),
         )
+
+
+def _env_diff(data: JsonObject) -> dict[str, tuple[str | None, str | None]]:
+    """A decision's ``env_diff``: ``{name: [stored, now]}``, each a string or null."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for name, value in data.items():
+        if not (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(v is None or isinstance(v, str) for v in value)
+        ):
+            raise ValueError(f"field 'env_diff.{name}' must be [stored, now], each a string or null")
+        out[name] = (value[0], value[1])
+    return out
+
+
+class NightMark(TypedDict, total=False):
+    """The night's decision on a family row (``night.decide.judge_night``); a test's row may hold
+    only some of it."""
+
+    method: str
+    alpha: float
+    adjusted_p: float
+    kept: bool
+
+
+class _RowDictRequired(TypedDict):
+    format: int
+    key: str
+    nodeid: str
+    module: str
+    problem: str
+    phase: str
+    comparison: ComparisonDict | None
+    errors: list[ErrorStatsDict]
+    verdict: str | None
+    message: str
+    facts: dict[str, object]
+
+
+class RowDict(_RowDictRequired, total=False):
+    """A row's dict form (:meth:`CheckRow.to_dict`): the judgement's keys only on a judged row,
+    ``extra_metrics`` and ``night`` only where the row has them."""
+
+    extra_metrics: dict[str, float]
+    machine: str
+    baselines_file: str | None
+    device_kind: str | None
+    env: dict[str, str] | None
+    timing: dict[str, str] | None
+    decision: DecisionDetails | None
+    baseline: EntryYaml | None
+    update: UpdatePlanDict | None
+    night: NightMark
 
 
 @dataclass(frozen=True)
@@ -303,7 +468,7 @@ class CheckRow:
     baseline: Entry | None = None
     update: UpdatePlan | None = None
     # The night's decision at session end (``night.judge_night``: ``adjusted_p``, ``kept``, ...).
-    night: dict[str, Any] | None = None
+    night: NightMark | None = None
 
     def __post_init__(self) -> None:
         # A row and its decision never say two things: the row's verdict and message (a night's
@@ -327,48 +492,49 @@ class CheckRow:
         """The update plan's action (``write``, ``keep``, ``refused``, ``skip``), None without one."""
         return self.update.action if self.update is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "format": ROW_FORMAT,
-            "key": self.key,
-            "nodeid": self.nodeid,
-            "module": self.module,
-            "problem": self.problem,
-            "phase": self.phase,
-            "comparison": self.comparison.to_dict() if self.comparison is not None else None,
-            "errors": [e.to_dict() for e in self.errors],
-            "verdict": self.verdict.value if self.verdict is not None else None,
-            "message": self.message,
-            "facts": self.facts,
-        }
+    def to_dict(self) -> RowDict:
+        out = RowDict(
+            format=ROW_FORMAT,
+            key=self.key,
+            nodeid=self.nodeid,
+            module=self.module,
+            problem=self.problem,
+            phase=self.phase,
+            comparison=self.comparison.to_dict() if self.comparison is not None else None,
+            errors=[e.to_dict() for e in self.errors],
+            verdict=self.verdict.value if self.verdict is not None else None,
+            message=self.message,
+            facts=self.facts,
+        )
         if self.extra_metrics is not None:
             out["extra_metrics"] = dict(self.extra_metrics)
         if self.machine is not None:
-            out.update(
-                machine=self.machine,
-                baselines_file=self.baselines_file,
-                device_kind=self.device_kind,
-                env=self.env,
-                timing=self.timing,
-                decision=self.decision.details() if self.decision is not None else None,
-                baseline=self.baseline.to_yaml() if self.baseline is not None else None,
-                update=self.update.to_dict() if self.update is not None else None,
-            )
+            out["machine"] = self.machine
+            out["baselines_file"] = self.baselines_file
+            out["device_kind"] = self.device_kind
+            out["env"] = self.env
+            out["timing"] = self.timing
+            out["decision"] = self.decision.details() if self.decision is not None else None
+            out["baseline"] = self.baseline.to_yaml() if self.baseline is not None else None
+            out["update"] = self.update.to_dict() if self.update is not None else None
         if self.night is not None:
             out["night"] = self.night
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckRow:
+    def from_dict(cls, data: JsonObject) -> CheckRow:
         """The row of :meth:`to_dict`; a row of an older format (rows.json, a journal) is converted
         (format 1 stored ``env`` again in ``facts`` and the comparison's facts: dropped), a newer one
-        is a ``ValueError`` naming the fix."""
+        is a ``ValueError`` naming the fix; a field of the wrong type is a ``ValueError`` naming it."""
         data = current_format(data)
         key = str(data["key"])
-        comparison = data.get("comparison")
-        verdict = Verdict(data["verdict"]) if data.get("verdict") is not None else None
+        comparison = jf.opt_obj(data, "comparison")
+        said = jf.opt_text(data, "verdict")
+        verdict = Verdict(said) if said is not None else None
         message = str(data.get("message", ""))
-        decision, baseline, update = data.get("decision"), data.get("baseline"), data.get("update")
+        decision, update = jf.opt_obj(data, "decision"), jf.opt_obj(data, "update")
+        baseline = data.get("baseline")
+        night = jf.opt_obj(data, "night")
         return cls(
             key=key,
             nodeid=str(data.get("nodeid", "")),
@@ -376,24 +542,49 @@ class CheckRow:
             problem=str(data.get("problem", "")),
             phase=str(data.get("phase", "forward")),
             comparison=Comparison.from_dict(comparison) if comparison is not None else None,
-            errors=tuple(_error_stats(e) for e in data.get("errors") or ()),
+            errors=tuple(_error_stats(e) for e in jf.objects(data, "errors")),
             verdict=verdict,
             message=message,
-            facts=dict(data.get("facts") or {}),
-            extra_metrics=data.get("extra_metrics"),
-            machine=data.get("machine"),
-            baselines_file=data.get("baselines_file"),
-            device_kind=data.get("device_kind"),
-            env=data.get("env"),
-            timing=data.get("timing"),
+            facts=dict(jf.opt_obj(data, "facts") or {}),
+            extra_metrics=jf.opt_number_map(data, "extra_metrics"),
+            machine=jf.opt_text(data, "machine"),
+            baselines_file=jf.opt_text(data, "baselines_file"),
+            device_kind=jf.opt_text(data, "device_kind"),
+            env=jf.opt_str_map(data, "env"),
+            timing=jf.opt_str_map(data, "timing"),
             decision=Decision.from_dict(decision, verdict, message) if decision is not None else None,
             baseline=parse_entry(key, baseline) if baseline is not None else None,
             update=UpdatePlan.from_dict(update, key) if update is not None else None,
-            night=data.get("night"),
+            night=_night(night) if night is not None else None,
         )
 
 
-def _error_stats(data: dict[str, Any]) -> ErrorStats:
-    data = dict(data)
-    data["worst_index"] = tuple(data["worst_index"])
-    return ErrorStats(**data)
+def _error_stats(data: JsonObject) -> ErrorStats:
+    return ErrorStats(
+        name=jf.text(data, "name"),
+        max_abs=jf.number(data, "max_abs"),
+        max_rel=jf.number(data, "max_rel"),
+        rel_l2=jf.number(data, "rel_l2"),
+        atol=jf.number(data, "atol"),
+        rtol=jf.number(data, "rtol"),
+        worst_index=tuple(int(i) for i in jf.numbers(data, "worst_index")),
+        worst_value=jf.number(data, "worst_value"),
+        worst_expected=jf.number(data, "worst_expected"),
+        nonfinite=jf.integer(data, "nonfinite"),
+        violations=jf.integer(data, "violations"),
+        numel=jf.integer(data, "numel"),
+    )
+
+
+def _night(data: JsonObject) -> NightMark:
+    """The night's mark as stored, each field it has checked."""
+    out = NightMark()
+    if "method" in data:
+        out["method"] = jf.text(data, "method")
+    if "alpha" in data:
+        out["alpha"] = jf.number(data, "alpha")
+    if "adjusted_p" in data:
+        out["adjusted_p"] = jf.number(data, "adjusted_p")
+    if "kept" in data:
+        out["kept"] = jf.flag(data, "kept", False)
+    return out

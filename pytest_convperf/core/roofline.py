@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
@@ -52,7 +52,16 @@ def spec_peak(name: str, memory_bytes: int) -> SpecPeak | None:
     return next((p for p in SPEC_PEAKS if p.matches(name, memory_bytes)), None)
 
 
-def roofline_facts(min_bytes: int, device: DeviceInfo) -> dict[str, Any]:
+class RooflineFacts(TypedDict):
+    """A problem's roofline floors (:func:`roofline_facts`), added to its comparison's facts."""
+
+    roofline_floor_us: float
+    roofline_bandwidth_gbs: float
+    roofline_spec_floor_us: float | None
+    roofline_spec: str
+
+
+def roofline_facts(min_bytes: int, device: DeviceInfo) -> RooflineFacts:
     """Roofline floors of a problem: at the measured copy bandwidth and at the GPU's spec peak.
 
     ``roofline_floor_us`` (measured copy bandwidth, what the sanity check uses),
@@ -67,12 +76,12 @@ def roofline_facts(min_bytes: int, device: DeviceInfo) -> dict[str, Any]:
         spec = f"no spec peak: {device.name!r} is not in the table of known GPUs"
     else:
         spec = "no spec peak on a CPU"
-    return {
-        "roofline_floor_us": min_bytes / measured * 1e6,
-        "roofline_bandwidth_gbs": measured / 1e9,
-        "roofline_spec_floor_us": min_bytes / peak.bytes_per_s * 1e6 if peak is not None else None,
-        "roofline_spec": spec,
-    }
+    return RooflineFacts(
+        roofline_floor_us=min_bytes / measured * 1e6,
+        roofline_bandwidth_gbs=measured / 1e9,
+        roofline_spec_floor_us=min_bytes / peak.bytes_per_s * 1e6 if peak is not None else None,
+        roofline_spec=spec,
+    )
 
 
 def sanity(comparison: Comparison, problem: Conv2dProblem, device: DeviceInfo) -> Comparison:

@@ -8,12 +8,13 @@ row's ``decision``). A format-1 row is converted when read; a newer one is refus
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from pytest_convperf.core.json_fields import JsonObject
 
 ROW_FORMAT = 2
 
 
-def current_format(data: dict[str, Any]) -> dict[str, Any]:
+def current_format(data: JsonObject) -> JsonObject:
     """A row dict in :data:`ROW_FORMAT`: format 1 (no ``format`` key) converted, a newer one a
     ``ValueError`` (the reader names the file and line)."""
     version = data.get("format", 1)
@@ -28,13 +29,14 @@ def current_format(data: dict[str, Any]) -> dict[str, Any]:
         return data
     # Format 1: the row's own env is kept, its copies in the facts dropped. The decision's verdict
     # and message are left as they were (a format-1 reader's rows say what they said).
-    data = dict(data)
-    if isinstance(data.get("facts"), Mapping):
-        data["facts"] = {k: v for k, v in data["facts"].items() if k != "env"}
+    out = dict(data)
+    facts = data.get("facts")
+    if isinstance(facts, Mapping):
+        out["facts"] = {k: v for k, v in facts.items() if k != "env"}
     comparison = data.get("comparison")
     if isinstance(comparison, Mapping) and isinstance(comparison.get("facts"), Mapping):
-        data["comparison"] = {
+        out["comparison"] = {
             **comparison,
             "facts": {k: v for k, v in comparison["facts"].items() if k != "env"},
         }
-    return data
+    return out

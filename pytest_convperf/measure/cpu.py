@@ -55,7 +55,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
@@ -161,6 +161,19 @@ def _beyond(share: dict[str, float], margin: float) -> Iterator[tuple[str, float
         others = min(v for k, v in share.items() if k != name)
         if mine > others + margin:
             yield name, mine, others
+
+
+class CpuTimerFacts(TypedDict):
+    """What :meth:`CpuTimer.facts` tells a report (merged into the comparison's facts)."""
+
+    timer: str
+    clock: str
+    threads: int
+    allocator: str
+    other_threads_share: dict[str, float]
+    waited_share: dict[str, float] | str
+    clocks: str
+    load_avg: list[float]
 
 
 class CpuTimer(Unwatched):
@@ -304,17 +317,17 @@ class CpuTimer(Unwatched):
                 os.close(self._fd)
             self._fd = -1
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> CpuTimerFacts:
         waited: dict[str, float] | str = {k: round(v, 4) for k, v in self.waited_share().items()}
         if self._run_delay_known is False:
             waited = "unknown: /proc/thread-self/schedstat unreadable (waiting elsewhere is not checked)"
-        return {
-            "timer": self._name,
-            "clock": self.clock,
-            "threads": self.threads,
-            "allocator": self.allocator,
-            "other_threads_share": {k: round(v, 4) for k, v in self.other_threads_share().items()},
-            "waited_share": waited,
-            "clocks": "n/a (cpu)",
-            "load_avg": load_avg(),
-        }
+        return CpuTimerFacts(
+            timer=self._name,
+            clock=self.clock,
+            threads=self.threads,
+            allocator=self.allocator,
+            other_threads_share={k: round(v, 4) for k, v in self.other_threads_share().items()},
+            waited_share=waited,
+            clocks="n/a (cpu)",
+            load_avg=load_avg(),
+        )

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -60,6 +60,20 @@ def read_flush(buffer: torch.Tensor, sink: torch.Tensor) -> None:
     device and is never read back. float32 (no dtype cast: torch's fastest reduction path).
     """
     torch.sum(buffer, 0, out=sink)
+
+
+class CudaTimerFacts(TypedDict):
+    """What :meth:`CudaTimer.facts` tells a report (merged into the comparison's facts)."""
+
+    timer: str
+    flush: str
+    flush_bytes: int
+    flush_us: float | None
+    gate_us: float
+    max_enqueue_us: float
+    host_bound_rounds: int
+    sleep_cycles_per_us: float | None
+    sleep_cycles_per_us_measured: list[float]
 
 
 class CudaTimer(Unwatched):
@@ -198,16 +212,16 @@ class CudaTimer(Unwatched):
         with torch.cuda.device(self.torch_device):
             yield
 
-    def facts(self) -> dict[str, Any]:
-        return {
-            "timer": "cuda events",
-            "flush": self.flush,
-            "flush_bytes": 2 * self.l2_bytes,
-            "flush_us": None if self.flush_s is None else self.flush_s * 1e6,
-            "gate_us": self._gate_s * 1e6,
-            "max_enqueue_us": self.max_enqueue_s * 1e6,
-            "host_bound_rounds": self.host_bound,
-            "sleep_cycles_per_us": None if self._cycles_per_s is None else self._cycles_per_s / 1e6,
+    def facts(self) -> CudaTimerFacts:
+        return CudaTimerFacts(
+            timer="cuda events",
+            flush=self.flush,
+            flush_bytes=2 * self.l2_bytes,
+            flush_us=None if self.flush_s is None else self.flush_s * 1e6,
+            gate_us=self._gate_s * 1e6,
+            max_enqueue_us=self.max_enqueue_s * 1e6,
+            host_bound_rounds=self.host_bound,
+            sleep_cycles_per_us=None if self._cycles_per_s is None else self._cycles_per_s / 1e6,
             # Every measurement of the rate, first (possibly at idle clocks) to latest.
-            "sleep_cycles_per_us_measured": [round(c, 1) for c in self.gate_calibrations],
-        }
+            sleep_cycles_per_us_measured=[round(c, 1) for c in self.gate_calibrations],
+        )

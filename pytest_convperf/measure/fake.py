@@ -19,7 +19,6 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from pytest_convperf.core.clocks import ClockSample
 from pytest_convperf.measure.protocol import Job, Unwatched
@@ -130,5 +129,5 @@ class FakeTimer(Unwatched):
     def pinned(self) -> Iterator[None]:
         yield
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, str]:
         return {"timer": "fake (replayed durations)"}

@@ -11,14 +11,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+from pytest_convperf.core.kerneldiff import KernelShare
 
 if TYPE_CHECKING:
     from pytest_convperf.core.device import DeviceInfo
@@ -40,9 +42,6 @@ class KernelRow:
     total_us: float
     mean_us: float
     share: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -154,31 +153,30 @@ def profile_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3
     return kernel_rows(prof, device.is_cuda)
 
 
-def kernel_table(rows: Iterable[KernelRow | Mapping[str, Any]], calls: int) -> list[dict[str, Any]]:
+def kernel_table(rows: Iterable[KernelRow], calls: int) -> list[KernelShare]:
     """The table a baseline entry stores, ``[{name, calls, share}]`` (``core.kerneldiff`` reads it
-    back and says what moved), from profiler rows (``KernelRow`` or dicts) of ``calls`` candidate
-    calls: ``calls`` per candidate call, ``share`` of the time, only rows of at least ``MIN_SHARE``,
-    at most ``MAX_ROWS``."""
-    out: list[dict[str, Any]] = []
-    for row in rows:
-        data: Mapping[str, Any] = row if isinstance(row, Mapping) else row.to_dict()
-        share = float(data["share"])
-        if share >= MIN_SHARE:
-            out.append(
-                {
-                    "name": str(data["name"]),
-                    "calls": round(int(data["calls"]) / calls, 3),
-                    "share": round(share, 3),
-                }
-            )
-    out.sort(key=lambda r: -float(r["share"]))
+    back and says what moved), from the profiler rows of ``calls`` candidate calls: ``calls`` per
+    candidate call, ``share`` of the time, only rows of at least ``MIN_SHARE``, at most ``MAX_ROWS``."""
+    out = [
+        KernelShare(name=row.name, calls=round(row.calls / calls, 3), share=round(row.share, 3))
+        for row in rows
+        if row.share >= MIN_SHARE
+    ]
+    out.sort(key=lambda r: -r["share"])
     return out[:MAX_ROWS]
 
 
-def candidate_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3) -> list[dict[str, Any]]:
+def candidate_kernels(fn: Callable[[], object], device: DeviceInfo, calls: int = 3) -> list[KernelShare]:
     """The kernel table a baseline entry stores (:func:`kernel_table`) of ``calls`` calls of ``fn``."""
     fn()  # warm: a first call's autotuning or lazy compilation is not the kernel table
     return kernel_table(profile_kernels(fn, device, calls=calls), calls)
+
+
+class ProfileFacts(TypedDict, total=False):
+    """What :func:`profile_facts` adds to a comparison's ``facts`` (a mapping: it is merged there)."""
+
+    kernels: list[KernelShare]
+    traces: list[str]
 
 
 def profile_facts(
@@ -190,12 +188,12 @@ def profile_facts(
     trace_dir: Path | None,
     nodeid: str,
     label: str,
-) -> dict[str, Any]:
+) -> ProfileFacts:
     """After a check's timing, under its perf ``settings``: the candidate's kernel table of
     ``kernel_call`` (the entry stores it, a FAIL names what moved) and, with ``trace_dir``
     (--convperf-trace), the paths of a profiler trace of one call of each ``traced`` side, each
     after one untraced call; each traced call is a region named ``<label>-<side>``."""
-    facts: dict[str, Any] = {}
+    facts = ProfileFacts()
     with settings():
         if kernel_call is not None:
             facts["kernels"] = candidate_kernels(kernel_call, device)

@@ -6,10 +6,10 @@ without importing the package that builds them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from pytest_convperf.core.clocks import ClockSample
@@ -76,8 +76,9 @@ class Timer(Protocol):
         """Context in which measurements run (fixed thread count on a CPU)."""
         ...
 
-    def facts(self) -> dict[str, Any]:
-        """What a report should know about this timer (flush bytes, gate, threads, ...)."""
+    def facts(self) -> Mapping[str, object]:
+        """What a report should know about this timer (flush bytes, gate, threads, ...): JSON-able
+        values, merged into the comparison's facts (each built-in timer returns its own TypedDict)."""
         ...
 
     def observe_round(self, stage: str, index: int, names: Sequence[str], times: Sequence[float]) -> None:

@@ -21,7 +21,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pytest_convperf.night.history import (
     PERSIST,
@@ -43,6 +43,26 @@ FINDINGS_FILE = "history_findings.json"
 # The check's tolerance by device kind: the device defaults of ``judge.verdict.default_policy``
 # (CPU 5 %, GPU 2 %); a record without a kind is judged by the wider one.
 TOLERANCE = {"cuda": 0.02, "cpu": 0.05}
+
+
+class HistoryFindingDict(TypedDict):
+    """A finding as the gate's JSON file holds it (:meth:`HistoryFinding.to_dict`)."""
+
+    verdict: str
+    machine: str
+    module: str | None
+    key: str
+    step: float
+    ci: list[float]
+    tolerance: float
+    ratio_before: float
+    ratio_after: float
+    n_before: int
+    n_after: int
+    commit_before: str | None
+    commit_after: str | None
+    when: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -71,25 +91,25 @@ class HistoryFinding:
             f"commits {self.commit_before or 'unknown'}..{self.commit_after or 'unknown'}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> HistoryFindingDict:
         c = self.change
-        return {
-            "verdict": self.verdict,
-            "machine": c.machine,
-            "module": self.module,
-            "key": c.key,
-            "step": c.step,
-            "ci": list(c.ci),
-            "tolerance": self.tolerance,
-            "ratio_before": c.ratio_before,
-            "ratio_after": c.ratio_after,
-            "n_before": c.n_before,
-            "n_after": c.n_after,
-            "commit_before": self.commit_before,
-            "commit_after": self.commit_after,
-            "when": c.when,
-            "message": self.line(),
-        }
+        return HistoryFindingDict(
+            verdict=self.verdict,
+            machine=c.machine,
+            module=self.module,
+            key=c.key,
+            step=c.step,
+            ci=list(c.ci),
+            tolerance=self.tolerance,
+            ratio_before=c.ratio_before,
+            ratio_after=c.ratio_after,
+            n_before=c.n_before,
+            n_after=c.n_after,
+            commit_before=self.commit_before,
+            commit_after=self.commit_after,
+            when=c.when,
+            message=self.line(),
+        )
 
 
 def _grouped(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:

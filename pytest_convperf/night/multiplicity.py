@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 # The methods and their defaults are option values, so they live with the config (a lower layer).
 from pytest_convperf.core.options import DEFAULT_ALPHA, DEFAULT_METHOD, METHODS, Method
@@ -112,6 +112,20 @@ def checks_from_rows(rows: Iterable[CheckRow]) -> dict[str, tuple[str, float | N
     return out
 
 
+class NightControlDict(TypedDict):
+    """:meth:`NightControl.to_dict`: ``night.json`` and the report hook's ``night``."""
+
+    method: str
+    alpha: float
+    m: int
+    per_check_alpha: float
+    expected_uncontrolled: float
+    fails: list[str]
+    cleared: list[str]
+    adjusted: dict[str, float]
+    summary: str
+
+
 @dataclass(frozen=True)
 class NightControl:
     """The controller's answer for one session.
@@ -134,19 +148,19 @@ class NightControl:
     def expected_uncontrolled(self) -> float:
         return self.m * self.per_check_alpha
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> NightControlDict:
         """The JSON form (``night.json``, the report hook's ``night``)."""
-        return {
-            "method": self.method,
-            "alpha": self.alpha,
-            "m": self.m,
-            "per_check_alpha": self.per_check_alpha,
-            "expected_uncontrolled": self.expected_uncontrolled,
-            "fails": list(self.fails),
-            "cleared": list(self.cleared),
-            "adjusted": dict(self.adjusted),
-            "summary": self.summary(),
-        }
+        return NightControlDict(
+            method=self.method,
+            alpha=self.alpha,
+            m=self.m,
+            per_check_alpha=self.per_check_alpha,
+            expected_uncontrolled=self.expected_uncontrolled,
+            fails=list(self.fails),
+            cleared=list(self.cleared),
+            adjusted=dict(self.adjusted),
+            summary=self.summary(),
+        )
 
     def summary(self) -> str:
         """One line for the terminal and the report: method, family size, false-alarm expectation."""

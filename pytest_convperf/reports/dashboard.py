@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.jsonl import summary
@@ -40,6 +40,77 @@ from pytest_convperf.night.history import (
 
 DATA_MARK = "/*CONVPERF_DATA*/null"
 TEMPLATE = "dashboard.html"
+
+# The page's data (:func:`page_data`), inlined as JSON; the page's script reads these keys.
+# A run of a check, read by position by the page's script: when, commit, verdict, speedup, its CI
+# (low, high), the kernel table's index, the baseline's speedup and the rule's tolerance.
+PagePoint = list[str | float | None]
+
+
+class StepWords(TypedDict):
+    change: float
+    ci: list[float]
+    before: float
+    after: float
+    label: str
+    text: str
+
+
+class PageChangePoint(StepWords):
+    index: int
+    commit: str | None
+    when: str
+    new: bool
+
+
+class PageCheck(TypedDict):
+    machine: str
+    key: str
+    family: str
+    points: list[PagePoint]
+    change_points: list[PageChangePoint]
+
+
+class NightStep(TypedDict):
+    key: str
+    index: int
+    text: str
+    when: str
+
+
+class NightFail(TypedDict):
+    key: str
+    verdict: str
+    commit: str | None
+
+
+class LastNight(TypedDict):
+    when: str
+    fails: list[NightFail]
+    new_steps: list[NightStep]
+    older_steps: list[NightStep]
+
+
+class PageFamily(TypedDict):
+    machine: str
+    family: str
+    checks: int
+    verdicts: dict[str, int]
+    geomean_speedup: float | None
+    changed: int
+    new_change_points: int
+
+
+class PageData(TypedDict):
+    generated: str
+    source: str
+    persist: int
+    window: int
+    machines: list[str]
+    kernels: list[object]  # each distinct kernel table once, as the records hold it
+    checks: list[PageCheck]
+    last_night: dict[str, LastNight]
+    families: list[PageFamily]
 
 
 def load_records(source: str) -> tuple[list[dict[str, Any]], list[str], str]:
@@ -87,7 +158,7 @@ def _tolerance(rec: Mapping[str, Any]) -> float | None:
     return float(tol) if math.isfinite(tol) and 0 <= tol < 10 else None
 
 
-def step_words(c: ChangePoint) -> dict[str, Any]:
+def step_words(c: ChangePoint) -> StepWords:
     """A change point as the page tells it, in one number: the relative change of the speedup
     (``change``, -0.2: the speedup fell 20 %, the check got slower), its 95 % CI, a short ``label``
     for the chart and a ``text`` for the lists. ``ChangePoint.step`` is the time ratio's change
@@ -102,33 +173,26 @@ def step_words(c: ChangePoint) -> dict[str, Any]:
         f"from commit {c.commit or 'unknown'} on {c.when[:10] or 'an unknown date'}; "
         f"{c.n_before} runs before, {c.n_after} since"
     )
-    return {
-        "change": change,
-        "ci": [low, high],
-        "before": before,
-        "after": after,
-        "label": label,
-        "text": text,
-    }
+    return StepWords(change=change, ci=[low, high], before=before, after=after, label=label, text=text)
 
 
 def page_data(
     records: Sequence[Mapping[str, Any]], *, source: str, persist: int = PERSIST, window: int = WINDOW
-) -> dict[str, Any]:
+) -> PageData:
     """Everything the page shows, as JSON-able data (see the module docstring)."""
     series = series_from_records(records)
     cps = recent_change_points(series, persist=persist, window=window)
     detail: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for rec in records:
         detail[(str(rec.get("machine") or "unknown"), str(rec["key"]), str(rec.get("when") or ""))] = rec
-    kernel_tables: list[Any] = []
+    kernel_tables: list[object] = []
     kernel_index: dict[str, int] = {}
     by_check: dict[tuple[str, str], list[ChangePoint]] = {}
     for c in cps:
         by_check.setdefault((c.machine, c.key), []).append(c)
-    checks = []
+    checks: list[PageCheck] = []
     for (machine, key), points in sorted(series.items()):
-        out_points = []
+        out_points: list[PagePoint] = []
         module = None
         for p in points:
             rec = detail.get((machine, key, p.when), {})
@@ -146,34 +210,32 @@ def page_data(
                 [p.when, p.commit, p.verdict, 1.0 / math.exp(p.ln_ratio), lo, hi, k, base, _tolerance(rec)]
             )
         checks.append(
-            {
-                "machine": machine,
-                "key": key,
-                "family": str(module or key.split("::")[0]),
-                "points": out_points,
-                "change_points": [_change_point(c) for c in by_check.get((machine, key), [])],
-            }
+            PageCheck(
+                machine=machine,
+                key=key,
+                family=str(module or key.split("::")[0]),
+                points=out_points,
+                change_points=[_change_point(c) for c in by_check.get((machine, key), [])],
+            )
         )
-    return {
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": source,
-        "persist": persist,
-        "window": window,
-        "machines": sorted({c["machine"] for c in checks}),
-        "kernels": kernel_tables,
-        "checks": checks,
-        "last_night": _last_night(records, checks),
-        "families": _families(checks),
-    }
+    return PageData(
+        generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        source=source,
+        persist=persist,
+        window=window,
+        machines=sorted({c["machine"] for c in checks}),
+        kernels=kernel_tables,
+        checks=checks,
+        last_night=_last_night(records, checks),
+        families=_families(checks),
+    )
 
 
-def _change_point(c: ChangePoint) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": c.index, "commit": c.commit, "when": c.when, "new": c.new}
-    out.update(step_words(c))
-    return out
+def _change_point(c: ChangePoint) -> PageChangePoint:
+    return PageChangePoint(index=c.index, commit=c.commit, when=c.when, new=c.new, **step_words(c))
 
 
-def _last_night(records: Sequence[Mapping[str, Any]], checks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _last_night(records: Sequence[Mapping[str, Any]], checks: Sequence[PageCheck]) -> dict[str, LastNight]:
     """Per machine: the latest run's date and its FAILs (every record of that run, unusable ones
     too); the change points new in it and the others, taken from ``checks``' own (the charts'), so
     the box cannot say "no change point" beside a charted step."""
@@ -181,12 +243,10 @@ def _last_night(records: Sequence[Mapping[str, Any]], checks: Sequence[Mapping[s
     for rec in records:
         machine, when = str(rec.get("machine") or "unknown"), str(rec.get("when") or "")
         latest[machine] = max(latest.get(machine, ""), when)
-    out: dict[str, Any] = {
-        m: {"when": w, "fails": [], "new_steps": [], "older_steps": []} for m, w in latest.items()
-    }
+    out = {m: LastNight(when=w, fails=[], new_steps=[], older_steps=[]) for m, w in latest.items()}
     for c in checks:
         for cp in c["change_points"]:
-            step = {"key": c["key"], "index": cp["index"], "text": cp["text"], "when": cp["when"]}
+            step = NightStep(key=c["key"], index=cp["index"], text=cp["text"], when=cp["when"])
             out[c["machine"]]["new_steps" if cp["new"] else "older_steps"].append(step)
     for night in out.values():
         night["older_steps"].sort(key=lambda s: s["when"], reverse=True)  # the latest first
@@ -194,14 +254,14 @@ def _last_night(records: Sequence[Mapping[str, Any]], checks: Sequence[Mapping[s
         machine = str(rec.get("machine") or "unknown")
         if rec.get("when") == latest[machine] and rec.get("verdict") in ("FAIL", "CORRECTNESS_FAIL"):
             out[machine]["fails"].append(
-                {"key": rec["key"], "verdict": rec["verdict"], "commit": rec.get("commit")}
+                NightFail(key=rec["key"], verdict=rec["verdict"], commit=rec.get("commit"))
             )
     return out
 
 
-def _families(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _families(checks: Sequence[PageCheck]) -> list[PageFamily]:
     """Per machine and family: checks, the last run's verdicts and the geometric mean of its speedups."""
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[PageCheck]] = {}
     for c in checks:
         groups.setdefault((c["machine"], c["family"]), []).append(c)
     out = []
@@ -210,20 +270,20 @@ def _families(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         verdicts: dict[str, int] = {}
         for p in last:
             verdicts[str(p[2])] = verdicts.get(str(p[2]), 0) + 1
-        speedups = [p[3] for p in last if p[3] and p[3] > 0]
+        speedups = [s for s in (p[3] for p in last) if isinstance(s, (int, float)) and s > 0]
         gmean = math.exp(statistics.fmean(math.log(s) for s in speedups)) if speedups else None
         moved = sum(1 for c in members if any(cp["new"] for cp in c["change_points"]))
         changed = sum(1 for c in members if c["change_points"])
         out.append(
-            {
-                "machine": machine,
-                "family": family,
-                "checks": len(members),
-                "verdicts": verdicts,
-                "geomean_speedup": gmean,
-                "changed": changed,
-                "new_change_points": moved,
-            }
+            PageFamily(
+                machine=machine,
+                family=family,
+                checks=len(members),
+                verdicts=verdicts,
+                geomean_speedup=gmean,
+                changed=changed,
+                new_change_points=moved,
+            )
         )
     return out
 

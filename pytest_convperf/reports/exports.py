@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 FORMATS = ("bmf", "gab")
 # Bencher refuses a benchmark name over 1,024 characters (counted here in UTF-8 bytes, the stricter).
@@ -103,21 +103,31 @@ def bmf(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, f
     return out
 
 
-def gab(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+class GabBenchmark(TypedDict):
+    """One benchmark of github-action-benchmark's ``customBiggerIsBetter`` input."""
+
+    name: str
+    unit: str
+    value: float
+    range: str
+    extra: str
+
+
+def gab(records: Sequence[Mapping[str, Any]]) -> list[GabBenchmark]:
     out = []
     for rec in records:
         speed, low, high = speedup_ci(rec)
         half = max(speed - low, high - speed) if low is not None and high is not None else None
         ci = f"95 % CI {low:.4f}..{high:.4f}" if low is not None and high is not None else "no CI"
         out.append(
-            {
-                "name": check_id(rec),
-                "unit": "x speedup",
-                "value": speed,
-                "range": f"± {half:.4f}" if half is not None else "",
-                "extra": f"{rec.get('verdict')} at commit {rec.get('commit') or 'unknown'} on "
+            GabBenchmark(
+                name=check_id(rec),
+                unit="x speedup",
+                value=speed,
+                range=f"± {half:.4f}" if half is not None else "",
+                extra=f"{rec.get('verdict')} at commit {rec.get('commit') or 'unknown'} on "
                 f"{rec.get('machine')}, {rec.get('when')}; {ci}",
-            }
+            )
         )
     return out
 

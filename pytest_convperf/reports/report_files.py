@@ -12,11 +12,12 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from pytest_convperf.core.entry import Correctness
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.jsonl import end_cut_line
-from pytest_convperf.core.results import CheckRow, ErrorStats, entry_digest
+from pytest_convperf.core.results import CheckRow, correctness_of, entry_digest
 from pytest_convperf.reports.report import markdown
 from pytest_convperf.reports.report_row import ReportRow, as_number, final_comparison, row_quality
 
@@ -24,13 +25,87 @@ from pytest_convperf.reports.report_row import ReportRow, as_number, final_compa
 SCHEMA = "convperf-results/1"
 
 
-def _stats(samples: Sequence[float]) -> dict[str, Any]:
+# pytest-benchmark's ``stats`` of one benchmark (its ``Stats.as_dict``, plus ``data`` and
+# ``iterations``): numbers, ``outliers`` a string ("1;0"), ``data`` the samples.
+BenchmarkStats = dict[str, float | int | str | list[float]]
+
+
+class StoredTimesUs(TypedDict):
+    candidate: float | None
+    reference: float | None
+
+
+class HistoryRecord(TypedDict):
+    """One line of ``history.jsonl`` (:func:`history_records`), as written; a reader of the file
+    checks each line (``night.history.record_problem``): older lines lack keys."""
+
+    schema: str
+    when: str
+    session_id: str | None
+    commit: str | None
+    code: str | None  # updates.code_state: the commit, "+dirty" with uncommitted code
+    machine: str | None
+    device_kind: str | None
+    module: str
+    key: str
+    verdict: str
+    time_ratio: float | None
+    ln_ratio: float | None
+    se: float | None
+    n_rounds: int | None
+    delta: float | None
+    us: StoredTimesUs
+    env: dict[str, str] | None
+    timing: dict[str, str] | None
+    reference_backend: str | None
+    correctness: Correctness
+    quality: dict[str, float]
+    baselines_file: str | None
+    entry: str | None  # the digest of the entry it was judged against: calibrate
+    baseline_ratio: float | None
+    tolerance: float | None
+    load_avg: list[float] | None  # the CPU timer's: calibrate
+
+
+class BenchmarkOptions(TypedDict):
+    timer: str
+    min_rounds: int | None
+    max_time: None
+    min_time: None
+    disable_gc: bool
+    warmup: bool
+
+
+class Benchmark(TypedDict):
+    """One benchmark of pytest-benchmark's schema (:func:`benchmark_entry`)."""
+
+    group: str
+    name: str
+    fullname: str
+    params: None
+    param: None
+    extra_info: dict[str, object]
+    options: BenchmarkOptions
+    stats: BenchmarkStats
+
+
+class BenchmarkJson(TypedDict):
+    """results.json: pytest-benchmark's schema (:func:`benchmark_json`)."""
+
+    machine_info: dict[str, object]
+    commit_info: dict[str, object]
+    benchmarks: list[Benchmark]
+    datetime: str
+    version: str
+
+
+def _stats(samples: Sequence[float]) -> BenchmarkStats:
     from pytest_benchmark.stats import Stats
 
     stats = Stats()  # type: ignore[no-untyped-call]
     for s in samples:
         stats.update(float(s))  # type: ignore[no-untyped-call]
-    out: dict[str, Any] = stats.as_dict()  # type: ignore[no-untyped-call]
+    out: BenchmarkStats = stats.as_dict()  # type: ignore[no-untyped-call]
     out["data"] = list(stats.data)
     out["iterations"] = 1
     return out
@@ -42,7 +117,7 @@ def benchmark_json(
     machine_info: Mapping[str, Any],
     commit_info: Mapping[str, Any],
     when: str,
-) -> dict[str, Any]:
+) -> BenchmarkJson:
     """pytest-benchmark's JSON schema: one benchmark for the candidate and one for the reference per check.
 
     Both share ``group`` = the check's key; ``extra_info`` carries the comparison and verdict, so
@@ -50,11 +125,11 @@ def benchmark_json(
     """
     from pytest_benchmark import __version__ as pb_version
 
-    benchmarks: list[dict[str, Any]] = []
+    benchmarks: list[Benchmark] = []
     for row in rows:
         comp = row.comparison
         r = ReportRow.from_row(row)
-        extra = {
+        extra: dict[str, object] = {
             "convperf_verdict": r.verdict,
             "speedup": r.speedup,
             "speedup_ci": list(r.speedup_ci) if r.speedup_ci else None,
@@ -84,13 +159,13 @@ def benchmark_json(
                     n_rounds=comp.n_rounds,
                 )
             )
-    return {
-        "machine_info": dict(machine_info),
-        "commit_info": dict(commit_info),
-        "benchmarks": benchmarks,
-        "datetime": when,
-        "version": pb_version,
-    }
+    return BenchmarkJson(
+        machine_info=dict(machine_info),
+        commit_info=dict(commit_info),
+        benchmarks=benchmarks,
+        datetime=when,
+        version=pb_version,
+    )
 
 
 def benchmark_entry(
@@ -102,27 +177,27 @@ def benchmark_entry(
     l2: str | None,
     samples: Sequence[float],
     n_rounds: int | None,
-) -> dict[str, Any]:
+) -> Benchmark:
     """One benchmark of pytest-benchmark's schema: one ``side`` of a check (module, key, node id),
     grouped by the check."""
     module, key, nodeid = check
-    return {
-        "group": f"{module}::{key}",
-        "name": f"{key}[{side}]",
-        "fullname": f"{nodeid or key}::{side}",
-        "params": None,
-        "param": None,
-        "extra_info": dict(extra, side=side, mode=mode, l2=l2),
-        "options": {
-            "timer": f"convperf {mode or '?'}",
-            "min_rounds": n_rounds,
-            "max_time": None,
-            "min_time": None,
-            "disable_gc": False,
-            "warmup": True,
-        },
-        "stats": _stats(samples),
-    }
+    return Benchmark(
+        group=f"{module}::{key}",
+        name=f"{key}[{side}]",
+        fullname=f"{nodeid or key}::{side}",
+        params=None,
+        param=None,
+        extra_info=dict(extra, side=side, mode=mode, l2=l2),
+        options=BenchmarkOptions(
+            timer=f"convperf {mode or '?'}",
+            min_rounds=n_rounds,
+            max_time=None,
+            min_time=None,
+            disable_gc=False,
+            warmup=True,
+        ),
+        stats=_stats(samples),
+    )
 
 
 def history_records(
@@ -132,7 +207,7 @@ def history_records(
     commit: str | None,
     code: str | None = None,
     session_id: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[HistoryRecord]:
     """One JSON record per check per run (feeds trend plots and a persistence gate); ``session_id``
     tells two sessions' records apart (``when`` has whole seconds; records of earlier versions lack it)."""
     out = []
@@ -142,47 +217,37 @@ def history_records(
         r = ReportRow.from_row(row)
         ratio = as_number(comp.time_ratio) if comp is not None else None
         out.append(
-            {
-                "schema": SCHEMA,
-                "when": when,
-                "session_id": session_id,
-                "commit": commit,
-                "code": code,  # updates.code_state: the commit, "+dirty" with uncommitted code
-                "machine": row.machine,
-                "device_kind": row.device_kind,
-                "module": r.module,
-                "key": r.key,
-                "verdict": r.verdict,
-                "time_ratio": ratio,
-                "ln_ratio": math.log(ratio) if ratio else None,
-                "se": comp.se if comp is not None else None,
-                "n_rounds": comp.n_rounds if comp is not None else None,
-                "delta": r.delta,
-                "us": {"candidate": r.candidate_us, "reference": r.reference_us},
-                "env": row.env,
-                "timing": row.timing,
-                "reference_backend": row.facts.get("reference_backend"),
-                "correctness": _correctness(row.errors),
-                "quality": row_quality(row),
-                "baselines_file": row.baselines_file,
-                # The entry it was judged against: calibrate.
-                "entry": entry_digest(row.baseline.to_yaml()) if row.baseline is not None else None,
+            HistoryRecord(
+                schema=SCHEMA,
+                when=when,
+                session_id=session_id,
+                commit=commit,
+                code=code,
+                machine=row.machine,
+                device_kind=row.device_kind,
+                module=r.module,
+                key=r.key,
+                verdict=r.verdict,
+                time_ratio=ratio,
+                ln_ratio=math.log(ratio) if ratio else None,
+                se=comp.se if comp is not None else None,
+                n_rounds=comp.n_rounds if comp is not None else None,
+                delta=r.delta,
+                us=StoredTimesUs(candidate=r.candidate_us, reference=r.reference_us),
+                env=row.env,
+                timing=row.timing,
+                reference_backend=row.facts.get("reference_backend"),
+                correctness=correctness_of(row.errors),
+                quality=row_quality(row),
+                baselines_file=row.baselines_file,
+                entry=entry_digest(row.baseline.to_yaml()) if row.baseline is not None else None,
                 # The baseline's ratio and the rule's tolerance band around it: the dashboard's charts.
-                "baseline_ratio": row.baseline.time_ratio if row.baseline is not None else None,
-                "tolerance": row.decision.tolerance if row.decision is not None else None,
-                "load_avg": comp.facts.get("load_avg")
-                if comp is not None
-                else None,  # CPU timer's: calibrate
-            }
+                baseline_ratio=row.baseline.time_ratio if row.baseline is not None else None,
+                tolerance=row.decision.tolerance if row.decision is not None else None,
+                load_avg=comp.facts.get("load_avg") if comp is not None else None,
+            )
         )
     return out
-
-
-def _correctness(errors: Sequence[ErrorStats]) -> dict[str, Any]:
-    """Stored correctness for an entry: flat for one output, per output name for several."""
-    if len(errors) == 1:
-        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
-    return {str(e.name): {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
 
 
 def plot_title(machine_info: Mapping[str, Any], when: str | None) -> str:

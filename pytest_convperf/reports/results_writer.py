@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.core.jsonl import Skipped, end_cut_line, read_objects, summary
+from pytest_convperf.core.kerneldiff import KernelShare
+from pytest_convperf.reports.report_files import HistoryRecord, history_records
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -196,7 +198,7 @@ class ResultsWriter:
             if (c.machine, c.key) not in known
         ]
 
-    def write(self, records: list[dict[str, Any]], session_id: str) -> list[str]:
+    def write(self, records: Sequence[Mapping[str, object]], session_id: str) -> list[str]:
         """Tonight's records in one transaction, then any a failed write left; a write that fails
         keeps its records in the pending file, and one note says where. A record the store refuses
         (a key over its bound, a value the engine refuses) is named in a note and not kept: it
@@ -244,6 +246,18 @@ class ResultsWriter:
         )
 
 
+class StoreRecord(HistoryRecord):
+    """A history record with what the store adds (:func:`store_records`)."""
+
+    ratio_ci: list[float] | None
+    noise: float | None
+    kernels: list[KernelShare] | None
+    nodeid: str
+    phase: str
+    problem: str
+    device: object
+
+
 def store_records(
     rows: Sequence[CheckRow],
     *,
@@ -252,10 +266,9 @@ def store_records(
     code: str | None,
     device: Any = None,
     session_id: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[StoreRecord]:
     """``history.jsonl``'s records with what the store adds: the ratio's CI, the entry's noise, the
     candidate's kernel table, node id, phase, problem and the device's name."""
-    from pytest_convperf.reports.report_files import history_records
     from pytest_convperf.reports.report_row import final_comparison
 
     out = []
@@ -265,16 +278,16 @@ def store_records(
         facts = comp.facts if comp is not None else {}
         kernels = facts.get("kernels") or (row.comparison.facts.get("kernels") if row.comparison else None)
         out.append(
-            {
+            StoreRecord(
                 **rec,
-                "ratio_ci": list(comp.time_ratio_ci) if comp is not None else None,
-                "noise": row.baseline.noise if row.baseline is not None else None,
-                "kernels": kernels,
-                "nodeid": row.nodeid,
-                "phase": row.phase,
-                "problem": row.problem,
-                "device": device,
-            }
+                ratio_ci=list(comp.time_ratio_ci) if comp is not None else None,
+                noise=row.baseline.noise if row.baseline is not None else None,
+                kernels=kernels,
+                nodeid=row.nodeid,
+                phase=row.phase,
+                problem=row.problem,
+                device=device,
+            )
         )
     return out
 

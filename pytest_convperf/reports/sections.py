@@ -10,11 +10,19 @@ title. No process writes a file another writes, so workers cannot clobber each o
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 SECTIONS_PROPERTY = "convperf_sections"
+
+
+class SectionDict(TypedDict):
+    """A section as it rides on a test report to the controller (``Section(**it)`` there)."""
+
+    name: str
+    markdown: str
+    title: str | None
 
 
 @dataclass(frozen=True)
@@ -25,8 +33,8 @@ class Section:
     markdown: str
     title: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> SectionDict:
+        return SectionDict(name=self.name, markdown=self.markdown, title=self.title)
 
 
 class ReportSections:
@@ -46,7 +54,7 @@ class ReportSections:
             raise ValueError(f"report section name {name!r} must be a plain file name such as 'models.md'")
         self.pending.append(Section(name, markdown, title))
 
-    def take(self) -> list[dict[str, Any]]:
+    def take(self) -> list[SectionDict]:
         """The pending sections in their JSON-able form, and forget them (they ride on one report)."""
         out = [s.to_dict() for s in self.pending]
         self.pending.clear()

@@ -29,7 +29,7 @@ import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
@@ -309,33 +309,55 @@ def _optional_text(value: Any) -> str | None:
     return None if value is None else _text(value)
 
 
-def _columns(record: Mapping[str, Any]) -> dict[str, Any]:
+class ResultColumns(TypedDict):
+    """A record's row of ``results`` before its ``digest`` and ``run_id`` (:func:`_columns`)."""
+
+    check_id: str
+    module: str | None
+    key: str
+    machine: str
+    device_kind: str | None
+    commit: str | None
+    when: str
+    verdict: str | None
+    timing_mode: str | None
+    time_ratio: float | None
+    ln_ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    se: float | None
+    noise: float | None
+    n_rounds: int | None
+    record: object  # the whole record as strict JSON (:func:`_plain`)
+
+
+def _columns(record: Mapping[str, Any]) -> ResultColumns:
     """A record's indexed columns (the record itself is stored whole beside them)."""
     ci = record.get("ratio_ci")
     low, high = (ci[0], ci[1]) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
     timing = record.get("timing")
     module = record.get("module")
     n_rounds = record.get("n_rounds")
-    return {
-        "check_id": _text(f"{module}::{record['key']}" if module else record["key"]),
-        "module": _optional_text(module),
-        "key": _text(record["key"]),
-        "machine": _text(record.get("machine") or "unknown"),
-        "device_kind": _optional_text(record.get("device_kind")),
-        "commit": _optional_text(record.get("commit")),
-        "when": _text(record.get("when") or ""),
-        "verdict": _optional_text(record.get("verdict")),
-        "timing_mode": _optional_text(timing.get("mode")) if isinstance(timing, Mapping) else None,
-        "time_ratio": _number(record.get("time_ratio")),
-        "ln_ratio": _number(record.get("ln_ratio")),
-        "ci_low": _number(low),
-        "ci_high": _number(high),
-        "se": _number(record.get("se")),
-        "noise": _number(record.get("noise")),
-        "n_rounds": n_rounds if isinstance(n_rounds, int) and not isinstance(n_rounds, bool) else None,
+    return ResultColumns(
+        check_id=_text(f"{module}::{record['key']}" if module else record["key"]),
+        module=_optional_text(module),
+        key=_text(record["key"]),
+        machine=_text(record.get("machine") or "unknown"),
+        device_kind=_optional_text(record.get("device_kind")),
+        commit=_optional_text(record.get("commit")),
+        when=_text(record.get("when") or ""),
+        verdict=_optional_text(record.get("verdict")),
+        timing_mode=_optional_text(timing.get("mode")) if isinstance(timing, Mapping) else None,
+        time_ratio=_number(record.get("time_ratio")),
+        ln_ratio=_number(record.get("ln_ratio")),
+        ci_low=_number(low),
+        ci_high=_number(high),
+        se=_number(record.get("se")),
+        noise=_number(record.get("noise")),
+        n_rounds=n_rounds if isinstance(n_rounds, int) and not isinstance(n_rounds, bool) else None,
         # JSON has no NaN: a non-finite number in a record is stored as its text.
-        "record": _plain(record),
-    }
+        record=_plain(record),
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -413,7 +435,7 @@ def _run_id(conn: sa.Connection, ident: str, first: Mapping[str, Any], source: s
     return int(conn.execute(sa.select(runs.c.id).where(runs.c.ident == _text(ident))).scalar_one())
 
 
-def _insert_results(conn: sa.Connection, rows: list[dict[str, Any]]) -> tuple[int, list[Refused]]:
+def _insert_results(conn: sa.Connection, rows: Sequence[Mapping[str, object]]) -> tuple[int, list[Refused]]:
     """The rows in chunks, each under a savepoint; a chunk the engine refuses for its values is
     retried row by row, so one bad row is refused by name and costs no other (a failed statement
     otherwise aborts PostgreSQL's whole transaction). Returns (rows stored, rows refused)."""
@@ -436,7 +458,7 @@ def _insert_results(conn: sa.Connection, rows: list[dict[str, Any]]) -> tuple[in
             except Exception as exc:
                 if not _record_fault(exc):
                     raise
-                refused.append(Refused(named(row["check_id"]), f"the store refused it ({failure(exc)})"))
+                refused.append(Refused(named(str(row["check_id"])), f"the store refused it ({failure(exc)})"))
     return stored, refused
 
 
@@ -465,7 +487,7 @@ def write(
     refused: list[Refused] = []
     with engine.begin() as conn:
         for ident, group in groups.items():
-            values: dict[str, dict[str, Any]] = {}
+            values: dict[str, ResultColumns] = {}
             for rec in group:
                 columns = _columns(rec)
                 problem = record_problem(columns)

@@ -163,3 +163,32 @@ def test_a_row_with_a_decision_always_has_its_verdict() -> None:
     from pytest_convperf.reports.report_row import ReportRow
 
     assert ReportRow.from_row(row).verdict == "FAIL"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("env",), ["torch", "2.5"], "env"),
+        (("timing",), {"mode": 1}, "timing"),
+        (("machine",), 7, "machine"),
+        (("comparison", "se"), "0.1", "se"),
+        (("comparison", "candidate", "samples"), [1.0, "x"], "samples"),
+        (("decision", "delta_ci"), [0.1], "delta_ci"),
+        (("decision", "env_diff"), {"torch": "2.5"}, "env_diff.torch"),
+        (("errors",), [{"name": "out"}], "max_abs"),
+        (("night", "kept"), "yes", "kept"),
+    ],
+)
+def test_a_row_field_of_the_wrong_type_is_refused_naming_it(
+    path: tuple[str, ...], value: object, field: str
+) -> None:
+    # A row read back from rows.json or the journal is checked field by field: a wrong type is a
+    # ValueError naming the field (the journal's reader names the row and skips it), never a wrong
+    # type inside the frozen row.
+    data = json.loads(json.dumps(_full_row().to_dict()))
+    target = data
+    for name in path[:-1]:
+        target = target[name]
+    target[path[-1]] = value
+    with pytest.raises(ValueError, match=rf"field '{field}'"):
+        CheckRow.from_dict(data)
