@@ -17,11 +17,99 @@ PACKAGE = ROOT / "pytest_convperf"
 UNIT = ROOT / "tests" / "unit"
 
 # module -> the test that covers it instead of a unit test of its name, and what that test checks.
-NO_UNIT_TEST: dict[str, str] = {}
+NO_UNIT_TEST: dict[str, str] = {
+    "__init__": "tests/ci/test_public_api.py: __all__ resolves, the lazy table agrees, no torch on import",
+    # ab
+    "ab.ab_plugin": "tests/integration/test_ab.py: A/B sessions end to end; "
+    "tests/unit/ab/test_rule.py: GateHint and the A/B check's deadline",
+    "ab.ab_report": "tests/unit/reports/test_report_markdown_outputs.py: ab.md with hostile ids; "
+    "tests/integration/test_ab.py: ab.md written",
+    "ab.bisect": "tests/unit/ab/test_rule.py: walk()'s branches and main; "
+    "tests/integration/test_ab.py: one bisect step",
+    "ab.distinct": "tests/unit/ab/test_refimport_families.py: NotDistinct, OpLedger, "
+    "same_callable over every family",
+    # baselines
+    "baselines.baseline_yaml": "tests/unit/baselines/test_store_files.py and "
+    "tests/unit/baselines/test_store_attacks.py: the YAML files written, read back and attacked",
+    "baselines.orphans": "tests/integration/test_orphans.py: orphan entries found and pruned; "
+    "tests/unit/reports/test_report_markdown_outputs.py: render_md",
+    "baselines.update_outcome": "tests/unit/baselines/test_updates.py: Applied, mark_written",
+    "baselines.update_record": "tests/unit/baselines/test_updates.py: render_update_md; "
+    "tests/unit/reports/test_report_markdown_outputs.py: convperf-update.md with hostile ids",
+    # check
+    "check.cliff_search": "tests/integration/test_cliffs.py: the convperf_cliffs fixture in sessions",
+    "check.context": "tests/unit/check/test_calls.py: check_phase; "
+    "tests/unit/check/test_judgement.py: BaselineSlot",
+    "check.disabled": "tests/integration/test_disabled_mode.py: correctness once, then a skip",
+    "check.faults": "tests/integration/test_faults.py: timeouts and device errors in sessions; "
+    "tests/unit/check/test_calls.py: device_errors",
+    "check.fixture": "tests/integration/test_fixtures.py: ConvperfFixture in inner sessions; "
+    "tests/ci/test_walk.py: the walk from check to a timed round",
+    "check.model_check": "tests/integration/test_model_check.py: check_pair in sessions",
+    "check.pipeline": "tests/ci/test_walk.py: the check's steps down to measure.run; "
+    "tests/integration/test_fixtures.py: every check goes through it",
+    # core
+    "core.clocks": "tests/unit/core/test_device.py: ClockSample, reason_names; "
+    "tests/unit/measure/test_rounds.py: clock_facts",
+    "core.config": "tests/unit/core/test_environment.py: every env var through ConvperfConfig; "
+    "tests/integration/test_options.py: options and ini values",
+    "core.entry": "tests/unit/baselines/test_store.py: Entry written and read; "
+    "tests/unit/core/test_row_format.py: UpdatePlan round trip",
+    "core.env": "tests/unit/baselines/test_store_timing_modes.py: timing_of, mismatches are STALE",
+    "core.files": "tests/unit/baselines/test_store_files.py: atomic_write, check_output_paths; "
+    "tests/unit/baselines/test_store.py: LOCK_DIR",
+    "core.options": "tests/integration/test_options.py: every option; "
+    "tests/unit/core/test_environment.py: OPTIONS, CLI_ONLY",
+    "core.precision": "tests/unit/check/test_calls.py: tf32_enabled",
+    "core.rerun": "tests/unit/night/test_fresh_confirm.py: the rerun of a night's failures",
+    "core.results": "tests/unit/core/test_row_format.py: CheckRow through its dict form; "
+    "tests/unit/judge/test_verdict.py: Comparison, Decision",
+    # correctness
+    "correctness.case": "tests/unit/correctness/test_candidate_run.py: build_case; "
+    "tests/unit/correctness/test_tolerance.py and tests/unit/check/test_calls_phase_calls.py: make_grad_out",
+    "correctness.correctness_report": "tests/unit/correctness/test_oracle.py and "
+    "tests/unit/correctness/test_tolerance.py: ConvMismatch, ReferenceDefect messages",
+    # top level
+    "crash_watch": "tests/integration/test_crash_named.py: a real crash named and re-run",
+    "header": "tests/integration/test_first_hour.py: RECORD_HINT, baseline_lines",
+    "hookspecs": "tests/integration/test_plugin_hooks.py: a third-party plugin's hooks",
+    "plugin": "tests/integration/test_plugin_hooks.py and every tests/integration session",
+    # judge
+    "judge.few_rounds": "tests/unit/judge/test_verdict_pure.py: the few-rounds rule",
+    "judge.policy": "tests/unit/judge/test_verdict.py and "
+    "tests/unit/judge/test_decision_machine_drift.py: policy_for, decision_of",
+    "judge.quality": "tests/unit/judge/test_verdict.py: quality drift",
+    # measure
+    "measure.allocator": "tests/unit/core/test_device.py: fix_allocator",
+    "measure.fake": "tests/unit/measure/test_rounds.py: FakeTimer drives the rounds",
+    "measure.memory": "tests/unit/core/test_device.py: memory_tracker; "
+    "tests/kernels/test_cuda_timing.py: on a GPU",
+    "measure.parallel": "tests/integration/test_parallel.py: parallel timing in sessions",
+    "measure.rule": "tests/unit/measure/test_rounds.py: StopRule, Workload, TimedCallError",
+    "measure.timers": "tests/unit/measure/test_rounds.py and tests/unit/measure/test_cpu.py: "
+    "make_timer, MeasureOne",
+    # night
+    "night.decide": "tests/integration/test_night.py: a night decided; "
+    "tests/unit/night/test_history_change_point_window.py: new_change_point_lines",
+    # reports
+    "reports.cells": "tests/unit/reports/test_progress.py: fmt_time; "
+    "tests/unit/check/test_determinism.py: cells",
+    "reports.dashboard": "tests/integration/test_store_dashboard.py: the dashboard from a store",
+    "reports.json_file": "tests/integration/test_results_store.py: --convperf-json with and "
+    "without a report folder",
+    "reports.report_row": "tests/integration/test_report.py and tests/unit/core/test_roofline.py: ReportRow",
+    "reports.results_writer": "tests/integration/test_results_store.py: rows into the store",
+    "reports.review": "tests/unit/reports/test_report_markdown_outputs.py: file_section; "
+    "tests/ci/test_workflows.py: the review comment",
+    "reports.sections": "tests/unit/test_session.py: ReportSections, write_sections",
+    # resultsdb
+    "resultsdb.schema": "tests/unit/resultsdb/test_db.py and tests/integration/test_results_store.py",
+}
 
 
 def modules(package: Path = PACKAGE) -> list[str]:
-    """Dotted names of the package's modules; a package ``__init__`` that is only a docstring is no module."""
+    """Dotted names of the package's modules, relative to it (``core.stats``, ``session``, ``__init__``
+    for the package's own); a layer's ``__init__`` that is only a docstring is no module."""
     names = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package.parent).with_suffix("")
@@ -29,22 +117,24 @@ def modules(package: Path = PACKAGE) -> list[str]:
             body = ast.parse(path.read_text(encoding="utf-8")).body
             if all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body):
                 continue
-        names.append(".".join(rel.parts))
+        names.append(".".join(rel.parts[1:]))  # relative to the package: "core.stats", "session"
     return names
 
 
 def unit_tests_of(module: str, unit: Path = UNIT) -> list[Path]:
     """The unit test files of ``module``: ``test_<name>.py`` or ``test_<name>_<aspect>.py`` in the folder
-    mirroring its layer, minus an aspect file that is another module's own test (``test_history_gate.py``
-    is ``history_gate``'s, not ``history``'s)."""
-    *layers, name = module.split(".")[1:] or [""]
+    mirroring its layer (``tests/unit/`` itself for a top-level module)."""
+    *layers, name = module.split(".")
     name = name.strip("_")  # __main__ -> test_main.py
     folder = unit.joinpath(*layers)
-    siblings = {p.stem for p in (PACKAGE.joinpath(*layers)).glob("*.py")}
+    # A longer sibling that starts with this name owns its aspect files: test_report_files_x.py is
+    # report_files', not report's.
+    longer = [p.stem for p in PACKAGE.joinpath(*layers).glob(f"{name}_*.py")]
     found = []
     for path in sorted(folder.glob(f"test_{name}*.py")):
         stem = path.stem.removeprefix("test_")
-        if stem == name or (stem.startswith(name + "_") and stem not in siblings):
+        owned = any(stem == other or stem.startswith(other + "_") for other in longer)
+        if stem == name or (stem.startswith(name + "_") and not owned):
             found.append(path)
     return found
 
@@ -71,7 +161,7 @@ def test_no_unit_test_names_only_real_untested_modules() -> None:
     for module, reason in NO_UNIT_TEST.items():
         for path in reason.split():
             if path.startswith("tests/") and "::" not in path:
-                assert (ROOT / path.rstrip(":,;.")).exists(), (
+                assert (ROOT / path.rstrip(":,;.)")).exists(), (
                     f"{module}: its reason names {path}, which is gone"
                 )
 
@@ -80,10 +170,16 @@ def test_a_new_module_without_a_test_fails(tmp_path: Path) -> None:
     # The negative control: a fake module list with one new module, and a fake tests/unit beside it.
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "test_stats.py").write_text("")
-    names = ["pytest_convperf.core.stats", "pytest_convperf.core.brand_new"]
-    assert missing(names, {}, tmp_path) == ["pytest_convperf.core.brand_new"]
-    assert missing(names, {"pytest_convperf.core.brand_new": "tests/x.py covers it"}, tmp_path) == []
+    names = ["core.stats", "core.brand_new"]
+    assert missing(names, {}, tmp_path) == ["core.brand_new"]
+    assert missing(names, {"core.brand_new": "tests/x.py covers it"}, tmp_path) == []
     # a test in the wrong layer's folder does not count
     (tmp_path / "judge").mkdir()
     (tmp_path / "judge" / "test_brand_new.py").write_text("")
-    assert missing(names, {}, tmp_path) == ["pytest_convperf.core.brand_new"]
+    assert missing(names, {}, tmp_path) == ["core.brand_new"]
+    # an aspect file counts for its module, but not for a shorter module its name starts with
+    (tmp_path / "core" / "test_brand_new_edge_cases.py").write_text("")
+    assert missing(names, {}, tmp_path) == []
+    (tmp_path / "night").mkdir()
+    (tmp_path / "night" / "test_history_gate_x.py").write_text("")
+    assert missing(["night.history", "night.history_gate"], {}, tmp_path) == ["night.history"]
