@@ -95,8 +95,6 @@ NO_UNIT_TEST: dict[str, str] = {
     "reports.cells": "tests/unit/reports/test_progress.py: fmt_time; "
     "tests/unit/check/test_determinism.py: cells",
     "reports.dashboard": "tests/integration/test_store_dashboard.py: the dashboard from a store",
-    "reports.json_file": "tests/integration/test_results_store.py: --convperf-json with and "
-    "without a report folder",
     "reports.report_row": "tests/integration/test_report.py and tests/unit/core/test_roofline.py: ReportRow",
     "reports.results_writer": "tests/integration/test_results_store.py: rows into the store",
     "reports.review": "tests/unit/reports/test_report_markdown_outputs.py: file_section; "
