@@ -60,7 +60,6 @@ NO_UNIT_TEST: dict[str, str] = {
     "tests/unit/baselines/test_store.py: LOCK_DIR",
     "core.options": "tests/integration/test_options.py: every option; "
     "tests/unit/core/test_environment.py: OPTIONS, CLI_ONLY",
-    "core.rerun": "tests/unit/night/test_fresh_confirm.py: the rerun of a night's failures",
     "core.results": "tests/unit/core/test_row_format.py: CheckRow through its dict form; "
     "tests/unit/judge/test_verdict.py: Comparison, Decision",
     # correctness
