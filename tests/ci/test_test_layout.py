@@ -40,7 +40,6 @@ NO_UNIT_TEST: dict[str, str] = {
     "check.cliff_search": "tests/integration/test_cliffs.py: the convperf_cliffs fixture in sessions",
     "check.context": "tests/unit/check/test_calls.py: check_phase; "
     "tests/unit/check/test_judgement.py: BaselineSlot",
-    "check.disabled": "tests/integration/test_disabled_mode.py: correctness once, then a skip",
     "check.faults": "tests/integration/test_faults.py: timeouts and device errors in sessions; "
     "tests/unit/check/test_calls.py: device_errors",
     "check.fixture": "tests/integration/test_fixtures.py: ConvperfFixture in inner sessions; "
