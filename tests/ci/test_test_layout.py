@@ -78,7 +78,6 @@ NO_UNIT_TEST: dict[str, str] = {
     "judge.quality": "tests/unit/judge/test_verdict.py: quality drift",
     # measure
     "measure.allocator": "tests/unit/core/test_device.py: fix_allocator",
-    "measure.fake": "tests/unit/measure/test_rounds.py: FakeTimer drives the rounds",
     "measure.memory": "tests/unit/core/test_device.py: memory_tracker; "
     "tests/kernels/test_cuda_timing.py: on a GPU",
     "measure.parallel": "tests/integration/test_parallel.py: parallel timing in sessions",
