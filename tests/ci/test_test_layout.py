@@ -160,6 +160,33 @@ def test_no_unit_test_names_only_real_untested_modules() -> None:
                 )
 
 
+def misplaced(unit: Path = UNIT) -> list[str]:
+    """Test files directly in ``tests/unit/`` that are no top-level module's (they belong in a layer's
+    folder), and folders of ``tests/unit/`` that mirror nothing."""
+    top = [m for m in modules() if "." not in m]
+    owners = {p.stem for p in PACKAGE.iterdir() if p.is_dir()} | OTHER_PACKAGES
+    out = [
+        path.name
+        for path in sorted(unit.glob("test_*.py"))
+        if not any(path in unit_tests_of(m, unit) for m in top)
+    ]
+    out += [
+        f"{d.name}/" for d in sorted(unit.iterdir()) if d.is_dir() and d.name not in owners | {"__pycache__"}
+    ]
+    return out
+
+
+# Repository folders besides the plugin whose helpers have unit tests (tests/unit/<folder>/).
+OTHER_PACKAGES = {"kernels", "perf_tests", "tools"}
+
+
+def test_unit_tests_sit_in_the_folder_of_their_layer() -> None:
+    assert not misplaced(), (
+        f"in tests/unit/ but not where the package says: {misplaced()}; move each to "
+        "tests/unit/<layer>/test_<module>.py (git mv), the layer and module it tests"
+    )
+
+
 def test_a_new_module_without_a_test_fails(tmp_path: Path) -> None:
     # The negative control: a fake module list with one new module, and a fake tests/unit beside it.
     (tmp_path / "core").mkdir()
@@ -177,3 +204,12 @@ def test_a_new_module_without_a_test_fails(tmp_path: Path) -> None:
     (tmp_path / "night").mkdir()
     (tmp_path / "night" / "test_history_gate_x.py").write_text("")
     assert missing(["night.history", "night.history_gate"], {}, tmp_path) == ["night.history"]
+
+
+def test_a_flat_unit_test_of_a_layers_module_is_misplaced(tmp_path: Path) -> None:
+    (tmp_path / "test_session.py").write_text("")  # session.py is top-level: its place
+    (tmp_path / "test_main_cli.py").write_text("")  # __main__'s, with an aspect
+    assert misplaced(tmp_path) == []
+    (tmp_path / "test_verdict.py").write_text("")  # judge/verdict.py's: tests/unit/judge/
+    (tmp_path / "oddities").mkdir()
+    assert misplaced(tmp_path) == ["test_verdict.py", "oddities/"]
