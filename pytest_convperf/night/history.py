@@ -215,7 +215,7 @@ def _cumsum_l2() -> Any:
     O(1) per segment instead of a ``var`` over the slice. PELT asks for ~n^2/2 segments on a long
     flat series; with ``CostL2`` a check's 200 runs took ~1 s, so 500 checks of 1,000 runs (the
     dashboard of a store) would take hours. Same costs up to rounding (the signal is centred
-    first), so the same segmentation (tests/unit/test_history.py compares them)."""
+    first), so the same segmentation (tests/unit/night/test_history.py compares them)."""
     import numpy as np
     from ruptures.base import BaseCost
 

@@ -200,7 +200,7 @@ def test_a_ref_whose_op_takes_over_the_working_trees_is_refused_not_answered(tmp
 def test_bisect_names_the_first_slow_commit_on_a_scratch_repository(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     # Three commits: BAD vs GOOD, one midpoint against both ends (SAME, then FASTER: the good side),
-    # then the step: four sessions. walk()'s other branches are tests/unit/test_ab.py's.
+    # then the step: four sessions. walk()'s other branches are tests/unit/ab/test_rule.py's.
     shas = make_repo(repo, slow_from=3, n_commits=3, kind="fake")
     res = subprocess.run(
         [

@@ -1,5 +1,6 @@
 """End to end: the plugin records each entry's timing mode, and a stored mode that differs from
-the measurement's is STALE naming the change (the rules themselves: ``tests/unit/test_timing_modes.py``)."""
+the measurement's is STALE naming the change (the rules themselves:
+``tests/unit/baselines/test_store_timing_modes.py``)."""
 
 from __future__ import annotations
 

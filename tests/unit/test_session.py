@@ -13,7 +13,7 @@ from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
 from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Decision, ErrorStats, Verdict
 from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 from pytest_convperf.session import ConvperfSession
-from tests.unit.test_verdict import comparison
+from tests.unit.judge.test_verdict import comparison
 
 
 class NoHooks(SimpleNamespace):

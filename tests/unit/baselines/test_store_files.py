@@ -16,10 +16,10 @@ import pytest
 from pytest_convperf.baselines.store import Store, dump_text, merge_files, read_file
 from pytest_convperf.core.slugs import resolve_machine
 from tests.rows import check_row
-from tests.unit.test_baselines_store import KEY, MACHINE, make_entry, write
+from tests.unit.baselines.test_store import KEY, MACHINE, make_entry, write
 from tools.ab_scratch import git
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _python(code: str, **env: str) -> subprocess.Popen[str]:
@@ -41,7 +41,7 @@ def test_writers_with_different_tmpdirs_lose_nothing(tmp_path: Path) -> None:
     import os
     from pathlib import Path
     from pytest_convperf.baselines.store import Store
-    from tests.unit.test_baselines_store import MACHINE, make_entry
+    from tests.unit.baselines.test_store import MACHINE, make_entry
 
     store = Store(Path({str(root)!r}), MACHINE)
     for i in range({count}):
@@ -67,7 +67,7 @@ def test_kill_between_temp_file_and_replace_leaves_nothing_behind(tmp_path: Path
     import os, time
     from pathlib import Path
     from pytest_convperf.baselines.store import Store
-    from tests.unit.test_baselines_store import MACHINE, make_entry
+    from tests.unit.baselines.test_store import MACHINE, make_entry
 
     def stop(src, dst):
         Path({str(ready)!r}).write_text(str(src))

@@ -17,7 +17,7 @@ from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.judge.policy import policy_for
-from tests.unit.test_verdict import ENV, comparison
+from tests.unit.judge.test_verdict import ENV, comparison
 
 DEVICE: Any = SimpleNamespace(kind="cpu", facts={**ENV, "cudnn": 92400})
 

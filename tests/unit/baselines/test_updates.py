@@ -16,7 +16,7 @@ from pytest_convperf.core.results import Decision, Verdict
 from pytest_convperf.judge.verdict import default_policy
 from tests.disk_full import no_space, refuse_write
 from tests.rows import check_row
-from tests.unit.test_verdict import ENV, comparison
+from tests.unit.judge.test_verdict import ENV, comparison
 
 CPU = default_policy("cpu")
 

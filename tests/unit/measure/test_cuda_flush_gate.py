@@ -22,7 +22,7 @@ from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.protocol import Job
 from pytest_convperf.measure.rounds import measure_one
 from pytest_convperf.measure.rule import StopRule
-from tests.unit._cuda_stub import Recorder, stub_timer
+from tests.unit.measure._cuda_stub import Recorder, stub_timer
 
 L2_BYTES = 1 << 16  # 64 KiB: the flush buffer is 128 KiB of int32
 LINE_FLOATS = 128 // 4  # float32 elements per 128-byte L2 line

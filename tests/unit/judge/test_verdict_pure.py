@@ -13,8 +13,8 @@ from pytest_convperf.core.results import Comparison, Decision, Verdict
 from pytest_convperf.judge.few_rounds import FewRoundsSuspect
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import Suspect, decide, screen, settle
-from tests.unit.test_verdict import ENV, GPU, comparison, entry
-from tests.unit.test_verdict_trust import CPU, few
+from tests.unit.judge.test_verdict import ENV, GPU, comparison, entry
+from tests.unit.judge.test_verdict_trust import CPU, few
 
 
 class Measured(AssertionError):

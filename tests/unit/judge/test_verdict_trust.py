@@ -10,7 +10,7 @@ import pytest
 from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import decide, default_policy
-from tests.unit.test_verdict import ENV, GPU, comparison, entry
+from tests.unit.judge.test_verdict import ENV, GPU, comparison, entry
 
 CPU = default_policy("cpu")
 FEW = "only 3 timing rounds kept; at least 6 are needed for a 95 % CI of the median"
@@ -103,7 +103,7 @@ def test_unconfirmed_improvement_is_a_pass_never_improved() -> None:
 @pytest.mark.parametrize("confirm_ratio", [0.5, 0.598])
 def test_improved_update_records_only_a_confirmed_improvement(confirm_ratio: float, tmp_path: Path) -> None:
     from pytest_convperf.baselines.updates import new_entry, plan_update
-    from tests.unit.test_updates import _cfg
+    from tests.unit.baselines.test_updates import _cfg
 
     old = entry(0.6)
     d = decision_of(comparison(0.5), old, GPU, env=ENV, confirm=lambda n: comparison(confirm_ratio, n=n))

@@ -15,7 +15,7 @@ from pytest_convperf.judge.decision import LearnedNoise, entry_noise
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import default_policy
 from pytest_convperf.night.machine_noise import MIN_PAIRS, learn, machine_noise, noise_lines
-from tests.unit.test_machine_drift import ENV, timed
+from tests.unit.judge.test_decision_machine_drift import ENV, timed
 
 
 def sessions(noise: float, *, checks: int = 10, runs: int = 20, seed: int = 3) -> list[dict[str, object]]:

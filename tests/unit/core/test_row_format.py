@@ -10,7 +10,7 @@ import pytest
 from pytest_convperf.core.entry import Entry, UpdatePlan
 from pytest_convperf.core.results import CheckRow, Decision, ErrorStats, Verdict
 from pytest_convperf.core.row_format import ROW_FORMAT
-from tests.unit.test_verdict import comparison
+from tests.unit.judge.test_verdict import comparison
 
 STORED = Entry(
     time_ratio=0.5,

@@ -15,7 +15,7 @@ import pytest
 from pytest_convperf.core.clocks import ClockSample
 from pytest_convperf.measure import cuda as cuda_timing
 from pytest_convperf.measure.protocol import Job
-from tests.unit._cuda_stub import Recorder, stub_timer
+from tests.unit.measure._cuda_stub import Recorder, stub_timer
 
 ELAPSED_MS = 0.25
 

@@ -150,7 +150,7 @@ def test_only_a_plain_dense_tensor_is_an_output() -> None:
     plain = torch.ones(2, 3)
     assert lazy_output(plain, "cpu") is None and check_output(plain, "cpu") is plain
     for out, words in (
-        (plain.as_subclass(Sub), "a torch.Tensor subclass (tests.unit.test_cpu_clock."),
+        (plain.as_subclass(Sub), "a torch.Tensor subclass (tests.unit.measure.test_cpu."),
         (plain.to_sparse(), "torch.sparse_coo tensor, not a dense strided one"),
         (torch.empty(2, device="meta"), "on device 'meta', not on the inputs' 'cpu'"),
         ((plain,), "a builtins.tuple"),

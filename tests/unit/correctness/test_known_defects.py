@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pytest_convperf.core.problem import Conv2dProblem
 from pytest_convperf.correctness.known_defects import ONEDNN_6035, conv2d_on_nchw_copies, defect_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # Found by the README example's fuzz test; F.conv2d's weight gradient segfaults on it (torch 2.14.1).
 CRASHING = Conv2dProblem.from_id("n7-ci8-h16-w5-co5-k1x1-s2x1-p0-d1-g1-fp32-nhwc-nobias")
 

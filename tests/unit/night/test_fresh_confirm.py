@@ -13,7 +13,7 @@ import pytest
 from pytest_convperf.core.results import CheckRow, Decision, Verdict
 from pytest_convperf.judge.decision import stage_of
 from pytest_convperf.night.fresh_confirm import across_processes, suspects
-from tests.unit.test_verdict import GPU, comparison, entry
+from tests.unit.judge.test_verdict import GPU, comparison, entry
 
 
 def test_processes_average_their_median_log_ratios_and_keep_every_round() -> None:

@@ -62,4 +62,6 @@ def test_a_bare_pytest_is_the_fast_tier_and_named_paths_run_what_is_named() -> N
     assert chosen_tier(config(None, testpaths)) == "fast" and chosen_tier(config(None, named)) == "all"
     assert chosen_tier(config("slow", testpaths)) == "slow"
     assert slow_tier("tests/kernels/test_sass.py::test_x") and slow_tier("tests/integration/test_ab.py::t")
-    assert not slow_tier("tests/unit/test_stats.py::t") and not slow_tier("perf_tests/test_depthwise.py::t")
+    assert not slow_tier("tests/unit/core/test_stats.py::t") and not slow_tier(
+        "perf_tests/test_depthwise.py::t"
+    )

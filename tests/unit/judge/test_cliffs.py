@@ -20,7 +20,7 @@ from pytest_convperf.judge.cliffs import (
     render_md,
 )
 from pytest_convperf.judge.verdict import default_policy
-from tests.unit.test_verdict import ENV, comparison
+from tests.unit.judge.test_verdict import ENV, comparison
 
 
 def test_floor_is_off_by_default_and_fails_below() -> None:
@@ -161,7 +161,7 @@ def test_a_write_removes_only_the_retired_keys_under_the_lock(tmp_path: Path) ->
 
 def test_the_h100_baselines_still_load() -> None:
     """The real H100 files (recorded before cliffs existed) stay loadable: the field is optional."""
-    folder = Path(__file__).resolve().parents[2] / "baselines" / "nvidia-h100-80gb-hbm3"
+    folder = Path(__file__).resolve().parents[3] / "baselines" / "nvidia-h100-80gb-hbm3"
     files = sorted(folder.glob("*.yaml"))
     assert files, f"no baseline files under {folder}"
     for path in files:

@@ -139,7 +139,7 @@ def test_both_wrong_blames_the_candidate_and_notes_the_reference() -> None:
 def test_repro_line_reproduces() -> None:
     report = check_conv(one_wrong_element, PROBLEM, seed=9)
     name = describe(one_wrong_element)
-    assert name.endswith("test_correctness:one_wrong_element")
+    assert name.endswith("test_oracle:one_wrong_element")
     assert f"reproduce('{name}'" in report.repro()
     again = reproduce(name, PROBLEM.id, seed=9, device="cpu")
     assert not again.ok

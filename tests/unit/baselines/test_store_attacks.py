@@ -14,9 +14,9 @@ import pytest
 
 from pytest_convperf.baselines import baseline_yaml
 from pytest_convperf.baselines.store import Store, dump_text, parse_text, read_file
-from tests.unit.test_baselines_store import KEY, MACHINE, make_entry
+from tests.unit.baselines.test_store import KEY, MACHINE, make_entry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def bomb(levels: int = 10) -> str:

@@ -40,7 +40,7 @@ from pytest_convperf.measure.protocol import Job
 from pytest_convperf.measure.rounds import measure_pair
 from pytest_convperf.measure.rule import StopRule
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROUNDS = 8  # paired rounds of a first measurement (the confirm takes 3x): work is exact, 1 % wobble
 SHA = "ab" * 20
 
