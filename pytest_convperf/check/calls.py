@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -261,6 +261,8 @@ class InputSets:
         fresh = phase == "forward" and x.is_floating_point()
         self._base: torch.Tensor | None = x.detach().clone() if fresh else None
         self._refreshed = [0, 0]  # rounds refreshed per side: round k of both sides gets c_k
+        # The candidate's last timed call of the most recent measurement (:meth:`end_measurement`).
+        self.last: tuple[ConvInputs, object] | None = None
 
     def refresh(self, side: int) -> Callable[[int], object] | None:
         """Side ``side``'s untimed refresh of set 0's input before each round (None: not refreshed)."""
@@ -303,6 +305,10 @@ class InputSets:
         ]
         return called[0] if len(called) == 1 else None
 
+    def end_measurement(self) -> None:
+        """After a measurement: the check's own values back, and its last timed call in ``last``."""
+        self.last = self.last_output(self.restore())
+
     def _grow(self, k: int) -> None:
         """Sets up to ``k``: set i of seed + i (graph mode's rotation)."""
         while len(self.calls) < k:
@@ -342,6 +348,10 @@ class PhaseCalls:
     timed (the check's, REF's candidate in an A/B, or the path ``safe_reference`` chose);
     ``facts``: what was measured once before timing (:class:`ReferenceFacts`). ``settings()``: the
     perf settings (:func:`perf_settings`) every timed or profiled call runs under.
+
+    Frozen: what a step is handed does not change. What each measurement changes (the kept
+    outputs, the refreshed values, the last timed call: :attr:`last`) is ``sets``'s, the one
+    mutable object that owns those calls.
     """
 
     ctx: CheckContext
@@ -349,8 +359,11 @@ class PhaseCalls:
     reference: Candidate
     facts: ReferenceFacts
     settings: Callable[[], AbstractContextManager[PerfSettings]]
-    # The candidate's last timed call of the most recent measurement (``measurement``'s exit).
-    last: list[tuple[ConvInputs, object] | None] = field(default_factory=lambda: [None])
+
+    @property
+    def last(self) -> tuple[ConvInputs, object] | None:
+        """The candidate's last timed call of the most recent measurement (None: none known)."""
+        return self.sets.last
 
     @property
     def candidate_call(self) -> Callable[[], object]:
@@ -382,8 +395,7 @@ class PhaseCalls:
             try:
                 yield cand, ref, settings.to_facts()
             finally:
-                seen = sets.restore()
-                self.last[0] = sets.last_output(seen)
+                sets.end_measurement()
 
 
 def phase_calls(ctx: CheckContext) -> PhaseCalls:

@@ -2,8 +2,8 @@
 
 ``ConvperfFixture.judge`` calls :func:`judge` once per check with the config, the check's
 :class:`~pytest_convperf.check.context.BaselineSlot` (the machine's store, the key and the entry
-looked up once), the device, the measured comparison and a way to re-measure; it puts
-``Judgement.row_fields`` into the check's row, records it, then calls ``Judgement.enforce()``,
+looked up once), the device, the measured comparison and a way to re-measure; it makes
+its row (:meth:`Judgement.row`), records it, then calls ``Judgement.enforce()``,
 which fails (FAIL, correctness, refused update, strict NEW) or skips (INCONCLUSIVE) the running
 test; a speed FAIL under session-wide false-alarm control is reported as "speed FAIL pending"
 (``night.decide.pending_speed_fail``) and decided at session end. Nothing is written here: the
@@ -13,13 +13,13 @@ controller writes the planned updates once at session end (:mod:`pytest_convperf
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
-from pytest_convperf.core.entry import UpdatePlan
+from pytest_convperf.core.entry import Entry, UpdatePlan
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
 from pytest_convperf.judge.policy import decision_of
@@ -45,15 +45,58 @@ class CheckRecord:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The decision of one check, its planned update, and the judgement's fields of the check's row
-    (``machine``, ``baselines_file``, ``device_kind``, ``env``, ``timing``, ``decision``, ``baseline``,
-    ``update``)."""
+    """The decision of one check, its planned update, and what the judgement adds to the check's
+    row: the baseline store's ``machine`` class and ``baselines_file``, the ``device_kind``, the
+    ``env`` judged under, how the judged comparison was timed (``timing``) and the stored entry it
+    was judged against (``baseline``). :meth:`row` is the one constructor of a judged row."""
 
     decision: Decision
     update: UpdatePlan | None
-    row_fields: dict[str, Any] = field(default_factory=dict)
+    machine: str
+    baselines_file: str
+    device_kind: str
+    env: dict[str, str]
+    timing: dict[str, str]
+    baseline: Entry | None
     # Speed FAILs are decided across the session at its end (``night.py``), not here.
     deferred: bool = False
+
+    def row(
+        self,
+        *,
+        key: str,
+        nodeid: str,
+        module: str,
+        problem: str,
+        phase: str,
+        comparison: Comparison,
+        errors: Sequence[ErrorStats],
+        facts: Mapping[str, Any],
+        extra_metrics: Mapping[str, float] | None,
+    ) -> CheckRow:
+        """The judged row of the check named by ``key`` .. ``phase``: its first ``comparison``, the
+        candidate's ``errors``, the row's ``facts``, and this judgement's word and fields."""
+        return CheckRow(
+            key=key,
+            nodeid=nodeid,
+            module=module,
+            problem=problem,
+            phase=phase,
+            comparison=comparison,
+            errors=tuple(errors),
+            verdict=self.decision.verdict,
+            message=self.decision.message,
+            facts=dict(facts),
+            extra_metrics=dict(extra_metrics) if extra_metrics is not None else None,
+            machine=self.machine,
+            baselines_file=self.baselines_file,
+            device_kind=self.device_kind,
+            env=self.env,
+            timing=self.timing,
+            decision=self.decision,
+            baseline=self.baseline,
+            update=self.update,
+        )
 
     def enforce(self) -> None:
         """Fail or skip the running test as the decision (and update plan) says.
@@ -107,17 +150,17 @@ def judge(
             final, old, policy, env=env, backend=backend, errors=errors, quality=quality, kernels=kernels
         )
         plan = plan_update(cfg, decision, old, proposed, policy)
-    fields: dict[str, Any] = {
-        "machine": store.machine,
-        "baselines_file": str(store.path(slot.module)),
-        "device_kind": device.kind,
-        "env": env,
-        "timing": timing_of(final),
-        "decision": decision,
-        "baseline": old,
-        "update": plan,
-    }
-    return Judgement(decision, plan, fields, deferred=cfg.false_alarms != "none")
+    return Judgement(
+        decision,
+        plan,
+        machine=store.machine,
+        baselines_file=str(store.path(slot.module)),
+        device_kind=device.kind,
+        env=env,
+        timing=timing_of(final),
+        baseline=old,
+        deferred=cfg.false_alarms != "none",
+    )
 
 
 def judge_and_record(
@@ -154,19 +197,16 @@ def judge_and_record(
         backend=comparison.facts.get("reference_backend"),
         quality=quality_of(metrics or {}),
     )
-    row = CheckRow(
+    row = judgement.row(
         key=slot.key,
         nodeid=nodeid,
         module=slot.module,
         problem=name,
         phase=phase,
         comparison=comparison,
-        errors=tuple(errors),
-        verdict=judgement.decision.verdict,
-        message=judgement.decision.message,
-        facts=dict(facts or {}),
+        errors=errors,
+        facts=facts or {},
         extra_metrics=metrics,
-        **judgement.row_fields,
     )
     (record if record is not None else CheckRecord()).record(session, nodeid, row)
     if comparison.inconclusive and judgement.decision.verdict is Verdict.INCONCLUSIVE:

@@ -180,7 +180,7 @@ def run_check(
                     progress.at("the first measurement")
                 timing = PairedTiming.for_check(ctx, calls, stored_mode=ctx.stored_mode)  # auto: as stored
                 first = comparison = timing.measure()
-                last_output = calls.last[0]  # the candidate's last timed call of the first measurement
+                last_output = calls.last  # the candidate's last timed call of the first measurement
                 if phase == "forward":  # cheats and lazy outputs: correctness again, after timing
                     progress.at("the integrity check after timing")
                     with correctness_settings():

@@ -51,7 +51,7 @@ def convperf_timer():
 
 
 def pytest_sessionfinish(session):
-    rows = [row.to_dict() for row in session.config.stash[SESSION_KEY].rows]
+    rows = [row.to_dict() for row in session.config.stash[SESSION_KEY].rows.run]
     Path("rows.json").write_text(json.dumps(rows, default=str))
 """
 

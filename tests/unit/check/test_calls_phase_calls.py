@@ -64,7 +64,7 @@ def test_a_measurement_keeps_only_its_own_last_output() -> None:
     assert built.sets.kept[0][0][0] is not None
     with built.measurement():
         pass
-    assert built.last[0] is None
+    assert built.last is None
     with built.measurement() as (cand, _ref, _settings):
         out = cand.call()
-    assert built.last[0] is not None and built.last[0][1] is out
+    assert built.last is not None and built.last[1] is out

@@ -39,8 +39,8 @@ def test_a_new_check_is_new_and_plans_a_write_when_selected(tmp_path: Path) -> N
     j = judge(cfg, _store(tmp_path, None, cfg), DEVICE, comparison(0.5), confirm=_never)
     assert j.decision.verdict is Verdict.NEW
     assert j.update is not None and j.update.action == "write"
-    assert j.row_fields["machine"] == "box" and j.row_fields["baseline"] is None
-    assert j.row_fields["baselines_file"].endswith("box/test_mod.yaml")
+    assert j.machine == "box" and j.baseline is None
+    assert j.baselines_file.endswith("box/test_mod.yaml")
     j.enforce()  # a planned write passes
 
 
