@@ -10,8 +10,8 @@ from pytest_convperf.check.judgement import judge
 from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import CheckRow, Comparison, Verdict
-from tests.unit.test_judgement import DEVICE
-from tests.unit.test_verdict import comparison
+from tests.unit.check.test_judgement import DEVICE
+from tests.unit.judge.test_verdict import comparison
 
 
 def _never(n_rounds: int) -> Comparison:
