@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_convperf.core.clocks import SideClocks
+
 # How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
 # L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
 MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
@@ -54,6 +56,9 @@ class Entry:
     kernels: tuple[Mapping[str, Any], ...] = ()
     # A pinned performance cliff (``cliffs``): {family, problem, floor, speedup} when pinned; None: not one.
     cliff: Mapping[str, Any] | None = None
+    # The SM clocks it was recorded at (GPU with NVML); None: unknown (a CPU, or recorded before
+    # entries stored them), and the check is judged in time as before (``judge.cycles``).
+    sm_mhz: SideClocks | None = None
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -92,6 +97,8 @@ class Entry:
             out["flush"] = self.flush
         if self.kernels:
             out["kernels"] = [dict(row) for row in self.kernels]
+        if self.sm_mhz is not None:
+            out["sm_mhz"] = self.sm_mhz.to_yaml()
         if self.cliff is not None:
             out["cliff"] = {k: _sig(v) if isinstance(v, float) else v for k, v in sorted(self.cliff.items())}
         return out
@@ -255,6 +262,7 @@ def _choice(entry: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 ENTRY_FIELDS = {
     "cliff",
+    "sm_mhz",
     "kernels",
     "mode",
     "flush",
@@ -311,7 +319,21 @@ def parse_entry(key: str, raw: Any) -> Entry:
         flush=_choice(key, "flush", block["flush"], FLUSH_KINDS) if "flush" in block else None,
         kernels=_kernels(key, block["kernels"]) if "kernels" in block else (),
         cliff=_cliff(key, block["cliff"]) if block.get("cliff") is not None else None,
+        sm_mhz=_sm_mhz(key, block["sm_mhz"]) if block.get("sm_mhz") is not None else None,
     )
+
+
+def _sm_mhz(key: str, value: Any) -> SideClocks:
+    """``sm_mhz: {candidate: > 0, reference: > 0}`` (MHz), both required."""
+    block = _map(key, "sm_mhz", value)
+    if set(block) != {"candidate", "reference"}:
+        raise InvalidEntry(
+            key,
+            f"field 'sm_mhz' must hold exactly candidate and reference, got {sorted(block)}",
+            FIX_RERECORD,
+        )
+    candidate = _num(key, "sm_mhz.candidate", block["candidate"])
+    return SideClocks(candidate, _num(key, "sm_mhz.reference", block["reference"]))
 
 
 CLIFF_FIELDS = ("family", "problem", "floor", "speedup")

@@ -14,6 +14,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 from pytest_convperf.core.stats import t_cdf, t_quantile
+from pytest_convperf.judge.cycles import ClockMove, clock_move
 
 if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
@@ -64,7 +65,8 @@ class Policy:
 
 @dataclass(frozen=True)
 class Stage:
-    """One statistical look at d: the screen (first measurement) or the confirmation."""
+    """One statistical look at d: the screen (first measurement) or the confirmation. ``clock``: the
+    SM clocks where they moved (``judge.cycles``): ``d`` is then the slowdown in cycles."""
 
     name: str
     d: float
@@ -72,6 +74,12 @@ class Stage:
     df: float
     q: float
     n_rounds: int
+    clock: ClockMove | None = None
+
+    @property
+    def time_d(self) -> float:
+        """The slowdown in time (``d`` less the clocks' share where judged in cycles)."""
+        return self.d - (self.clock.log_shift if self.clock is not None else 0.0)
 
     @property
     def t(self) -> float:
@@ -139,7 +147,9 @@ def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> flo
 def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
     """The look ``name`` at ``comparison``'s slowdown over ``entry``'s stored ratio, at quantile ``q``."""
     noise, noise_df = entry_noise(entry, policy)
-    d = comparison.median_log_ratio - math.log(entry.time_ratio)
+    # Where the sides' SM clocks moved apart since the entry, the slowdown in cycles (time x clock).
+    clock = clock_move(comparison, entry)
+    d = comparison.median_log_ratio - math.log(entry.time_ratio) + (clock.log_shift if clock else 0.0)
     se = comparison.se
     # A confirm measured in k fresh processes (fresh_confirm.across_processes) averages k offsets.
     processes = max(1, int(comparison.facts.get("processes", 1)))
@@ -151,7 +161,7 @@ def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q:
     se_df = max(1, comparison.n_rounds - 1)
     denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)
     df = var * var / denom if denom > 0 else math.inf
-    return Stage(name, d, math.sqrt(var), df, q, comparison.n_rounds)
+    return Stage(name, d, math.sqrt(var), df, q, comparison.n_rounds, clock)
 
 
 def confirm_mde(
