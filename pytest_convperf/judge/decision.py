@@ -144,8 +144,13 @@ def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> flo
     return rho if rho * math.log(cand / entry.us_candidate) > 0 else 0.0
 
 
-def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
-    """The look ``name`` at ``comparison``'s slowdown over ``entry``'s stored ratio, at quantile ``q``."""
+def stage_of(
+    name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float, *, shift: bool = True
+) -> Stage:
+    """The look ``name`` at ``comparison``'s slowdown over ``entry``'s stored ratio, at quantile ``q``;
+    ``shift``: count the machine's measured shift (``reference_shift``) as noise. The screen does not
+    (``verdict.screen``): it only picks what to confirm, and the confirm, which alone FAILs, counts
+    the shift its own measurement saw."""
     noise, noise_df = entry_noise(entry, policy)
     # Where the sides' SM clocks moved apart since the entry, the slowdown in cycles (time x clock).
     clock = clock_move(comparison, entry)
@@ -156,7 +161,8 @@ def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q:
     noise_var = noise * noise * (1 / processes + 1 / max(1, entry.ref_runs))
     # The machine's measured shift widens sigma as a known amount (no df of its own: it bounds an
     # offset this session has, it does not estimate a spread).
-    var = se * se + noise_var + reference_shift(comparison, entry, policy) ** 2
+    moved = reference_shift(comparison, entry, policy) if shift else 0.0
+    var = se * se + noise_var + moved**2
     # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
     se_df = max(1, comparison.n_rounds - 1)
     denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)

@@ -55,7 +55,7 @@ def screen_numbers(
     machine's shift where the reference moved, ``decision.reference_shift``)."""
     lo, hi = screen.delta_ci()
     moved = (
-        f", machine shift {percent(abs(math.expm1(shift)))} (the reference moved; counted as noise)"
+        f", machine shift {percent(abs(math.expm1(shift)))} (the reference moved; a confirm counts it)"
         if abs(shift) >= SHOWN_SHIFT
         else ""
     )
