@@ -32,6 +32,7 @@ from pytest_convperf.baselines.orphans import render_md as render_orphans
 from pytest_convperf.baselines.store import Store, read_file
 from pytest_convperf.baselines.update_outcome import Applied, utf8
 from pytest_convperf.baselines.update_record import UPDATE_MD, render_update_md
+from pytest_convperf.core.clocks import side_clocks
 from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.files import atomic_write
@@ -98,6 +99,8 @@ def new_entry(
         flush=timing.get("flush"),
         kernels=tuple(kernels or ()),
         cliff=old.cliff if old is not None else None,  # a pinned cliff stays pinned when re-recorded
+        # The clocks it was recorded at (GPU): a later session judges in cycles where they moved.
+        sm_mhz=side_clocks(comparison.candidate.sm_mhz, comparison.reference.sm_mhz),
     )
 
 

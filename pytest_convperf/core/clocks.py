@@ -7,6 +7,7 @@ rounds by (``measure.run.kept_rounds``); read by ``core.device``'s NVML sampler.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -95,3 +96,29 @@ def clock_facts(clocks: Sequence[ClockSample | None], kept: Sequence[int]) -> di
         "temp_c_max": max(temps) if temps else None,
         "power_w_median": stats.median(power) if power else None,
     }
+
+
+@dataclass(frozen=True)
+class SideClocks:
+    """The SM clock (MHz) each side of a paired comparison ran at: the median of the readings taken
+    right before that side's slot in the rounds used (``Measurement.sm_mhz``). Stored in a baseline
+    entry (``sm_mhz: {candidate, reference}``) so a later session can judge in cycles where the
+    clocks moved (``judge.cycles``)."""
+
+    candidate: float
+    reference: float
+
+    @property
+    def log_ratio(self) -> float:
+        """ln(candidate clock / reference clock): what turns a time ratio into a cycle ratio."""
+        return math.log(self.candidate / self.reference)
+
+    def to_yaml(self) -> dict[str, float]:
+        return {"candidate": round(self.candidate, 1), "reference": round(self.reference, 1)}
+
+
+def side_clocks(candidate_mhz: float | None, reference_mhz: float | None) -> SideClocks | None:
+    """Both sides' clocks, or None where either is unknown (a CPU, no NVML, or no reading)."""
+    if not candidate_mhz or not reference_mhz or candidate_mhz <= 0 or reference_mhz <= 0:
+        return None
+    return SideClocks(float(candidate_mhz), float(reference_mhz))

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from pytest_convperf.core.clocks import SideClocks
 from pytest_convperf.core.kerneldiff import KernelShare, parse_table
 
 # How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
@@ -66,6 +67,7 @@ class EntryYaml(_EntryYamlRequired, total=False):
     mode: str
     flush: str
     kernels: list[KernelShare]
+    sm_mhz: dict[str, float]
     cliff: CliffPin
 
 
@@ -106,6 +108,9 @@ class Entry:
     kernels: tuple[KernelShare, ...] = ()
     # A pinned performance cliff (``cliffs``): {family, problem, floor, speedup} when pinned; None: not one.
     cliff: CliffPin | None = None
+    # The SM clocks it was recorded at (GPU with NVML); None: unknown (a CPU, or recorded before
+    # entries stored them), and the check is judged in time as before (``judge.cycles``).
+    sm_mhz: SideClocks | None = None
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -151,6 +156,8 @@ class Entry:
             out["kernels"] = [
                 KernelShare(name=r["name"], calls=r["calls"], share=r["share"]) for r in self.kernels
             ]
+        if self.sm_mhz is not None:
+            out["sm_mhz"] = self.sm_mhz.to_yaml()
         if self.cliff is not None:
             c = self.cliff  # keys in sorted order, as the file has always had them
             out["cliff"] = CliffPin(
@@ -325,6 +332,7 @@ def _choice(entry: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 ENTRY_FIELDS = {
     "cliff",
+    "sm_mhz",
     "kernels",
     "mode",
     "flush",
@@ -381,7 +389,21 @@ def parse_entry(key: str, raw: Any) -> Entry:
         flush=_choice(key, "flush", block["flush"], FLUSH_KINDS) if "flush" in block else None,
         kernels=_kernels(key, block["kernels"]) if "kernels" in block else (),
         cliff=_cliff(key, block["cliff"]) if block.get("cliff") is not None else None,
+        sm_mhz=_sm_mhz(key, block["sm_mhz"]) if block.get("sm_mhz") is not None else None,
     )
+
+
+def _sm_mhz(key: str, value: Any) -> SideClocks:
+    """``sm_mhz: {candidate: > 0, reference: > 0}`` (MHz), both required."""
+    block = _map(key, "sm_mhz", value)
+    if set(block) != {"candidate", "reference"}:
+        raise InvalidEntry(
+            key,
+            f"field 'sm_mhz' must hold exactly candidate and reference, got {sorted(block)}",
+            FIX_RERECORD,
+        )
+    candidate = _num(key, "sm_mhz.candidate", block["candidate"])
+    return SideClocks(candidate, _num(key, "sm_mhz.reference", block["reference"]))
 
 
 CLIFF_FIELDS = ("family", "problem", "floor", "speedup")

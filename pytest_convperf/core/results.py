@@ -124,6 +124,9 @@ class Measurement:
     l2: str = "flushed"
     noisy: bool = False
     inconclusive: str | None = None
+    # The median SM clock (MHz) read right before this side's slot in the rounds used; None where
+    # the timer reads none (a CPU, no NVML). ``judge.cycles`` turns time into cycles with it.
+    sm_mhz: float | None = None
 
     @property
     def median_us(self) -> float:

@@ -14,6 +14,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 from pytest_convperf.core.stats import t_cdf, t_quantile
+from pytest_convperf.judge.cycles import ClockMove, clock_move
 
 if TYPE_CHECKING:
     from pytest_convperf.core.entry import Entry
@@ -64,7 +65,8 @@ class Policy:
 
 @dataclass(frozen=True)
 class Stage:
-    """One statistical look at d: the screen (first measurement) or the confirmation."""
+    """One statistical look at d: the screen (first measurement) or the confirmation. ``clock``: the
+    SM clocks where they moved (``judge.cycles``): ``d`` is then the slowdown in cycles."""
 
     name: str
     d: float
@@ -72,6 +74,12 @@ class Stage:
     df: float
     q: float
     n_rounds: int
+    clock: ClockMove | None = None
+
+    @property
+    def time_d(self) -> float:
+        """The slowdown in time (``d`` less the clocks' share where judged in cycles)."""
+        return self.d - (self.clock.log_shift if self.clock is not None else 0.0)
 
     @property
     def t(self) -> float:
@@ -136,22 +144,30 @@ def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> flo
     return rho if rho * math.log(cand / entry.us_candidate) > 0 else 0.0
 
 
-def stage_of(name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float) -> Stage:
-    """The look ``name`` at ``comparison``'s slowdown over ``entry``'s stored ratio, at quantile ``q``."""
+def stage_of(
+    name: str, comparison: Comparison, entry: Entry, policy: Policy, q: float, *, shift: bool = True
+) -> Stage:
+    """The look ``name`` at ``comparison``'s slowdown over ``entry``'s stored ratio, at quantile ``q``;
+    ``shift``: count the machine's measured shift (``reference_shift``) as noise. The screen does not
+    (``verdict.screen``): it only picks what to confirm, and the confirm, which alone FAILs, counts
+    the shift its own measurement saw."""
     noise, noise_df = entry_noise(entry, policy)
-    d = comparison.median_log_ratio - math.log(entry.time_ratio)
+    # Where the sides' SM clocks moved apart since the entry, the slowdown in cycles (time x clock).
+    clock = clock_move(comparison, entry)
+    d = comparison.median_log_ratio - math.log(entry.time_ratio) + (clock.log_shift if clock else 0.0)
     se = comparison.se
     # A confirm measured in k fresh processes (fresh_confirm.across_processes) averages k offsets.
     processes = max(1, int(comparison.facts.get("processes", 1)))
     noise_var = noise * noise * (1 / processes + 1 / max(1, entry.ref_runs))
     # The machine's measured shift widens sigma as a known amount (no df of its own: it bounds an
     # offset this session has, it does not estimate a spread).
-    var = se * se + noise_var + reference_shift(comparison, entry, policy) ** 2
+    moved = reference_shift(comparison, entry, policy) if shift else 0.0
+    var = se * se + noise_var + moved**2
     # Welch-Satterthwaite: the t quantile widens while the noise comes from few calibration runs.
     se_df = max(1, comparison.n_rounds - 1)
     denom = se**4 / se_df + (0.0 if math.isinf(noise_df) else noise_var**2 / noise_df)
     df = var * var / denom if denom > 0 else math.inf
-    return Stage(name, d, math.sqrt(var), df, q, comparison.n_rounds)
+    return Stage(name, d, math.sqrt(var), df, q, comparison.n_rounds, clock)
 
 
 def confirm_mde(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pytest_convperf.core.env import describe_changes, moved_side, us_line
 from pytest_convperf.core.results import ratio_text
+from pytest_convperf.judge.cycles import CLOCK_MOVE
 from pytest_convperf.judge.decision import MIN_CI_ROUNDS, pct, percent
 
 if TYPE_CHECKING:
@@ -54,21 +55,32 @@ def screen_numbers(
     machine's shift where the reference moved, ``decision.reference_shift``)."""
     lo, hi = screen.delta_ci()
     moved = (
-        f", machine shift {percent(abs(math.expm1(shift)))} (the reference moved; counted as noise)"
+        f", machine shift {percent(abs(math.expm1(shift)))} (the reference moved; a confirm counts it)"
         if abs(shift) >= SHOWN_SHIFT
         else ""
     )
     return (
-        f"delta {pct(math.expm1(screen.d))} (95 % CI {pct(lo)} .. {pct(hi)}) vs baseline time_ratio "
-        f"{ratio_text(entry.time_ratio)}; {us_line(entry, comparison)}; "
+        f"delta {pct(math.expm1(screen.d))}{in_cycles(screen)} (95 % CI {pct(lo)} .. {pct(hi)}) vs baseline "
+        f"time_ratio {ratio_text(entry.time_ratio)}; {us_line(entry, comparison)}; "
         f"tolerance {percent(policy.tolerance)}, noise {percent(noise, 2)}{moved}"
+    )
+
+
+def in_cycles(stage: Stage) -> str:
+    """Where the SM clocks moved (``judge.cycles``): the delta judged is in cycles; say so, with the
+    delta in time and both sides' clocks beside it."""
+    if stage.clock is None:
+        return ""
+    return (
+        f" in cycles (time x SM clock: judged in cycles, the clocks moved over {percent(CLOCK_MOVE, 0)}; "
+        f"in time {pct(math.expm1(stage.time_d))}; {stage.clock.text()})"
     )
 
 
 def confirm_numbers(conf: Stage, second: Comparison, entry: Entry, q: float) -> str:
     lo, hi = conf.delta_ci(q)
     return (
-        f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))} "
+        f"confirm ({second.n_rounds} rounds): delta {pct(math.expm1(conf.d))}{in_cycles(conf)} "
         f"(99.9 % CI {pct(lo)} .. {pct(hi)}); {us_line(entry, second)}"
     )
 

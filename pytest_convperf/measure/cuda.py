@@ -97,6 +97,7 @@ class CudaTimer(Unwatched):
         self.host_bound = 0
         self.flush_s: float | None = None
         self._last_clock: ClockSample | None = None
+        self._slot_mhz: list[float | None] = []
         self._recent: deque[float] = deque(maxlen=16)
 
     # ---- one-time setup ---------------------------------------------------------------------
@@ -182,10 +183,16 @@ class CudaTimer(Unwatched):
         gate_cycles = int(self._gate_s * cycles_per_s)
         pairs = []
         enqueue = 0.0
+        self._slot_mhz = []
         for slot, job in enumerate(jobs):
             start, end = self._event_pair(slot)
             if job.flush and evict is not None:
                 evict()
+            # This side's clock, read right before its slot (issue 36.4: one reading per round cannot
+            # tell the candidate's clock from the reference's). Read before the gate is queued: the
+            # gate must hide the slot's launches, so a slow NVML call may not eat into it.
+            clock = self.device.sample_clocks()
+            self._slot_mhz.append(clock.sm_mhz if clock is not None else None)
             _CUDA._sleep(gate_cycles)
             t0 = time.perf_counter()
             start.record()
@@ -206,6 +213,10 @@ class CudaTimer(Unwatched):
 
     def clocks(self) -> ClockSample | None:
         return self._last_clock
+
+    def slot_clocks(self) -> Sequence[float | None]:
+        """Each job's SM clock (MHz) read right before its slot in the last round (``slot_clocks``)."""
+        return list(self._slot_mhz)
 
     @contextmanager
     def pinned(self) -> Iterator[None]:

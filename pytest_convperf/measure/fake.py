@@ -10,7 +10,11 @@ deterministic too.
 From a JSON file (``$CONVPERF_FAKE_TIMER``)::
 
     {"times": {"candidate": [0.0005], "reference": [0.001, 0.00101]},
-     "clocks": [{"sm_mhz": 1980}, {"sm_mhz": 1500, "reasons": 8}]}
+     "clocks": [{"sm_mhz": 1980}, {"sm_mhz": 1500, "reasons": 8}],
+     "slot_clocks": {"candidate": [1500], "reference": [1980]}}
+
+``slot_clocks`` gives each job's SM clock (MHz) read right before its slot, one value per round
+of that job (cycling): a fake NVML reader for clock-normalised judging (``judge.cycles``).
 """
 
 from __future__ import annotations
@@ -45,9 +49,12 @@ class FakeTimer(Unwatched):
         clocks: Sequence[ClockSample | None] | Callable[[int], ClockSample | None] | None = None,
         call_jobs: bool = True,
         l2_bytes: int = 0,
+        slot_clocks: Mapping[str, Sequence[float | None]] | None = None,
     ) -> None:
         self._times = times
         self._clocks = clocks
+        self._slot_clocks = slot_clocks
+        self._last_slots: list[float | None] = []
         self.call_jobs = call_jobs
         self.l2_bytes = l2_bytes
         self.counts: dict[str, int] = {}
@@ -78,7 +85,13 @@ class FakeTimer(Unwatched):
                 )
                 for c in data["clocks"]
             ]
-        return cls(data["times"], clocks=clocks, call_jobs=bool(data.get("call_jobs", True)))
+        slots = data.get("slot_clocks")
+        if slots is not None and not isinstance(slots, dict):
+            want = '"slot_clocks": {"candidate": [MHz, ...], "reference": [MHz, ...]}'
+            raise ValueError(f"fake timer file {path}: expected {want}")
+        return cls(
+            data["times"], clocks=clocks, call_jobs=bool(data.get("call_jobs", True)), slot_clocks=slots
+        )
 
     def now(self) -> float:
         return self.elapsed
@@ -105,6 +118,7 @@ class FakeTimer(Unwatched):
 
     def run_round(self, jobs: Sequence[Job]) -> list[float]:
         out = []
+        self._last_slots = [self._slot_mhz(job.name) for job in jobs]
         for job in jobs:
             if self.call_jobs:
                 job.call()
@@ -121,6 +135,16 @@ class FakeTimer(Unwatched):
         if callable(self._clocks):
             return self._clocks(index)
         return self._clocks[index % len(self._clocks)] if self._clocks else None
+
+    def _slot_mhz(self, name: str) -> float | None:
+        if self._slot_clocks is None or not self._slot_clocks.get(name):
+            return None
+        values = self._slot_clocks[name]
+        return values[self.rounds % len(values)]
+
+    def slot_clocks(self) -> Sequence[float | None] | None:
+        """Each job's SM clock before its slot in the last round (``protocol.slot_clocks``)."""
+        return list(self._last_slots) if self._slot_clocks is not None else None
 
     def warmed_up(self) -> None:
         """Nothing depends on the clock rate here."""

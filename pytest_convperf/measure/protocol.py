@@ -97,4 +97,13 @@ class Unwatched:
         return None
 
 
-__all__ = ["AUTO_CHOICES", "MODES", "Job", "Timer", "Unwatched"]
+def slot_clocks(timer: Timer) -> Sequence[float | None] | None:
+    """The SM clock (MHz) read right before each job's slot of the timer's last round, in the jobs'
+    order, where the timer reads one per slot (``CudaTimer`` with NVML, ``FakeTimer`` given
+    ``slot_clocks``); None otherwise. An optional capability, not part of :class:`Timer`: a CPU has
+    no clock to read, and ``Timer.clocks`` (one reading per round) cannot tell the sides apart."""
+    read = getattr(timer, "slot_clocks", None)
+    return read() if callable(read) else None
+
+
+__all__ = ["AUTO_CHOICES", "MODES", "Job", "Timer", "Unwatched", "slot_clocks"]

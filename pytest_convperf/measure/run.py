@@ -20,7 +20,7 @@ from typing import Any
 from pytest_convperf.core import stats
 from pytest_convperf.core.clocks import ClockSample, clock_facts, reason_names
 from pytest_convperf.core.results import Measurement
-from pytest_convperf.measure.protocol import AUTO_CHOICES, MODES, Job, Timer
+from pytest_convperf.measure.protocol import AUTO_CHOICES, MODES, Job, Timer, slot_clocks
 from pytest_convperf.measure.rule import StopRule, TimedCallError, Workload
 
 __all__ = [
@@ -204,6 +204,8 @@ def kept_rounds(clocks: Sequence[ClockSample | None], floor: float) -> list[int]
 class _Rounds:
     times: list[list[float]]
     clocks: list[ClockSample | None] = field(default_factory=list)
+    # Per round: each job's SM clock read right before its slot (``protocol.slot_clocks``), or None.
+    slot_mhz: list[Sequence[float | None] | None] = field(default_factory=list)
     stop: str = ""
     converged: bool = False
     target: float = 0.0
@@ -241,6 +243,7 @@ def run_rounds(timer: Timer, jobs: Sequence[Job], rule: StopRule) -> _Rounds:
         for k, t in enumerate(run_round(timer, jobs, index, "timing")):
             rounds.times[k].append(t)
         rounds.clocks.append(timer.clocks())
+        rounds.slot_mhz.append(slot_clocks(timer))
         n = rounds.n
         elapsed = timer.now() - start
         if n < rule.min_rounds:
@@ -299,6 +302,12 @@ def _inconclusive(rounds: _Rounds, rule: StopRule) -> str | None:
             f"only {len(rounds.kept)} timing rounds kept; at least 6 are needed for a 95 % CI of the median"
         )
     return None
+
+
+def _slot_mhz(rounds: _Rounds, used: Sequence[int], job: int) -> float | None:
+    """The median SM clock read right before job ``job``'s slot over the rounds ``used``; None unknown."""
+    mhz = [s[job] for i in used if (s := rounds.slot_mhz[i]) is not None and s[job]]
+    return stats.median([float(m) for m in mhz if m is not None]) if mhz else None
 
 
 @dataclass(frozen=True)
@@ -398,8 +407,9 @@ def run(
                 mode=job.mode,
                 l2=job.l2,
                 noisy=not rounds.converged,
+                sm_mhz=_slot_mhz(rounds, used, k),
             )
-            for side, summary, job in zip(samples, summaries, jobs)
+            for k, (side, summary, job) in enumerate(zip(samples, summaries, jobs))
         ],
         warm=warm,
         used=used,
