@@ -35,17 +35,17 @@ def _on_disk(folder: Path) -> dict[str, object] | None:
 
 
 def test_a_record_lives_for_its_block_and_a_nested_one_gives_way_back(folder: Path) -> None:
-    with inflight.running(step="correctness", problem="p1", seed=3):
+    with inflight.running(step="correctness", problem="p1", seed=3, repro="pytest t.py"):
         outer = _on_disk(folder)
         assert outer is not None and outer["step"] == "correctness" and outer["pid"] == os.getpid()
-        with inflight.running(step="oracle", problem="p1"):
+        with inflight.running(step="oracle", problem="p1", seed=3, repro="pytest t.py"):
             assert (_on_disk(folder) or {})["step"] == "oracle"
         assert _on_disk(folder) == outer
     assert _on_disk(folder) is None
 
 
 def test_the_record_is_removed_after_an_exception_too(folder: Path) -> None:
-    with pytest.raises(RuntimeError), inflight.running(step="timing"):
+    with pytest.raises(RuntimeError), inflight.running(step="timing", problem="p", seed=None, repro="r"):
         raise RuntimeError("boom")
     assert _on_disk(folder) is None
 
@@ -55,31 +55,34 @@ def test_only_records_of_dead_processes_are_leftovers_and_torn_files_are_dropped
     dead.wait()
     (folder / f"{dead.pid}.json").write_text(json.dumps({"pid": dead.pid, "step": "timing"}))
     (folder / "torn.json").write_text('{"pid": ')
-    with inflight.running(step="mine"):  # this process is alive: never its own leftover
+    with inflight.running(step="mine", problem="p", seed=None, repro="r"):  # alive: never its own leftover
         found = inflight.leftovers()
-    assert [r["pid"] for r in found] == [dead.pid]
+    assert [r.pid for r in found] == [dead.pid]
     assert not (folder / "torn.json").exists()
     inflight.forget(found[0])
     assert inflight.leftovers() == []
 
 
 def test_describe_names_the_test_step_problem_seed_and_sides() -> None:
-    record = {
-        "nodeid": "t.py::c",
-        "step": "correctness",
-        "problem": "n1c3",
-        "seed": 7,
-        "phase": "bwd",
-        "candidate": "mine",
-        "oracle": "fp64",
-    }
+    record = inflight.Running(
+        pid=1,
+        nodeid="t.py::c",
+        step="correctness",
+        problem="n1c3",
+        seed=7,
+        repro="pytest t.py::c",
+        phase="bwd",
+        candidate="mine",
+        oracle="fp64",
+    )
     assert (
         inflight.describe(record) == "t.py::c: correctness of n1c3 (seed 7, bwd), candidate mine, oracle fp64"
     )
-    assert inflight.describe({}) == "a test: a check of ? (seed ?)"
+    unknown = inflight.Running(pid=1, nodeid="", step="a check", problem="?", seed=None, repro="")
+    assert inflight.describe(unknown) == "a test: a check of ? (seed ?)"
 
 
 def test_nothing_is_written_when_not_configured(tmp_path: Path) -> None:
     inflight.configure(None)
-    with inflight.running(step="x"):
+    with inflight.running(step="x", problem="p", seed=None, repro="r"):
         assert inflight.leftovers() == []
