@@ -32,6 +32,7 @@ from typing import Any
 A_SIDE, REF_SIDE = "the working tree", "REF"
 _LIBRARY_TWICE = re.compile(r"Only a single TORCH_LIBRARY can be used to register the namespace (\w+)")
 _REFUSED = "the A/B refuses to answer (it would time one implementation against itself)"
+_CURE = "name such registrations per checkout (e.g. through kernels._build.namespace) at both revisions"
 
 
 class NotDistinct(RuntimeError):
@@ -157,8 +158,7 @@ class OpLedger:
                 self.refusal = (
                     f"torch op {', '.join(shared[:3])}{' ...' if len(shared) > 3 else ''} was registered by "
                     f"both the working tree's and REF's code (seen {when}): the one registered last runs for "
-                    f"both sides, and for every later check of this process, so {_REFUSED}; name such "
-                    "registrations per checkout (e.g. through kernels._build.namespace) at both revisions"
+                    f"both sides, and for every later check of this process, so {_REFUSED}; {_CURE}"
                 )
         if self.refusal is not None:
             raise NotDistinct(self.refusal)
@@ -190,8 +190,7 @@ def no_op_takeover() -> Iterator[None]:
         if qualname in held:
             raise NotDistinct(
                 f"REF's code registers the torch op {qualname[:200]}, which this process already holds "
-                f"(the working tree's code registered it): {_REFUSED}; name such registrations per "
-                "checkout (e.g. through kernels._build.namespace) at both revisions"
+                f"(the working tree's code registered it): {_REFUSED}; {_CURE}"
             )
         return allowing_overwrite(namespace, name)
 
