@@ -163,7 +163,7 @@ def _register_features(config: pytest.Config, cfg: ConvperfConfig) -> None:
     from pytest_convperf.ab import ab_plugin
     from pytest_convperf.check.cliff_search import PLUGIN_NAME as CLIFFS
     from pytest_convperf.check.cliff_search import CliffPins
-    from pytest_convperf.night import decide, fresh_confirm
+    from pytest_convperf.night import decide, fresh_confirm, fresh_record
     from pytest_convperf.reports.progress import PLUGIN_NAME as PROGRESS
     from pytest_convperf.reports.progress import ProgressPlugin
 
@@ -178,6 +178,8 @@ def _register_features(config: pytest.Config, cfg: ConvperfConfig) -> None:
             "would wait for a session decision nobody makes; add --convperf-false-alarms=none (each "
             "check decides alone) or drop -p no:convperf-false-alarms"
         )
+    if fresh_record.applies(cfg):
+        config.pluginmanager.register(fresh_record.FreshRecord(config), fresh_record.PLUGIN_NAME)
     if fresh_confirm.applies(cfg):
         config.pluginmanager.register(fresh_confirm.FreshConfirm(config), fresh_confirm.PLUGIN_NAME)
     config.pluginmanager.register(decide.FalseAlarmControl(config), decide.PLUGIN_NAME)

@@ -48,6 +48,8 @@ def _entry_line(key: str, new: Entry, row: CheckRow | None) -> str:
         change = f"(new) -> {ratio_text(new_y['time_ratio'])}"
         us = f"cand {new_y['us']['candidate']} us, ref {new_y['us']['reference']} us"
         env = ", ".join(f"{k} {v}" for k, v in new_y["env"].items())
+    if new.ref_runs > 1:  # recorded over fresh processes (night/fresh_record.py): say how many
+        change += f", the median of {new.ref_runs} pytest processes"
     reason = (new.updated or {}).get("reason", "")
     # The key, the env values and the reason come from test code, the command line and the old file:
     # code spans (core.markdown_safe), so none pings, links or breaks the row.

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
+from pytest_convperf.check.matched_confirm import MatchedConfirm
 from pytest_convperf.core.entry import Entry, UpdatePlan
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
@@ -182,6 +183,8 @@ def judge_and_record(
     typed; in ``record`` too, the check's own record), then skip (INCONCLUSIVE timing) or
     :meth:`Judgement.enforce`. In a fresh-process confirm run the comparison is only measured
     again, nothing is judged."""
+    # A CPU confirm on a machine away from the entry's state waits and measures again (issue 36).
+    confirm = MatchedConfirm(slot.entry, slot.policy).wrap(confirm)
     confirm_run = session.confirm_run
     if confirm_run is not None:  # a fresh-process confirm: measure, judge nothing
         confirm_run.measure(nodeid, slot.key, confirm)

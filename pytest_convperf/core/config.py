@@ -35,6 +35,7 @@ from pytest_convperf.core.options import (
     parse_false_alarms,
     parse_floors,
     parse_gpus,
+    parse_record_runs,
     parse_update,
 )
 from pytest_convperf.core.slugs import resolve_machine
@@ -68,6 +69,9 @@ class ConvperfConfig:
     false_alarm_level: float = DEFAULT_ALPHA
     # Where a speed FAIL is confirmed (fresh_confirm.py): "fresh" (a pytest subprocess) or "process".
     confirm: str = "fresh"
+    # ``--convperf-record-runs``: processes a recorded entry is the median of (night/fresh_record.py);
+    # None: the per-device default.
+    record_runs: int | None = None
     # Lowest speedup a family's worst-speedup search accepts (``convperf_speedup_floor``); absent: off.
     speedup_floors: Mapping[str, float] = field(default_factory=dict)
     # ``--convperf-store=URL`` (reports/results_writer.py): the results store; None: the default.
@@ -163,6 +167,7 @@ class ConvperfConfig:
             )
             or DEFAULT_ALPHA,
             confirm=_parse_confirm(raw(spec["convperf-confirm"]) or "fresh"),
+            record_runs=parse_record_runs(raw(spec["convperf-record-runs"])),
             store_url=(raw(spec["convperf-store"]) or "").strip() or None,
             json_file=(raw(spec["convperf-json"]) or "").strip() or None,
             against=parse_against(raw(spec["convperf-against"])),

@@ -92,6 +92,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "process only); default fresh; used with --convperf-false-alarms=holm|bh, not while updating",
     ),
     OptionSpec(
+        "convperf-record-runs",
+        "while updating baselines: each written entry's ratio is the median of N pytest processes "
+        "(this one and N-1 fresh ones); default 3 for CPU timing, 1 for CUDA and the fake timer",
+        metavar="N",
+    ),
+    OptionSpec(
         "convperf-false-alarm-level",
         "the session-wide level of --convperf-false-alarms, a fraction (default 0.05)",
     ),
@@ -153,6 +159,22 @@ def _parse_device(value: str) -> Device:
             f"--convperf-device={value!r} is not allowed; use one of: {', '.join(DEVICES)}"
         )
     return value  # type: ignore[return-value]
+
+
+def parse_record_runs(value: str | None) -> int | None:
+    """``--convperf-record-runs=N``: None when not given (the per-device default), else N >= 1."""
+    if value is None:
+        return None
+    try:
+        runs = int(value)
+    except ValueError:
+        runs = 0
+    if runs < 1 or str(runs) != str(value).strip():
+        raise pytest.UsageError(
+            f"--convperf-record-runs={value!r} is not allowed; give a whole number of processes, at least 1 "
+            "(1: record from this process alone)"
+        )
+    return runs
 
 
 CONFIRM_WHERE = ("fresh", "process")

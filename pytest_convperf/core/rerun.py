@@ -23,6 +23,7 @@ _NOT_FORWARDED = frozenset(
         "convperf-reason",
         "convperf-report",
         "convperf-trace",
+        "convperf-record-runs",
     }
 )
 # pytest-level options that decide what is collected and how (pairs "-p X" or "--opt=X").

@@ -127,13 +127,12 @@ def suspects(rows: Sequence[CheckRow]) -> list[CheckRow]:
 
 
 def run_subprocess(
-    config: pytest.Config, rows: Sequence[CheckRow], *, checks: int = 0
+    config: pytest.Config, rows: Sequence[CheckRow], *, checks: int = 0, factor: int = CONFIRM_FACTOR
 ) -> tuple[dict[str, Comparison], str | None]:
-    """Measure ``rows``' confirms in one fresh pytest process: {check: comparison}, and a note on failure."""
+    """Measure ``rows``' confirms (``factor`` x their rounds) in one fresh pytest process:
+    {check: comparison}, and a note on failure."""
     nodeids = list(dict.fromkeys(row.nodeid for row in rows))
-    rounds = {
-        check_id(row): CONFIRM_FACTOR * row.comparison.n_rounds for row in rows if row.comparison is not None
-    }
+    rounds = {check_id(row): factor * row.comparison.n_rounds for row in rows if row.comparison is not None}
     with tempfile.TemporaryDirectory(prefix="convperf-confirm-") as tmp:
         out = Path(tmp) / "confirm.jsonl"
         plan = Path(tmp) / "plan.json"

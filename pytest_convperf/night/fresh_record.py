@@ -1,0 +1,168 @@
+"""A recorded entry measured in K pytest processes, not one (issue 36 item 1).
+
+A session's time ratio carries the offset of the process it ran in (allocation, code placement,
+what the machine was doing), and on a shared CPU box that offset moves between sessions by more
+than the CPU floor: a recording that caught the reference fast stores a ratio every later session
+reads as a slowdown, and one that caught it slow hides a real one. Measured on the 2-core box
+(stop 35): in 6 of the 7 runs of ``test_control_slowed`` whose 25 % slower candidate was not
+caught, the one-process recording had timed the reference at 205-241 us, against 254-280 us in
+the sessions that judged it.
+
+So while updating, the checks whose entries will be written are measured again in K - 1 fresh
+pytest processes (``--convperf-record-runs=K``; by default 3 where the timing is the CPU's, 1
+elsewhere: a CUDA session's offset is not measured yet, and the fake timer has none), each the
+way a fresh-process confirm measures (``fresh_confirm.run_subprocess``, the check's own rounds),
+and the entry stores the **median** of the K processes' ratios, with ``ref_runs`` K: the
+decision rule then charges the stored ratio ``noise^2 / K`` (``judge.decision``), and one lucky
+process out of three cannot set the baseline. The K ratios and their spread go into the update's
+reason, so a reviewer sees how far apart the processes were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
+from pytest_convperf.core.results import CheckRow, Comparison
+from pytest_convperf.night.fresh_confirm import TIMED_OUT, run_subprocess
+from pytest_convperf.night.multiplicity import check_id
+
+# Processes per recording where no --convperf-record-runs is given, per timing mode: CPU timing
+# drifts between processes (above); three is the fewest whose median out-votes one lucky process.
+DEFAULT_RUNS = {"cpu": 3, "cpu-thread": 3}
+
+
+def runs_for(cfg: ConvperfConfig, comparison: Comparison) -> int:
+    """How many processes this check's recording is the median of."""
+    if cfg.record_runs is not None:
+        return cfg.record_runs
+    return DEFAULT_RUNS.get(str(comparison.candidate.mode), 1)
+
+
+def applies(cfg: ConvperfConfig) -> bool:
+    """Recording in fresh processes: only while updating, never in a fresh process itself."""
+    return bool(cfg.enabled and cfg.updating and cfg.confirm_run is None and cfg.record_runs != 1)
+
+
+def to_record(cfg: ConvperfConfig, rows: Sequence[CheckRow]) -> list[CheckRow]:
+    """The rows whose planned write is a timed entry that more than one process should measure."""
+    return [
+        row
+        for row in rows
+        if row.update is not None
+        and row.update.action == "write"
+        and row.update.entry is not None
+        and row.comparison is not None
+        and not row.comparison.inconclusive
+        and runs_for(cfg, row.comparison) > 1
+    ]
+
+
+def pooled(row: CheckRow, fresh: Sequence[Comparison]) -> CheckRow:
+    """The row with its planned entry the median of this process and the ``fresh`` ones: ratio and
+    both sides' times, ``ref_runs`` the number of processes, the ratios in the plan's reason."""
+    assert row.update is not None and row.update.entry is not None and row.comparison is not None
+    sides = [row.comparison, *fresh]
+    ratios = [c.time_ratio for c in sides]
+    ln = [math.log(r) for r in ratios]
+    spread = statistics.stdev(ln) if len(ln) > 1 else 0.0
+    entry = dataclasses.replace(
+        row.update.entry,
+        time_ratio=math.exp(statistics.median(ln)),
+        us_candidate=statistics.median(c.candidate.median_us for c in sides),
+        us_reference=statistics.median(c.reference.median_us for c in sides),
+        ref_runs=len(sides),
+    )
+    listed = ", ".join(f"{r:.4g}" for r in ratios)
+    why = (
+        f"{row.update.why}; the median of {len(sides)} pytest processes (ratios {listed}; "
+        f"between-process SD {spread:.1%})"
+    )
+    return dataclasses.replace(row, update=dataclasses.replace(row.update, entry=entry, why=why))
+
+
+def record_fresh(
+    config: pytest.Config, cfg: ConvperfConfig, rows: Sequence[CheckRow]
+) -> tuple[list[CheckRow], list[str]]:
+    """The rows with each recorded entry pooled over fresh processes; terminal lines saying what ran.
+
+    Never raises: a check no fresh process measured keeps its one-process entry, and says why.
+    """
+    todo = to_record(cfg, rows)
+    if not todo:
+        return list(rows), []
+    try:
+        return _record(config, cfg, rows, todo)
+    except KeyboardInterrupt:
+        return list(rows), ["recorded entries not measured again in fresh processes (interrupted)"]
+    except Exception as exc:  # the updates must still be written, from this process's measurements
+        why = f"{type(exc).__name__}: {exc}"
+        return list(rows), [f"recorded entries not measured again in fresh processes ({why})"]
+
+
+def _record(
+    config: pytest.Config, cfg: ConvperfConfig, rows: Sequence[CheckRow], todo: Sequence[CheckRow]
+) -> tuple[list[CheckRow], list[str]]:
+    start = time.monotonic()
+    extra = max(runs_for(cfg, row.comparison) for row in todo if row.comparison is not None) - 1
+    tests = {row.nodeid for row in todo}
+    checks = sum(row.nodeid in tests for row in rows)
+    runs: list[tuple[dict[str, Comparison], str | None]] = []
+    for _ in range(extra):
+        runs.append(run_subprocess(config, todo, checks=checks, factor=1))
+        if (runs[-1][1] or "").startswith(TIMED_OUT):  # another would hang as long
+            break
+    failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None
+    redone: dict[int, CheckRow] = {}
+    short = 0
+    for row in todo:
+        assert row.comparison is not None and row.update is not None
+        want = runs_for(cfg, row.comparison) - 1
+        ident = check_id(row)
+        fresh = [got[ident] for got, _ in runs[:want] if ident in got and not got[ident].inconclusive]
+        if len(fresh) < want:
+            short += 1
+        if fresh:
+            redone[id(row)] = pooled(row, fresh)
+        else:
+            why = failed or "the test did not reach this check"
+            note = f"; not measured again in a fresh process ({why}): one process's ratio"
+            plan = dataclasses.replace(row.update, why=row.update.why + note)
+            redone[id(row)] = dataclasses.replace(row, update=plan)
+    lines = [
+        f"{len(todo)} recorded entr{'y' if len(todo) == 1 else 'ies'} measured again in {len(runs)} fresh "
+        f"pytest process(es) and stored as the median"
+        + (f"; {short} with fewer processes than asked" if short else "")
+        + (f" ({failed})" if failed else "")
+        + f" in {time.monotonic() - start:.1f} s"
+    ]
+    return [redone.get(id(r), r) for r in rows], lines
+
+
+# The name this plugin object is registered under (``-p no:convperf-fresh-record`` leaves it out).
+PLUGIN_NAME = "convperf-fresh-record"
+
+
+class FreshRecord:
+    """Recording in fresh processes as a plugin: registered on the controller when :func:`applies`."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @property
+    def cfg(self) -> ConvperfConfig:
+        """The session's config (``CONFIG_KEY``), not a copy: session start reads the environment again."""
+        return self.config.stash[CONFIG_KEY]
+
+    @pytest.hookimpl
+    def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> list[str] | None:
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: no new pytest processes
+            return None
+        rows[:], lines = record_fresh(self.config, self.cfg, rows)
+        return lines

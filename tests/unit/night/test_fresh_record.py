@@ -1,0 +1,64 @@
+"""Recording over fresh processes, its pure parts: how many processes per timing mode, which rows
+are recorded, and the median entry (the subprocesses themselves: tests/integration/test_fresh_record.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pytest_convperf.core.config import ConvperfConfig
+from pytest_convperf.core.entry import UpdatePlan
+from pytest_convperf.core.results import CheckRow, Comparison, Decision, Verdict
+from pytest_convperf.night.fresh_record import applies, pooled, runs_for, to_record
+from tests.unit.judge.test_verdict import comparison, entry
+
+CFG = ConvperfConfig(enabled=True, update=frozenset({"new"}), baselines_dir=Path("baselines"))
+
+
+def _cpu(ratio: float, *, ref_us: float = 30.0) -> Comparison:
+    c = comparison(ratio)
+    ref = dataclasses.replace(c.reference, mode="cpu", median=ref_us * 1e-6)
+    cand = dataclasses.replace(c.candidate, mode="cpu", median=ratio * ref_us * 1e-6)
+    return dataclasses.replace(c, candidate=cand, reference=ref)
+
+
+def _row(c: Comparison, action: str = "write") -> CheckRow:
+    return CheckRow(
+        key=f"k-{action}",
+        nodeid="t.py::test",
+        module="t",
+        problem="p",
+        phase="forward",
+        comparison=c,
+        errors=(),
+        verdict=Verdict.NEW,
+        message="",
+        decision=Decision(Verdict.NEW, "new", ""),
+        update=UpdatePlan(action, "new entry", entry(c.time_ratio)),
+    )
+
+
+def test_cpu_timing_records_over_three_processes_and_the_rest_over_one_unless_told() -> None:
+    assert runs_for(CFG, _cpu(0.5)) == 3
+    assert runs_for(CFG, comparison(0.5)) == 1  # the fake timer: no process offset to average
+    assert runs_for(dataclasses.replace(CFG, record_runs=5), comparison(0.5)) == 5
+    assert applies(CFG) and not applies(dataclasses.replace(CFG, record_runs=1))
+    assert not applies(dataclasses.replace(CFG, update=frozenset()))  # not updating: nothing recorded
+
+
+def test_only_planned_writes_of_conclusive_timings_are_recorded_again() -> None:
+    rows = [_row(_cpu(0.5)), _row(_cpu(0.5), "keep"), _row(_cpu(0.5), "refused"), _row(comparison(0.5))]
+    rows.append(_row(dataclasses.replace(_cpu(0.5), inconclusive="too few rounds")))
+    assert to_record(CFG, rows) == rows[:1]
+
+
+def test_the_entry_is_the_median_of_the_processes_and_counts_them() -> None:
+    row = pooled(_row(_cpu(0.40, ref_us=20.0)), [_cpu(0.50, ref_us=30.0), _cpu(0.52, ref_us=31.0)])
+    assert row.update is not None and row.update.entry is not None
+    new = row.update.entry
+    assert new.time_ratio == pytest.approx(0.50) and new.ref_runs == 3
+    assert new.us_reference == pytest.approx(30.0) and new.us_candidate == pytest.approx(0.50 * 30.0)
+    assert "the median of 3 pytest processes (ratios 0.4, 0.5, 0.52; between-process SD" in row.update.why
+    assert row.comparison == _cpu(0.40, ref_us=20.0)  # the row still shows what this process measured
