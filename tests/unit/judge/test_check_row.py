@@ -1,4 +1,5 @@
-"""A typed ``CheckRow`` through its dict form (xdist, the journal, rows.json) and back, unchanged."""
+"""A typed ``CheckRow`` through its dict form (xdist, the journal, rows.json) and back, unchanged;
+rows of older formats (``core.row_format``) converted when read."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_convperf.core.entry import Entry, UpdatePlan
-from pytest_convperf.core.results import CheckRow, Decision, ErrorStats, Verdict
+from pytest_convperf.core.results import ErrorStats, Verdict
 from pytest_convperf.core.row_format import ROW_FORMAT
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import Entry, UpdatePlan
+from pytest_convperf.judge.outcome import Decision
 from tests.unit.judge.test_verdict import comparison
 
 STORED = Entry(
