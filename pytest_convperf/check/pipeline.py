@@ -41,7 +41,8 @@ from pytest_convperf.reports import journal
 if TYPE_CHECKING:
     from pytest_convperf.check.context import Candidate, CheckContext, CheckSession
 
-# Comparison facts a check's row carries in its own ``facts`` (the env: the row's own ``env``).
+# Comparison facts a check's row carries in its own ``facts`` (the env: the row's own ``env``; the
+# seed and the machine: the row's own :class:`CheckFacts`, which the comparison does not carry).
 ROW_FACTS = ("reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
