@@ -40,7 +40,8 @@ import pytest
 if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
     from pytest_convperf.check.fixture import ConvperfFixture
-    from pytest_convperf.core.results import CheckRow, Comparison
+    from pytest_convperf.core.results import Comparison
+    from pytest_convperf.judge.check_row import CheckRow
     from pytest_convperf.judge.cliffs import CliffChange
 
 
@@ -154,7 +155,7 @@ def pytest_convperf_write_report(
 ) -> list[str] | None:
     """Write the session's report files into ``report_dir`` (``--convperf-report``); return notes.
 
-    Called once, on the controller, at session end, with every check's row (a ``results.CheckRow``;
+    Called once, on the controller, at session end, with every check's row (a ``check_row.CheckRow``;
     ``row.to_dict()`` is the JSON-able form that rows.json holds). Every implementation runs; the
     built-in one (``plugin.py``) writes report.md, results.json, rows.json, history.jsonl and
     speedup.png. An implementation may take any subset of the arguments (``rows`` and

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pytest_convperf.check.cliff_search import CliffSearch
     from pytest_convperf.check.fixture import ConvperfFixture
     from pytest_convperf.core.device import DeviceInfo
-    from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.judge.check_row import CheckRow
     from pytest_convperf.measure.memory import TrackMemory
     from pytest_convperf.measure.profiling import StartTrace
     from pytest_convperf.measure.protocol import Timer

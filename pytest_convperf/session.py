@@ -29,9 +29,9 @@ import pytest
 from pytest_convperf.baselines.store import Store, refuse_shared_keys, validate_files
 from pytest_convperf.core.config import CONFIG_KEY, is_controller
 from pytest_convperf.core.files import check_output_paths
-from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow
 from pytest_convperf.core.slugs import resolve_machine
 from pytest_convperf.header import baseline_lines, interrupted_note
+from pytest_convperf.judge.check_row import ROWS_PROPERTY, CheckRow
 from pytest_convperf.night.machine_noise import noise_lines
 from pytest_convperf.reports import journal
 from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections

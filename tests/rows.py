@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.judge.check_row import CheckRow
 
 
 def _measurement(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,11 +40,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pytest_convperf.baselines.calibration import noise_of, recentre, spike_free
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.options import METHODS, Method
-from pytest_convperf.core.results import Comparison, Decision, Verdict
+from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.core.stats import MIN_CROSSOVER_UNITS
 from pytest_convperf.judge.decision import Policy
+from pytest_convperf.judge.entry import Entry
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import default_policy
 from pytest_convperf.measure.fake import FakeTimer

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from pytest_convperf.check.context import CheckContext
     from pytest_convperf.check.fixture import ConvperfFixture
     from pytest_convperf.core.config import ConvperfConfig
-    from pytest_convperf.core.results import CheckRow, Comparison
+    from pytest_convperf.core.results import Comparison
+    from pytest_convperf.judge.check_row import CheckRow
 
 # The names the plugin objects are registered under (``-p no:<name>`` leaves one out).
 PLUGIN_NAME = "convperf-ab"

@@ -2,7 +2,7 @@
 and REF's side added to ``results.json`` (pytest-benchmark's schema: one more benchmark per check,
 ``<key>[candidate@ref]``, in the check's group, so ``pytest-benchmark compare`` shows both sides).
 
-Input: result rows (``results.CheckRow``) whose ``facts["ab"]`` an A/B run filled
+Input: result rows (``check_row.CheckRow``) whose ``facts["ab"]`` an A/B run filled
 (:mod:`pytest_convperf.ab.ab_plugin`).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from pytest_convperf.ab.rule import ABResult
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.markdown_safe import code_span
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.judge.check_row import CheckRow
 
 
 @dataclass(frozen=True)

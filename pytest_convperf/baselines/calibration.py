@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from pytest_convperf.baselines.store import dump_text, read_file
-from pytest_convperf.core.entry import Entry
-from pytest_convperf.core.env import env_diff, timing_diff
+from pytest_convperf.core.env import env_diff
 from pytest_convperf.core.files import atomic_write, lock_for
-from pytest_convperf.core.results import entry_digest
+from pytest_convperf.judge.changes import timing_diff
+from pytest_convperf.judge.entry import Entry, entry_digest
 from pytest_convperf.judge.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
 
 # MAD -> SD of a normal distribution.

@@ -21,7 +21,7 @@ import pytest
 from pytest_convperf.baselines.store import Store
 from pytest_convperf.core.config import CONFIG_KEY
 from pytest_convperf.core.markdown_safe import code_span
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.judge.check_row import CheckRow
 
 PRUNE = "prune"
 # The name this plugin object is registered under (``-p no:convperf-orphans`` leaves it out).

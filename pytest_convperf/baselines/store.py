@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from pytest_convperf.baselines import baseline_yaml
-from pytest_convperf.core.entry import Entry, InvalidEntry, parse_entry
 from pytest_convperf.core.files import atomic_write, lock_for
 from pytest_convperf.core.markdown_safe import bounded
+from pytest_convperf.judge.entry import Entry, InvalidEntry, parse_entry
 
 __all__ = [
     "MAX_FILE_BYTES",

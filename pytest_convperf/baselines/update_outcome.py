@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.judge.check_row import CheckRow
 
 
 def utf8(text: str) -> bool:

@@ -10,9 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pytest_convperf.baselines.store import Store
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.markdown_safe import code_span
-from pytest_convperf.core.results import CheckRow, ratio_text
+from pytest_convperf.core.results import ratio_text
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import Entry
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig

@@ -33,13 +33,15 @@ from pytest_convperf.baselines.store import Store, read_file
 from pytest_convperf.baselines.update_outcome import Applied, utf8
 from pytest_convperf.baselines.update_record import UPDATE_MD, render_update_md
 from pytest_convperf.core.clocks import side_clocks
-from pytest_convperf.core.entry import Entry, UpdatePlan, parse_entry
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.kerneldiff import KernelShare
-from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict, correctness_of
+from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.judge.cliffs import CliffChange, file_changes, render_md
 from pytest_convperf.judge.decision import Policy
+from pytest_convperf.judge.entry import Entry, UpdatePlan, correctness_of, parse_entry
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.quality import QUALITY_KEYS
 
 # A recorded ratio falling to under 1/2 of the stored one needs --convperf-reason: cheats that

@@ -35,10 +35,11 @@ if TYPE_CHECKING:
     from pytest_convperf.baselines.store import Store
     from pytest_convperf.core.config import ConvperfConfig
     from pytest_convperf.core.device import DeviceInfo
-    from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.problem import Conv2dProblem, ConvInputs
-    from pytest_convperf.core.results import CheckRow, Comparison
+    from pytest_convperf.core.results import Comparison
+    from pytest_convperf.judge.check_row import CheckRow
     from pytest_convperf.judge.decision import Policy
+    from pytest_convperf.judge.entry import Entry
     from pytest_convperf.measure.protocol import Timer
     from pytest_convperf.reports.progress import LiveProgress
 

@@ -6,7 +6,7 @@ the fp64 oracle (a failure fails the test and records a CORRECTNESS_FAIL row), p
 candidate and reference on identical inputs, the roofline sanity check, and then the judgement that
 :meth:`ConvperfFixture.judge` also gives (:mod:`pytest_convperf.check.judgement`, verdicts
 PASS/FAIL/IMPROVED/NEW/STALE/ADVISORY), the one recorded
-:class:`~pytest_convperf.core.results.CheckRow`, and the test's outcome.
+:class:`~pytest_convperf.judge.check_row.CheckRow`, and the test's outcome.
 """
 
 from __future__ import annotations

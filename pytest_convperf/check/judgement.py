@@ -20,9 +20,11 @@ import pytest
 
 from pytest_convperf.baselines.updates import new_entry, plan_update, quality_of
 from pytest_convperf.check.matched_confirm import MatchedConfirm
-from pytest_convperf.core.entry import Entry, UpdatePlan
 from pytest_convperf.core.env import timing_of
-from pytest_convperf.core.results import CheckRow, Comparison, Decision, ErrorStats, Verdict
+from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import Entry, UpdatePlan
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.policy import decision_of
 
 if TYPE_CHECKING:

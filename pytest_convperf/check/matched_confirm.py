@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.decision import Policy, reference_shift
+from pytest_convperf.judge.entry import Entry
 
 # Waits before the 2nd, 3rd and 4th try (seconds): a neighbour's test on the box lasts seconds to
 # a minute; more than three more tries only adds time where it lasts longer.

@@ -50,7 +50,6 @@ def check_pair(
     timer = convperf.timer
     the_rule = StopRule.for_timer(timer, **dict(rule or {}))
     base_facts: dict[str, object] = {
-        "machine": convperf.device.slug,
         "phase": phase,
         "tf32": "off" if ieee else "pytorch default",
         **dict(facts or {}),
@@ -74,7 +73,12 @@ def check_pair(
         errors=errors,
         confirm=timing.confirm_of(first),
         key=test if phase in test else f"{test}:{phase}",
-        facts={k: v for k, v in base_facts.items() if isinstance(v, (str, int, float, bool, type(None)))},
+        # The machine is the row's own fact, as a conv check's is (``pipeline.CheckFacts``): the
+        # comparison does not carry it.
+        facts={
+            "machine": convperf.device.slug,
+            **{k: v for k, v in base_facts.items() if isinstance(v, (str, int, float, bool, type(None)))},
+        },
     )
 
 

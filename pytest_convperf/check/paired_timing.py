@@ -80,7 +80,8 @@ class PairedTiming:
         set 0 is ``ctx.inputs``) in ``ctx.mode`` (a gradient phase's ``auto`` is ``cold`` on CUDA:
         no graphs), each comparison checked against the roofline."""
         problem, device, mode = ctx.problem, ctx.device, ctx.mode
-        facts: dict[str, object] = {"seed": ctx.seed, "phase": ctx.phase, "machine": device.slug}
+        # The seed and the machine are the row's own facts (``pipeline.CheckFacts``), written there once.
+        facts: dict[str, object] = {"phase": ctx.phase}
         if ctx.phase != "forward" and mode == "auto":
             mode = "cold" if device.is_cuda else mode
             facts["mode_note"] = "gradient phases are timed without CUDA graphs"

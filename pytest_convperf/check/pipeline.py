@@ -29,10 +29,11 @@ from pytest_convperf.check.faults import CheckProgress, CheckTimeout, deadline, 
 from pytest_convperf.check.judgement import CheckRecord, judge_and_record
 from pytest_convperf.check.paired_timing import PairedTiming
 from pytest_convperf.core import inflight
-from pytest_convperf.core.results import CheckRow, Comparison, ErrorStats, Verdict
+from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.core.roofline import ImplausibleTime
 from pytest_convperf.correctness.integrity import Finding, after_timing
 from pytest_convperf.correctness.oracle import check_conv
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.measure.profiling import profile_facts
 from pytest_convperf.measure.rule import StopRule, TimingTrick
 from pytest_convperf.reports import journal
@@ -40,7 +41,8 @@ from pytest_convperf.reports import journal
 if TYPE_CHECKING:
     from pytest_convperf.check.context import Candidate, CheckContext, CheckSession
 
-# Comparison facts a check's row carries in its own ``facts`` (the env: the row's own ``env``).
+# Comparison facts a check's row carries in its own ``facts`` (the env: the row's own ``env``; the
+# seed and the machine: the row's own :class:`CheckFacts`, which the comparison does not carry).
 ROW_FACTS = ("reference_backend", "cudnn_kernel", "tf32", "memory", "clocks")
 
 
@@ -60,7 +62,7 @@ class CheckFacts:
     deterministic: bool
 
     def to_facts(self) -> dict[str, object]:
-        """As the row carries them (``CheckRow.facts``, core.results)."""
+        """As the row carries them (``CheckRow.facts``, judge.check_row)."""
         facts: dict[str, object] = {
             "seed": self.seed,
             "candidate": self.candidate,

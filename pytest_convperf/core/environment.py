@@ -16,7 +16,7 @@ from typing import TypedDict
 
 import pytest
 
-from pytest_convperf.core.entry import FLUSH_KINDS
+from pytest_convperf.core.results import FLUSH_KINDS
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from pytest_convperf.core.clocks import SideClocks, side_clocks
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.results import Comparison
+    from pytest_convperf.judge.entry import Entry
 
 # The cycle ratio differs from the time ratio by more than this: judged in cycles (see above).
 CLOCK_MOVE = 0.02

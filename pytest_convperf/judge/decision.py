@@ -1,6 +1,6 @@
 """The data of a baseline decision (docs/design.md §7): its thresholds (:class:`Policy`), one statistical
 look at the slowdown (:class:`Stage`, made by :func:`stage_of`; what a confirm could catch:
-:func:`confirm_mde`), the outcome (``core.results.Decision``, plain data every
+:func:`confirm_mde`), the outcome (``judge.outcome.Decision``, plain data every
 layer reads from a row) and the message helpers
 that :mod:`pytest_convperf.judge.verdict` and :mod:`pytest_convperf.judge.few_rounds` share. Pure: no torch,
 no pytest.
@@ -17,8 +17,8 @@ from pytest_convperf.core.stats import t_cdf, t_quantile
 from pytest_convperf.judge.cycles import ClockMove, clock_move
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.entry import Entry
     from pytest_convperf.core.results import Comparison
+    from pytest_convperf.judge.entry import Entry
 
 SCREEN_Q = 0.95
 CONFIRM_Q = 0.9995

@@ -10,16 +10,17 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_convperf.core.env import changes_since
-from pytest_convperf.core.results import Comparison, Decision, Verdict
+from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.core.stats import t_quantile
 from pytest_convperf.judge import messages
+from pytest_convperf.judge.changes import changes_since
 from pytest_convperf.judge.decision import MIN_CI_ROUNDS, Policy, entry_noise
+from pytest_convperf.judge.outcome import Decision
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.judge.entry import Entry
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from pytest_convperf.core.env import describe_changes, moved_side, us_line
 from pytest_convperf.core.results import ratio_text
+from pytest_convperf.judge.changes import describe_changes, moved_side, us_line
 from pytest_convperf.judge.cycles import CLOCK_MOVE
 from pytest_convperf.judge.decision import MIN_CI_ROUNDS, pct, percent
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.entry import Entry
-    from pytest_convperf.core.env import Changes
     from pytest_convperf.core.results import Comparison
+    from pytest_convperf.judge.changes import Changes
     from pytest_convperf.judge.decision import Policy, Stage
+    from pytest_convperf.judge.entry import Entry
 
 
 # A reference that moved less than this is ordinary noise: not worth a word in the message.

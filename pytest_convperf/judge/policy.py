@@ -10,9 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pytest_convperf.core import kerneldiff
-from pytest_convperf.core.entry import Entry
-from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Verdict
+from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.judge.decision import LearnedNoise, Policy
+from pytest_convperf.judge.entry import Entry
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.verdict import default_policy, screen, settle
 
 if TYPE_CHECKING:

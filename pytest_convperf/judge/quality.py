@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.judge.entry import Entry
 
 # Quality drift of quantized/sparse/lookup variants against the float conv (``extra_metrics``
 # ``rel_l2`` and ``sqnr_db``, stored as an entry's ``quality``). The metrics come from fixed,

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pytest_convperf.core.env import Changes, changes_since
-from pytest_convperf.core.results import Comparison, Decision, ErrorStats, Outcome, Verdict
+from pytest_convperf.core.results import Comparison, ErrorStats, Verdict
 from pytest_convperf.judge import messages
+from pytest_convperf.judge.changes import Changes, changes_since
 from pytest_convperf.judge.decision import (
     POWER_Z,
     Policy,
@@ -37,10 +37,11 @@ from pytest_convperf.judge.decision import (
     stage_of,
 )
 from pytest_convperf.judge.few_rounds import FewRoundsSuspect, screen_few, settle_few
+from pytest_convperf.judge.outcome import Decision, Outcome
 from pytest_convperf.judge.quality import quality_drift
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.judge.entry import Entry
 
 __all__ = ["Suspect", "decide", "default_policy", "screen", "settle"]
 

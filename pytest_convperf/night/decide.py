@@ -25,7 +25,8 @@ import pytest
 from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
 from pytest_convperf.core.markdown_safe import code_span
 from pytest_convperf.core.options import Method
-from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Verdict
+from pytest_convperf.core.results import Verdict
+from pytest_convperf.judge.check_row import ROWS_PROPERTY, CheckRow
 from pytest_convperf.judge.decision import CONFIRM_Q
 from pytest_convperf.night.multiplicity import NightControl, check_id, checks_from_rows, control
 

@@ -38,7 +38,8 @@ import pytest
 
 from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
 from pytest_convperf.core.rerun import forwarded_args, plugin_args, subprocess_env
-from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verdict
+from pytest_convperf.core.results import Comparison, Measurement, Verdict
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.judge.decision import CONFIRM_FACTOR
 from pytest_convperf.night.multiplicity import check_id, check_name
 

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 import pytest
 
 from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
-from pytest_convperf.core.results import CheckRow, Comparison
+from pytest_convperf.core.results import Comparison
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.night.fresh_confirm import TIMED_OUT, run_subprocess
 from pytest_convperf.night.multiplicity import check_id
 

@@ -35,7 +35,7 @@ from pytest_convperf.night.history import (
 )
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.judge.check_row import CheckRow
 
 HISTORY_FAIL = "HISTORY_FAIL"
 HISTORY_IMPROVED = "HISTORY_IMPROVED"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TypedDict
 from pytest_convperf.core.options import DEFAULT_ALPHA, DEFAULT_METHOD, METHODS, Method
 
 if TYPE_CHECKING:
-    from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.judge.check_row import CheckRow
 
 FAMILY_VERDICTS = frozenset({"PASS", "FAIL", "IMPROVED", "ADVISORY"})
 

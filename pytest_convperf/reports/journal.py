@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_convperf.core.jsonl import Skipped, read_objects, summary
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.judge.check_row import CheckRow
 
 JOURNAL = "rows.journal.jsonl"
 PREVIOUS = "rows.journal.previous.jsonl"

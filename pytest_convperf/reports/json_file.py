@@ -17,7 +17,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_convperf.core.config import ConvperfConfig
-    from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.judge.check_row import CheckRow
 
 
 def configure(config: pytest.Config, cfg: ConvperfConfig, *, confirm_run: bool) -> None:

@@ -29,7 +29,7 @@ import pytest
 
 from pytest_convperf.core import stats
 from pytest_convperf.core.config import get_config, is_controller
-from pytest_convperf.core.results import CheckRow
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.reports.cells import fmt_time, speedup_text
 from pytest_convperf.reports.report_row import CONFIRM, FIRST, ReportRow
 

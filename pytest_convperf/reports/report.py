@@ -1,4 +1,4 @@
-"""The report's texts from the rows the controller collected (``results.CheckRow``): the terminal
+"""The report's texts from the rows the controller collected (``check_row.CheckRow``): the terminal
 summary, Markdown for people (and ``$GITHUB_STEP_SUMMARY``), JUnit properties. Pure: the files are
 written by :mod:`pytest_convperf.reports.report_files`. The rows as displayed are
 :mod:`pytest_convperf.reports.report_row`'s, their cells :mod:`pytest_convperf.reports.cells`'.
@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_convperf.core.markdown_safe import code_span
-from pytest_convperf.core.results import CheckRow, Verdict
+from pytest_convperf.core.results import Verdict
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.reports.cells import cells, fmt_time, ratio_x, roofline_note, speedup_text
 from pytest_convperf.reports.report_row import NOT_WRITTEN, ReportRow, fake_timed, grouped
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from pytest_convperf.core.entry import Correctness
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.jsonl import end_cut_line
-from pytest_convperf.core.results import CheckRow, correctness_of, entry_digest
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import Correctness, correctness_of, entry_digest
 from pytest_convperf.reports.report import markdown
 from pytest_convperf.reports.report_row import ReportRow, as_number, final_comparison, row_quality
 

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_convperf.core.entry import UpdatePlan
-from pytest_convperf.core.results import CheckRow, Comparison, Measurement, Verdict
+from pytest_convperf.core.results import Comparison, Measurement, Verdict
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import UpdatePlan
 
 # Most urgent first: what a reader must act on comes before what merely passed.
 VERDICT_ORDER: tuple[str, ...] = (

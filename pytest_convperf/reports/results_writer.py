@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from pytest_convperf.core.config import ConvperfConfig
-    from pytest_convperf.core.results import CheckRow
+    from pytest_convperf.judge.check_row import CheckRow
     from pytest_convperf.resultsdb.db import Refused
 
 DEFAULT_FILE = "convperf.sqlite"

@@ -52,15 +52,15 @@ NO_UNIT_TEST: dict[str, str] = {
     "tests/unit/measure/test_rounds.py: clock_facts",
     "core.config": "tests/unit/core/test_environment.py: every env var through ConvperfConfig; "
     "tests/integration/test_options.py: options and ini values",
-    "core.entry": "tests/unit/baselines/test_store.py: Entry written and read; "
-    "tests/unit/core/test_row_format.py: UpdatePlan round trip",
-    "core.env": "tests/unit/baselines/test_store_timing_modes.py: timing_of, mismatches are STALE",
+    "core.env": "tests/unit/baselines/test_store_timing_modes.py: timing_of; "
+    "tests/unit/judge/test_verdict.py: env_from_facts, env_diff",
     "core.files": "tests/unit/baselines/test_store_files.py: atomic_write, check_output_paths; "
     "tests/unit/baselines/test_store.py: LOCK_DIR",
     "core.options": "tests/integration/test_options.py: every option; "
     "tests/unit/core/test_environment.py: OPTIONS, CLI_ONLY",
-    "core.results": "tests/unit/core/test_row_format.py: CheckRow through its dict form; "
-    "tests/unit/judge/test_verdict.py: Comparison, Decision",
+    "core.results": "tests/unit/judge/test_check_row.py: Comparison, ErrorStats in a row's dict form; "
+    "tests/unit/judge/test_verdict.py: Comparison",
+    "core.row_format": "tests/unit/judge/test_check_row.py: older rows converted, a newer one refused",
     # correctness
     "correctness.case": "tests/unit/correctness/test_candidate_run.py: build_case; "
     "tests/unit/correctness/test_tolerance.py and tests/unit/check/test_calls_phase_calls.py: make_grad_out",
@@ -72,7 +72,13 @@ NO_UNIT_TEST: dict[str, str] = {
     "hookspecs": "tests/integration/test_plugin_hooks.py: a third-party plugin's hooks",
     "plugin": "tests/integration/test_plugin_hooks.py and every tests/integration session",
     # judge
+    "judge.changes": "tests/unit/baselines/test_store_timing_modes.py: timing and env changes are STALE; "
+    "tests/unit/judge/test_verdict.py: which side moved, in the STALE message",
+    "judge.entry": "tests/unit/baselines/test_store.py: Entry written, read and refused; "
+    "tests/unit/judge/test_check_row.py: UpdatePlan round trip",
     "judge.few_rounds": "tests/unit/judge/test_verdict_pure.py: the few-rounds rule",
+    "judge.outcome": "tests/unit/judge/test_check_row.py: Decision through a row's dict form; "
+    "tests/unit/judge/test_verdict.py: the Decision decide makes",
     "judge.policy": "tests/unit/judge/test_verdict.py and "
     "tests/unit/judge/test_decision_machine_drift.py: policy_for, decision_of",
     "judge.quality": "tests/unit/judge/test_verdict.py: quality drift",

@@ -31,7 +31,7 @@ CASES: dict[str, tuple[Callable[[str], str], str]] = {
 @pytest.fixture(scope="module")
 def good_text(tmp_path_factory: pytest.TempPathFactory) -> str:
     from pytest_convperf.baselines.store import dump_text
-    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.judge.entry import Entry
 
     entry = Entry(
         time_ratio=0.5, noise=0.02, us_candidate=500.0, us_reference=1000.0, env={"torch": "2.11.0"}

@@ -41,7 +41,7 @@ def test_partial_update_keeps_unselected_and_unknown_entries(
 def test_one_bad_target_file_stops_the_update_before_any_write(tmp_path: Path) -> None:
     from pytest_convperf.baselines.updates import apply_updates
     from pytest_convperf.core.config import ConvperfConfig
-    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.judge.entry import Entry
 
     entry = Entry(time_ratio=0.5, noise=0.01, us_candidate=5.0, us_reference=10.0).to_yaml()
     cfg = ConvperfConfig(

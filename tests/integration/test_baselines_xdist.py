@@ -26,7 +26,7 @@ def test_update_under_xdist_loses_no_entry(
     )
     # test_many[0..5] on two workers, plus a pre-existing entry that must survive.
     from pytest_convperf.baselines.store import Store
-    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.judge.entry import Entry
 
     store = Store(pytester.path / "baselines", MACHINE)
     store.write(

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pytest_convperf.baselines.store import dump_text
-from pytest_convperf.core.entry import Entry
+from pytest_convperf.judge.entry import Entry
 from tests.integration._lifecycle import subprocess_env
 from tests.rows import check_row
 

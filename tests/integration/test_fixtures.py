@@ -235,7 +235,9 @@ def test_fast(convperf):
     assert cmp["time_ratio"] == 0.5 and cmp["n_rounds"] == 21 and cmp["se"] == 0.0
     assert cmp["candidate"]["samples"] == [0.5e-3] * 21
     assert cmp["facts"]["tf32"] == "off"
-    assert cmp["facts"]["seed"] == row["facts"]["seed"]
+    # The seed and the machine are the row's own facts, written once: not again in the comparison's.
+    assert isinstance(row["facts"]["seed"], int) and row["facts"]["machine"]
+    assert "seed" not in cmp["facts"] and "machine" not in cmp["facts"]
     assert isinstance(cmp["facts"]["reference_backend"], str)
     assert cmp["facts"]["roofline_floor_us"] > 0
     mem = row["facts"]["memory"]
@@ -244,11 +246,11 @@ def test_fast(convperf):
     assert [e["name"] for e in row["errors"]] == ["output"] or row["errors"]
     assert all(math.isfinite(e["max_abs"]) for e in row["errors"])
     assert row["verdict"] in (None, "NEW")  # no baseline stored: no decision, or NEW once baselines decide
-    # The row holds its env, verdict and message once (rows.json format 2): not again in its facts,
-    # its comparison's facts or its decision.
+    # The row holds its env, verdict, message and seed once (rows.json format 3): not again in its
+    # facts, its comparison's facts or its decision.
     text = json.dumps({k: v for k, v in row.items() if k not in ("baseline", "update")})  # entries
-    assert row["format"] == 2 and row["env"]["torch"]
-    assert [text.count(k) for k in ('"env"', '"verdict"', '"message"')] == [1, 1, 1]
+    assert row["format"] == 3 and row["env"]["torch"]
+    assert [text.count(k) for k in ('"env"', '"verdict"', '"message"', '"seed"')] == [1, 1, 1, 1]
     traces = cmp["facts"]["traces"]
     assert len(traces) == 2 and all(Path(t).exists() for t in traces)
     assert all(Path(t).parent == pytester.path / "report" / "traces" for t in traces)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -115,9 +117,12 @@ def test_check_pair_records_new_then_fails_a_regression(
     result.stdout.fnmatch_lines(["*convperf: NEW 1*"])
     stored = list((pytester.path / "b").rglob("test_inner.yaml"))
     assert len(stored) == 1 and "test_model_pair" in stored[0].read_text()
-    result = pytester.runpytest(*base)
+    result = pytester.runpytest(*base, "--convperf-report=r")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*convperf: PASS 1*"])
+    # The machine is the row's own fact, written once: not again in the comparison's facts.
+    (row,) = json.loads((pytester.path / "r" / "rows.json").read_text())
+    assert row["facts"]["machine"] and "machine" not in row["comparison"]["facts"]
     monkeypatch.setenv("CAND_S", "0.75e-3")  # 50 % slower than the stored ratio 0.5
     result = pytester.runpytest(*base)
     result.assert_outcomes(failed=1)  # a speed FAIL decided across the session, at its end

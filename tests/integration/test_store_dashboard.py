@@ -284,7 +284,7 @@ def test_change_points_in_the_window_keep_their_index_in_the_whole_series() -> N
 
 
 def test_history_records_carry_the_baseline_and_tolerance_the_charts_draw() -> None:
-    from pytest_convperf.core.entry import Entry
+    from pytest_convperf.judge.entry import Entry
     from pytest_convperf.reports.report_files import history_records
     from tests.rows import check_row
 

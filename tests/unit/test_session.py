@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
-from pytest_convperf.core.results import ROWS_PROPERTY, CheckRow, Decision, ErrorStats, Verdict
+from pytest_convperf.core.results import ErrorStats, Verdict
+from pytest_convperf.judge.check_row import ROWS_PROPERTY, CheckRow
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.reports.sections import SECTIONS_PROPERTY, ReportSections, Section, write_sections
 from pytest_convperf.session import ConvperfSession
 from tests.unit.judge.test_verdict import comparison

@@ -19,8 +19,7 @@ from pytest_convperf.baselines.calibration import (
     write_calibration,
 )
 from pytest_convperf.baselines.store import dump_text, read_file
-from pytest_convperf.core.entry import Entry
-from pytest_convperf.core.results import entry_digest
+from pytest_convperf.judge.entry import Entry, entry_digest
 
 NOISE = 0.01
 # Five runs around ln(0.5): median exactly ln(0.5), spread of the order of NOISE.

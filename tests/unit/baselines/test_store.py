@@ -18,8 +18,8 @@ from pytest_convperf.baselines.store import (
     read_file,
     validate_files,
 )
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.slugs import resolve_machine, slugify
+from pytest_convperf.judge.entry import Entry
 
 MACHINE = "nvidia-h100-80gb-hbm3"
 KEY = "test_depthwise_forward[n16-ci32-h112-w112-co32-k3x3-s1-p1-d1-g32-fp32-nchw]"

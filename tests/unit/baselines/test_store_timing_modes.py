@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.baselines.store import parse_text
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.env import timing_of
 from pytest_convperf.core.results import Comparison, Measurement, Verdict
+from pytest_convperf.judge.entry import Entry
 from pytest_convperf.judge.verdict import decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.protocol import Job

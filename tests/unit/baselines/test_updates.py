@@ -11,8 +11,9 @@ from pytest_convperf.baselines.store import Store
 from pytest_convperf.baselines.update_record import render_update_md
 from pytest_convperf.baselines.updates import apply_updates, new_entry, plan_update, quality_of
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.entry import Entry, UpdatePlan
-from pytest_convperf.core.results import Decision, Verdict
+from pytest_convperf.core.results import Verdict
+from pytest_convperf.judge.entry import Entry, UpdatePlan
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.verdict import default_policy
 from tests.disk_full import no_space, refuse_write
 from tests.rows import check_row

@@ -14,8 +14,8 @@ from pytest_convperf.baselines.store import Store
 from pytest_convperf.check.context import BaselineSlot
 from pytest_convperf.check.judgement import judge
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.judge.entry import Entry
 from pytest_convperf.judge.policy import policy_for
 from tests.unit.judge.test_verdict import ENV, comparison
 

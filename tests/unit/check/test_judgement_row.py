@@ -8,8 +8,9 @@ from pytest_convperf.baselines.store import Store
 from pytest_convperf.check.context import BaselineSlot
 from pytest_convperf.check.judgement import judge
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.entry import Entry
-from pytest_convperf.core.results import CheckRow, Comparison, Verdict
+from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import Entry
 from tests.unit.check.test_judgement import DEVICE
 from tests.unit.judge.test_verdict import comparison
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_convperf.core.device import DeviceInfo
-from pytest_convperf.core.results import CheckRow
 from pytest_convperf.core.roofline import roofline_facts, spec_peak
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.reports.report import markdown, terminal_lines
 from pytest_convperf.reports.report_row import ReportRow
 from tests.rows import check_row

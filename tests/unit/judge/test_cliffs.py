@@ -9,7 +9,6 @@ import pytest
 
 from pytest_convperf.baselines.store import Store, read_file
 from pytest_convperf.baselines.updates import new_entry
-from pytest_convperf.core.entry import InvalidEntry, parse_entry
 from pytest_convperf.core.options import parse_floors
 from pytest_convperf.judge.cliffs import (
     CliffChange,
@@ -19,6 +18,7 @@ from pytest_convperf.judge.cliffs import (
     plan_pinned,
     render_md,
 )
+from pytest_convperf.judge.entry import InvalidEntry, parse_entry
 from pytest_convperf.judge.verdict import default_policy
 from tests.unit.judge.test_verdict import ENV, comparison
 

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from pytest_convperf.core.clocks import SideClocks
-from pytest_convperf.core.entry import Entry, InvalidEntry, parse_entry
-from pytest_convperf.core.results import Comparison, Decision, Verdict
+from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.judge.cycles import CLOCK_MOVE, clock_move
+from pytest_convperf.judge.entry import Entry, InvalidEntry, parse_entry
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import default_policy
 from pytest_convperf.measure.fake import FakeTimer

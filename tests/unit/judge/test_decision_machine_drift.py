@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison, Measurement, Verdict
 from pytest_convperf.judge.decision import reference_shift
+from pytest_convperf.judge.entry import Entry
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import default_policy
 

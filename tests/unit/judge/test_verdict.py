@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.env import env_diff, env_from_facts
 from pytest_convperf.core.results import Comparison, ErrorStats, Measurement, Verdict
 from pytest_convperf.judge.decision import Policy
+from pytest_convperf.judge.entry import Entry
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.quality import QUALITY_DB_DROP, QUALITY_REL_L2_FACTOR, QUALITY_REL_L2_FLOOR
 from pytest_convperf.judge.verdict import CPU_TOLERANCE, GPU_NOISE_FLOOR, decide, default_policy

@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_convperf.core.results import Comparison, Decision, Verdict
+from pytest_convperf.core.results import Comparison, Verdict
 from pytest_convperf.judge.few_rounds import FewRoundsSuspect
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import Suspect, decide, screen, settle
 from tests.unit.judge.test_verdict import ENV, GPU, comparison, entry

@@ -11,7 +11,7 @@ import torch
 
 from pytest_convperf.baselines.calibration import calibrate_records, noise_of
 from pytest_convperf.core.device import resolve_device
-from pytest_convperf.core.entry import MEASURED_MODES
+from pytest_convperf.core.results import MEASURED_MODES
 from pytest_convperf.measure.cpu import CpuTimer
 from pytest_convperf.measure.protocol import Job
 from pytest_convperf.measure.rule import TimingTrick

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_convperf.core.results import CheckRow, Decision, Verdict
+from pytest_convperf.core.results import Verdict
+from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.judge.decision import stage_of
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.night.fresh_confirm import across_processes, suspects
 from tests.unit.judge.test_verdict import GPU, comparison, entry
 

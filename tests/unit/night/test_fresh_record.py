@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.entry import UpdatePlan
-from pytest_convperf.core.results import CheckRow, Comparison, Decision, Verdict
+from pytest_convperf.core.results import Comparison, Verdict
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import UpdatePlan
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.night.fresh_record import applies, pooled, runs_for, to_record
 from tests.unit.judge.test_verdict import comparison, entry
 

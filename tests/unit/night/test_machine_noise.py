@@ -9,9 +9,9 @@ import math
 import random
 from pathlib import Path
 
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Verdict
 from pytest_convperf.judge.decision import LearnedNoise, entry_noise
+from pytest_convperf.judge.entry import Entry
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import default_policy
 from pytest_convperf.night.machine_noise import MIN_PAIRS, learn, machine_noise, noise_lines

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.decision import Stage
+from pytest_convperf.judge.entry import Entry
 from pytest_convperf.judge.policy import decision_of
 from pytest_convperf.judge.verdict import decide, default_policy
 from pytest_convperf.measure.fake import FakeTimer

@@ -77,14 +77,14 @@ def test_a_full_disk_costs_the_journal_line_not_the_check(
 
 
 def test_a_row_of_a_newer_format_is_one_line_naming_its_place_and_the_fix(tmp_path: Path) -> None:
-    # rows.json format 2 (env, verdict and message once); a format-1 row still reads (converted).
-    journal.append(tmp_path, {"format": 3, "nodeid": "t::new", "key": "new"})
+    # rows.json format 3 (each thing once); a format-1 row still reads (converted).
+    journal.append(tmp_path, {"format": 4, "nodeid": "t::new", "key": "new"})
     journal.append(tmp_path, {"nodeid": "t::old", "key": "old", "facts": {"env": {"torch": "2.5"}}})
     lost, notes = journal.lost_rows(tmp_path, set())
     assert [(r.key, r.facts) for r in lost] == [("old", {})]
     (note,) = notes
     where = f"journal: {tmp_path / journal.JOURNAL}:1"
     assert note == (
-        f"{where}: not a usable row (ValueError: row format 3 is newer than this pytest-convperf "
-        "reads (2): upgrade pytest-convperf); row skipped"
+        f"{where}: not a usable row (ValueError: row format 4 is newer than this pytest-convperf "
+        "reads (3): upgrade pytest-convperf); row skipped"
     )

@@ -8,7 +8,8 @@ import math
 from typing import Any
 
 from pytest_convperf.core import stats
-from pytest_convperf.core.results import Decision, Verdict
+from pytest_convperf.core.results import Verdict
+from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.reports.cells import fmt_time
 from pytest_convperf.reports.progress import LiveProgress, Tally, verdict_text
 from pytest_convperf.reports.report import counts, terminal_lines

@@ -13,8 +13,8 @@ from pytest_convperf.ab.ab_report import markdown as ab_markdown
 from pytest_convperf.ab.rule import ABResult
 from pytest_convperf.baselines.update_record import render_update_md
 from pytest_convperf.core.config import ConvperfConfig
-from pytest_convperf.core.entry import Entry
 from pytest_convperf.judge.cliffs import CliffChange, render_md
+from pytest_convperf.judge.entry import Entry
 from pytest_convperf.night.decide import night_markdown
 from pytest_convperf.reports.report import markdown
 from pytest_convperf.reports.review import file_section

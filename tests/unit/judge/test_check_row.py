@@ -1,4 +1,5 @@
-"""A typed ``CheckRow`` through its dict form (xdist, the journal, rows.json) and back, unchanged."""
+"""A typed ``CheckRow`` through its dict form (xdist, the journal, rows.json) and back, unchanged;
+rows of older formats (``core.row_format``) converted when read."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_convperf.core.entry import Entry, UpdatePlan
-from pytest_convperf.core.results import CheckRow, Decision, ErrorStats, Verdict
+from pytest_convperf.core.results import ErrorStats, Verdict
 from pytest_convperf.core.row_format import ROW_FORMAT
+from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.judge.entry import Entry, UpdatePlan
+from pytest_convperf.judge.outcome import Decision
 from tests.unit.judge.test_verdict import comparison
 
 STORED = Entry(
@@ -94,7 +97,7 @@ def test_the_dict_form_is_the_one_rows_json_always_had() -> None:
         "decision", "baseline", "update", "night",
     ]  # fmt: skip
     assert out["verdict"] == "FAIL" and type(out["verdict"]) is str
-    assert out["format"] == ROW_FORMAT == 2
+    assert out["format"] == ROW_FORMAT == 3
     # The decision's own verdict and message are the row's: written once, at the row's level.
     assert row.decision is not None and out["decision"] == {
         k: v for k, v in row.decision.to_dict().items() if k not in ("verdict", "message")
@@ -135,11 +138,29 @@ def test_a_format_1_row_is_converted_and_a_newer_one_refused() -> None:
     back = CheckRow.from_dict(old)
     assert back == row  # the facts' copies of env gone
     newer = {**row.to_dict(), "format": ROW_FORMAT + 1}
-    with pytest.raises(ValueError, match=r"row format 3 is newer than this pytest-convperf reads \(2\)"):
+    with pytest.raises(ValueError, match=r"row format 4 is newer than this pytest-convperf reads \(3\)"):
         CheckRow.from_dict(newer)
     corrupt = {**row.to_dict(), "format": "2"}
     with pytest.raises(ValueError, match=r"row format '2' is not a format number: the row is corrupt"):
         CheckRow.from_dict(corrupt)
+
+
+def test_a_format_2_row_reads_back_with_its_seed_and_machine_once() -> None:
+    # Format 2 also stored the row's seed and machine in its comparison's facts and its confirm's
+    # (``PairedTiming.for_check``): read, the copies are gone and the row's own facts keep them.
+    row = replace(_full_row(), facts={"seed": 1, "machine": "box-slug", "timer": "fake"})
+    old = row.to_dict()
+    old["format"] = 2
+    copies = {"seed": 1, "machine": "box-slug", "phase": "forward"}
+    old["comparison"]["facts"] = {**old["comparison"]["facts"], **copies}
+    old["decision"]["confirm"]["facts"] = {**old["decision"]["confirm"]["facts"], **copies}
+    back = CheckRow.from_dict(json.loads(json.dumps(old)))
+    assert back.comparison is not None and back.comparison.facts == {"phase": "forward"}
+    assert back.decision is not None and back.decision.confirm is not None
+    assert back.decision.confirm.facts == {"phase": "forward"}
+    assert back.facts == row.facts
+    text = json.dumps(back.to_dict())
+    assert text.count('"seed"') == 1 and text.count('"box-slug"') == 1
 
 
 def test_a_plan_not_yet_applied_has_no_written_key() -> None:

@@ -6,18 +6,16 @@ the :class:`UpdatePlan` of an entry (the rules that make one: ``baselines.update
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from pytest_convperf.core.clocks import SideClocks
 from pytest_convperf.core.kerneldiff import KernelShare, parse_table
-
-# How a measurement was timed (``Measurement.mode``), what a baseline entry stores, and the CUDA
-# L2 flush kinds of a cold sample (``timing.cuda.CudaTimer(flush=...)``, ``$CONVPERF_L2_FLUSH``).
-MEASURED_MODES = ("cold", "warm", "graph", "cpu", "cpu-thread", "fake")
-FLUSH_KINDS = ("read", "write")
+from pytest_convperf.core.results import FLUSH_KINDS, MEASURED_MODES, ErrorStats
 
 FIX_RERECORD = (
     "fix the value by hand, or delete the entry and re-record it with "
@@ -171,6 +169,24 @@ class Entry:
     def same_values(self, other: Entry) -> bool:
         """Equal once rounded as stored (what a rewrite would change)."""
         return self.to_yaml() == other.to_yaml()
+
+
+def correctness_of(errors: Sequence[ErrorStats]) -> Correctness:
+    """What an entry (and a history record) stores about correctness: flat for one output, per
+    output name for several."""
+    if len(errors) == 1:
+        return {"max_abs": errors[0].max_abs, "max_rel": errors[0].max_rel}
+    return {str(e.name): {"max_abs": e.max_abs, "max_rel": e.max_rel} for e in errors}
+
+
+def entry_digest(stored: EntryYaml | None) -> str | None:
+    """A short digest of a stored entry's YAML form (``Entry.to_yaml``; a row's ``baseline``), None
+    for no entry: ``calibrate`` writes over an entry only while the file still holds the entry its
+    runs were judged against (history.jsonl's ``entry``)."""
+    if stored is None:
+        return None
+    text = json.dumps(stored, sort_keys=True, default=str, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class _UpdatePlanRequired(TypedDict):
