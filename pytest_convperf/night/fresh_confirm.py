@@ -306,8 +306,10 @@ def _confirm(
 PLUGIN_NAME = "convperf-fresh-confirm"
 
 
-class FreshConfirm:
-    """The fresh-process confirm as a plugin: registered on the controller when :func:`applies`."""
+class FreshProcesses:
+    """A session-end plugin that measures the session's rows again in fresh pytest processes
+    (:meth:`redo`): the fresh-process confirm here, the recording of ``night.fresh_record``. Runs
+    before the false-alarm control, which decides on the rows these return."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -317,9 +319,20 @@ class FreshConfirm:
         """The session's config (``CONFIG_KEY``), not a copy: session start reads the environment again."""
         return self.config.stash[CONFIG_KEY]
 
-    @pytest.hookimpl(tryfirst=True)  # before the false-alarm control, which decides on confirmed FAILs
+    def redo(self, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
+        """The rows after the fresh processes, and terminal lines saying what ran; never raises."""
+        raise NotImplementedError
+
+    @pytest.hookimpl(tryfirst=True)  # before the false-alarm control, which decides on these rows
     def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> list[str] | None:
         if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: no new pytest processes
             return None
-        rows[:], lines = confirm_fails(self.config, self.cfg, rows)
+        rows[:], lines = self.redo(rows)
         return lines
+
+
+class FreshConfirm(FreshProcesses):
+    """The fresh-process confirm as a plugin: registered on the controller when :func:`applies`."""
+
+    def redo(self, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
+        return confirm_fails(self.config, self.cfg, rows)

@@ -28,10 +28,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from pytest_convperf.core.config import CONFIG_KEY, ConvperfConfig
+from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.check_row import CheckRow
-from pytest_convperf.night.fresh_confirm import TIMED_OUT, run_subprocess
+from pytest_convperf.night.fresh_confirm import TIMED_OUT, FreshProcesses, run_subprocess
 from pytest_convperf.night.multiplicity import check_id
 
 # Processes per recording where no --convperf-record-runs is given, per timing mode: CPU timing
@@ -150,20 +150,8 @@ def _record(
 PLUGIN_NAME = "convperf-fresh-record"
 
 
-class FreshRecord:
+class FreshRecord(FreshProcesses):
     """Recording in fresh processes as a plugin: registered on the controller when :func:`applies`."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    @property
-    def cfg(self) -> ConvperfConfig:
-        """The session's config (``CONFIG_KEY``), not a copy: session start reads the environment again."""
-        return self.config.stash[CONFIG_KEY]
-
-    @pytest.hookimpl
-    def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> list[str] | None:
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: no new pytest processes
-            return None
-        rows[:], lines = record_fresh(self.config, self.cfg, rows)
-        return lines
+    def redo(self, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
+        return record_fresh(self.config, self.cfg, rows)
