@@ -169,6 +169,40 @@ def run_subprocess(
     return got, failed
 
 
+@dataclass(frozen=True)
+class FreshRuns:
+    """What up to k fresh pytest processes measured, one ``{check: comparison}`` per process in
+    order, and why any of them fell short (None: none did)."""
+
+    measured: tuple[Mapping[str, Comparison], ...]
+    failed: str | None
+
+    def of(self, ident: str, most: int | None = None) -> list[Comparison]:
+        """The check's measurements in the first ``most`` processes (None: all of them)."""
+        return [got[ident] for got in self.measured[:most] if ident in got]
+
+
+def run_processes(
+    config: pytest.Config,
+    rows: Sequence[CheckRow],
+    todo: Sequence[CheckRow],
+    k: int,
+    *,
+    factor: int = CONFIRM_FACTOR,
+) -> FreshRuns:
+    """``todo``'s checks measured in up to ``k`` fresh pytest processes, one after the other."""
+    # A fresh process runs the todo rows' whole tests: its time limit counts all their checks.
+    tests = {row.nodeid for row in todo}
+    checks = sum(row.nodeid in tests for row in rows)
+    runs: list[tuple[dict[str, Comparison], str | None]] = []
+    for _ in range(k):
+        runs.append(run_subprocess(config, todo, checks=checks, factor=factor))
+        if (runs[-1][1] or "").startswith(TIMED_OUT):  # another one would hang as long
+            break
+    failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None
+    return FreshRuns(tuple(got for got, _ in runs), failed)
+
+
 def _run(cmd: Sequence[str], cwd: Path, timeout: float, log: Path) -> str | None:
     """Run ``cmd`` in its own process group (node ids are relative to the rootdir ``cwd``); None
     when it ran to an end pytest reports, else why not. Output goes to a file, not a pipe. A
@@ -253,37 +287,19 @@ def confirm_fails(
 ) -> tuple[list[CheckRow], list[str]]:
     """The rows with every speed FAIL confirmed in fresh processes; terminal lines saying what ran.
 
-    Never raises: a confirm that could not run leaves the in-process verdicts standing, and says so.
+    A confirm that could not run leaves the in-process verdicts standing, and says so (an exception
+    too: :class:`FreshProcesses` catches it).
     """
     todo = suspects(rows)
     if not todo:
         return list(rows), []
-    try:
-        return _confirm(config, cfg, rows, todo)
-    except KeyboardInterrupt:  # Ctrl-C at session end: the night is still judged and reported
-        return list(rows), ["speed FAILs not confirmed in a fresh process (interrupted)"]
-    except Exception as exc:  # the session end must still judge the night and write its reports
-        return list(rows), [f"speed FAILs not confirmed in a fresh process ({type(exc).__name__}: {exc})"]
-
-
-def _confirm(
-    config: pytest.Config, cfg: ConvperfConfig, rows: Sequence[CheckRow], todo: Sequence[CheckRow]
-) -> tuple[list[CheckRow], list[str]]:
-    # The fresh process runs the suspects' whole tests: its time limit counts all their checks.
-    tests = {row.nodeid for row in todo}
-    checks = sum(row.nodeid in tests for row in rows)
     start = time.monotonic()  # the confirm's cost, in its line (scripts/night_summary.py reads it)
-    runs: list[tuple[dict[str, Comparison], str | None]] = []
-    for _ in range(FRESH_PROCESSES):
-        runs.append(run_subprocess(config, todo, checks=checks))
-        if (runs[-1][1] or "").startswith(TIMED_OUT):  # a second one would hang as long
-            break
-    failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None
+    fresh = run_processes(config, rows, todo, FRESH_PROCESSES)
+    failed = fresh.failed
     redone: dict[int, CheckRow] = {}
     for row in todo:
-        ident = check_id(row)
-        usable = [got[ident] for got, _ in runs if ident in got and not got[ident].inconclusive]
-        measured = [got[ident] for got, _ in runs if ident in got]
+        measured = fresh.of(check_id(row))
+        usable = [c for c in measured if not c.inconclusive]
         if usable:
             redone[id(row)] = rejudge(row, across_processes(usable), cfg)
             continue
@@ -319,20 +335,30 @@ class FreshProcesses:
         """The session's config (``CONFIG_KEY``), not a copy: session start reads the environment again."""
         return self.config.stash[CONFIG_KEY]
 
+    # What the terminal line says when :meth:`redo` raised: the rows stay as this process made them.
+    not_done = "rows not measured again in fresh processes"
+
     def redo(self, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
-        """The rows after the fresh processes, and terminal lines saying what ran; never raises."""
+        """The rows after the fresh processes, and terminal lines saying what ran."""
         raise NotImplementedError
 
     @pytest.hookimpl(tryfirst=True)  # before the false-alarm control, which decides on these rows
     def pytest_convperf_modify_rows(self, session: pytest.Session, rows: list[CheckRow]) -> list[str] | None:
         if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C: no new pytest processes
             return None
-        rows[:], lines = self.redo(rows)
+        try:
+            rows[:], lines = self.redo(rows)
+        except KeyboardInterrupt:  # Ctrl-C at session end: the night is still judged and reported
+            return [f"{self.not_done} (interrupted)"]
+        except Exception as exc:  # the session end must still judge, update and write its reports
+            return [f"{self.not_done} ({type(exc).__name__}: {exc})"]
         return lines
 
 
 class FreshConfirm(FreshProcesses):
     """The fresh-process confirm as a plugin: registered on the controller when :func:`applies`."""
+
+    not_done = "speed FAILs not confirmed in a fresh process"
 
     def redo(self, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
         return confirm_fails(self.config, self.cfg, rows)

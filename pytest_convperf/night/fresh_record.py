@@ -31,7 +31,7 @@ import pytest
 from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.check_row import CheckRow
-from pytest_convperf.night.fresh_confirm import TIMED_OUT, FreshProcesses, run_subprocess
+from pytest_convperf.night.fresh_confirm import FreshProcesses, run_processes
 from pytest_convperf.night.multiplicity import check_id
 
 # Processes per recording where no --convperf-record-runs is given, per timing mode: CPU timing
@@ -93,52 +93,34 @@ def record_fresh(
 ) -> tuple[list[CheckRow], list[str]]:
     """The rows with each recorded entry pooled over fresh processes; terminal lines saying what ran.
 
-    Never raises: a check no fresh process measured keeps its one-process entry, and says why.
+    A check no fresh process measured keeps its one-process entry, and says why (an exception
+    keeps them all: :class:`FreshProcesses` catches it).
     """
     todo = to_record(cfg, rows)
     if not todo:
         return list(rows), []
-    try:
-        return _record(config, cfg, rows, todo)
-    except KeyboardInterrupt:
-        return list(rows), ["recorded entries not measured again in fresh processes (interrupted)"]
-    except Exception as exc:  # the updates must still be written, from this process's measurements
-        why = f"{type(exc).__name__}: {exc}"
-        return list(rows), [f"recorded entries not measured again in fresh processes ({why})"]
-
-
-def _record(
-    config: pytest.Config, cfg: ConvperfConfig, rows: Sequence[CheckRow], todo: Sequence[CheckRow]
-) -> tuple[list[CheckRow], list[str]]:
     start = time.monotonic()
-    extra = max(runs_for(cfg, row.comparison) for row in todo if row.comparison is not None) - 1
-    tests = {row.nodeid for row in todo}
-    checks = sum(row.nodeid in tests for row in rows)
-    runs: list[tuple[dict[str, Comparison], str | None]] = []
-    for _ in range(extra):
-        runs.append(run_subprocess(config, todo, checks=checks, factor=1))
-        if (runs[-1][1] or "").startswith(TIMED_OUT):  # another would hang as long
-            break
-    failed = "; ".join(dict.fromkeys(note for _, note in runs if note)) or None
+    wanted = {id(row): runs_for(cfg, row.comparison) - 1 for row in todo if row.comparison is not None}
+    fresh = run_processes(config, rows, todo, max(wanted.values()), factor=1)
+    failed = fresh.failed
     redone: dict[int, CheckRow] = {}
     short = 0
     for row in todo:
-        assert row.comparison is not None and row.update is not None
-        want = runs_for(cfg, row.comparison) - 1
-        ident = check_id(row)
-        fresh = [got[ident] for got, _ in runs[:want] if ident in got and not got[ident].inconclusive]
-        if len(fresh) < want:
+        assert row.update is not None
+        want = wanted[id(row)]
+        usable = [c for c in fresh.of(check_id(row), want) if not c.inconclusive]
+        if len(usable) < want:
             short += 1
-        if fresh:
-            redone[id(row)] = pooled(row, fresh)
+        if usable:
+            redone[id(row)] = pooled(row, usable)
         else:
             why = failed or "the test did not reach this check"
             note = f"; not measured again in a fresh process ({why}): one process's ratio"
             plan = dataclasses.replace(row.update, why=row.update.why + note)
             redone[id(row)] = dataclasses.replace(row, update=plan)
+    entries = f"{len(todo)} recorded entr{'y' if len(todo) == 1 else 'ies'}"
     lines = [
-        f"{len(todo)} recorded entr{'y' if len(todo) == 1 else 'ies'} measured again in {len(runs)} fresh "
-        f"pytest process(es) and stored as the median"
+        f"{entries} measured again in {len(fresh.measured)} fresh pytest process(es) and stored as the median"
         + (f"; {short} with fewer processes than asked" if short else "")
         + (f" ({failed})" if failed else "")
         + f" in {time.monotonic() - start:.1f} s"
@@ -152,6 +134,8 @@ PLUGIN_NAME = "convperf-fresh-record"
 
 class FreshRecord(FreshProcesses):
     """Recording in fresh processes as a plugin: registered on the controller when :func:`applies`."""
+
+    not_done = "recorded entries not measured again in fresh processes"
 
     def redo(self, rows: Sequence[CheckRow]) -> tuple[list[CheckRow], list[str]]:
         return record_fresh(self.config, self.cfg, rows)

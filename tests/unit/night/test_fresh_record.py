@@ -64,3 +64,22 @@ def test_the_entry_is_the_median_of_the_processes_and_counts_them() -> None:
     assert new.us_reference == pytest.approx(30.0) and new.us_candidate == pytest.approx(0.50 * 30.0)
     assert "the median of 3 pytest processes (ratios 0.4, 0.5, 0.52; between-process SD" in row.update.why
     assert row.comparison == _cpu(0.40, ref_us=20.0)  # the row still shows what this process measured
+
+
+def test_a_recording_that_raises_keeps_this_process_rows_and_says_why() -> None:
+    """The base plugin's guard (``FreshProcesses``): the updates still get written, from this process."""
+    from types import SimpleNamespace
+
+    from pytest_convperf.night.fresh_record import FreshRecord
+
+    class Broken(FreshRecord):
+        def redo(self, rows: object) -> tuple[list[CheckRow], list[str]]:
+            raise OSError("no space left on device")
+
+    rows = [_row(_cpu(0.5))]
+    before = list(rows)
+    session = SimpleNamespace(exitstatus=0)
+    lines = Broken(None).pytest_convperf_modify_rows(session, rows)  # type: ignore[arg-type]
+    assert rows == before
+    why = "(OSError: no space left on device)"
+    assert lines == [f"recorded entries not measured again in fresh processes {why}"]
