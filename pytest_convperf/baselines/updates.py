@@ -43,6 +43,7 @@ from pytest_convperf.judge.decision import Policy
 from pytest_convperf.judge.entry import Entry, UpdatePlan, correctness_of, parse_entry
 from pytest_convperf.judge.outcome import Decision
 from pytest_convperf.judge.quality import QUALITY_KEYS
+from pytest_convperf.measure.witness import witness_us
 
 # A recorded ratio falling to under 1/2 of the stored one needs --convperf-reason: cheats that
 # reached IMPROVED read 0.07-0.2x of their baseline (issue 25 item 1); a real 2x speedup deserves
@@ -92,6 +93,7 @@ def new_entry(
         noise_runs=old.noise_runs if old is not None else None,
         us_candidate=comparison.candidate.median_us,
         us_reference=comparison.reference.median_us,
+        us_witness=witness_us(comparison.facts),
         env=dict(env),
         reference_backend=backend,
         correctness=correctness_of(errors),

@@ -7,9 +7,11 @@ arbitrary callables (:func:`~pytest_convperf.check.model_check.check_pair`). A
 measurement, the stop rule, the mode, the facts); :meth:`PairedTiming.measure` is one paired
 measurement (:func:`~pytest_convperf.measure.rounds.measure_pair`) inside the sides' context and
 under the timing slot (under pytest-xdist it runs alone on a device the workers share,
-:func:`~pytest_convperf.measure.parallel.timing_slot`); given the first measurement it is that
-measurement's confirm: ``n_rounds`` more rounds (``StopRule.for_rounds``), the first's mode (``auto``
-never mixes) and the ``confirm_of_rounds`` fact. A check's comparisons pass the roofline sanity
+:func:`~pytest_convperf.measure.parallel.timing_slot`), with the machine's witness around it on a
+CPU (:mod:`~pytest_convperf.measure.witness`: the reference alone, before and after); given the
+first measurement it is that measurement's confirm: ``n_rounds`` more rounds
+(``StopRule.for_rounds``), the first's mode (``auto`` never mixes) and the ``confirm_of_rounds``
+fact. A check's comparisons pass the roofline sanity
 check (:func:`pytest_convperf.core.roofline.sanity`): a time under half the floor is
 :class:`ImplausibleTime`, and the floors are added as facts (``Comparison.with_facts``).
 
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.core.roofline import sanity
+from pytest_convperf.measure import witness
 from pytest_convperf.measure.parallel import timing_slot
 from pytest_convperf.measure.rounds import measure_pair
 from pytest_convperf.measure.rule import StopRule, Workload
@@ -105,6 +108,8 @@ class PairedTiming:
             facts = {**facts, "confirm_of_rounds": first.n_rounds}
             stored_mode = first.candidate.mode
         with self.sides() as (candidate, reference, side_facts), timing_slot(self.config):
+            witnessed = witness.applies(self.timer)
+            before = witness.look(self.timer, reference, rule) if witnessed else 0.0
             comparison = measure_pair(
                 self.timer,
                 candidate,
@@ -114,6 +119,9 @@ class PairedTiming:
                 facts={**side_facts, **facts},
                 stored_mode=stored_mode,
             )
+            after = witness.look(self.timer, reference, rule) if witnessed else 0.0
+        if before > 0 and after > 0:
+            comparison = comparison.with_facts(witness.Witness(before, after).to_facts())
         return self.checked(comparison)
 
     def confirm_of(self, first: Comparison) -> Callable[[int], Comparison]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pytest_convperf.core.stats import t_cdf, t_quantile
 from pytest_convperf.judge.cycles import ClockMove, clock_move
+from pytest_convperf.measure.witness import witness_us
 
 if TYPE_CHECKING:
     from pytest_convperf.core.results import Comparison
@@ -121,6 +122,16 @@ def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
     return noise, df
 
 
+def witnessed(comparison: Comparison, entry: Entry) -> float | None:
+    """The comparison's witness (the reference timed alone, us) where its entry has one too."""
+    return witness_us(comparison.facts) if entry.us_witness is not None else None
+
+
+def shift_read(comparison: Comparison, entry: Entry) -> str:
+    """What ``reference_shift`` read, as a message names it."""
+    return "the reference timed alone" if witnessed(comparison, entry) is not None else "the reference"
+
+
 def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> float:
     """``ln(reference now / reference then)`` where ``policy.witness`` and the candidate moved the
     same way, else 0.
@@ -134,13 +145,22 @@ def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> flo
     alone) is no machine-wide move, so both count nothing here. The shift's square joins the
     between-session variance: an unmoved machine costs nothing, a moved one widens the interval by
     what it measurably moved.
+
+    The reference read is the witness, timed alone (``measure.witness``), where the entry and the
+    comparison both have one: the paired reference shares the candidate's caches and memory
+    traffic, so a real slowdown moves it too and would be charged to the machine. Else the paired
+    reference, as entries recorded before the witness are read.
     """
     if not policy.witness or entry.us_reference <= 0 or entry.us_candidate <= 0:
         return 0.0
     ref, cand = comparison.reference.median_us, comparison.candidate.median_us
     if ref <= 0 or cand <= 0:
         return 0.0
-    rho = math.log(ref / entry.us_reference)
+    alone = witnessed(comparison, entry)
+    if alone is not None and entry.us_witness is not None:
+        rho = math.log(alone / entry.us_witness)
+    else:
+        rho = math.log(ref / entry.us_reference)
     return rho if rho * math.log(cand / entry.us_candidate) > 0 else 0.0
 
 

@@ -34,11 +34,16 @@ class CliffPin(TypedDict):
     speedup: float
 
 
-class StoredTimes(TypedDict):
-    """An entry's absolute times (``us``), in microseconds."""
-
+class _StoredSides(TypedDict):
     candidate: float
     reference: float
+
+
+class StoredTimes(_StoredSides, total=False):
+    """An entry's absolute times (``us``), in microseconds: both sides paired, and on a CPU the
+    reference timed alone (``witness``, ``measure.witness``)."""
+
+    witness: float
 
 
 # An entry's ``correctness``: ``{max_abs: x}`` for one output, ``{name: {max_abs: x}}`` for several.
@@ -109,6 +114,10 @@ class Entry:
     # The SM clocks it was recorded at (GPU with NVML); None: unknown (a CPU, or recorded before
     # entries stored them), and the check is judged in time as before (``judge.cycles``).
     sm_mhz: SideClocks | None = None
+    # The reference timed alone when recorded (CPU, ``measure.witness``); None: not timed (a GPU,
+    # or recorded before entries stored it), and the machine's shift is read from the paired
+    # reference as before (``judge.decision.reference_shift``).
+    us_witness: float | None = None
 
     def stored_max_abs(self, name: str, *, single: bool) -> float | None:
         """The stored max_abs for an output: flat ``{max_abs}`` for one output, ``{name: {max_abs}}`` else."""
@@ -121,10 +130,13 @@ class Entry:
         return None
 
     def to_yaml(self) -> EntryYaml:
+        us = StoredTimes(candidate=_sig(self.us_candidate), reference=_sig(self.us_reference))
+        if self.us_witness is not None:
+            us["witness"] = _sig(self.us_witness)
         out = EntryYaml(
             time_ratio=_sig(self.time_ratio),
             noise=_sig(self.noise, 3),
-            us=StoredTimes(candidate=_sig(self.us_candidate), reference=_sig(self.us_reference)),
+            us=us,
             env={k: str(v) for k, v in sorted(self.env.items())},
         )
         if self.reference_backend is not None:
@@ -383,6 +395,13 @@ def parse_entry(key: str, raw: Any) -> Entry:
     for side in ("candidate", "reference"):
         if side not in us:
             raise InvalidEntry(key, f"field 'us' lacks {side!r}", FIX_RERECORD)
+    extra = sorted(set(us) - {"candidate", "reference", "witness"})
+    if extra:
+        raise InvalidEntry(
+            key,
+            f"field 'us' has unknown key(s) {', '.join(map(repr, extra))}",
+            "remove them; 'us' holds candidate, reference and witness",
+        )
     backend = block.get("reference_backend")
     if backend is not None and not isinstance(backend, str):
         raise InvalidEntry(key, f"field 'reference_backend' must be a string, got {backend!r}", FIX_RERECORD)
@@ -406,6 +425,7 @@ def parse_entry(key: str, raw: Any) -> Entry:
         kernels=_kernels(key, block["kernels"]) if "kernels" in block else (),
         cliff=_cliff(key, block["cliff"]) if block.get("cliff") is not None else None,
         sm_mhz=_sm_mhz(key, block["sm_mhz"]) if block.get("sm_mhz") is not None else None,
+        us_witness=_num(key, "us.witness", us["witness"]) if "witness" in us else None,
     )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pytest_convperf.core.results import ratio_text
 from pytest_convperf.judge.changes import describe_changes, moved_side, us_line
 from pytest_convperf.judge.cycles import CLOCK_MOVE
-from pytest_convperf.judge.decision import MIN_CI_ROUNDS, pct, percent
+from pytest_convperf.judge.decision import MIN_CI_ROUNDS, pct, percent, shift_read
 
 if TYPE_CHECKING:
     from pytest_convperf.core.results import Comparison
@@ -55,7 +55,8 @@ def screen_numbers(
     machine's shift where the reference moved, ``decision.reference_shift``)."""
     lo, hi = screen.delta_ci()
     moved = (
-        f", machine shift {percent(abs(math.expm1(shift)))} (the reference moved; a confirm counts it)"
+        f", machine shift {percent(abs(math.expm1(shift)))} ({shift_read(comparison, entry)} moved; a "
+        "confirm counts it)"
         if abs(shift) >= SHOWN_SHIFT
         else ""
     )
@@ -93,13 +94,15 @@ def stale(timing: Changes, diff: Changes, entry: Entry, comparison: Comparison, 
 
 
 def too_noisy(
-    mde: float, policy: Policy, rounds: int | None, n_rounds: int, noise: float, shift: float
+    mde: float, policy: Policy, rounds: int | None, n_rounds: int, noise: float, shift: float, read: str
 ) -> str:
+    """The ADVISORY of a check that cannot gate; ``read``: what the machine's ``shift`` was read
+    from (``decision.shift_read``)."""
     if rounds:
         how = f"about {rounds} paired rounds (now {n_rounds}) would make it gateable"
     elif abs(shift) >= SHOWN_SHIFT:
         how = (
-            f"no number of rounds suffices: the machine moved (the reference {pct(math.expm1(shift))} "
+            f"no number of rounds suffices: the machine moved ({read} {pct(math.expm1(shift))} "
             "since the entry); judge it when the machine is back, or against REF in one session "
             "(--convperf-against)"
         )

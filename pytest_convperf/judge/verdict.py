@@ -34,6 +34,7 @@ from pytest_convperf.judge.decision import (
     confirm_mde,
     entry_noise,
     reference_shift,
+    shift_read,
     stage_of,
 )
 from pytest_convperf.judge.few_rounds import FewRoundsSuspect, screen_few, settle_few
@@ -258,7 +259,9 @@ def screen(
     mde, rounds = confirm_mde(first, comparison, entry, policy)
     reading = replace(reading, mde=mde, rounds_needed=rounds)
     advisory = (
-        messages.too_noisy(mde, policy, rounds, comparison.n_rounds, noise, shift)
+        messages.too_noisy(
+            mde, policy, rounds, comparison.n_rounds, noise, shift, shift_read(comparison, entry)
+        )
         if mde > policy.max_mde
         else None
     )
@@ -330,7 +333,10 @@ def settle(suspect: Suspect | FewRoundsSuspect, second: Comparison | None) -> De
         conf_mde = math.expm1(tol + (conf.t + POWER_Z) * conf.sigma)
         if suspect.advisory is None and conf_mde > policy.max_mde:
             shift = reference_shift(second, entry, policy)
-            blind = messages.too_noisy(conf_mde, policy, None, second.n_rounds, suspect.reading.noise, shift)
+            read = shift_read(second, entry)
+            blind = messages.too_noisy(
+                conf_mde, policy, None, second.n_rounds, suspect.reading.noise, shift, read
+            )
             suspect = replace(suspect, advisory=blind)
         return suspect.passed(
             messages.suspect_cleared(conf_numbers),

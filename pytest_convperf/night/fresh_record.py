@@ -31,6 +31,7 @@ import pytest
 from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.check_row import CheckRow
+from pytest_convperf.measure.witness import witness_us
 from pytest_convperf.night.fresh_confirm import FreshProcesses, run_processes
 from pytest_convperf.night.multiplicity import check_id
 
@@ -65,6 +66,14 @@ def to_record(cfg: ConvperfConfig, rows: Sequence[CheckRow]) -> list[CheckRow]:
     ]
 
 
+def pooled_witness(sides: Sequence[Comparison]) -> float | None:
+    """The median of the processes' witnesses (``measure.witness``), None unless every one has one:
+    a median of some would stand for the processes that had none."""
+    looks = [witness_us(c.facts) for c in sides]
+    known = [w for w in looks if w is not None]
+    return statistics.median(known) if known and len(known) == len(looks) else None
+
+
 def pooled(row: CheckRow, fresh: Sequence[Comparison]) -> CheckRow:
     """The row with its planned entry the median of this process and the ``fresh`` ones: ratio and
     both sides' times, ``ref_runs`` the number of processes, the ratios in the plan's reason."""
@@ -78,6 +87,7 @@ def pooled(row: CheckRow, fresh: Sequence[Comparison]) -> CheckRow:
         time_ratio=math.exp(statistics.median(ln)),
         us_candidate=statistics.median(c.candidate.median_us for c in sides),
         us_reference=statistics.median(c.reference.median_us for c in sides),
+        us_witness=pooled_witness(sides),
         ref_runs=len(sides),
     )
     listed = ", ".join(f"{r:.4g}" for r in ratios)

@@ -21,6 +21,7 @@ def test_25_percent_slowed_candidate_fails(
     suite.noise_floor = "0.02"
     suite.run("--convperf-update-baselines").assert_outcomes(passed=1)
     before = suite.file.read_bytes()
+    assert b"witness:" in before  # the reference timed alone, the machine's witness (issue 36)
     suite.slow_down(0.25)
     result = suite.run()
     assert_speed_fails(result, 1)  # kept across the session: its test counts failed

@@ -19,7 +19,7 @@ from pytest_convperf.baselines.store import (
     validate_files,
 )
 from pytest_convperf.core.slugs import resolve_machine, slugify
-from pytest_convperf.judge.entry import Entry
+from pytest_convperf.judge.entry import Entry, InvalidEntry, parse_entry
 
 MACHINE = "nvidia-h100-80gb-hbm3"
 KEY = "test_depthwise_forward[n16-ci32-h112-w112-co32-k3x3-s1-p1-d1-g32-fp32-nchw]"
@@ -170,3 +170,19 @@ def test_writes_leave_no_temp_files_and_only_the_ignored_lock_folder(tmp_path: P
     Store(tmp_path, MACHINE).write("test_mod", {"a": make_entry()})
     assert sorted(p.name for p in (tmp_path / MACHINE).iterdir()) == [LOCK_DIR, "test_mod.yaml"]
     assert not list((tmp_path / MACHINE).rglob("*.tmp"))
+
+
+def test_the_entry_stores_its_witness_and_old_entries_still_load() -> None:
+    """Issue 36: the reference timed alone when recorded (``us.witness``, CPU) is kept; an entry
+    without it loads with none, and a bad one or a stray key in ``us`` is refused by name."""
+    raw = yaml.safe_load(yaml.safe_dump(make_entry(us_witness=180.123456).to_yaml()))
+    assert raw["us"]["witness"] == 180.1
+    assert parse_entry("k", raw).us_witness == 180.1
+    del raw["us"]["witness"]
+    assert parse_entry("k", raw).us_witness is None
+    assert "witness" not in make_entry().to_yaml()["us"]
+    for bad in (0, -1.0, "fast", float("nan")):
+        with pytest.raises(InvalidEntry, match=r"us\.witness"):
+            parse_entry("k", {**raw, "us": {**raw["us"], "witness": bad}})
+    with pytest.raises(InvalidEntry, match=r"unknown key.*'alone'"):
+        parse_entry("k", {**raw, "us": {**raw["us"], "alone": 1.0}})

@@ -90,3 +90,44 @@ def test_a_slowed_candidate_screened_on_a_moved_machine_is_still_confirmed() -> 
         screened, ENTRY, CPU, env=ENV, confirm=lambda n: timed(615.0 * 1.5 * 1.52, 182.0 * 1.52, n=n)
     )
     assert moved.verdict is Verdict.ADVISORY and "the machine moved" in moved.message, moved.message
+
+
+WITNESSED = Entry(
+    time_ratio=615 / 182, noise=0.02, us_candidate=615.0, us_reference=182.0, env=ENV, us_witness=180.0
+)
+
+
+def witnessed(cand_us: float, ref_us: float, alone_us: float, *, n: int = 41) -> Comparison:
+    return timed(cand_us, ref_us, n=n).with_facts({"witness_us": alone_us})
+
+
+def test_a_slowdown_that_drags_the_paired_reference_still_fails_when_the_witness_stayed() -> None:
+    """Seen on the box (test_control_slowed, 3 of 20): the 25 %-slowed candidate +63 %, the paired
+    reference +11.5 % (part of it the candidate's own memory traffic: +3.6 % beside the slowed
+    candidate on a quiet box), and the confirm widened by that "machine move" read ADVISORY. The
+    reference timed alone (the witness) did not move: no widening, FAIL. The old read (no witness in
+    the entry) is still ADVISORY."""
+
+    def confirm(n: int) -> Comparison:
+        return witnessed(615.0 * 1.63, 182.0 * 1.115, 180.0 * 1.01, n=n)
+
+    slowed = witnessed(615.0 * 1.63, 182.0 * 1.115, 180.0 * 1.01)
+    d = decision_of(slowed, WITNESSED, CPU, env=ENV, confirm=confirm)
+    assert d.verdict is Verdict.FAIL, d.message
+    assert math.isclose(reference_shift(slowed, WITNESSED, CPU), math.log(1.01))  # the witness's +1 %
+    old = decision_of(slowed, ENTRY, CPU, env=ENV, confirm=confirm)
+    assert old.verdict is Verdict.ADVISORY and "the reference +11.5 % since the entry" in old.message
+
+
+def test_a_moved_machine_read_by_the_witness_still_widens_and_says_so() -> None:
+    drifted = witnessed(875.0, 200.0, 180.0 * 1.1)
+    d = decision_of(drifted, WITNESSED, CPU, env=ENV, confirm=lambda n: witnessed(875.0, 200.0, 198.0, n=n))
+    assert d.verdict is not Verdict.FAIL, d.message
+    assert "the machine moved (the reference timed alone +10.0 % since the entry)" in d.message
+    assert math.isclose(reference_shift(drifted, WITNESSED, CPU), math.log(1.1))
+
+
+def test_without_a_witness_on_both_sides_the_paired_reference_is_read() -> None:
+    moved = timed(700.0, 200.0)  # no witness fact
+    assert math.isclose(reference_shift(moved, WITNESSED, CPU), math.log(200 / 182))
+    assert math.isclose(reference_shift(witnessed(700.0, 200.0, 180.0), ENTRY, CPU), math.log(200 / 182))

@@ -19,11 +19,12 @@ from tests.unit.judge.test_verdict import comparison, entry
 CFG = ConvperfConfig(enabled=True, update=frozenset({"new"}), baselines_dir=Path("baselines"))
 
 
-def _cpu(ratio: float, *, ref_us: float = 30.0) -> Comparison:
+def _cpu(ratio: float, *, ref_us: float = 30.0, alone_us: float | None = None) -> Comparison:
     c = comparison(ratio)
     ref = dataclasses.replace(c.reference, mode="cpu", median=ref_us * 1e-6)
     cand = dataclasses.replace(c.candidate, mode="cpu", median=ratio * ref_us * 1e-6)
-    return dataclasses.replace(c, candidate=cand, reference=ref)
+    c = dataclasses.replace(c, candidate=cand, reference=ref)
+    return c.with_facts({"witness_us": alone_us}) if alone_us is not None else c
 
 
 def _row(c: Comparison, action: str = "write") -> CheckRow:
@@ -64,6 +65,15 @@ def test_the_entry_is_the_median_of_the_processes_and_counts_them() -> None:
     assert new.us_reference == pytest.approx(30.0) and new.us_candidate == pytest.approx(0.50 * 30.0)
     assert "the median of 3 pytest processes (ratios 0.4, 0.5, 0.52; between-process SD" in row.update.why
     assert row.comparison == _cpu(0.40, ref_us=20.0)  # the row still shows what this process measured
+
+
+def test_the_witness_is_the_median_of_the_processes_only_where_every_one_timed_it() -> None:
+    row = pooled(_row(_cpu(0.40, alone_us=20.0)), [_cpu(0.50, alone_us=29.0), _cpu(0.52, alone_us=31.0)])
+    assert row.update is not None and row.update.entry is not None
+    assert row.update.entry.us_witness == pytest.approx(29.0)
+    some = pooled(_row(_cpu(0.40, alone_us=20.0)), [_cpu(0.50), _cpu(0.52, alone_us=31.0)])
+    assert some.update is not None and some.update.entry is not None
+    assert some.update.entry.us_witness is None  # a median of two would stand for three
 
 
 def test_a_recording_that_raises_keeps_this_process_rows_and_says_why() -> None:
