@@ -27,6 +27,8 @@ from pytest_convperf.measure.rule import StopRule, Workload
 
 # One look's caps: the reference's median to about 1 % on the 2-core box (11+ calls) at a cost
 # under a tenth of a CPU check's 2 s rounds; the pair before it left the reference warm.
+# The facts a witness adds to a comparison (``Witness.to_facts``).
+WITNESS_FACTS = ("witness_us", "witness_looks_us")
 MIN_ROUNDS, MAX_ROUNDS, MAX_TIME_S, WARMUP_CAP_S = 11, 400, 0.15, 0.1
 
 

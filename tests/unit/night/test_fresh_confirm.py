@@ -28,6 +28,16 @@ def test_processes_average_their_median_log_ratios_and_keep_every_round() -> Non
     assert across_processes([a]) is a
 
 
+def test_the_processes_witness_is_their_geometric_mean_or_none() -> None:
+    """The machine's witness (measure.witness) of k processes, pooled like their ratios; where one
+    process has none, the pooled comparison has none (the judge reads the paired reference)."""
+    a, b = comparison(0.50), comparison(0.52)
+    a = a.with_facts({"witness_us": 100.0, "witness_looks_us": [99.0, 101.0]})
+    both = across_processes([a, b.with_facts({"witness_us": 121.0})])
+    assert both.facts["witness_us"] == pytest.approx(110.0) and "witness_looks_us" not in both.facts
+    assert "witness_us" not in across_processes([a, b]).facts
+
+
 def test_the_gate_charges_the_mean_of_k_processes_noise_over_k() -> None:
     stored = entry(0.5, noise=0.01, ref_runs=31)
     one = comparison(0.55, se=0.002, n=126)
