@@ -10,8 +10,9 @@ clock throttled: it pauses and measures again rather than report the throttled s
 
 So where the confirm's reference moved beyond the tolerance since the entry, the confirm waits
 (:data:`PAUSES_S`, within :data:`BUDGET_S`) and measures again, up to ``1 + len(PAUSES_S)``
-times, and the judgement uses the try whose reference is closest to the entry's. The choice looks
-at the reference alone, never at the candidate or the ratio, so it matches the machine's state
+times, and the judgement uses the try whose reference is closest to the entry's (the reference
+timed alone, ``measure.witness``, where the entry has one). The choice looks at the reference only,
+never at the candidate or the ratio, so it matches the machine's state
 and picks no verdict; every try's shift is in the comparison's facts (``machine_tries``,
 ``reference_shifts``), and where no try came back the rule still widens by the closest one.
 GPUs are not retried here: their witness is the SM clock (``judge.cycles``), not the reference.
