@@ -17,6 +17,8 @@ Usage (small enough for a shared 2-core box)::
 
     python tools/cpu_false_alarm.py --tree before=/work/venvs/a/bin/python:/work/a \\
         --tree after=/work/venvs/b/bin/python:/work/b --runs 8 --slow-runs 4 --busy 2
+
+``--gap S`` waits S seconds before each session, to spread the sessions over the box's changing load.
 """
 
 from __future__ import annotations
@@ -130,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slow-runs", type=int, default=4, help="runs per slowed candidate per checkout")
     parser.add_argument("--busy", type=int, default=2, help="busy loops beside the sessions")
     parser.add_argument(
+        "--gap", type=float, default=0.0, help="seconds between sessions (spread them over the box's load)"
+    )
+    parser.add_argument(
         "--slowed", default="2x,1.25x", help=f"slowed scenarios, comma-separated, of {sorted(SCENARIOS)[:-1]}"
     )
     args = parser.parse_args(argv)
@@ -154,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for scenario, n in plan:
             for i in range(n):
                 for tree in trees:
+                    time.sleep(args.gap)
                     verdict, s = tree.session(SCENARIOS[scenario])
                     tree.verdicts.setdefault(scenario, Counter())[verdict.split()[0]] += 1
                     print(
