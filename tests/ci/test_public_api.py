@@ -41,14 +41,10 @@ print("RESOLVED", len(pytest_convperf.__all__))
 """
 
 
-def test_every_public_name_resolves_to_the_object_its_module_defines() -> None:
-    exports = pytest_convperf._EXPORTS
-    assert len(pytest_convperf.__all__) == len(set(pytest_convperf.__all__)) >= 30
-    assert set(pytest_convperf.__all__) == set(exports)
-    # What mypy and IDEs see is what runs: the same names from the same modules.
-    assert type_checking_imports() == exports
+def fresh_interpreter(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a new interpreter with only this checkout on its path; it must succeed."""
     proc = subprocess.run(
-        [sys.executable, "-c", RESOLVE],
+        [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         timeout=300,
@@ -56,6 +52,16 @@ def test_every_public_name_resolves_to_the_object_its_module_defines() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_every_public_name_resolves_to_the_object_its_module_defines() -> None:
+    exports = pytest_convperf._EXPORTS
+    assert len(pytest_convperf.__all__) == len(set(pytest_convperf.__all__)) >= 30
+    assert set(pytest_convperf.__all__) == set(exports)
+    # What mypy and IDEs see is what runs: the same names from the same modules.
+    assert type_checking_imports() == exports
+    proc = fresh_interpreter(RESOLVE)
     assert proc.stdout.strip().splitlines() == [f"RESOLVED {len(pytest_convperf.__all__)}"], proc.stdout
 
 
@@ -86,15 +92,7 @@ print("AFTER_CHECK_PAIR", "torch" in sys.modules)
 
 
 def test_import_pytest_convperf_imports_no_torch() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = fresh_interpreter(PROBE)
     assert "AFTER_IMPORT False" in proc.stdout
     assert "AFTER_PROBLEM False" in proc.stdout  # the problem and its strategies need no torch
     assert "AFTER_CHECK_PAIR True" in proc.stdout  # the control: the probe sees a torch import
