@@ -319,6 +319,8 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
                     ref_runs=c["runs"],
                     us_candidate=float(us["candidate"]),
                     us_reference=float(us["reference"]),
+                    # The median run's witness (measure.witness): records without one leave none.
+                    us_witness=float(us["witness"]) if us.get("witness") else None,
                     env=dict(c["env"]),
                     reference_backend=c.get("reference_backend"),
                     correctness={k: v for k, v in c.get("correctness", {}).items() if v is not None},

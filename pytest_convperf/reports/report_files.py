@@ -16,8 +16,10 @@ from typing import Any, TypedDict
 
 from pytest_convperf.core.files import atomic_write
 from pytest_convperf.core.jsonl import end_cut_line
+from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.judge.entry import Correctness, correctness_of, entry_digest
+from pytest_convperf.measure.witness import witness_us
 from pytest_convperf.reports.report import markdown
 from pytest_convperf.reports.report_row import ReportRow, as_number, final_comparison, row_quality
 
@@ -30,9 +32,16 @@ SCHEMA = "convperf-results/1"
 BenchmarkStats = dict[str, float | int | str | list[float]]
 
 
-class StoredTimesUs(TypedDict):
+class _PairedTimesUs(TypedDict):
     candidate: float | None
     reference: float | None
+
+
+class StoredTimesUs(_PairedTimesUs, total=False):
+    """A record's times (us): both sides paired, and on a CPU the reference timed alone (``witness``,
+    ``measure.witness``), which ``calibrate`` stores with an entry it writes from the records."""
+
+    witness: float
 
 
 class HistoryRecord(TypedDict):
@@ -65,6 +74,17 @@ class HistoryRecord(TypedDict):
     baseline_ratio: float | None
     tolerance: float | None
     load_avg: list[float] | None  # the CPU timer's: calibrate
+
+
+def times_of(
+    candidate_us: float | None, reference_us: float | None, comp: Comparison | None
+) -> StoredTimesUs:
+    """A record's ``us``: the row's times, with the comparison's witness where it has one."""
+    us = StoredTimesUs(candidate=candidate_us, reference=reference_us)
+    alone = witness_us(comp.facts) if comp is not None else None
+    if alone is not None:
+        us["witness"] = alone
+    return us
 
 
 class BenchmarkOptions(TypedDict):
@@ -233,7 +253,7 @@ def history_records(
                 se=comp.se if comp is not None else None,
                 n_rounds=comp.n_rounds if comp is not None else None,
                 delta=r.delta,
-                us=StoredTimesUs(candidate=r.candidate_us, reference=r.reference_us),
+                us=times_of(r.candidate_us, r.reference_us, comp),
                 env=row.env,
                 timing=row.timing,
                 reference_backend=row.facts.get("reference_backend"),

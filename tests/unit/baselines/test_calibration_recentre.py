@@ -310,3 +310,19 @@ def test_runs_judged_against_different_entries_or_none_known_write_nothing(tmp_p
     created = read_file(path2).entries["k"]
     write_calibration(str(path2), "box", folded)
     assert read_file(path2).entries["k"] == created
+
+
+def test_a_new_entry_from_the_runs_keeps_the_median_runs_witness(tmp_path: Path) -> None:
+    """Issue 36: the records carry the reference timed alone (``us.witness``); an entry calibrate
+    creates keeps the median run's, so a later session reads the machine's move from it."""
+    runs = _records(None)
+    for i, run in enumerate(runs):
+        run[0]["us"] = {"candidate": 10.1, "reference": 10.0, "witness": 9.0 + i}
+    path = tmp_path / "box" / "w.yaml"
+    path.parent.mkdir()
+    path.write_text(dump_text("box", {}), encoding="utf-8")
+    write_calibration(str(path), "box", calibrate_records(runs)["f.yaml"]["checks"])
+    assert read_file(path).entries["k"].us_witness == 10.0  # the median ratio's run (d = 0.0)
+    path.write_text(dump_text("box", {}), encoding="utf-8")
+    write_calibration(str(path), "box", calibrate_records(_records(None))["f.yaml"]["checks"])
+    assert read_file(path).entries["k"].us_witness is None  # records from before the witness
