@@ -168,7 +168,7 @@ def _fit_to_budget(
     max_multiplier: int | None,
     explicit: set[str],
 ) -> _Fit:
-    """Shrink the unset knobs until one image of the widest problem fits ``max_elements``.
+    """Shrink the unset knobs until one image and the weight of the widest problem fit ``max_elements``.
 
     The widest problem has the most channels and the largest dilated span at the largest stride.
     Channels shrink first (down to 4, what grouped problems need), then the channel multiplier,
@@ -182,7 +182,12 @@ def _fit_to_budget(
 
     def need(chan: int, mult: int) -> int:
         span = ds[-1] * (ks[-1] - 1) + 1
-        return max(chan, chan * mult if depthwise else chan) * (span + max(strides)) ** 2
+        widest = max(chan, chan * mult if depthwise else chan)
+        # The weight is bounded too: chan x chan x k x k for a dense kernel (4 x 4 x 6 x 6 = 576
+        # elements drawn under max_elements=512 before it counted), chan x mult x k x k depthwise.
+        per_out = chan if set(kinds) - {"depthwise"} else 1
+        taps = 1 if set(kinds) == {"pointwise"} else ks[-1] ** 2
+        return max(widest * (span + max(strides)) ** 2, widest * per_out * taps)
 
     while need(chan, mult) > max_elements:
         if "max_channels" not in explicit and chan > 4:

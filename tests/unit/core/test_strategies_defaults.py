@@ -70,3 +70,15 @@ def test_unknown_dtype_names_the_argument_and_the_accepted_names() -> None:
 
     with pytest.raises(InvalidArgument, match=r"dtypes has 'fp8'.*fp32.*float32"):
         find(conv2d_problems(dtypes=("fp8",)), lambda p: True)
+
+
+def test_the_budget_bounds_the_weight_of_a_dense_kernel_too() -> None:
+    """Drawn once in CI's fast tier: max_elements=512 gave a 4 x 4 x 6 x 6 dense weight (576
+    elements) and the strategy raised; the fit now shrinks the kernel sizes for the weight too."""
+
+    @settings(max_examples=1500, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(conv2d_problems(max_elements=512, kinds=("dense",)))
+    def draw(p: Conv2dProblem) -> None:
+        assert p.c_out * p.c_in * p.kernel[0] * p.kernel[1] <= 512
+
+    draw()
