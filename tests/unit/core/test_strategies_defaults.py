@@ -73,7 +73,7 @@ def test_unknown_dtype_names_the_argument_and_the_accepted_names() -> None:
 
 
 def test_the_budget_bounds_the_weight_of_a_dense_kernel_too() -> None:
-    """Drawn once in CI's fast tier: max_elements=512 gave a 4 x 4 x 6 x 6 dense weight (576
+    """Drawn once in a local run of the fast tier: max_elements=512 gave a 4 x 4 x 6 x 6 dense weight (576
     elements) and the strategy raised; the fit now shrinks the kernel sizes for the weight too."""
 
     @settings(max_examples=1500, database=None, deadline=None, suppress_health_check=list(HealthCheck))
