@@ -27,6 +27,7 @@ from pytest_convperf.core.files import atomic_write, lock_for
 from pytest_convperf.judge.changes import timing_diff
 from pytest_convperf.judge.entry import Entry, entry_digest
 from pytest_convperf.judge.verdict import CPU_NOISE_FLOOR, GPU_NOISE_FLOOR
+from pytest_convperf.measure.witness import as_witness
 
 # MAD -> SD of a normal distribution.
 MAD_TO_SD = 1.4826
@@ -319,8 +320,9 @@ def write_calibration(file: str, machine: str, checks: Mapping[str, Mapping[str,
                     ref_runs=c["runs"],
                     us_candidate=float(us["candidate"]),
                     us_reference=float(us["reference"]),
-                    # The median run's witness (measure.witness): records without one leave none.
-                    us_witness=float(us["witness"]) if us.get("witness") else None,
+                    # The median run's witness (measure.witness): a record without a valid one
+                    # leaves none (a bad one would make the file unreadable: parse_entry refuses it).
+                    us_witness=as_witness(us.get("witness")),
                     env=dict(c["env"]),
                     reference_backend=c.get("reference_backend"),
                     correctness={k: v for k, v in c.get("correctness", {}).items() if v is not None},

@@ -122,14 +122,10 @@ def entry_noise(entry: Entry, policy: Policy) -> tuple[float, float]:
     return noise, df
 
 
-def witnessed(comparison: Comparison, entry: Entry) -> float | None:
-    """The comparison's witness (the reference timed alone, us) where its entry has one too."""
-    return witness_us(comparison.facts) if entry.us_witness is not None else None
-
-
 def shift_read(comparison: Comparison, entry: Entry) -> str:
-    """What ``reference_shift`` read, as a message names it."""
-    return "the reference timed alone" if witnessed(comparison, entry) is not None else "the reference"
+    """What ``reference_shift`` read, as a message names it: the witness where both have one."""
+    alone = entry.us_witness is not None and witness_us(comparison.facts) is not None
+    return "the reference timed alone" if alone else "the reference"
 
 
 def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> float:
@@ -156,9 +152,9 @@ def reference_shift(comparison: Comparison, entry: Entry, policy: Policy) -> flo
     ref, cand = comparison.reference.median_us, comparison.candidate.median_us
     if ref <= 0 or cand <= 0:
         return 0.0
-    alone = witnessed(comparison, entry)
-    if alone is not None and entry.us_witness is not None:
-        rho = math.log(alone / entry.us_witness)
+    alone, then = witness_us(comparison.facts), entry.us_witness
+    if alone is not None and then is not None:
+        rho = math.log(alone / then)
     else:
         rho = math.log(ref / entry.us_reference)
     return rho if rho * math.log(cand / entry.us_candidate) > 0 else 0.0

@@ -19,16 +19,21 @@ witness would consume.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pytest_convperf.measure.protocol import Timer
 from pytest_convperf.measure.rounds import measure_one
 from pytest_convperf.measure.rule import StopRule, Workload
 
-# One look's caps: the reference's median to about 1 % on the 2-core box (11+ calls) at a cost
-# under a tenth of a CPU check's 2 s rounds; the pair before it left the reference warm.
+if TYPE_CHECKING:
+    from pytest_convperf.core.results import Comparison
+
 # The facts a witness adds to a comparison (``Witness.to_facts``).
 WITNESS_FACTS = ("witness_us", "witness_looks_us")
+# One look's caps: the reference's median to about 1 % on the 2-core box (11+ calls) at a cost
+# under a tenth of a CPU check's 2 s rounds; the pair before it left the reference warm.
 MIN_ROUNDS, MAX_ROUNDS, MAX_TIME_S, WARMUP_CAP_S = 11, 400, 0.15, 0.1
 
 
@@ -72,11 +77,22 @@ def look(timer: Timer, reference: Workload, rule: StopRule) -> float:
     return us if measured.inconclusive is None and us > 0 and math.isfinite(us) else 0.0
 
 
-def witness_us(facts: object) -> float | None:
-    """The witness a comparison's facts hold (``witness_us``), None where there is none."""
-    if not isinstance(facts, dict):
-        return None
-    value = facts.get("witness_us")
+def as_witness(value: object) -> float | None:
+    """``value`` as a witness time (us): a finite number > 0, else None. Facts and history records
+    may come from a file, so a bad value reads as no witness rather than one an entry would refuse."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value):
         return float(value)
     return None
+
+
+def witness_us(facts: object) -> float | None:
+    """The witness a comparison's facts hold (``witness_us``), None where there is none."""
+    return as_witness(facts.get("witness_us")) if isinstance(facts, dict) else None
+
+
+def every_witness(comparisons: Sequence[Comparison]) -> list[float] | None:
+    """The witnesses of comparisons pooled as one (k processes), None unless every one has one: a
+    pool of some would stand for those that had none."""
+    looks = [witness_us(c.facts) for c in comparisons]
+    known = [w for w in looks if w is not None]
+    return known if known and len(known) == len(looks) else None

@@ -41,7 +41,7 @@ from pytest_convperf.core.rerun import forwarded_args, plugin_args, subprocess_e
 from pytest_convperf.core.results import Comparison, Measurement, Verdict
 from pytest_convperf.judge.check_row import CheckRow
 from pytest_convperf.judge.decision import CONFIRM_FACTOR
-from pytest_convperf.measure.witness import WITNESS_FACTS, witness_us
+from pytest_convperf.measure.witness import WITNESS_FACTS, every_witness
 from pytest_convperf.night.multiplicity import check_id, check_name
 
 # Fresh processes per confirm: their offsets average, so the rule charges noise^2 / 2 for the
@@ -98,10 +98,10 @@ def across_processes(comparisons: Sequence[Comparison]) -> Comparison:
     first = comparisons[0]
     # The machine's witness (measure.witness) of the k processes as one, like their ratios: the
     # mean of their logs; none unless every process timed one (the judge then reads the reference).
-    looks = [witness_us(c.facts) for c in comparisons]
+    looks = every_witness(comparisons)
     facts = {k: v for k, v in first.facts.items() if k not in WITNESS_FACTS}
-    if all(w is not None for w in looks):
-        facts["witness_us"] = math.exp(sum(math.log(w) for w in looks if w is not None) / k)
+    if looks is not None:
+        facts["witness_us"] = math.exp(sum(math.log(w) for w in looks) / k)
     return replace(
         first,
         candidate=joined([c.candidate for c in comparisons]),

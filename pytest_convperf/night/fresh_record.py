@@ -31,7 +31,7 @@ import pytest
 from pytest_convperf.core.config import ConvperfConfig
 from pytest_convperf.core.results import Comparison
 from pytest_convperf.judge.check_row import CheckRow
-from pytest_convperf.measure.witness import witness_us
+from pytest_convperf.measure.witness import every_witness
 from pytest_convperf.night.fresh_confirm import FreshProcesses, run_processes
 from pytest_convperf.night.multiplicity import check_id
 
@@ -69,9 +69,8 @@ def to_record(cfg: ConvperfConfig, rows: Sequence[CheckRow]) -> list[CheckRow]:
 def pooled_witness(sides: Sequence[Comparison]) -> float | None:
     """The median of the processes' witnesses (``measure.witness``), None unless every one has one:
     a median of some would stand for the processes that had none."""
-    looks = [witness_us(c.facts) for c in sides]
-    known = [w for w in looks if w is not None]
-    return statistics.median(known) if known and len(known) == len(looks) else None
+    looks = every_witness(sides)
+    return statistics.median(looks) if looks is not None else None
 
 
 def pooled(row: CheckRow, fresh: Sequence[Comparison]) -> CheckRow:

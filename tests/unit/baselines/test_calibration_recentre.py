@@ -326,3 +326,10 @@ def test_a_new_entry_from_the_runs_keeps_the_median_runs_witness(tmp_path: Path)
     path.write_text(dump_text("box", {}), encoding="utf-8")
     write_calibration(str(path), "box", calibrate_records(_records(None))["f.yaml"]["checks"])
     assert read_file(path).entries["k"].us_witness is None  # records from before the witness
+    # A bad witness in a record (history.jsonl is a file anyone can edit) leaves none, and the
+    # entry written stays readable.
+    for run in runs:
+        run[0]["us"] = {"candidate": 10.1, "reference": 10.0, "witness": -3.0}
+    path.write_text(dump_text("box", {}), encoding="utf-8")
+    write_calibration(str(path), "box", calibrate_records(runs)["f.yaml"]["checks"])
+    assert read_file(path).entries["k"].us_witness is None

@@ -10,7 +10,17 @@ from pytest_convperf.core.device import resolve_device
 from pytest_convperf.measure.fake import FakeTimer
 from pytest_convperf.measure.rule import StopRule, Workload
 from pytest_convperf.measure.timers import make_timer
-from pytest_convperf.measure.witness import MAX_TIME_S, Witness, applies, capped, look, witness_us
+from pytest_convperf.measure.witness import (
+    MAX_TIME_S,
+    Witness,
+    applies,
+    as_witness,
+    capped,
+    every_witness,
+    look,
+    witness_us,
+)
+from tests.unit.judge.test_verdict import comparison
 
 
 def test_the_witness_is_the_geometric_mean_of_its_two_looks_and_is_a_fact() -> None:
@@ -25,6 +35,16 @@ def test_the_witness_is_the_geometric_mean_of_its_two_looks_and_is_a_fact() -> N
 def test_a_missing_or_bad_witness_fact_reads_as_none(bad: object) -> None:
     assert witness_us({"witness_us": bad}) is None
     assert witness_us({}) is None and witness_us(None) is None
+
+
+def test_pooled_witnesses_are_all_or_none() -> None:
+    a, b = (
+        comparison(0.5).with_facts({"witness_us": 100.0}),
+        comparison(0.5).with_facts({"witness_us": 121.0}),
+    )
+    assert every_witness([a, b]) == [100.0, 121.0]
+    assert every_witness([a, comparison(0.5)]) is None and every_witness([]) is None
+    assert as_witness(180) == 180.0 and as_witness(-1.0) is None and as_witness("180") is None
 
 
 def test_only_a_cpu_timer_has_a_witness() -> None:
